@@ -1,0 +1,157 @@
+//! The admin server (loopback by default): readiness, liveness, config and status dumps,
+//! metrics.
+//!
+//! | path | what |
+//! |---|---|
+//! | `/ready` (`/healthz/ready`) | 200 once a config serves; 503 before that and while draining |
+//! | `/healthz` | 200 while the process runs |
+//! | `/config` (`/config_dump`) | the serving config as JSON, secrets redacted |
+//! | `/status` | last reload result, generation, listeners, every object's conditions |
+//! | `/metrics` (`/stats/prometheus`) | Prometheus metrics |
+
+mod redact;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::runtime::shared::Shared;
+
+/// A running admin server; dropping the handle (or `stop`) closes it.
+pub struct AdminHandle {
+    pub addr: SocketAddr,
+    stop: watch::Sender<bool>,
+}
+
+impl AdminHandle {
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+impl Drop for AdminHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Binds the admin address and serves it on the current runtime.
+pub async fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<AdminHandle> {
+    let listener = TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    let (stop, mut stopped) = watch::channel(false);
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = tokio::select! {
+                _ = async { let _ = stopped.wait_for(|s| *s).await; } => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "admin accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req| {
+                    let shared = shared.clone();
+                    async move { Ok::<_, Infallible>(route(&shared, &req)) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    tracing::info!(address = %addr, "admin listener bound");
+    Ok(AdminHandle { addr, stop })
+}
+
+fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
+    }
+    match req.uri().path() {
+        "/ready" | "/healthz/ready" => {
+            if shared.is_ready() {
+                text(StatusCode::OK, "ready\n")
+            } else if shared.is_draining() {
+                text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+            } else {
+                text(StatusCode::SERVICE_UNAVAILABLE, "no config serving yet\n")
+            }
+        }
+        "/healthz" => text(StatusCode::OK, "ok\n"),
+        "/config" | "/config_dump" => json(&redact::config_dump(&shared.snapshot.load().config)),
+        "/status" => json(&status(shared)),
+        "/metrics" | "/stats/prometheus" => {
+            let mut r = text(StatusCode::OK, &shared.metrics.encode());
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            r
+        }
+        "/" => text(
+            StatusCode::OK,
+            "egressd admin: /ready /healthz /config /status /metrics\n",
+        ),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found; try /ready /healthz /config /status /metrics\n",
+        ),
+    }
+}
+
+fn status(shared: &Shared) -> serde_json::Value {
+    let snapshot = shared.snapshot.load();
+    let listeners: Vec<serde_json::Value> = shared
+        .bound
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(key, addr)| serde_json::json!({"name": key.as_ref(), "address": addr.to_string()}))
+        .collect();
+    serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "ready": shared.is_ready(),
+        "draining": shared.is_draining(),
+        "generation": snapshot.generation,
+        "lastReload": shared.reload_status(),
+        "listeners": listeners,
+        "objects": &snapshot.status.objects,
+    })
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_owned())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn json(value: &serde_json::Value) -> Response<Full<Bytes>> {
+    let body = serde_json::to_vec_pretty(value).unwrap_or_default();
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    r
+}

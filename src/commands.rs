@@ -1,0 +1,64 @@
+//! What the CLI subcommands do, apart from argument parsing (`main.rs`).
+
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::config::load_paths;
+use crate::runtime::compile::compile;
+use crate::runtime::registry::StateRegistry;
+use crate::upstream::dns::DnsResolver;
+
+/// The report of `egressd validate`: every diagnostic, then each object's conditions.
+pub struct Validation {
+    pub ok: bool,
+    pub report: String,
+}
+
+/// Loads and compiles `paths` exactly as a reload would, without touching the network.
+pub fn validate(paths: &[PathBuf]) -> Validation {
+    let loaded = load_paths(paths);
+    let files = loaded.set.files.len();
+    // A resolver is needed to build the registry; nothing is resolved during validation.
+    let resolver = DnsResolver::new(&[])
+        .or_else(|_| DnsResolver::new(&["127.0.0.1:53".parse().expect("literal address")]));
+    let registry = match resolver {
+        Ok(r) => StateRegistry::new(r),
+        Err(e) => {
+            return Validation {
+                ok: false,
+                report: format!("cannot set up DNS for validation: {e}\n"),
+            };
+        }
+    };
+    let compiled = compile(Arc::new(loaded.set), loaded.diagnostics, &registry, 1);
+    let mut report = String::new();
+    for d in &compiled.diagnostics {
+        let _ = writeln!(report, "{d}");
+    }
+    let errors = compiled.errors().count();
+    let warnings = compiled.diagnostics.len() - errors;
+    if !compiled.diagnostics.is_empty() {
+        report.push('\n');
+    }
+    for object in &compiled.snapshot.status.objects {
+        let _ = writeln!(report, "{} ({})", object.object, object.file);
+        for c in &object.conditions {
+            let _ = write!(report, "  {}={} {}", c.kind, c.status, c.reason);
+            if !c.message.is_empty() {
+                let _ = write!(report, ": {}", c.message);
+            }
+            report.push('\n');
+        }
+    }
+    let objects = compiled.snapshot.status.objects.len();
+    let _ = writeln!(
+        report,
+        "\n{}: {files} file(s), {objects} object(s), {errors} error(s), {warnings} warning(s)",
+        if errors == 0 { "valid" } else { "invalid" }
+    );
+    Validation {
+        ok: errors == 0,
+        report,
+    }
+}

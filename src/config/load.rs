@@ -1,0 +1,409 @@
+//! Reading config directories: files → YAML documents → typed objects.
+//!
+//! Every problem of every file is collected (not only the first), so one run of
+//! `egressd validate` shows everything that needs fixing.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+
+use super::error::{Diagnostic, ObjectId};
+use super::wire::backend::BackendSpec;
+use super::wire::common::ObjectMeta;
+use super::wire::enums::take_alias_uses;
+use super::wire::gateway::GatewaySpec;
+use super::wire::policy::BackendTrafficPolicySpec;
+use super::wire::proxy::ProxyConfigSpec;
+use super::wire::route::HttpRouteSpec;
+use super::wire::{Kind, Object, KINDS_NOT_YET_SUPPORTED};
+use super::yaml::{self, Node, Pos};
+
+/// Every object of a config, grouped by kind, in file order.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigSet {
+    pub gateways: Vec<Object<GatewaySpec>>,
+    pub http_routes: Vec<Object<HttpRouteSpec>>,
+    pub backends: Vec<Object<BackendSpec>>,
+    pub policies: Vec<Object<BackendTrafficPolicySpec>>,
+    pub proxy_configs: Vec<Object<ProxyConfigSpec>>,
+    /// The YAML files that were read.
+    pub files: Vec<PathBuf>,
+    /// Hash of every file's path and content: equal fingerprints mean nothing changed.
+    pub fingerprint: u64,
+}
+
+/// The outcome of reading config paths: the objects that parsed, and every diagnostic.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub set: ConfigSet,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Reads every `*.yaml`/`*.yml` file of the given directories (or single files).
+///
+/// Directories are read non-recursively; hidden entries are skipped, which also skips the
+/// `..data`/`..<timestamp>` machinery of Kubernetes ConfigMap volumes (their files are reached
+/// through the visible per-key symlinks).
+pub fn load_paths(paths: &[PathBuf]) -> Loaded {
+    let mut loaded = Loaded::default();
+    let mut hasher = DefaultHasher::new();
+    for path in paths {
+        for file in list_yaml_files(path, &mut loaded.diagnostics) {
+            match std::fs::read_to_string(&file) {
+                Ok(text) => {
+                    file.hash(&mut hasher);
+                    text.hash(&mut hasher);
+                    load_file(&file, &text, &mut loaded);
+                    loaded.set.files.push(file);
+                }
+                Err(e) => loaded.diagnostics.push(
+                    Diagnostic::error(&file, Pos::default(), format!("cannot read file: {e}"))
+                        .hint("check the file's permissions"),
+                ),
+            }
+        }
+    }
+    loaded.set.fingerprint = hasher.finish();
+    check_duplicates(&mut loaded);
+    loaded
+}
+
+fn list_yaml_files(path: &Path, diagnostics: &mut Vec<Diagnostic>) -> Vec<PathBuf> {
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) => {
+            diagnostics.push(
+                Diagnostic::error(
+                    path,
+                    Pos::default(),
+                    format!("cannot read config path: {e}"),
+                )
+                .hint("pass an existing directory of *.yaml files"),
+            );
+            return Vec::new();
+        }
+    };
+    if meta.is_file() {
+        return vec![path.to_path_buf()];
+    }
+    let entries = match std::fs::read_dir(path) {
+        Ok(entries) => entries,
+        Err(e) => {
+            diagnostics.push(Diagnostic::error(
+                path,
+                Pos::default(),
+                format!("cannot list directory: {e}"),
+            ));
+            return Vec::new();
+        }
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|p| is_config_file(p) && p.is_file())
+        .collect();
+    files.sort();
+    files
+}
+
+/// `*.yaml`/`*.yml`, not hidden.
+pub fn is_config_file(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
+}
+
+fn load_file(file: &Path, text: &str, loaded: &mut Loaded) {
+    let file: Arc<Path> = Arc::from(file);
+    let docs = match yaml::parse_documents(text) {
+        Ok(docs) => docs,
+        Err(e) => {
+            loaded.diagnostics.push(
+                Diagnostic::error(&*file, e.pos, format!("YAML syntax error: {}", e.message))
+                    .hint("fix the YAML syntax; nothing in this file was loaded"),
+            );
+            return;
+        }
+    };
+    for doc in &docs {
+        take_alias_uses();
+        load_document(&file, doc, loaded);
+    }
+}
+
+const TOP_LEVEL_FIELDS: [&str; 4] = ["apiVersion", "kind", "metadata", "spec"];
+
+fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
+    let diags = &mut loaded.diagnostics;
+    let yaml::Value::Map(entries) = &doc.value else {
+        diags.push(
+            Diagnostic::error(
+                &**file,
+                doc.pos,
+                format!("expected an object, found a {}", doc.kind_name()),
+            )
+            .hint("each document needs apiVersion, kind, metadata and spec"),
+        );
+        return;
+    };
+    let mut ok = true;
+    for (key, _) in entries {
+        let name = key.as_str().unwrap_or("");
+        if !TOP_LEVEL_FIELDS.contains(&name) {
+            let hint = if name == "status" {
+                "status is written by egressd (see `egressd validate` and /status); remove it"
+            } else {
+                "a document has only apiVersion, kind, metadata and spec"
+            };
+            diags.push(
+                Diagnostic::error(&**file, key.pos, format!("unknown field `{name}`")).hint(hint),
+            );
+            ok = false;
+        }
+    }
+
+    let Some(kind_node) = doc.get("kind") else {
+        diags.push(
+            Diagnostic::error(&**file, doc.pos, "missing field `kind`")
+                .hint(format!("one of: {}", kind_names())),
+        );
+        return;
+    };
+    let kind_name = kind_node.as_str().unwrap_or("");
+    let Some(kind) = Kind::from_name(kind_name) else {
+        let (message, hint) = if KINDS_NOT_YET_SUPPORTED.contains(&kind_name) {
+            (
+                format!("kind `{kind_name}` is not supported yet"),
+                "remove it; supported kinds: ".to_owned() + &kind_names(),
+            )
+        } else {
+            (
+                format!("unknown kind `{kind_name}`"),
+                format!("one of: {}", kind_names()),
+            )
+        };
+        diags.push(Diagnostic::error(&**file, kind_node.pos, message).hint(hint));
+        return;
+    };
+
+    let meta: ObjectMeta = match doc.get("metadata") {
+        None => {
+            diags.push(
+                Diagnostic::error(
+                    &**file,
+                    doc.pos,
+                    format!("{} has no `metadata`", kind.name()),
+                )
+                .hint("add `metadata: {name: ...}`"),
+            );
+            return;
+        }
+        Some(node) => match yaml::from_node(node) {
+            Ok(meta) => meta,
+            Err(e) => {
+                diags.push(
+                    Diagnostic::error(&**file, e.pos, e.message)
+                        .field(join_path("metadata", &e.path)),
+                );
+                return;
+            }
+        },
+    };
+    let id = ObjectId {
+        kind: kind.name().to_owned(),
+        namespace: meta
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned()),
+        name: meta.name.clone(),
+    };
+    if let Some(node) = doc.get("metadata") {
+        for (field, value) in [
+            ("name", Some(id.name.as_str())),
+            ("namespace", meta.namespace.as_deref()),
+        ] {
+            if let Some(value) = value {
+                if !is_dns_label_or_subdomain(value) {
+                    let pos = node.get(field).map_or(node.pos, |n| n.pos);
+                    diags.push(
+                        Diagnostic::error(&**file, pos, format!("invalid {field} `{value}`"))
+                            .object(&id)
+                            .field(format!("metadata.{field}"))
+                            .hint("use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit (at most 253 characters)"),
+                    );
+                    ok = false;
+                }
+            }
+        }
+    }
+
+    match doc.get("apiVersion") {
+        None => {
+            diags.push(
+                Diagnostic::error(&**file, doc.pos, "missing field `apiVersion`")
+                    .object(&id)
+                    .hint(format!("use `apiVersion: {}`", kind.api_versions()[0])),
+            );
+            ok = false;
+        }
+        Some(node) => {
+            let version = node.as_str().unwrap_or("");
+            if !kind.api_versions().contains(&version) {
+                diags.push(
+                    Diagnostic::error(
+                        &**file,
+                        node.pos,
+                        format!("apiVersion `{version}` does not serve kind {}", kind.name()),
+                    )
+                    .object(&id)
+                    .hint(format!("use `apiVersion: {}`", kind.api_versions()[0])),
+                );
+                ok = false;
+            }
+        }
+    }
+
+    let Some(spec) = doc.get("spec") else {
+        diags.push(Diagnostic::error(&**file, doc.pos, "missing field `spec`").object(&id));
+        return;
+    };
+    let base = Base {
+        file,
+        doc,
+        id,
+        meta,
+        ok,
+    };
+    match kind {
+        Kind::Gateway => base.push(spec, &mut loaded.diagnostics, &mut loaded.set.gateways),
+        Kind::HttpRoute => base.push(spec, &mut loaded.diagnostics, &mut loaded.set.http_routes),
+        Kind::Backend => base.push(spec, &mut loaded.diagnostics, &mut loaded.set.backends),
+        Kind::BackendTrafficPolicy => {
+            base.push(spec, &mut loaded.diagnostics, &mut loaded.set.policies)
+        }
+        Kind::ProxyConfig => {
+            base.push(spec, &mut loaded.diagnostics, &mut loaded.set.proxy_configs)
+        }
+    }
+}
+
+/// What every kind shares while its spec is deserialized.
+struct Base<'a> {
+    file: &'a Arc<Path>,
+    doc: &'a Node,
+    id: ObjectId,
+    meta: ObjectMeta,
+    ok: bool,
+}
+
+impl Base<'_> {
+    fn push<S: DeserializeOwned>(
+        self,
+        spec: &Node,
+        diags: &mut Vec<Diagnostic>,
+        out: &mut Vec<Object<S>>,
+    ) {
+        let parsed = yaml::from_node::<S>(spec);
+        for (written, canonical) in take_alias_uses() {
+            diags.push(
+                Diagnostic::warning(
+                    &**self.file,
+                    self.doc.pos,
+                    format!("`{written}` is an alias of `{canonical}`"),
+                )
+                .object(&self.id)
+                .hint(format!("write `{canonical}`")),
+            );
+        }
+        match parsed {
+            Ok(spec) if self.ok => out.push(Object {
+                id: self.id,
+                meta: self.meta,
+                file: self.file.clone(),
+                pos: self.doc.pos,
+                spec,
+            }),
+            Ok(_) => {}
+            Err(e) => diags.push(
+                Diagnostic::error(&**self.file, e.pos, e.message)
+                    .object(&self.id)
+                    .field(join_path("spec", &e.path))
+                    .hint(hint_for(&e.path)),
+            ),
+        }
+    }
+}
+
+fn hint_for(path: &str) -> String {
+    let _ = path;
+    "see `egressd schema` or the config reference in README.md".to_owned()
+}
+
+fn join_path(prefix: &str, path: &str) -> String {
+    if path.is_empty() {
+        prefix.to_owned()
+    } else if path.starts_with('[') {
+        format!("{prefix}{path}")
+    } else {
+        format!("{prefix}.{path}")
+    }
+}
+
+fn kind_names() -> String {
+    Kind::ALL
+        .iter()
+        .map(|k| k.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// RFC 1123 subdomain, as Kubernetes requires for object names and namespaces.
+fn is_dns_label_or_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// A duplicate identity (group, kind, namespace, name) is an error naming both places.
+fn check_duplicates(loaded: &mut Loaded) {
+    let mut seen: HashMap<ObjectId, (Arc<Path>, Pos)> = HashMap::new();
+    let set = &loaded.set;
+    let all = set
+        .gateways
+        .iter()
+        .map(|o| (&o.id, &o.file, o.pos))
+        .chain(set.http_routes.iter().map(|o| (&o.id, &o.file, o.pos)))
+        .chain(set.backends.iter().map(|o| (&o.id, &o.file, o.pos)))
+        .chain(set.policies.iter().map(|o| (&o.id, &o.file, o.pos)))
+        .chain(set.proxy_configs.iter().map(|o| (&o.id, &o.file, o.pos)));
+    let mut dups = Vec::new();
+    for (id, file, pos) in all {
+        if let Some((first_file, first_pos)) = seen.get(id) {
+            dups.push(
+                Diagnostic::error(&**file, pos, format!("duplicate object {id}"))
+                    .object(id)
+                    .hint(format!(
+                        "first defined at {}:{}; rename one of them",
+                        first_file.display(),
+                        first_pos
+                    )),
+            );
+        } else {
+            seen.insert(id.clone(), (file.clone(), pos));
+        }
+    }
+    loaded.diagnostics.extend(dups);
+}

@@ -1,0 +1,140 @@
+//! `Backend` (egressd.dev): a destination and exactly how to connect to it.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{CertificateFiles, NotYetSupported, SecretRef};
+use super::enums::{DestinationType, Protocol, SanType, TlsMode, TlsVersion, WellKnownCa};
+use super::policy::TrafficPolicySpec;
+use crate::config::yaml::Spanned;
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackendSpec {
+    pub destination: Spanned<Destination>,
+    /// `HTTP` when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<Spanned<Protocol>>,
+    /// `Simple` (verified TLS) when omitted: plaintext is always an explicit choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Spanned<BackendTls>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_options: Option<Spanned<NotYetSupported>>,
+    /// Used only when a route's primary backends are unhealthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Spanned<bool>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<Spanned<NotYetSupported>>,
+    /// Inline BackendTrafficPolicy for this Backend (no targetRefs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_policy: Option<Spanned<TrafficPolicySpec>>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Destination {
+    #[serde(rename = "type")]
+    pub kind: Spanned<DestinationType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fqdn: Option<Spanned<FqdnDestination>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<Spanned<IpDestination>>,
+    pub ports: Vec<Spanned<BackendPort>>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FqdnDestination {
+    pub hostname: Spanned<String>,
+    /// Send the backend hostname as `Host`/`:authority` (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewrite_authority: Option<bool>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IpDestination {
+    pub endpoints: Vec<Spanned<IpEndpoint>>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IpEndpoint {
+    pub address: Spanned<String>,
+    /// Relative weight (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Spanned<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// Name of this endpoint, sent as `Host` and used for TLS when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<Spanned<String>>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackendPort {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub number: Spanned<u16>,
+    /// Overrides the Backend's `protocol` for this port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<Spanned<Protocol>>,
+    /// Overrides the Backend's `tls` for this port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Spanned<BackendTls>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_options: Option<Spanned<NotYetSupported>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackendTls {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Spanned<TlsMode>>,
+    /// Server name sent in the ClientHello; never copied from the client's Host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sni: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<TlsValidation>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate: Option<CertificateFiles>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate_ref: Option<SecretRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_version: Option<TlsVersion>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_version: Option<TlsVersion>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alpn_protocols: Option<Vec<String>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TlsValidation {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub well_known_ca_certificates: Option<WellKnownCa>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ca_certificate_files: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ca_certificate_refs: Vec<SecretRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subject_alt_names: Vec<SubjectAltName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub insecure_skip_verify: Option<bool>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SubjectAltName {
+    #[serde(rename = "type")]
+    pub kind: SanType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+}

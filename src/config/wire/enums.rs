@@ -1,0 +1,284 @@
+//! String enums of the config, with the aliases CONFIG.md accepts.
+//!
+//! Every enum takes its canonical PascalCase (or upstream SCREAMING) value, plus listed aliases;
+//! SCREAMING_CASE forms also match case-insensitively. Using an alias works but is reported as a
+//! warning so configs converge on one spelling.
+
+use std::cell::RefCell;
+
+thread_local! {
+    /// Aliases used while deserializing the current document: (as written, canonical).
+    static ALIAS_USES: RefCell<Vec<(String, &'static str)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Records that `written` was accepted as an alias of `canonical`.
+pub(crate) fn record_alias(written: &str, canonical: &'static str) {
+    ALIAS_USES.with(|uses| uses.borrow_mut().push((written.to_owned(), canonical)));
+}
+
+/// Takes the aliases recorded on this thread since the last call.
+pub fn take_alias_uses() -> Vec<(String, &'static str)> {
+    ALIAS_USES.with(|uses| std::mem::take(&mut *uses.borrow_mut()))
+}
+
+/// `INSECURE_DISABLE`, `HTTP2`: forms that people also write in lower case.
+pub(crate) fn is_screaming(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// Declares a config enum with canonical names and aliases.
+macro_rules! wire_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident = $canon:literal $(| $alias:literal)* ),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        $vis enum $name { $( $(#[$vmeta])* $variant ),+ }
+
+        impl $name {
+            /// The canonical spelling of every value.
+            pub const CANONICAL: &'static [&'static str] = &[$($canon),+];
+
+            /// The canonical spelling of this value.
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $canon),+ }
+            }
+
+            /// Parses a canonical value or an alias; the flag says whether an alias was used.
+            pub fn parse(s: &str) -> Option<(Self, bool)> {
+                $( if s == $canon { return Some((Self::$variant, false)); } )+
+                $(
+                    if $crate::config::wire::enums::is_screaming($canon) && s.eq_ignore_ascii_case($canon) {
+                        return Some((Self::$variant, true));
+                    }
+                    $(
+                        if s == $alias
+                            || ($crate::config::wire::enums::is_screaming($alias) && s.eq_ignore_ascii_case($alias))
+                        {
+                            return Some((Self::$variant, true));
+                        }
+                    )*
+                )+
+                None
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let written = String::deserialize(d)?;
+                match Self::parse(&written) {
+                    Some((value, alias)) => {
+                        if alias {
+                            $crate::config::wire::enums::record_alias(&written, value.as_str());
+                        }
+                        Ok(value)
+                    }
+                    None => Err(serde::de::Error::custom(format!(
+                        "unknown value `{}`, expected one of: {}",
+                        written,
+                        Self::CANONICAL.join(", ")
+                    ))),
+                }
+            }
+        }
+
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                let values: Vec<&'static str> = vec![$($canon, $($alias,)*)+];
+                schemars::json_schema!({ "type": "string", "enum": values })
+            }
+        }
+    };
+}
+
+wire_enum! {
+    /// What a Gateway listener speaks.
+    pub enum ListenerProtocol {
+        Http = "HTTP",
+        Https = "HTTPS",
+        Tls = "TLS",
+        Tcp = "TCP",
+    }
+}
+
+wire_enum! {
+    /// How a listener handles TLS.
+    pub enum ListenerTlsMode {
+        Terminate = "Terminate",
+        Passthrough = "Passthrough",
+    }
+}
+
+wire_enum! {
+    /// Which namespaces may attach routes to a listener.
+    pub enum FromNamespaces {
+        All = "All",
+        Same = "Same",
+        Selector = "Selector",
+    }
+}
+
+wire_enum! {
+    /// HTTPRoute path match kinds.
+    pub enum PathMatchType {
+        Exact = "Exact",
+        PathPrefix = "PathPrefix",
+        RegularExpression = "RegularExpression",
+    }
+}
+
+wire_enum! {
+    /// HTTPRoute header and query parameter match kinds.
+    pub enum ValueMatchType {
+        Exact = "Exact",
+        RegularExpression = "RegularExpression",
+    }
+}
+
+wire_enum! {
+    /// HTTP methods an HTTPRoute can match.
+    pub enum HttpMethod {
+        Get = "GET",
+        Head = "HEAD",
+        Post = "POST",
+        Put = "PUT",
+        Delete = "DELETE",
+        Connect = "CONNECT",
+        Options = "OPTIONS",
+        Trace = "TRACE",
+        Patch = "PATCH",
+    }
+}
+
+wire_enum! {
+    /// HTTPRoute filter kinds.
+    pub enum FilterType {
+        RequestHeaderModifier = "RequestHeaderModifier",
+        ResponseHeaderModifier = "ResponseHeaderModifier",
+        UrlRewrite = "URLRewrite",
+        RequestRedirect = "RequestRedirect",
+        RequestMirror = "RequestMirror",
+        ExtensionRef = "ExtensionRef",
+        Cors = "CORS",
+    }
+}
+
+wire_enum! {
+    /// URLRewrite path modifier kinds.
+    pub enum PathModifierType {
+        ReplaceFullPath = "ReplaceFullPath",
+        ReplacePrefixMatch = "ReplacePrefixMatch",
+    }
+}
+
+wire_enum! {
+    /// How a Backend's destination is given.
+    pub enum DestinationType {
+        Fqdn = "FQDN" | "Fqdn" | "ExternalHostname",
+        Ip = "IP" | "Ip",
+    }
+}
+
+wire_enum! {
+    /// The application protocol egressd speaks to a Backend.
+    pub enum Protocol {
+        Http = "HTTP",
+        Http11 = "HTTP11",
+        Http2 = "HTTP2",
+        H2c = "H2C",
+        Grpc = "GRPC",
+        Mcp = "MCP",
+        Tcp = "TCP",
+    }
+}
+
+wire_enum! {
+    /// How egressd connects to a Backend (see CONFIG.md, TLS modes).
+    pub enum TlsMode {
+        Simple = "Simple" | "SIMPLE" | "ServerOnly",
+        Mutual = "Mutual" | "MUTUAL" | "ClientAndServer",
+        Passthrough = "Passthrough" | "PASSTHROUGH",
+        InsecureDisable = "InsecureDisable" | "INSECURE_DISABLE" | "None",
+        PlatformProvided = "PlatformProvided" | "PLATFORM_PROVIDED",
+    }
+}
+
+wire_enum! {
+    /// TLS protocol versions.
+    pub enum TlsVersion {
+        V1_2 = "1.2" | "TLSv1_2" | "TLSV1_2",
+        V1_3 = "1.3" | "TLSv1_3" | "TLSV1_3",
+    }
+}
+
+wire_enum! {
+    /// Trust store names.
+    pub enum WellKnownCa {
+        System = "System",
+    }
+}
+
+wire_enum! {
+    /// Subject alternative name kinds to verify.
+    pub enum SanType {
+        Hostname = "Hostname",
+        Uri = "URI",
+    }
+}
+
+wire_enum! {
+    /// Load balancing algorithms.
+    pub enum LoadBalancerType {
+        LeastRequest = "LeastRequest" | "LEAST_REQUEST",
+        RoundRobin = "RoundRobin" | "ROUND_ROBIN",
+        Random = "Random" | "RANDOM",
+        ConsistentHash = "ConsistentHash" | "CONSISTENT_HASH",
+    }
+}
+
+wire_enum! {
+    /// Address families to resolve.
+    pub enum LookupFamily {
+        IPv4Only = "IPv4Only" | "V4_ONLY",
+        IPv6Only = "IPv6Only" | "V6_ONLY",
+        IPv4Preferred = "IPv4Preferred" | "V4_PREFERRED",
+        IPv6Preferred = "IPv6Preferred",
+        All = "All" | "ALL",
+    }
+}
+
+wire_enum! {
+    /// What happens to requests for undeclared destinations.
+    pub enum OutboundPolicy {
+        RegistryOnly = "RegistryOnly" | "REGISTRY_ONLY",
+        AllowAny = "AllowAny" | "ALLOW_ANY",
+        AuditOnly = "AuditOnly" | "AUDIT_ONLY",
+    }
+}
+
+wire_enum! {
+    /// Access log line formats.
+    pub enum AccessLogFormat {
+        Json = "JSON" | "Json",
+        Text = "Text" | "TEXT",
+    }
+}

@@ -1,0 +1,107 @@
+//! Wire types: the config exactly as people write it (serde + JSON Schema). Runtime code never
+//! sees these; `runtime::compile` turns them into the snapshot the hot path reads.
+
+pub mod backend;
+pub mod common;
+pub mod enums;
+pub mod gateway;
+pub mod policy;
+pub mod proxy;
+pub mod route;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use self::common::ObjectMeta;
+use crate::config::error::ObjectId;
+use crate::config::yaml::Pos;
+
+/// API group of egressd's own kinds.
+pub const EGRESSD_GROUP: &str = "egressd.dev";
+/// API group of the Gateway API kinds.
+pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+
+/// The kinds a config may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Gateway,
+    HttpRoute,
+    Backend,
+    BackendTrafficPolicy,
+    ProxyConfig,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [
+        Kind::Gateway,
+        Kind::HttpRoute,
+        Kind::Backend,
+        Kind::BackendTrafficPolicy,
+        Kind::ProxyConfig,
+    ];
+
+    /// The `kind:` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Gateway => "Gateway",
+            Kind::HttpRoute => "HTTPRoute",
+            Kind::Backend => "Backend",
+            Kind::BackendTrafficPolicy => "BackendTrafficPolicy",
+            Kind::ProxyConfig => "ProxyConfig",
+        }
+    }
+
+    pub fn group(self) -> &'static str {
+        match self {
+            Kind::Gateway | Kind::HttpRoute => GATEWAY_GROUP,
+            _ => EGRESSD_GROUP,
+        }
+    }
+
+    /// The accepted `apiVersion` values; the first is canonical.
+    pub fn api_versions(self) -> &'static [&'static str] {
+        match self {
+            Kind::Gateway | Kind::HttpRoute => &[
+                "gateway.networking.k8s.io/v1",
+                "gateway.networking.k8s.io/v1beta1",
+                "gateway.networking.k8s.io/v1alpha2",
+            ],
+            _ => &["egressd.dev/v1alpha1"],
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// Kinds that belong to the model but are not implemented by this build yet.
+pub const KINDS_NOT_YET_SUPPORTED: &[&str] = &[
+    "TLSRoute",
+    "GRPCRoute",
+    "TCPRoute",
+    "ReferenceGrant",
+    "Secret",
+    "ConfigMap",
+];
+
+/// One parsed object with where it came from.
+#[derive(Clone, Debug)]
+pub struct Object<S> {
+    pub id: ObjectId,
+    pub meta: ObjectMeta,
+    pub file: Arc<Path>,
+    /// Position of the document (its first key).
+    pub pos: Pos,
+    pub spec: S,
+}
+
+impl<S> Object<S> {
+    pub fn namespace(&self) -> &str {
+        &self.id.namespace
+    }
+
+    pub fn name(&self) -> &str {
+        &self.id.name
+    }
+}

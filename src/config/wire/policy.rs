@@ -1,0 +1,126 @@
+//! `BackendTrafficPolicy` (egressd.dev) and its inline form `Backend.spec.trafficPolicy`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{NotYetSupported, PolicyTargetRef};
+use super::enums::{LoadBalancerType, LookupFamily};
+use crate::config::units::GwDuration;
+use crate::config::yaml::Spanned;
+
+/// Declares the policy sections once, for both the standalone kind (with `targetRefs`) and the
+/// inline form. serde cannot combine `flatten` with `deny_unknown_fields`, hence the macro.
+macro_rules! policy_sections {
+    ($(#[$meta:meta])* pub struct $name:ident { $($extra:tt)* }) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        pub struct $name {
+            $($extra)*
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub load_balancer: Option<Spanned<LoadBalancer>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub health_check: Option<Spanned<NotYetSupported>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub circuit_breaker: Option<Spanned<NotYetSupported>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub retry: Option<Spanned<NotYetSupported>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub timeout: Option<Spanned<TimeoutPolicy>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub tcp_keepalive: Option<Spanned<NotYetSupported>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub dns: Option<Spanned<DnsPolicy>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub http2: Option<Spanned<NotYetSupported>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub http_upgrade: Option<Spanned<NotYetSupported>>,
+        }
+    };
+}
+
+policy_sections! {
+    /// A standalone policy attached to Backends, Gateways or HTTPRoutes through `targetRefs`.
+    pub struct BackendTrafficPolicySpec {
+        pub target_refs: Vec<Spanned<PolicyTargetRef>>,
+    }
+}
+
+policy_sections! {
+    /// The policy sections, as written inline in `Backend.spec.trafficPolicy`.
+    pub struct TrafficPolicySpec {}
+}
+
+impl BackendTrafficPolicySpec {
+    /// The sections without the target references.
+    pub fn sections(&self) -> TrafficPolicySpec {
+        TrafficPolicySpec {
+            load_balancer: self.load_balancer.clone(),
+            health_check: self.health_check.clone(),
+            circuit_breaker: self.circuit_breaker.clone(),
+            retry: self.retry.clone(),
+            timeout: self.timeout.clone(),
+            tcp_keepalive: self.tcp_keepalive.clone(),
+            dns: self.dns.clone(),
+            http2: self.http2.clone(),
+            http_upgrade: self.http_upgrade.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LoadBalancer {
+    #[serde(rename = "type")]
+    pub kind: Spanned<LoadBalancerType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub least_request: Option<Spanned<NotYetSupported>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slow_start: Option<Spanned<NotYetSupported>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consistent_hash: Option<Spanned<NotYetSupported>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TimeoutPolicy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpTimeouts>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpTimeouts>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TcpTimeouts {
+    /// Time allowed to establish an upstream connection (default 10s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout: Option<GwDuration>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpTimeouts {
+    /// The whole exchange, until the end of the response (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout: Option<GwDuration>,
+    /// Longest silence, in either direction, on a request or response in progress (default 5m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_idle_timeout: Option<GwDuration>,
+    /// How long an idle pooled upstream connection is kept (default 60s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_idle_timeout: Option<GwDuration>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DnsPolicy {
+    /// Re-resolve when the record's TTL expires (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub respect_dns_ttl: Option<bool>,
+    /// Re-resolution interval when TTLs are not respected (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_refresh_rate: Option<GwDuration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lookup_family: Option<LookupFamily>,
+}

@@ -1,0 +1,151 @@
+//! Everything that can end a request with a reply egressd makes itself, and the one function
+//! that turns such a failure into that reply.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode};
+
+use super::body::ProxyBody;
+
+/// The response header that carries the short error code of a local reply.
+pub const ERROR_HEADER: &str = "x-egressd-error";
+
+/// Why egressd answered a request itself.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("destination {host} is not allowed: no Backend or route declares it")]
+    DestinationNotAllowed { host: String },
+    #[error("port {port} of {host} is not allowed: Backend {backend} declares ports {ports}")]
+    PortNotAllowed {
+        host: String,
+        port: u16,
+        backend: Arc<str>,
+        ports: String,
+    },
+    #[error("no route for {host}{path} on this listener")]
+    NoRoute { host: String, path: String },
+    #[error("{route} has no backend with a non-zero weight")]
+    NoBackend { route: Arc<str> },
+    #[error("Backend {backend} has no available endpoint{detail}")]
+    NoHealthyUpstream { backend: Arc<str>, detail: String },
+    #[error("cannot connect to {endpoint} for Backend {backend}: {cause}")]
+    ConnectFailure {
+        backend: Arc<str>,
+        endpoint: SocketAddr,
+        cause: String,
+    },
+    #[error("connecting to {endpoint} for Backend {backend} timed out after {timeout:?}")]
+    ConnectTimeout {
+        backend: Arc<str>,
+        endpoint: SocketAddr,
+        timeout: Duration,
+    },
+    #[error("Backend {backend} ({endpoint}) did not answer within {timeout:?}")]
+    UpstreamTimeout {
+        backend: Arc<str>,
+        endpoint: SocketAddr,
+        timeout: Duration,
+    },
+    #[error("Backend {backend} ({endpoint}) sent nothing for {timeout:?}")]
+    StreamIdleTimeout {
+        backend: Arc<str>,
+        endpoint: SocketAddr,
+        timeout: Duration,
+    },
+    #[error("Backend {backend} ({endpoint}) closed the connection before answering: {cause}")]
+    UpstreamReset {
+        backend: Arc<str>,
+        endpoint: SocketAddr,
+        cause: String,
+    },
+    #[error("Backend {backend} ({endpoint}) sent an invalid response: {cause}")]
+    UpstreamProtocol {
+        backend: Arc<str>,
+        endpoint: SocketAddr,
+        cause: String,
+    },
+    #[error("{0} is not supported yet")]
+    NotSupported(&'static str),
+    #[error("this listener is being removed; retry the request")]
+    ListenerGone,
+}
+
+impl ProxyError {
+    /// The short code in `x-egressd-error` and the access log.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProxyError::InvalidRequest(_) => "invalid_request",
+            ProxyError::DestinationNotAllowed { .. } | ProxyError::PortNotAllowed { .. } => {
+                "destination_not_allowed"
+            }
+            ProxyError::NoRoute { .. } => "no_route",
+            ProxyError::NoBackend { .. } => "no_backend",
+            ProxyError::NoHealthyUpstream { .. } => "no_healthy_upstream",
+            ProxyError::ConnectFailure { .. } => "upstream_connect_failure",
+            ProxyError::ConnectTimeout { .. } => "upstream_connect_timeout",
+            ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
+            ProxyError::StreamIdleTimeout { .. } => "stream_idle_timeout",
+            ProxyError::UpstreamReset { .. } => "upstream_reset",
+            ProxyError::UpstreamProtocol { .. } => "upstream_protocol_error",
+            ProxyError::NotSupported(_) => "not_supported",
+            ProxyError::ListenerGone => "listener_draining",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::DestinationNotAllowed { .. } | ProxyError::PortNotAllowed { .. } => {
+                StatusCode::FORBIDDEN
+            }
+            ProxyError::NoRoute { .. } => StatusCode::NOT_FOUND,
+            ProxyError::NoBackend { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            ProxyError::NoHealthyUpstream { .. }
+            | ProxyError::ConnectFailure { .. }
+            | ProxyError::ListenerGone => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::ConnectTimeout { .. }
+            | ProxyError::UpstreamTimeout { .. }
+            | ProxyError::StreamIdleTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::UpstreamReset { .. } | ProxyError::UpstreamProtocol { .. } => {
+                StatusCode::BAD_GATEWAY
+            }
+            ProxyError::NotSupported(_) => StatusCode::NOT_IMPLEMENTED,
+        }
+    }
+
+    /// The upstream address involved, if any (for the access log).
+    pub fn endpoint(&self) -> Option<SocketAddr> {
+        match self {
+            ProxyError::ConnectFailure { endpoint, .. }
+            | ProxyError::ConnectTimeout { endpoint, .. }
+            | ProxyError::UpstreamTimeout { endpoint, .. }
+            | ProxyError::StreamIdleTimeout { endpoint, .. }
+            | ProxyError::UpstreamReset { endpoint, .. }
+            | ProxyError::UpstreamProtocol { endpoint, .. } => Some(*endpoint),
+            _ => None,
+        }
+    }
+}
+
+/// The reply for a failure: status, `x-egressd-error`, and a one-line body a person can act on.
+pub fn local_reply(err: &ProxyError) -> Response<ProxyBody> {
+    let body = Bytes::from(format!("egressd: {err}\n"));
+    let mut response = Response::new(ProxyBody::local(body));
+    *response.status_mut() = err.status();
+    let headers = response.headers_mut();
+    headers.insert(ERROR_HEADER, HeaderValue::from_static(err.code()));
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
+    response
+}

@@ -1,0 +1,126 @@
+//! Header rules of a forwarding proxy: hop-by-hop removal (RFC 9110 §7.6.1), `Via`
+//! (§7.6.3) and `X-Forwarded-*`.
+
+use std::net::IpAddr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::Version;
+
+/// Headers that describe one connection and never cross a proxy, besides those listed in
+/// `Connection`. `Proxy-Authorization` holds credentials for this proxy, never for the origin.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+/// Removes hop-by-hop headers, including every header named in `Connection`. `Upgrade` is
+/// removed too: egressd does not relay protocol upgrades yet, so the upstream answers the
+/// request as plain HTTP.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Names listed in Connection first, while the header is still there.
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in &HOP_BY_HOP {
+        headers.remove(name);
+    }
+    headers.remove(header::UPGRADE);
+}
+
+/// The `Via` entry this proxy adds for a message of `version`.
+pub fn via_value(version: Version) -> HeaderValue {
+    HeaderValue::from_static(match version {
+        Version::HTTP_09 => "0.9 egressd",
+        Version::HTTP_10 => "1.0 egressd",
+        Version::HTTP_2 => "2 egressd",
+        Version::HTTP_3 => "3 egressd",
+        _ => "1.1 egressd",
+    })
+}
+
+/// Appends this proxy to `Via` (one header line, comma-joined, as RFC 9110 allows).
+pub fn append_via(headers: &mut HeaderMap, version: Version) {
+    let ours = via_value(version);
+    append_list(headers, header::VIA, ours);
+}
+
+/// Appends the client address to `X-Forwarded-For` and sets `X-Forwarded-Proto` when the
+/// client did not.
+pub fn add_forwarded_for(headers: &mut HeaderMap, client: IpAddr, proto: &'static str) {
+    if let Ok(value) = HeaderValue::from_str(&client.to_string()) {
+        append_list(headers, HeaderName::from_static("x-forwarded-for"), value);
+    }
+    headers
+        .entry(HeaderName::from_static("x-forwarded-proto"))
+        .or_insert(HeaderValue::from_static(proto));
+}
+
+fn append_list(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
+    let joined = {
+        let existing: Vec<&[u8]> = headers
+            .get_all(&name)
+            .iter()
+            .map(HeaderValue::as_bytes)
+            .collect();
+        if existing.is_empty() {
+            None
+        } else {
+            let mut buf = existing.join(&b", "[..]);
+            buf.extend_from_slice(b", ");
+            buf.extend_from_slice(value.as_bytes());
+            HeaderValue::from_bytes(&buf).ok()
+        }
+    };
+    headers.insert(name, joined.unwrap_or(value));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_hop_by_hop_and_connection_listed() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert(
+            header::PROXY_AUTHORIZATION,
+            HeaderValue::from_static("Basic eA=="),
+        );
+        h.insert("x-keep", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-keep"));
+    }
+
+    #[test]
+    fn via_and_xff_append() {
+        let mut h = HeaderMap::new();
+        h.insert(header::VIA, HeaderValue::from_static("1.1 other"));
+        h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        append_via(&mut h, Version::HTTP_11);
+        add_forwarded_for(&mut h, "127.0.0.1".parse().unwrap(), "http");
+        assert_eq!(h.get(header::VIA).unwrap(), "1.1 other, 1.1 egressd");
+        assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.1");
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
+    }
+}

@@ -1,0 +1,16 @@
+//! The HTTP data path: routing, header rules, forwarding, local replies.
+//!
+//! The life of a request, phase by phase (see `proxy.rs`):
+//!
+//! ```text
+//! accept ─> destination (absolute URI or Host) ─> route (HTTPRoute, else implicit Backend,
+//!   else 403) ─> select backend (weights) ─> prepare (filters, hop-by-hop, Via/XFF, Host)
+//!   ─> pick endpoint ─> connect / pooled connection ─> send ─> respond (filters, stream body)
+//! ```
+
+pub mod body;
+pub mod error;
+pub mod filters;
+pub mod headers;
+pub mod proxy;
+pub mod router;

@@ -1,0 +1,488 @@
+//! The request lifecycle, one function per phase.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::{self, HeaderValue};
+use http::uri::{Authority, PathAndQuery, Uri};
+use http::{Method, Request, Response, Version};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use super::body::{ProxyBody, UpstreamBody};
+use super::error::{local_reply, ProxyError};
+use super::headers::{add_forwarded_for, append_via, strip_hop_by_hop};
+use super::router::{RouteEntry, RouteInput};
+use crate::config::wire::enums::OutboundPolicy;
+use crate::runtime::shared::Shared;
+use crate::runtime::snapshot::{Snapshot, Target};
+use crate::telemetry::access_log::{self, AccessRecord};
+use crate::upstream::connect::{connect_http1, ConnectError};
+use crate::upstream::pool::H1Sender;
+use crate::upstream::Endpoint;
+
+/// What the proxy knows about the connection a request arrived on.
+#[derive(Debug)]
+pub struct ConnInfo {
+    pub listener: Arc<str>,
+    pub client: SocketAddr,
+}
+
+/// Where the client wants to go, from the absolute URI or `Host`.
+#[derive(Debug)]
+struct Destination {
+    /// Lower-case, without port or trailing dot.
+    host: String,
+    port: Option<u16>,
+    /// The authority as the client gave it (used as `Host` when not rewritten).
+    authority: Authority,
+    /// 80 for `http` (and origin-form on plaintext listeners), 443 for `https`.
+    scheme_default_port: u16,
+}
+
+/// What the access log needs to know about how a request went.
+#[derive(Default)]
+struct Outcome {
+    route: Option<Arc<str>>,
+    backend: Option<Arc<str>>,
+    endpoint: Option<SocketAddr>,
+}
+
+/// Handles one request: never fails, every failure becomes a local reply.
+pub async fn handle(
+    shared: Arc<Shared>,
+    conn: Arc<ConnInfo>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let started = Instant::now();
+    shared.metrics.requests.inc();
+    let snapshot = shared.snapshot.load_full();
+    let method = req.method().clone();
+    let version = req.version();
+    let authority_for_log = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    let path_for_log = req.uri().path().to_owned();
+    let mut outcome = Outcome::default();
+
+    let (response, error) = match proxy(&snapshot, &conn, req, started, &mut outcome).await {
+        Ok(response) => (response, None),
+        Err(err) => {
+            let code = err.code();
+            shared
+                .metrics
+                .local_replies
+                .get_or_create(&crate::telemetry::metrics::CodeLabel { code })
+                .inc();
+            if outcome.endpoint.is_none() {
+                outcome.endpoint = err.endpoint();
+            }
+            if err.status().is_server_error() {
+                tracing::debug!(error = %err, code, "local reply");
+            }
+            (local_reply(&err), Some(code))
+        }
+    };
+
+    if shared.access_log.enabled() {
+        shared.access_log.write(&AccessRecord {
+            time: access_log::now(),
+            client: conn.client,
+            listener: &conn.listener,
+            method: method.as_str(),
+            authority: &authority_for_log,
+            path: &path_for_log,
+            protocol: version_str(version),
+            status: response.status().as_u16(),
+            error,
+            route: outcome.route.as_deref(),
+            backend: outcome.backend.as_deref(),
+            endpoint: outcome.endpoint,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        });
+    }
+    Ok(response)
+}
+
+async fn proxy(
+    snapshot: &Snapshot,
+    conn: &ConnInfo,
+    req: Request<Incoming>,
+    started: Instant,
+    outcome: &mut Outcome,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let dest = destination(&req)?;
+    if req.method() == Method::CONNECT {
+        // Tunnels arrive with Passthrough/TCP Backends; until then nothing may be tunnelled.
+        return Err(ProxyError::DestinationNotAllowed {
+            host: format!("{}:{}", dest.host, dest.port.unwrap_or(443)),
+        });
+    }
+    let router = snapshot
+        .routers
+        .get(&conn.listener)
+        .ok_or(ProxyError::ListenerGone)?;
+
+    // Route: HTTPRoute rules first, then the implicit route to an FQDN Backend.
+    let input = RouteInput {
+        host: &dest.host,
+        path: req.uri().path(),
+        query: req.uri().query(),
+        method: req.method(),
+        headers: req.headers(),
+    };
+    let (target, entry): (&Arc<Target>, Option<&RouteEntry>) = match router.route(&input) {
+        Some(entry) => {
+            outcome.route = Some(entry.action.name.clone());
+            let target = entry.action.pick().ok_or_else(|| ProxyError::NoBackend {
+                route: entry.action.name.clone(),
+            })?;
+            (target, Some(entry))
+        }
+        None => match router.implicit(&dest.host) {
+            Some(implicit) => {
+                let target = implicit
+                    .target_for(dest.port, dest.scheme_default_port)
+                    .ok_or_else(|| ProxyError::PortNotAllowed {
+                        host: dest.host.clone(),
+                        port: dest.port.unwrap_or(dest.scheme_default_port),
+                        backend: implicit.backend.label.clone(),
+                        ports: implicit
+                            .backend
+                            .ports
+                            .iter()
+                            .map(|p| p.number.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    })?;
+                (target, None)
+            }
+            None => {
+                return Err(match snapshot.settings.outbound_policy {
+                    OutboundPolicy::RegistryOnly
+                    | OutboundPolicy::AllowAny
+                    | OutboundPolicy::AuditOnly => ProxyError::DestinationNotAllowed {
+                        host: dest.host.clone(),
+                    },
+                })
+            }
+        },
+    };
+    outcome.backend = Some(target.backend.label.clone());
+
+    let upstream_req = prepare_request(req, &dest, target, entry, conn)?;
+    let endpoint = pick_endpoint(target).await?;
+    outcome.endpoint = Some(endpoint.addr);
+    let (response, sender) = send(target, &endpoint, upstream_req, started).await?;
+    Ok(respond(response, sender, &endpoint, target, entry, started))
+}
+
+/// Phase "destination": the host and port the client asked for.
+fn destination(req: &Request<Incoming>) -> Result<Destination, ProxyError> {
+    let uri = req.uri();
+    // Absolute-form (forward proxy) and HTTP/2 requests carry the authority in the URI; RFC
+    // 9112 §3.2.2 says a proxy then ignores Host.
+    let (authority, default_port) = match uri.authority() {
+        Some(a) => (
+            a.clone(),
+            if uri.scheme_str() == Some("https") {
+                443
+            } else {
+                80
+            },
+        ),
+        None => {
+            let host = req.headers().get(header::HOST).ok_or_else(|| {
+                ProxyError::InvalidRequest("no Host header and no absolute URI".into())
+            })?;
+            let authority = host
+                .to_str()
+                .ok()
+                .and_then(|h| h.parse::<Authority>().ok())
+                .ok_or_else(|| {
+                    ProxyError::InvalidRequest(format!("malformed Host header {host:?}"))
+                })?;
+            (authority, 80)
+        }
+    };
+    if authority.as_str().contains('@') {
+        return Err(ProxyError::InvalidRequest(
+            "userinfo in the request authority is not allowed".into(),
+        ));
+    }
+    let host = authority.host().trim_end_matches('.').to_ascii_lowercase();
+    if host.is_empty() {
+        return Err(ProxyError::InvalidRequest("empty host".into()));
+    }
+    Ok(Destination {
+        host,
+        port: authority.port_u16(),
+        authority,
+        scheme_default_port: default_port,
+    })
+}
+
+/// Phase "prepare": the request as it goes upstream (origin-form, HTTP/1.1, filtered headers).
+fn prepare_request(
+    req: Request<Incoming>,
+    dest: &Destination,
+    target: &Target,
+    entry: Option<&RouteEntry>,
+    conn: &ConnInfo,
+) -> Result<Request<Incoming>, ProxyError> {
+    let (mut parts, body) = req.into_parts();
+    let filters = entry.map(|e| &e.action.filters);
+
+    // Origin-form URI, with the path rewritten if a filter says so.
+    let path = parts.uri.path();
+    let new_path = match (filters.and_then(|f| f.rewrite_path.as_ref()), entry) {
+        (Some(rewrite), Some(entry)) => Some(rewrite.apply(path, &entry.matcher.path)),
+        _ => None,
+    };
+    let path_and_query = match (new_path, parts.uri.query()) {
+        (None, _) => parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/")),
+        (Some(p), None) => PathAndQuery::try_from(p)
+            .map_err(|e| ProxyError::InvalidRequest(format!("rewritten path: {e}")))?,
+        (Some(p), Some(q)) => PathAndQuery::try_from(format!("{p}?{q}"))
+            .map_err(|e| ProxyError::InvalidRequest(format!("rewritten path: {e}")))?,
+    };
+    parts.uri = Uri::from(path_and_query);
+    let client_version = parts.version;
+    parts.version = Version::HTTP_11;
+
+    let headers = &mut parts.headers;
+    strip_hop_by_hop(headers);
+    let host = filters
+        .and_then(|f| f.rewrite_host.clone())
+        .or_else(|| {
+            target
+                .rewrite_authority
+                .then(|| target.port.authority.clone())
+                .flatten()
+        })
+        .map_or_else(|| HeaderValue::from_str(dest.authority.as_str()), Ok)
+        .map_err(|_| ProxyError::InvalidRequest("authority is not a valid Host value".into()))?;
+    headers.insert(header::HOST, host);
+    append_via(headers, client_version);
+    add_forwarded_for(headers, conn.client.ip(), "http");
+    if let Some(f) = filters {
+        f.request_headers.apply(headers);
+    }
+    Ok(Request::from_parts(parts, body))
+}
+
+/// Phase "pick endpoint". A DNS Backend that has not resolved yet is waited for (bounded by the
+/// connect timeout) rather than failed.
+async fn pick_endpoint(target: &Target) -> Result<Arc<Endpoint>, ProxyError> {
+    let group = &target.port.endpoints;
+    if !group.is_resolved() {
+        group.wait_resolved(target.policy.connect_timeout).await;
+    }
+    group.pick().ok_or_else(|| {
+        let list = group.list();
+        let detail = match &list.last_error {
+            Some(e) => format!(": {e}"),
+            None if !list.resolved => ": DNS resolution has not finished".to_owned(),
+            None => String::new(),
+        };
+        ProxyError::NoHealthyUpstream {
+            backend: target.backend.label.clone(),
+            detail,
+        }
+    })
+}
+
+/// Phase "send": a pooled (or new) connection carries the request; the deadline covers
+/// connecting and waiting for the response headers.
+async fn send(
+    target: &Target,
+    endpoint: &Arc<Endpoint>,
+    req: Request<Incoming>,
+    started: Instant,
+) -> Result<(Response<Incoming>, H1Sender), ProxyError> {
+    let policy = &target.policy;
+    let backend = &target.backend.label;
+    let now = Instant::now();
+    // Which limit ends the wait for headers first decides the error code.
+    let mut limit: Option<(Instant, Duration, bool)> = None; // (when, timeout, is_idle)
+    if let Some(t) = policy.request_timeout {
+        limit = Some((started + t, t, false));
+    }
+    if let Some(t) = policy.backend_request_timeout {
+        let at = now + t;
+        if limit.is_none_or(|(l, _, _)| at < l) {
+            limit = Some((at, t, false));
+        }
+    }
+    if let Some(t) = policy.stream_idle_timeout {
+        let at = now + t;
+        if limit.is_none_or(|(l, _, _)| at < l) {
+            limit = Some((at, t, true));
+        }
+    }
+    let exchange = exchange(target, endpoint, req);
+    let result = match limit {
+        None => exchange.await,
+        Some((at, timeout, idle)) => match tokio::time::timeout_at(at, exchange).await {
+            Ok(r) => r,
+            Err(_) if idle => {
+                return Err(ProxyError::StreamIdleTimeout {
+                    backend: backend.clone(),
+                    endpoint: endpoint.addr,
+                    timeout,
+                })
+            }
+            Err(_) => {
+                return Err(ProxyError::UpstreamTimeout {
+                    backend: backend.clone(),
+                    endpoint: endpoint.addr,
+                    timeout,
+                })
+            }
+        },
+    };
+    result
+}
+
+/// Pooled connections may have been closed by the server while idle; a request that was not
+/// sent at all on one is moved to the next, and finally to a new connection.
+async fn exchange(
+    target: &Target,
+    endpoint: &Arc<Endpoint>,
+    mut req: Request<Incoming>,
+) -> Result<(Response<Incoming>, H1Sender), ProxyError> {
+    let backend = &target.backend.label;
+    let addr = endpoint.addr;
+    loop {
+        let (mut sender, fresh) = match endpoint.pool.checkout() {
+            Some(sender) => (sender, false),
+            None => {
+                let sender = connect_http1(addr, target.policy.connect_timeout)
+                    .await
+                    .map_err(|e| match e {
+                        ConnectError::Timeout { timeout, .. } => ProxyError::ConnectTimeout {
+                            backend: backend.clone(),
+                            endpoint: addr,
+                            timeout,
+                        },
+                        other => ProxyError::ConnectFailure {
+                            backend: backend.clone(),
+                            endpoint: addr,
+                            cause: connect_cause(&other),
+                        },
+                    })?;
+                (sender, true)
+            }
+        };
+        if sender.ready().await.is_err() {
+            if fresh {
+                return Err(ProxyError::UpstreamReset {
+                    backend: backend.clone(),
+                    endpoint: addr,
+                    cause: "connection closed right after it was opened".into(),
+                });
+            }
+            continue;
+        }
+        match sender.try_send_request(req).await {
+            Ok(response) => return Ok((response, sender)),
+            Err(mut e) => match e.take_message() {
+                Some(unsent) if !fresh => {
+                    req = unsent;
+                    continue;
+                }
+                _ => {
+                    let err = e.into_error();
+                    let cause = error_chain(&err);
+                    return Err(if err.is_parse() || err.is_parse_status() {
+                        ProxyError::UpstreamProtocol {
+                            backend: backend.clone(),
+                            endpoint: addr,
+                            cause,
+                        }
+                    } else {
+                        ProxyError::UpstreamReset {
+                            backend: backend.clone(),
+                            endpoint: addr,
+                            cause,
+                        }
+                    });
+                }
+            },
+        }
+    }
+}
+
+/// Phase "respond": headers cleaned and filtered, body streamed with the remaining timeouts.
+fn respond(
+    response: Response<Incoming>,
+    sender: H1Sender,
+    endpoint: &Arc<Endpoint>,
+    target: &Target,
+    entry: Option<&RouteEntry>,
+    started: Instant,
+) -> Response<ProxyBody> {
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    append_via(&mut parts.headers, parts.version);
+    if let Some(entry) = entry {
+        entry
+            .action
+            .filters
+            .response_headers
+            .apply(&mut parts.headers);
+    }
+    let policy = &target.policy;
+    let deadline = policy.request_timeout.map(|t| (started + t, t));
+    let body = UpstreamBody::new(
+        body,
+        sender,
+        endpoint.start_request(),
+        policy.stream_idle_timeout,
+        deadline,
+    );
+    parts.version = Version::HTTP_11;
+    Response::from_parts(parts, ProxyBody::Upstream(Box::new(body)))
+}
+
+fn connect_cause(e: &ConnectError) -> String {
+    match e {
+        ConnectError::Io { source, .. } => source.to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+fn version_str(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_2 => "HTTP/2",
+        Version::HTTP_3 => "HTTP/3",
+        _ => "HTTP/1.1",
+    }
+}

@@ -1,0 +1,279 @@
+//! Request routing on one HTTP listener: HTTPRoute rules first, then the implicit route to an
+//! FQDN Backend named by the request's host.
+//!
+//! Rules are ordered at compile time by Gateway API precedence (exact path, then longest
+//! prefix, then method, then most header matches, then most query matches, then route age /
+//! name, then rule order), within three tiers of hostname specificity: routes naming the exact
+//! host, then wildcard hostnames (longest suffix first), then routes without hostnames. The first
+//! match wins, so per-request routing is a hash lookup and a short scan.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use http::{HeaderMap, HeaderName, Method};
+use regex::Regex;
+
+use super::filters::Filters;
+use crate::runtime::snapshot::{Backend, Target};
+
+/// The router of one listener.
+#[derive(Debug, Default)]
+pub struct HttpRouter {
+    /// Rules of routes that name hosts exactly, by lower-case host.
+    pub exact: HashMap<String, Vec<RouteEntry>>,
+    /// Rules of routes with `*.suffix` hostnames: (suffix including the leading dot, rules),
+    /// longest suffix first.
+    pub wildcard: Vec<(String, Vec<RouteEntry>)>,
+    /// Rules of routes without hostnames.
+    pub any: Vec<RouteEntry>,
+    /// FQDN Backends reachable by their own hostname, by lower-case host.
+    pub implicit: HashMap<String, ImplicitRoute>,
+}
+
+/// One match of a route rule, with what to do when it matches.
+#[derive(Debug, Clone)]
+pub struct RouteEntry {
+    pub matcher: RequestMatch,
+    pub action: Arc<RouteAction>,
+}
+
+/// What a matched route rule does.
+#[derive(Debug)]
+pub struct RouteAction {
+    /// `HTTPRoute namespace/name` and rule index, for logs.
+    pub name: Arc<str>,
+    pub filters: Filters,
+    pub backends: Vec<WeightedTarget>,
+    /// Sum of the backends' weights (0: the rule has no usable backend).
+    pub total_weight: u64,
+}
+
+impl RouteAction {
+    /// Picks a backend by weight.
+    pub fn pick(&self) -> Option<&Arc<Target>> {
+        if self.total_weight == 0 {
+            return None;
+        }
+        if self.backends.len() == 1 {
+            return Some(&self.backends[0].target);
+        }
+        let mut slot = fastrand::u64(..self.total_weight);
+        for b in &self.backends {
+            if slot < u64::from(b.weight) {
+                return Some(&b.target);
+            }
+            slot -= u64::from(b.weight);
+        }
+        None
+    }
+}
+
+#[derive(Debug)]
+pub struct WeightedTarget {
+    pub target: Arc<Target>,
+    pub weight: u32,
+}
+
+/// An FQDN Backend reachable without a route, with one target per port (same order as
+/// `backend.ports`).
+#[derive(Debug)]
+pub struct ImplicitRoute {
+    pub backend: Arc<Backend>,
+    pub targets: Vec<Arc<Target>>,
+}
+
+impl ImplicitRoute {
+    pub fn target_for(&self, port: Option<u16>, scheme_default: u16) -> Option<&Arc<Target>> {
+        let chosen = self.backend.port_for(port, scheme_default)?;
+        self.targets.iter().find(|t| Arc::ptr_eq(&t.port, chosen))
+    }
+}
+
+/// Conditions a request must meet (all of them).
+#[derive(Debug, Clone, Default)]
+pub struct RequestMatch {
+    pub path: PathMatcher,
+    pub method: Option<Method>,
+    pub headers: Vec<(HeaderName, ValueMatcher)>,
+    pub query: Vec<(String, ValueMatcher)>,
+}
+
+#[derive(Debug, Clone)]
+pub enum PathMatcher {
+    Exact(String),
+    /// Path-element prefix without its trailing slash: `/foo` matches `/foo`, `/foo/` and
+    /// `/foo/bar`, not `/foobar`. An empty prefix matches everything.
+    Prefix(String),
+    /// Must match the whole path.
+    Regex(Regex),
+}
+
+impl Default for PathMatcher {
+    fn default() -> Self {
+        PathMatcher::Prefix(String::new())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum ValueMatcher {
+    Exact(String),
+    /// Must match the whole value.
+    Regex(Regex),
+}
+
+impl ValueMatcher {
+    fn matches(&self, value: &str) -> bool {
+        match self {
+            ValueMatcher::Exact(v) => v == value,
+            ValueMatcher::Regex(re) => re.is_match(value),
+        }
+    }
+}
+
+impl PathMatcher {
+    fn matches(&self, path: &str) -> bool {
+        match self {
+            PathMatcher::Exact(p) => p == path,
+            PathMatcher::Prefix(p) => {
+                path.starts_with(p.as_str())
+                    && matches!(path.as_bytes().get(p.len()), None | Some(b'/'))
+            }
+            PathMatcher::Regex(re) => re.is_match(path),
+        }
+    }
+}
+
+/// The parts of a request routing looks at.
+pub struct RouteInput<'a> {
+    /// Lower-case host without port.
+    pub host: &'a str,
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub method: &'a Method,
+    pub headers: &'a HeaderMap,
+}
+
+impl RequestMatch {
+    pub fn matches(&self, input: &RouteInput<'_>) -> bool {
+        if let Some(m) = &self.method {
+            if m != input.method {
+                return false;
+            }
+        }
+        if !self.path.matches(input.path) {
+            return false;
+        }
+        for (name, matcher) in &self.headers {
+            // Repeated headers are matched on their values joined with ", " (RFC 9110 §5.3).
+            let mut values = input.headers.get_all(name).iter();
+            let Some(first) = values.next() else {
+                return false;
+            };
+            let joined;
+            let value = match values.next() {
+                None => first.to_str().unwrap_or(""),
+                Some(second) => {
+                    let mut s = String::from(first.to_str().unwrap_or(""));
+                    for v in std::iter::once(second).chain(values) {
+                        s.push_str(", ");
+                        s.push_str(v.to_str().unwrap_or(""));
+                    }
+                    joined = s;
+                    &joined
+                }
+            };
+            if !matcher.matches(value) {
+                return false;
+            }
+        }
+        for (name, matcher) in &self.query {
+            // The first occurrence of a parameter is the one matched (Gateway API).
+            let value = input.query.and_then(|q| {
+                q.split('&').find_map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                    (k == name).then_some(v)
+                })
+            });
+            match value {
+                Some(v) if matcher.matches(v) => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+}
+
+impl HttpRouter {
+    /// The first matching route rule for the request, by precedence.
+    pub fn route(&self, input: &RouteInput<'_>) -> Option<&RouteEntry> {
+        if let Some(entries) = self.exact.get(input.host) {
+            if let Some(action) = first_match(entries, input) {
+                return Some(action);
+            }
+        }
+        for (suffix, entries) in &self.wildcard {
+            // `*.example.com` matches `a.example.com` and `a.b.example.com`, not `example.com`.
+            if input.host.len() > suffix.len() && input.host.ends_with(suffix.as_str()) {
+                if let Some(action) = first_match(entries, input) {
+                    return Some(action);
+                }
+            }
+        }
+        first_match(&self.any, input)
+    }
+
+    /// The implicit route to an FQDN Backend with this exact hostname.
+    pub fn implicit(&self, host: &str) -> Option<&ImplicitRoute> {
+        self.implicit.get(host)
+    }
+}
+
+fn first_match<'a>(entries: &'a [RouteEntry], input: &RouteInput<'_>) -> Option<&'a RouteEntry> {
+    entries.iter().find(|e| e.matcher.matches(input))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input<'a>(path: &'a str, query: Option<&'a str>, headers: &'a HeaderMap) -> RouteInput<'a> {
+        RouteInput {
+            host: "h",
+            path,
+            query,
+            method: &Method::GET,
+            headers,
+        }
+    }
+
+    #[test]
+    fn prefix_matches_path_elements() {
+        let m = PathMatcher::Prefix("/foo".into());
+        assert!(m.matches("/foo"));
+        assert!(m.matches("/foo/"));
+        assert!(m.matches("/foo/bar"));
+        assert!(!m.matches("/foobar"));
+        assert!(PathMatcher::Prefix(String::new()).matches("/anything"));
+    }
+
+    #[test]
+    fn query_and_headers_must_all_match() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-env", "canary".parse().unwrap());
+        let m = RequestMatch {
+            headers: vec![(
+                HeaderName::from_static("x-env"),
+                ValueMatcher::Exact("canary".into()),
+            )],
+            query: vec![(
+                "v".into(),
+                ValueMatcher::Regex(Regex::new("^[0-9]+$").unwrap()),
+            )],
+            ..Default::default()
+        };
+        assert!(m.matches(&input("/", Some("a=1&v=2"), &headers)));
+        assert!(!m.matches(&input("/", Some("v=x"), &headers)));
+        assert!(!m.matches(&input("/", None, &headers)));
+        assert!(!m.matches(&input("/", Some("v=2"), &HeaderMap::new())));
+    }
+}

@@ -1,0 +1,179 @@
+//! Listeners: binding, accept loops on the worker runtimes, and connection draining.
+//!
+//! Each worker is a current-thread runtime on its own thread (measured faster than a
+//! multi-thread runtime for this workload, see DESIGN.md). A listening socket is shared by all
+//! workers (one `dup` per worker); each worker accepts on its own copy and serves the
+//! connections it accepted.
+
+mod conn;
+
+pub use conn::ConnTracker;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+
+use crate::runtime::shared::Shared;
+use crate::runtime::snapshot::ListenerPlan;
+
+/// A listener that could not be bound.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr} (listener {key}): {source}")]
+pub struct BindError {
+    pub key: Arc<str>,
+    pub addr: SocketAddr,
+    #[source]
+    pub source: std::io::Error,
+}
+
+struct Running {
+    requested: SocketAddr,
+    bound: SocketAddr,
+    stop: watch::Sender<bool>,
+}
+
+/// Sockets bound for a config that is not serving yet.
+pub struct Bound {
+    new: Vec<(ListenerPlan, std::net::TcpListener, SocketAddr)>,
+}
+
+/// Owns the listeners and reconciles them with each new config.
+pub struct ListenerManager {
+    workers: Vec<Handle>,
+    running: HashMap<Arc<str>, Running>,
+    shared: Arc<Shared>,
+    tracker: Arc<ConnTracker>,
+    http: Arc<auto::Builder<TokioExecutor>>,
+}
+
+impl ListenerManager {
+    pub fn new(workers: Vec<Handle>, shared: Arc<Shared>, tracker: Arc<ConnTracker>) -> Self {
+        let mut http = auto::Builder::new(TokioExecutor::new());
+        http.http1()
+            .timer(TokioTimer::new())
+            // Also closes keep-alive connections idle for this long.
+            .header_read_timeout(std::time::Duration::from_secs(30));
+        ListenerManager {
+            workers,
+            running: HashMap::new(),
+            shared,
+            tracker,
+            http: Arc::new(http),
+        }
+    }
+
+    /// Binds the listeners of `plans` that are not running yet (or whose address changed).
+    /// Nothing accepts on them until [`ListenerManager::activate`]; on error nothing changes.
+    pub fn bind(&self, plans: &[ListenerPlan]) -> Result<Bound, BindError> {
+        let mut new = Vec::new();
+        for plan in plans {
+            if self
+                .running
+                .get(&plan.key)
+                .is_some_and(|r| r.requested == plan.addr)
+            {
+                continue;
+            }
+            let listener = bind_socket(plan.addr).map_err(|source| BindError {
+                key: plan.key.clone(),
+                addr: plan.addr,
+                source,
+            })?;
+            let local = listener.local_addr().map_err(|source| BindError {
+                key: plan.key.clone(),
+                addr: plan.addr,
+                source,
+            })?;
+            new.push((plan.clone(), listener, local));
+        }
+        Ok(Bound { new })
+    }
+
+    /// Starts accepting on newly bound listeners and stops those the config no longer has.
+    /// Called right after the new snapshot is published, so new listeners route with it.
+    pub fn activate(&mut self, bound: Bound, plans: &[ListenerPlan]) {
+        for (plan, listener, local) in bound.new {
+            if let Some(old) = self.running.remove(&plan.key) {
+                let _ = old.stop.send(true);
+            }
+            let (stop, _) = watch::channel(false);
+            for worker in &self.workers {
+                let copy = match listener.try_clone() {
+                    Ok(copy) => copy,
+                    Err(e) => {
+                        tracing::error!(listener = %plan.key, error = %e, "cannot share listening socket with a worker");
+                        continue;
+                    }
+                };
+                let ctx = conn::AcceptCtx {
+                    key: plan.key.clone(),
+                    shared: self.shared.clone(),
+                    tracker: self.tracker.clone(),
+                    http: self.http.clone(),
+                    stop: stop.subscribe(),
+                };
+                worker.spawn(async move {
+                    match TcpListener::from_std(copy) {
+                        Ok(listener) => conn::accept_loop(listener, ctx).await,
+                        Err(e) => tracing::error!(error = %e, "cannot register listening socket"),
+                    }
+                });
+            }
+            tracing::info!(listener = %plan.key, address = %local, "listener bound");
+            self.running.insert(
+                plan.key.clone(),
+                Running {
+                    requested: plan.addr,
+                    bound: local,
+                    stop,
+                },
+            );
+        }
+        let keep: Vec<&Arc<str>> = plans.iter().map(|p| &p.key).collect();
+        self.running.retain(|key, running| {
+            let kept = keep.contains(&key);
+            if !kept {
+                tracing::info!(listener = %key, "listener removed");
+                let _ = running.stop.send(true);
+            }
+            kept
+        });
+        self.publish_bound();
+    }
+
+    /// Stops accepting everywhere (SIGTERM); open connections are drained separately.
+    pub fn stop_all(&mut self) {
+        for (_, running) in self.running.drain() {
+            let _ = running.stop.send(true);
+        }
+        self.publish_bound();
+    }
+
+    fn publish_bound(&self) {
+        let mut bound: Vec<(Arc<str>, SocketAddr)> = self
+            .running
+            .iter()
+            .map(|(k, r)| (k.clone(), r.bound))
+            .collect();
+        bound.sort();
+        *self.shared.bound.lock().unwrap_or_else(|p| p.into_inner()) = bound;
+    }
+}
+
+/// A listening socket with the options a proxy wants.
+fn bind_socket(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    // Lets a restarted egressd bind while old connections sit in TIME_WAIT.
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}

@@ -1,0 +1,154 @@
+//! The `egressd` command line. Everything it runs lives in the library.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tokio::signal::unix::{signal, SignalKind};
+
+use egressd::runtime::watch::WatchOptions;
+use egressd::{Options, Proxy};
+
+#[derive(Parser)]
+#[command(
+    name = "egressd",
+    version,
+    about = "Layer-7 egress/backend proxy driven by Backend definitions in YAML"
+)]
+struct Cli {
+    /// Log filter (error, warn, info, debug, trace, or a RUST_LOG-style directive).
+    /// Defaults to RUST_LOG, then `info`.
+    #[arg(long, global = true, env = "EGRESSD_LOG_LEVEL")]
+    log_level: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve traffic with the config in DIR (reloaded on change and on SIGHUP).
+    Run {
+        /// Config directory or file; repeat for several.
+        #[arg(long, short = 'c', default_value = "config")]
+        config: Vec<PathBuf>,
+        /// Worker threads serving traffic (default: one per CPU).
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Admin listener address; overrides ProxyConfig.spec.admin.address.
+        #[arg(long)]
+        admin_address: Option<SocketAddr>,
+        /// Do not watch the config for changes (SIGHUP still reloads).
+        #[arg(long)]
+        no_watch: bool,
+    },
+    /// Check a config without serving it: prints every error and each object's conditions;
+    /// exit status 1 if there is any error.
+    Validate {
+        /// Config directories or files.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Print the JSON Schema of every config kind (for yaml-language-server and CI).
+    Schema,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_level.as_deref());
+    match cli.command {
+        Command::Validate { paths } => {
+            let v = egressd::commands::validate(&paths);
+            print!("{}", v.report);
+            if v.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Command::Schema => {
+            let schema = egressd::config::schema::json_schema();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&schema).unwrap_or_default()
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Run {
+            config,
+            workers,
+            admin_address,
+            no_watch,
+        } => {
+            let workers = workers
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let options = Options {
+                config,
+                workers,
+                admin_address,
+                watch: (!no_watch).then(WatchOptions::default),
+            };
+            run(options)
+        }
+    }
+}
+
+fn init_logging(level: Option<&str>) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(l) => EnvFilter::new(l),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// The control runtime: reloads, DNS, admin and signals. Traffic runs on the workers.
+fn run(options: Options) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("egressd: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let (mut hup, mut term, mut int) = match (
+            signal(SignalKind::hangup()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(h), Ok(t), Ok(i)) => (h, t, i),
+            _ => {
+                eprintln!("egressd: cannot install signal handlers");
+                return ExitCode::FAILURE;
+            }
+        };
+        let proxy = match Proxy::start(options).await {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("egressd: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        loop {
+            tokio::select! {
+                _ = hup.recv() => {
+                    tracing::info!("SIGHUP: reloading");
+                    let _ = proxy.reload().await;
+                }
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+        }
+        tracing::info!("draining");
+        let clean = proxy.shutdown().await;
+        tracing::info!(clean, "stopped");
+        ExitCode::SUCCESS
+    })
+}

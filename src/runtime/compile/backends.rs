@@ -1,0 +1,472 @@
+//! `Backend` → [`Backend`] with its ports and endpoint groups.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderValue;
+
+use super::policy::{check_sections, PolicyIndex};
+use super::settings::Settings;
+use super::{at, hostname_matches, is_valid_hostname, Cx};
+use crate::balance::RoundRobin;
+use crate::config::wire::backend::{BackendSpec, BackendTls};
+use crate::config::wire::enums::{DestinationType, LookupFamily, Protocol, TlsMode};
+use crate::config::wire::policy::{DnsPolicy, TimeoutPolicy, TrafficPolicySpec};
+use crate::config::wire::Object;
+use crate::config::{ConfigSet, ObjectId, Reason};
+use crate::runtime::registry::{DnsGroupKey, EndpointTemplate, StateRegistry};
+use crate::runtime::snapshot::{Backend, BackendPort};
+use crate::upstream::dns::{is_denied_address, RefreshPlan};
+use crate::upstream::pool::PoolSettings;
+use crate::upstream::{EndpointGroup, EndpointSource};
+
+/// Compiled Backends by `(namespace, name)`, with their inline policies for request-level
+/// resolution later.
+pub(crate) struct Backends<'a> {
+    pub by_name: HashMap<(String, String), (Arc<Backend>, Option<&'a TrafficPolicySpec>)>,
+    order: Vec<Arc<Backend>>,
+}
+
+impl Backends<'_> {
+    pub fn all(&self) -> Vec<Arc<Backend>> {
+        self.order.clone()
+    }
+
+    pub fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<&(Arc<Backend>, Option<&TrafficPolicySpec>)> {
+        self.by_name.get(&(namespace.to_owned(), name.to_owned()))
+    }
+}
+
+pub(crate) fn compile<'a>(
+    cx: &mut Cx,
+    set: &'a ConfigSet,
+    policies: &PolicyIndex<'_>,
+    settings: &Settings,
+    registry: &StateRegistry,
+) -> Backends<'a> {
+    let mut out = Backends {
+        by_name: HashMap::new(),
+        order: Vec::new(),
+    };
+    for obj in &set.backends {
+        if let Some(backend) = compile_one(cx, obj, policies, settings, registry) {
+            let inline = obj.spec.traffic_policy.as_ref().map(|p| &p.value);
+            out.by_name.insert(
+                (obj.id.namespace.clone(), obj.id.name.clone()),
+                (backend.clone(), inline),
+            );
+            out.order.push(backend);
+        }
+    }
+    out
+}
+
+fn compile_one(
+    cx: &mut Cx,
+    obj: &Object<BackendSpec>,
+    policies: &PolicyIndex<'_>,
+    settings: &Settings,
+    registry: &StateRegistry,
+) -> Option<Arc<Backend>> {
+    let (file, id, spec) = (&*obj.file, &obj.id, &obj.spec);
+    let dest = &spec.destination;
+    let before = cx.diagnostics.iter().filter(|d| d.is_error()).count();
+
+    // Unimplemented parts of the model: refused, never ignored.
+    if let Some(v) = &spec.protocol_options {
+        cx.not_yet(
+            at(file, id, v.pos, "spec.protocolOptions"),
+            "protocolOptions",
+            "[mcp]",
+        );
+    }
+    if let Some(v) = &spec.extensions {
+        cx.not_yet(
+            at(file, id, v.pos, "spec.extensions"),
+            "extensions",
+            "[ops]",
+        );
+    }
+    if let Some(v) = spec.fallback.as_ref().filter(|f| f.value) {
+        cx.not_yet(
+            at(file, id, v.pos, "spec.fallback"),
+            "fallback",
+            "[balance]",
+        );
+    }
+    let inline = spec.traffic_policy.as_ref();
+    if let Some(p) = inline {
+        check_sections(cx, file, id, &p.value, "spec.trafficPolicy");
+    }
+
+    // Destination.
+    let mut hostname = None;
+    let mut ips: Vec<(IpAddr, u32)> = Vec::new();
+    match dest.kind.value {
+        DestinationType::Fqdn => {
+            if dest.ip.is_some() {
+                cx.error(
+                    at(file, id, dest.pos, "spec.destination.ip"),
+                    "type FQDN takes `fqdn`, not `ip`",
+                    "remove `ip` or set `type: IP`",
+                );
+            }
+            match &dest.fqdn {
+                None => cx.error(
+                    at(file, id, dest.pos, "spec.destination.fqdn"),
+                    "type FQDN needs `fqdn.hostname`",
+                    "add `fqdn: {hostname: api.example.com}`",
+                ),
+                Some(fqdn) => {
+                    let host = fqdn
+                        .hostname
+                        .value
+                        .trim_end_matches('.')
+                        .to_ascii_lowercase();
+                    let pos = fqdn.hostname.pos;
+                    if host.parse::<IpAddr>().is_ok() {
+                        cx.error(
+                            at(file, id, pos, "spec.destination.fqdn.hostname"),
+                            format!("`{host}` is an IP address"),
+                            "use `type: IP` with `ip.endpoints` for addresses",
+                        );
+                    } else if host.contains('*') {
+                        cx.error(
+                            at(file, id, pos, "spec.destination.fqdn.hostname"),
+                            format!("wildcard hostname `{host}` is not a destination"),
+                            "name one host per Backend",
+                        );
+                    } else if !is_valid_hostname(&host) {
+                        cx.error(
+                            at(file, id, pos, "spec.destination.fqdn.hostname"),
+                            format!("invalid hostname `{host}`"),
+                            "use a DNS name such as api.example.com",
+                        );
+                    } else if let Some(p) = settings
+                        .denied_hostnames
+                        .iter()
+                        .find(|p| hostname_matches(p, &host))
+                    {
+                        cx.error(
+                            at(file, id, pos, "spec.destination.fqdn.hostname"),
+                            format!(
+                                "hostname `{host}` is denied by ProxyConfig deniedHostnames `{p}`"
+                            ),
+                            "choose another destination or change deniedHostnames",
+                        );
+                    } else {
+                        hostname = Some(host);
+                    }
+                }
+            }
+        }
+        DestinationType::Ip => {
+            if dest.fqdn.is_some() {
+                cx.error(
+                    at(file, id, dest.pos, "spec.destination.fqdn"),
+                    "type IP takes `ip`, not `fqdn`",
+                    "remove `fqdn` or set `type: FQDN`",
+                );
+            }
+            match &dest.ip {
+                Some(ip) if !ip.endpoints.is_empty() => {
+                    for (i, ep) in ip.endpoints.iter().enumerate() {
+                        let field = format!("spec.destination.ip.endpoints[{i}]");
+                        match ep.address.value.parse::<IpAddr>() {
+                            Ok(addr) if is_denied_address(&addr) => cx.error(at(file, id, ep.address.pos, format!("{field}.address")), format!("address {addr} is link-local or unspecified and never a destination"), "use the service's real address"),
+                            Ok(addr) => ips.push((addr, ep.weight.unwrap_or(1))),
+                            Err(_) => cx.error(at(file, id, ep.address.pos, format!("{field}.address")), format!("invalid IP address `{}`", ep.address.value), "write an IPv4 or IPv6 address without port"),
+                        }
+                        if ep.weight == Some(0) {
+                            cx.error(
+                                at(file, id, ep.pos, format!("{field}.weight")),
+                                "weight must be at least 1",
+                                "remove the endpoint to stop sending it traffic",
+                            );
+                        }
+                        if let Some(p) = ep.priority.as_ref().filter(|p| p.value != 0) {
+                            cx.not_yet(
+                                at(file, id, p.pos, format!("{field}.priority")),
+                                "endpoint priority",
+                                "[balance]",
+                            );
+                        }
+                        if let Some(h) = &ep.hostname {
+                            cx.not_yet(
+                                at(file, id, h.pos, format!("{field}.hostname")),
+                                "endpoint hostname",
+                                "[tls]",
+                            );
+                        }
+                    }
+                }
+                _ => cx.error(
+                    at(file, id, dest.pos, "spec.destination.ip.endpoints"),
+                    "type IP needs at least one endpoint",
+                    "add `ip: {endpoints: [{address: 10.0.0.1}]}`",
+                ),
+            }
+        }
+    }
+    if dest.ports.is_empty() {
+        cx.error(
+            at(file, id, dest.pos, "spec.destination.ports"),
+            "a Backend needs at least one port",
+            "add `ports: [{number: 443}]`",
+        );
+    }
+
+    // Connection-level policy.
+    let inline_spec = inline.map(|p| &p.value);
+    let dns: DnsPolicy = policies
+        .backend_section(id, inline_spec, |s| s.dns.as_ref())
+        .unwrap_or_default();
+    let timeouts: TimeoutPolicy = policies
+        .backend_section(id, inline_spec, |s| s.timeout.as_ref())
+        .unwrap_or_default();
+    let pool = PoolSettings {
+        idle_timeout: timeouts
+            .http
+            .as_ref()
+            .and_then(|h| h.connection_idle_timeout)
+            .map_or(PoolSettings::default().idle_timeout, Duration::from),
+        ..PoolSettings::default()
+    };
+
+    let mut ports = Vec::new();
+    let mut seen_ports: HashMap<u16, usize> = HashMap::new();
+    for (i, port) in dest.ports.iter().enumerate() {
+        let field = format!("spec.destination.ports[{i}]");
+        let number = port.number.value;
+        if number == 0 {
+            cx.error(
+                at(file, id, port.number.pos, format!("{field}.number")),
+                "port 0 is not a destination port",
+                "use 1-65535",
+            );
+            continue;
+        }
+        if let Some(first) = seen_ports.insert(number, i) {
+            cx.error(
+                at(file, id, port.number.pos, format!("{field}.number")),
+                format!("port {number} is listed twice (also ports[{first}])"),
+                "list each port once",
+            );
+            continue;
+        }
+        if let Some(v) = &port.protocol_options {
+            cx.not_yet(
+                at(file, id, v.pos, format!("{field}.protocolOptions")),
+                "protocolOptions",
+                "[mcp]",
+            );
+        }
+        let protocol = port.protocol.as_ref().or(spec.protocol.as_ref());
+        let protocol_value = protocol.map_or(Protocol::Http, |p| p.value);
+        if !matches!(protocol_value, Protocol::Http | Protocol::Http11) {
+            let (pos, f) = match (&port.protocol, &spec.protocol) {
+                (Some(p), _) => (p.pos, format!("{field}.protocol")),
+                (None, Some(p)) => (p.pos, "spec.protocol".to_owned()),
+                _ => (port.pos, field.clone()),
+            };
+            let issue = match protocol_value {
+                Protocol::Mcp => "[mcp]",
+                Protocol::Tcp => "[tls]",
+                _ => "[h2]",
+            };
+            cx.not_yet(
+                at(file, id, pos, f),
+                &format!("protocol {protocol_value}"),
+                issue,
+            );
+        }
+        let tls = port.tls.as_ref().or(spec.tls.as_ref());
+        let tls_field = if port.tls.is_some() {
+            format!("{field}.tls")
+        } else {
+            "spec.tls".to_owned()
+        };
+        let mode = check_tls(
+            cx,
+            file,
+            id,
+            tls.map(|t| (&t.value, t.pos)),
+            obj.pos,
+            &tls_field,
+        );
+        if mode == Some(TlsMode::InsecureDisable) {
+            let loopback = match &hostname {
+                Some(h) => h == "localhost",
+                None => !ips.is_empty() && ips.iter().all(|(ip, _)| ip.is_loopback()),
+            };
+            if !loopback {
+                cx.warn(
+                    at(file, id, tls.map_or(obj.pos, |t| t.pos), tls_field.clone()),
+                    Reason::Degraded,
+                    format!("port {number} sends plaintext (tls.mode InsecureDisable) to a non-loopback destination"),
+                    "use tls.mode Simple unless the network path is trusted",
+                );
+            }
+        }
+
+        let mut fingerprint = DefaultHasher::new();
+        protocol_value.hash(&mut fingerprint);
+        mode.hash(&mut fingerprint);
+        let template = EndpointTemplate {
+            backend: id.clone(),
+            port: number,
+            transport: fingerprint.finish(),
+            pool,
+            weight: 1,
+        };
+        let group = match &hostname {
+            Some(host) => {
+                let refresh = dns
+                    .dns_refresh_rate
+                    .map_or(Duration::from_secs(30), Duration::from);
+                let respect_ttl = dns.respect_dns_ttl.unwrap_or(true);
+                let family = dns.lookup_family.unwrap_or(LookupFamily::IPv4Preferred);
+                let key = DnsGroupKey {
+                    template: template.clone(),
+                    hostname: host.clone(),
+                    refresh,
+                    respect_ttl,
+                    family,
+                    balancer: "RoundRobin",
+                };
+                let source = EndpointSource::Dns {
+                    hostname: host.clone(),
+                    port: number,
+                    refresh,
+                    respect_ttl,
+                };
+                let (group, created) = registry.dns_group(key, || {
+                    EndpointGroup::new_dns(source, Box::new(RoundRobin::new()))
+                });
+                if created {
+                    cx.refreshers.push(RefreshPlan {
+                        group: Arc::downgrade(&group),
+                        template,
+                        family,
+                    });
+                }
+                group
+            }
+            None => {
+                let endpoints = ips
+                    .iter()
+                    .map(|(ip, weight)| {
+                        let t = EndpointTemplate {
+                            weight: *weight,
+                            ..template.clone()
+                        };
+                        registry.endpoint(&t, SocketAddr::new(*ip, number))
+                    })
+                    .collect();
+                Arc::new(EndpointGroup::new_static(
+                    endpoints,
+                    Box::new(RoundRobin::new()),
+                ))
+            }
+        };
+        let rewrite = dest
+            .fqdn
+            .as_ref()
+            .map_or(true, |f| f.rewrite_authority.unwrap_or(true));
+        let authority = match (&hostname, rewrite) {
+            (Some(host), true) => {
+                let default_port = if mode == Some(TlsMode::InsecureDisable) {
+                    80
+                } else {
+                    443
+                };
+                let value = if number == default_port {
+                    host.clone()
+                } else {
+                    format!("{host}:{number}")
+                };
+                HeaderValue::from_str(&value).ok()
+            }
+            _ => None,
+        };
+        ports.push(Arc::new(BackendPort {
+            number,
+            protocol: protocol_value,
+            endpoints: group,
+            authority,
+        }));
+    }
+
+    let errors_now = cx.diagnostics.iter().filter(|d| d.is_error()).count();
+    if errors_now > before {
+        return None;
+    }
+    Some(Arc::new(Backend {
+        label: format!("{}/{}", id.namespace, id.name).into(),
+        id: id.clone(),
+        hostname,
+        ports,
+    }))
+}
+
+/// Checks a `tls` block; returns the effective mode when it is one this build supports.
+fn check_tls(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    tls: Option<(&BackendTls, crate::config::yaml::Pos)>,
+    object_pos: crate::config::yaml::Pos,
+    field: &str,
+) -> Option<TlsMode> {
+    let (mode, pos) = match tls {
+        None => (TlsMode::Simple, object_pos),
+        Some((t, pos)) => (
+            t.mode.as_ref().map_or(TlsMode::Simple, |m| m.value),
+            t.mode.as_ref().map_or(pos, |m| m.pos),
+        ),
+    };
+    match mode {
+        TlsMode::InsecureDisable => {
+            if let Some((t, pos)) = tls {
+                let extra = t.sni.is_some()
+                    || t.validation.is_some()
+                    || t.client_certificate.is_some()
+                    || t.client_certificate_ref.is_some()
+                    || t.min_version.is_some()
+                    || t.max_version.is_some()
+                    || t.alpn_protocols.is_some();
+                if extra {
+                    cx.error(
+                        at(file, id, pos, field),
+                        "tls.mode InsecureDisable takes no other tls fields",
+                        "remove them, or choose mode Simple",
+                    );
+                }
+            }
+            Some(TlsMode::InsecureDisable)
+        }
+        other => {
+            let what = if tls.is_none() {
+                "TLS origination (tls omitted means mode Simple)".to_owned()
+            } else {
+                format!("tls.mode {other}")
+            };
+            cx.not_yet(at(file, id, pos, field), &what, "[tls]");
+            if tls.is_none() {
+                // Say how to get plaintext explicitly, since that is what works today.
+                if let Some(d) = cx.diagnostics.last_mut() {
+                    d.hint = Some("add `tls: {mode: InsecureDisable}` for plaintext HTTP; verified TLS arrives with the [tls] work".to_owned());
+                }
+            }
+            None
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! `Gateway` listeners → [`ListenerPlan`]s.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use super::settings::Settings;
+use super::{at, is_valid_hostname_pattern, Cx};
+use crate::config::wire::enums::{FromNamespaces, ListenerProtocol};
+use crate::config::{ConfigSet, ObjectId};
+use crate::runtime::snapshot::ListenerPlan;
+
+/// A compiled HTTP listener with what route attachment needs.
+pub(crate) struct CompiledListener {
+    pub plan: ListenerPlan,
+    pub gateway: ObjectId,
+    pub name: String,
+    pub port: u16,
+    pub hostname: Option<String>,
+    pub routes_from_all_namespaces: bool,
+}
+
+pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet, settings: &Settings) -> Vec<CompiledListener> {
+    let mut out = Vec::new();
+    let mut bound: HashMap<SocketAddr, String> = HashMap::new();
+    bound.insert(settings.admin_addr, "the admin listener".to_owned());
+    for gw in &set.gateways {
+        let (file, id) = (&*gw.file, &gw.id);
+        if let Some(v) = &gw.spec.addresses {
+            cx.not_yet(
+                at(file, id, v.pos, "spec.addresses"),
+                "spec.addresses (use each listener's `address`)",
+                "",
+            );
+        }
+        if let Some(v) = &gw.spec.infrastructure {
+            cx.not_yet(
+                at(file, id, v.pos, "spec.infrastructure"),
+                "spec.infrastructure",
+                "[ops]",
+            );
+        }
+        if let Some(tls) = &gw.spec.tls {
+            cx.not_yet(
+                at(file, id, tls.pos, "spec.tls"),
+                "spec.tls.backend.clientCertificateRef",
+                "[tls]",
+            );
+        }
+        if gw.spec.listeners.is_empty() {
+            cx.error(
+                at(file, id, gw.pos, "spec.listeners"),
+                "a Gateway needs at least one listener",
+                "add `listeners: [{name: http, port: 15001, protocol: HTTP}]`",
+            );
+        }
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        for (i, l) in gw.spec.listeners.iter().enumerate() {
+            let field = format!("spec.listeners[{i}]");
+            if let Some(first) = names.insert(l.name.as_str(), i) {
+                cx.error(
+                    at(file, id, l.pos, format!("{field}.name")),
+                    format!(
+                        "listener name `{}` is used twice (also listeners[{first}])",
+                        l.name
+                    ),
+                    "give each listener a unique name",
+                );
+                continue;
+            }
+            if l.protocol.value != ListenerProtocol::Http {
+                let issue = if l.protocol.value == ListenerProtocol::Https {
+                    "[tls] (frontend TLS)"
+                } else {
+                    "[tls] (passthrough)"
+                };
+                cx.not_yet(
+                    at(file, id, l.protocol.pos, format!("{field}.protocol")),
+                    &format!("listener protocol {}", l.protocol.value),
+                    issue,
+                );
+                continue;
+            }
+            if let Some(tls) = &l.tls {
+                cx.error(
+                    at(file, id, tls.pos, format!("{field}.tls")),
+                    "an HTTP listener takes no tls",
+                    "use protocol HTTPS to terminate TLS",
+                );
+            }
+            let ip = match &l.address {
+                None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                Some(a) => match a.value.parse::<IpAddr>() {
+                    Ok(ip) => ip,
+                    Err(_) => {
+                        cx.error(
+                            at(file, id, a.pos, format!("{field}.address")),
+                            format!("invalid listener address `{}`", a.value),
+                            "use an IP address such as 127.0.0.1 or 0.0.0.0",
+                        );
+                        continue;
+                    }
+                },
+            };
+            let addr = SocketAddr::new(ip, l.port);
+            // Port 0 binds an ephemeral port (tests use it); it never collides.
+            if l.port != 0 {
+                let clash = bound.iter().find(|(b, _)| {
+                    b.port() == addr.port()
+                        && (b.ip() == addr.ip()
+                            || b.ip().is_unspecified()
+                            || addr.ip().is_unspecified())
+                });
+                if let Some((_, other)) = clash {
+                    cx.error(
+                        at(file, id, l.pos, format!("{field}.port")),
+                        format!("{addr} is already used by {other}"),
+                        "choose another port",
+                    );
+                    continue;
+                }
+                bound.insert(
+                    addr,
+                    format!("listener {}/{}/{}", id.namespace, id.name, l.name),
+                );
+            }
+            let hostname = match &l.hostname {
+                Some(h) if is_valid_hostname_pattern(&h.value.to_ascii_lowercase()) => {
+                    Some(h.value.to_ascii_lowercase())
+                }
+                Some(h) => {
+                    cx.error(
+                        at(file, id, h.pos, format!("{field}.hostname")),
+                        format!("invalid hostname `{}`", h.value),
+                        "use a hostname or `*.suffix`",
+                    );
+                    continue;
+                }
+                None => None,
+            };
+            let mut from_all = false;
+            if let Some(ns) = l
+                .allowed_routes
+                .as_ref()
+                .and_then(|a| a.namespaces.as_ref())
+            {
+                if let Some(from) = &ns.from {
+                    match from.value {
+                        FromNamespaces::All => from_all = true,
+                        FromNamespaces::Same => {}
+                        FromNamespaces::Selector => cx.not_yet(
+                            at(
+                                file,
+                                id,
+                                from.pos,
+                                format!("{field}.allowedRoutes.namespaces.from"),
+                            ),
+                            "allowedRoutes from Selector",
+                            "",
+                        ),
+                    }
+                }
+                if let Some(sel) = &ns.selector {
+                    cx.not_yet(
+                        at(
+                            file,
+                            id,
+                            sel.pos,
+                            format!("{field}.allowedRoutes.namespaces.selector"),
+                        ),
+                        "allowedRoutes selector",
+                        "",
+                    );
+                }
+            }
+            if let Some(kinds) = l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) {
+                cx.not_yet(
+                    at(file, id, kinds.pos, format!("{field}.allowedRoutes.kinds")),
+                    "allowedRoutes.kinds",
+                    "",
+                );
+            }
+            out.push(CompiledListener {
+                plan: ListenerPlan {
+                    key: format!("{}/{}/{}", id.namespace, id.name, l.name).into(),
+                    addr,
+                },
+                gateway: id.clone(),
+                name: l.name.clone(),
+                port: l.port,
+                hostname,
+                routes_from_all_namespaces: from_all,
+            });
+        }
+    }
+    out
+}

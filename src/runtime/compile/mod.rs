@@ -1,0 +1,184 @@
+//! Compiling a loaded config into a [`Snapshot`], checking everything that parsing cannot:
+//! references, semantics, unsupported features, precedence. Pure: no I/O, no tasks spawned;
+//! `egressd validate` runs exactly this.
+
+mod backends;
+mod listeners;
+mod policy;
+mod routes;
+mod settings;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::config::yaml::Pos;
+use crate::config::{ConfigSet, Diagnostic, ObjectId, Reason};
+use crate::runtime::registry::StateRegistry;
+use crate::runtime::snapshot::Snapshot;
+use crate::runtime::status::StatusReport;
+use crate::upstream::dns::RefreshPlan;
+
+/// The result of compiling: a snapshot (usable only when there are no errors), every
+/// diagnostic, and the DNS refreshers to start if the snapshot is accepted.
+pub struct Compiled {
+    pub snapshot: Snapshot,
+    pub diagnostics: Vec<Diagnostic>,
+    pub refreshers: Vec<RefreshPlan>,
+}
+
+impl Compiled {
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics.iter().filter(|d| d.is_error())
+    }
+}
+
+/// Compiles `set`. `diagnostics` are those of loading, kept in front of the new ones.
+pub fn compile(
+    set: Arc<ConfigSet>,
+    diagnostics: Vec<Diagnostic>,
+    registry: &StateRegistry,
+    generation: u64,
+) -> Compiled {
+    let mut cx = Cx {
+        diagnostics,
+        refreshers: Vec::new(),
+    };
+    let settings = settings::compile(&mut cx, &set);
+    let policies = policy::PolicyIndex::build(&mut cx, &set);
+    let backends = backends::compile(&mut cx, &set, &policies, &settings, registry);
+    let listeners = listeners::compile(&mut cx, &set, &settings);
+    let routers = routes::compile(&mut cx, &set, &listeners, &backends, &policies);
+
+    let mut diagnostics = cx.diagnostics;
+    diagnostics.sort_by(|a, b| {
+        (a.severity, &a.file, a.line, a.column).cmp(&(b.severity, &b.file, b.line, b.column))
+    });
+    // Errors first, then warnings; each group in file order.
+    diagnostics.sort_by_key(|d| std::cmp::Reverse(d.severity));
+    let ok = !diagnostics.iter().any(Diagnostic::is_error);
+    let status = StatusReport::build(&set, &diagnostics, ok);
+    let snapshot = Snapshot {
+        generation,
+        settings: settings.proxy,
+        listeners: listeners.iter().map(|l| l.plan.clone()).collect(),
+        routers,
+        backends: backends.all(),
+        config: set,
+        status: Arc::new(status),
+    };
+    Compiled {
+        snapshot,
+        diagnostics,
+        refreshers: cx.refreshers,
+    }
+}
+
+/// Compile context: collects diagnostics and DNS refreshers.
+pub(crate) struct Cx {
+    diagnostics: Vec<Diagnostic>,
+    refreshers: Vec<RefreshPlan>,
+}
+
+/// Where a diagnostic points: an object, a position and a field path.
+pub(crate) struct At<'a> {
+    pub file: &'a Path,
+    pub id: &'a ObjectId,
+    pub pos: Pos,
+    pub field: String,
+}
+
+impl Cx {
+    pub fn error(&mut self, at: At<'_>, message: impl Into<String>, hint: impl Into<String>) {
+        self.push(Diagnostic::error(at.file, at.pos, message), at, hint);
+    }
+
+    pub fn warn(
+        &mut self,
+        at: At<'_>,
+        reason: Reason,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+    ) {
+        let d = Diagnostic::warning(at.file, at.pos, message).reason(reason);
+        self.push(d, at, hint);
+    }
+
+    /// An error for a field that is part of the model but not implemented by this build.
+    pub fn not_yet(&mut self, at: At<'_>, what: &str, issue: &str) {
+        let d = Diagnostic::error(at.file, at.pos, format!("{what} is not supported yet"))
+            .reason(Reason::UnsupportedValue);
+        let hint = if issue.is_empty() {
+            "remove it; this build does not implement it (see README, feature table)".to_owned()
+        } else {
+            format!(
+                "remove it for now; it arrives with the {issue} work (see README, feature table)"
+            )
+        };
+        self.push(d, at, hint);
+    }
+
+    pub fn missing_ref(&mut self, at: At<'_>, message: impl Into<String>, hint: impl Into<String>) {
+        let d = Diagnostic::error(at.file, at.pos, message).reason(Reason::RefNotFound);
+        self.push(d, at, hint);
+    }
+
+    fn push(&mut self, d: Diagnostic, at: At<'_>, hint: impl Into<String>) {
+        let hint = hint.into();
+        let mut d = d.object(at.id).field(at.field);
+        if !hint.is_empty() {
+            d = d.hint(hint);
+        }
+        self.diagnostics.push(d);
+    }
+}
+
+/// Shorthand for building an [`At`].
+pub(crate) fn at<'a>(
+    file: &'a Path,
+    id: &'a ObjectId,
+    pos: Pos,
+    field: impl Into<String>,
+) -> At<'a> {
+    At {
+        file,
+        id,
+        pos,
+        field: field.into(),
+    }
+}
+
+/// A DNS name (RFC 1123), lower-case, not an IP literal, no wildcard.
+pub(crate) fn is_valid_hostname(host: &str) -> bool {
+    host.len() <= 253
+        && host.parse::<std::net::IpAddr>().is_err()
+        && !host.is_empty()
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// `host` or `*.host`.
+pub(crate) fn is_valid_hostname_pattern(pattern: &str) -> bool {
+    match pattern.strip_prefix("*.") {
+        Some(rest) => is_valid_hostname(rest),
+        None => is_valid_hostname(pattern),
+    }
+}
+
+/// Whether `host` matches `pattern` (`*.suffix` matches one or more labels before the suffix).
+pub(crate) fn hostname_matches(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix('*') {
+        Some(suffix) => host.len() > suffix.len() && host.ends_with(suffix),
+        None => pattern == host,
+    }
+}

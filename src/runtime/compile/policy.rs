@@ -1,0 +1,379 @@
+//! BackendTrafficPolicy attachment and section precedence (CONFIG.md, "Precedence").
+//!
+//! Each top-level section is taken whole from the most specific source that sets it:
+//! HTTPRoute rule fields > policy targeting the HTTPRoute > `Backend.spec.trafficPolicy` >
+//! policy targeting the Backend > policy targeting a Gateway > defaults. Two policies at one
+//! rank: the lower `namespace/name` wins and the other is `Conflicted`. Connection-level
+//! sections belong to the Backend's endpoint pool, so a route-level policy that sets one is
+//! `Overridden`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::{at, Cx};
+use crate::config::wire::policy::{TimeoutPolicy, TrafficPolicySpec};
+use crate::config::wire::{Kind, EGRESSD_GROUP, GATEWAY_GROUP};
+use crate::config::yaml::Spanned;
+use crate::config::{ConfigSet, ObjectId, Reason};
+use crate::runtime::snapshot::RequestPolicy;
+
+/// A policy's sections with the policy's identity.
+pub(crate) struct Source<'a> {
+    pub id: &'a ObjectId,
+    pub spec: TrafficPolicySpec,
+}
+
+type Key = (Kind, String, String);
+
+/// Policies by what they target, each list sorted by `namespace/name`.
+pub(crate) struct PolicyIndex<'a> {
+    by_target: HashMap<Key, Vec<Source<'a>>>,
+    /// Policies targeting any Gateway, sorted: connection-level sections from a Gateway apply to
+    /// every Backend behind it, and endpoint pools are shared between Gateways.
+    gateways: Vec<Source<'a>>,
+}
+
+/// Sections that configure the endpoint pool, not a request.
+const CONNECTION_SECTIONS: [&str; 6] = [
+    "loadBalancer",
+    "healthCheck",
+    "circuitBreaker",
+    "dns",
+    "tcpKeepalive",
+    "http2",
+];
+
+impl<'a> PolicyIndex<'a> {
+    pub fn build(cx: &mut Cx, set: &'a ConfigSet) -> Self {
+        let mut by_target: HashMap<Key, Vec<Source<'a>>> = HashMap::new();
+        let mut policies: Vec<_> = set.policies.iter().collect();
+        policies.sort_by(|a, b| a.id.cmp(&b.id));
+        for p in policies {
+            let (file, id) = (&*p.file, &p.id);
+            check_sections(cx, file, id, &p.spec.sections(), "spec");
+            if p.spec.target_refs.is_empty() {
+                cx.error(
+                    at(file, id, p.pos, "spec.targetRefs"),
+                    "a policy needs at least one targetRef",
+                    "name a Backend, Gateway or HTTPRoute",
+                );
+            }
+            for (i, t) in p.spec.target_refs.iter().enumerate() {
+                let field = format!("spec.targetRefs[{i}]");
+                let kind = match (t.group.as_str(), t.kind.as_str()) {
+                    (EGRESSD_GROUP, "Backend") => Kind::Backend,
+                    (GATEWAY_GROUP, "Gateway") => Kind::Gateway,
+                    (GATEWAY_GROUP, "HTTPRoute") => Kind::HttpRoute,
+                    (g, k) => {
+                        cx.error(
+                            at(file, id, t.pos, field),
+                            format!("cannot target {k} in group `{g}`"),
+                            "target `egressd.dev` Backend, or `gateway.networking.k8s.io` Gateway or HTTPRoute",
+                        );
+                        continue;
+                    }
+                };
+                if let Some(ns) = &t.namespace {
+                    if ns != id.namespace.as_str() {
+                        cx.error(
+                            at(file, id, t.pos, field),
+                            "a policy can only target objects in its own namespace",
+                            "move the policy to the target's namespace",
+                        );
+                        continue;
+                    }
+                }
+                if t.section_name.is_some() {
+                    cx.not_yet(
+                        at(file, id, t.pos, format!("{field}.sectionName")),
+                        "targetRefs[].sectionName",
+                        "[balance]",
+                    );
+                    continue;
+                }
+                let exists = match kind {
+                    Kind::Backend => set
+                        .backends
+                        .iter()
+                        .any(|o| o.id.namespace == id.namespace && o.id.name == t.name),
+                    Kind::Gateway => set
+                        .gateways
+                        .iter()
+                        .any(|o| o.id.namespace == id.namespace && o.id.name == t.name),
+                    _ => set
+                        .http_routes
+                        .iter()
+                        .any(|o| o.id.namespace == id.namespace && o.id.name == t.name),
+                };
+                if !exists {
+                    cx.missing_ref(
+                        at(file, id, t.pos, field),
+                        format!(
+                            "target {} {}/{} does not exist",
+                            kind.name(),
+                            id.namespace,
+                            t.name
+                        ),
+                        "check the name and namespace, or add the object",
+                    );
+                    continue;
+                }
+                if kind == Kind::HttpRoute {
+                    let spec = p.spec.sections();
+                    for name in CONNECTION_SECTIONS.iter().filter(|n| section_set(&spec, n)) {
+                        cx.warn(
+                            at(file, id, t.pos, format!("spec.{name}")),
+                            Reason::Overridden,
+                            format!("`{name}` configures the Backend's endpoint pool and is ignored on an HTTPRoute target"),
+                            "attach it to the Backend instead",
+                        );
+                    }
+                }
+                let source = Source {
+                    id,
+                    spec: p.spec.sections(),
+                };
+                by_target
+                    .entry((kind, id.namespace.clone(), t.name.clone()))
+                    .or_default()
+                    .push(source);
+            }
+        }
+        let mut gateways = Vec::new();
+        for ((kind, _, _), sources) in &by_target {
+            if *kind == Kind::Gateway {
+                gateways.extend(sources.iter().map(|s| Source {
+                    id: s.id,
+                    spec: s.spec.clone(),
+                }));
+            }
+        }
+        gateways.sort_by(|a, b| a.id.cmp(b.id));
+        let index = PolicyIndex {
+            by_target,
+            gateways,
+        };
+        index.report_conflicts(cx, set);
+        index
+    }
+
+    /// Policies at one rank that set the same section: the lower `namespace/name` wins.
+    fn report_conflicts(&self, cx: &mut Cx, set: &ConfigSet) {
+        for sources in self.by_target.values() {
+            for name in ALL_SECTIONS {
+                let setters: Vec<&Source<'_>> = sources
+                    .iter()
+                    .filter(|s| section_set(&s.spec, name))
+                    .collect();
+                for loser in setters.iter().skip(1) {
+                    let Some(p) = set.policies.iter().find(|p| &p.id == loser.id) else {
+                        continue;
+                    };
+                    cx.warn(
+                        at(&p.file, &p.id, p.pos, format!("spec.{name}")),
+                        Reason::Conflicted,
+                        format!(
+                            "`{name}` is also set by {} on the same target, which wins",
+                            setters[0].id
+                        ),
+                        "set each section in one policy per target",
+                    );
+                }
+            }
+        }
+    }
+
+    fn sources(&self, kind: Kind, ns: &str, name: &str) -> &[Source<'a>] {
+        self.by_target
+            .get(&(kind, ns.to_owned(), name.to_owned()))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// A connection-level section for a Backend: inline > Backend policies > Gateway policies.
+    pub fn backend_section<T: Clone>(
+        &self,
+        backend: &ObjectId,
+        inline: Option<&TrafficPolicySpec>,
+        get: impl Fn(&TrafficPolicySpec) -> Option<&Spanned<T>>,
+    ) -> Option<T> {
+        inline
+            .and_then(&get)
+            .or_else(|| {
+                self.sources(Kind::Backend, &backend.namespace, &backend.name)
+                    .iter()
+                    .find_map(|s| get(&s.spec))
+            })
+            .or_else(|| self.gateways.iter().find_map(|s| get(&s.spec)))
+            .map(|s| s.value.clone())
+    }
+
+    /// The request policy for a request to `backend`, routed by `route` (if any) on `gateway`.
+    pub fn request_policy(
+        &self,
+        route: Option<(
+            &ObjectId,
+            Option<&crate::config::wire::route::HttpRouteTimeouts>,
+        )>,
+        backend: &ObjectId,
+        inline: Option<&TrafficPolicySpec>,
+        gateway: &ObjectId,
+    ) -> RequestPolicy {
+        let timeout_of = |s: &TrafficPolicySpec| s.timeout.as_ref().map(|t| t.value.clone());
+        let timeout: Option<TimeoutPolicy> = route
+            .and_then(|(id, _)| {
+                self.sources(Kind::HttpRoute, &id.namespace, &id.name)
+                    .iter()
+                    .find_map(|s| timeout_of(&s.spec))
+            })
+            .or_else(|| inline.and_then(timeout_of))
+            .or_else(|| {
+                self.sources(Kind::Backend, &backend.namespace, &backend.name)
+                    .iter()
+                    .find_map(|s| timeout_of(&s.spec))
+            })
+            .or_else(|| {
+                self.sources(Kind::Gateway, &gateway.namespace, &gateway.name)
+                    .iter()
+                    .find_map(|s| timeout_of(&s.spec))
+            });
+        let mut policy = RequestPolicy::default();
+        if let Some(t) = timeout {
+            if let Some(d) = t.tcp.as_ref().and_then(|tcp| tcp.connect_timeout) {
+                policy.connect_timeout = d.into();
+            }
+            if let Some(http) = &t.http {
+                if let Some(d) = http.request_timeout {
+                    policy.request_timeout = nonzero(d.into());
+                }
+                if let Some(d) = http.stream_idle_timeout {
+                    policy.stream_idle_timeout = nonzero(d.into());
+                }
+            }
+        }
+        // HTTPRoute rule fields outrank every policy.
+        if let Some((_, Some(rule))) = route {
+            if let Some(d) = rule.request {
+                policy.request_timeout = nonzero(d.into());
+            }
+            if let Some(d) = rule.backend_request {
+                policy.backend_request_timeout = nonzero(d.into());
+            }
+        }
+        policy
+    }
+}
+
+/// Gateway API: a zero timeout disables it.
+fn nonzero(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
+}
+
+const ALL_SECTIONS: [&str; 9] = [
+    "loadBalancer",
+    "healthCheck",
+    "circuitBreaker",
+    "retry",
+    "timeout",
+    "tcpKeepalive",
+    "dns",
+    "http2",
+    "httpUpgrade",
+];
+
+fn section_set(spec: &TrafficPolicySpec, name: &str) -> bool {
+    match name {
+        "loadBalancer" => spec.load_balancer.is_some(),
+        "healthCheck" => spec.health_check.is_some(),
+        "circuitBreaker" => spec.circuit_breaker.is_some(),
+        "retry" => spec.retry.is_some(),
+        "timeout" => spec.timeout.is_some(),
+        "tcpKeepalive" => spec.tcp_keepalive.is_some(),
+        "dns" => spec.dns.is_some(),
+        "http2" => spec.http2.is_some(),
+        "httpUpgrade" => spec.http_upgrade.is_some(),
+        _ => false,
+    }
+}
+
+/// Reports sections and values this build does not implement, wherever a policy is written.
+pub(crate) fn check_sections(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    spec: &TrafficPolicySpec,
+    prefix: &str,
+) {
+    use crate::config::wire::enums::LoadBalancerType;
+    let pending = [
+        (
+            "healthCheck",
+            spec.health_check.as_ref().map(|s| s.pos),
+            "[balance]",
+        ),
+        (
+            "circuitBreaker",
+            spec.circuit_breaker.as_ref().map(|s| s.pos),
+            "[balance]",
+        ),
+        ("retry", spec.retry.as_ref().map(|s| s.pos), "[balance]"),
+        (
+            "tcpKeepalive",
+            spec.tcp_keepalive.as_ref().map(|s| s.pos),
+            "[balance]",
+        ),
+        ("http2", spec.http2.as_ref().map(|s| s.pos), "[h2]"),
+        (
+            "httpUpgrade",
+            spec.http_upgrade.as_ref().map(|s| s.pos),
+            "[h2]",
+        ),
+    ];
+    for (name, pos, issue) in pending {
+        if let Some(pos) = pos {
+            cx.not_yet(at(file, id, pos, format!("{prefix}.{name}")), name, issue);
+        }
+    }
+    if let Some(lb) = &spec.load_balancer {
+        if lb.kind.value != LoadBalancerType::RoundRobin {
+            cx.not_yet(
+                at(file, id, lb.kind.pos, format!("{prefix}.loadBalancer.type")),
+                &format!(
+                    "loadBalancer type {} (this build balances RoundRobin)",
+                    lb.kind.value
+                ),
+                "[balance]",
+            );
+        }
+        for (name, v) in [
+            ("leastRequest", &lb.least_request),
+            ("slowStart", &lb.slow_start),
+            ("consistentHash", &lb.consistent_hash),
+        ] {
+            if let Some(v) = v {
+                cx.not_yet(
+                    at(file, id, v.pos, format!("{prefix}.loadBalancer.{name}")),
+                    name,
+                    "[balance]",
+                );
+            }
+        }
+    }
+    if let Some(t) = &spec.timeout {
+        if t.tcp
+            .as_ref()
+            .and_then(|tcp| tcp.connect_timeout)
+            .is_some_and(|d| d.0.is_zero())
+        {
+            cx.error(
+                at(
+                    file,
+                    id,
+                    t.pos,
+                    format!("{prefix}.timeout.tcp.connectTimeout"),
+                ),
+                "connectTimeout must be greater than zero",
+                "e.g. 10s",
+            );
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! `ProxyConfig` → [`ProxySettings`].
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::{at, is_valid_hostname_pattern, Cx};
+use crate::config::wire::enums::{AccessLogFormat, OutboundPolicy};
+use crate::config::{ConfigSet, Reason};
+use crate::runtime::snapshot::{AccessLogSettings, ProxySettings};
+
+/// Settings plus what backends need from them.
+pub(crate) struct Settings {
+    pub proxy: ProxySettings,
+    /// `deniedHostnames` patterns, lower-case.
+    pub denied_hostnames: Vec<String>,
+}
+
+impl std::ops::Deref for Settings {
+    type Target = ProxySettings;
+    fn deref(&self) -> &ProxySettings {
+        &self.proxy
+    }
+}
+
+pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
+    let mut settings = Settings {
+        proxy: ProxySettings::default(),
+        denied_hostnames: Vec::new(),
+    };
+    for extra in set.proxy_configs.iter().skip(1) {
+        cx.error(
+            at(&extra.file, &extra.id, extra.pos, ""),
+            "only one ProxyConfig is allowed",
+            format!("merge it into {}", set.proxy_configs[0].id),
+        );
+    }
+    let Some(pc) = set.proxy_configs.first() else {
+        return settings;
+    };
+    let (file, id, spec) = (&*pc.file, &pc.id, &pc.spec);
+
+    if let Some(addr) = spec.admin.as_ref().and_then(|a| a.address.as_ref()) {
+        match addr.value.parse::<SocketAddr>() {
+            Ok(parsed) => {
+                if !parsed.ip().is_loopback() {
+                    cx.warn(
+                        at(file, id, addr.pos, "spec.admin.address"),
+                        Reason::Degraded,
+                        format!("admin listener on non-loopback address {parsed} exposes config and status"),
+                        "bind it to 127.0.0.1 unless something outside the host must reach it",
+                    );
+                }
+                settings.proxy.admin_addr = parsed;
+            }
+            Err(_) => cx.error(
+                at(file, id, addr.pos, "spec.admin.address"),
+                format!("invalid admin address `{}`", addr.value),
+                "use ip:port, e.g. 127.0.0.1:15000",
+            ),
+        }
+    }
+    if let Some(policy) = &spec.outbound_policy {
+        match policy.value {
+            OutboundPolicy::RegistryOnly => {}
+            other => cx.not_yet(
+                at(file, id, policy.pos, "spec.outboundPolicy"),
+                &format!("outboundPolicy {other}"),
+                "[ops]",
+            ),
+        }
+    }
+    if let Some(timeout) = spec.drain.as_ref().and_then(|d| d.timeout) {
+        settings.proxy.drain_timeout = Duration::from(timeout);
+    }
+    if let Some(log) = &spec.access_log {
+        settings.proxy.access_log = AccessLogSettings {
+            enabled: log.enabled.unwrap_or(true),
+            format: log.format.unwrap_or(AccessLogFormat::Json),
+            path: log.path.clone().unwrap_or_else(|| "stdout".to_owned()),
+        };
+    }
+    for pattern in &spec.denied_hostnames {
+        let lower = pattern.value.to_ascii_lowercase();
+        if is_valid_hostname_pattern(&lower) {
+            settings.denied_hostnames.push(lower);
+        } else {
+            cx.error(
+                at(file, id, pattern.pos, "spec.deniedHostnames"),
+                format!("invalid hostname pattern `{}`", pattern.value),
+                "use a hostname or `*.suffix`",
+            );
+        }
+    }
+    if let Some(dns) = &spec.dns {
+        for ns in &dns.nameservers {
+            match ns.value.parse::<SocketAddr>() {
+                Ok(addr) => settings.proxy.nameservers.push(addr),
+                Err(_) => cx.error(
+                    at(file, id, ns.pos, "spec.dns.nameservers"),
+                    format!("invalid name server `{}`", ns.value),
+                    "use ip:port, e.g. 10.0.0.10:53",
+                ),
+            }
+        }
+    }
+    if let Some(v) = &spec.platform_identity {
+        cx.not_yet(
+            at(file, id, v.pos, "spec.platformIdentity"),
+            "platformIdentity",
+            "[tls]",
+        );
+    }
+    if let Some(v) = &spec.mcp {
+        cx.not_yet(at(file, id, v.pos, "spec.mcp"), "mcp", "[mcp]");
+    }
+    settings
+}

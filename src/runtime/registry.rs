@@ -1,0 +1,151 @@
+//! The state registry: long-lived state that outlives config reloads, found again by identity.
+//!
+//! A snapshot holds strong references to what it uses; the registry holds weak ones. Compiling a
+//! new snapshot looks every endpoint and DNS group up here first, so an unchanged endpoint keeps
+//! its connection pool and counters across a reload, and an unchanged FQDN keeps its resolved
+//! addresses and refresher. When the last snapshot that used something is gone (and in-flight
+//! requests on it finished), it is dropped and its entry pruned.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+use crate::config::wire::enums::LookupFamily;
+use crate::config::ObjectId;
+use crate::upstream::dns::DnsResolver;
+use crate::upstream::pool::{H1Pool, PoolSettings};
+use crate::upstream::{Endpoint, EndpointGroup};
+
+/// What identifies an endpoint besides its address: the Backend port it belongs to and how
+/// connections to it are made. A change to any of these is a new endpoint with a fresh pool,
+/// because pooled connections made under the old settings must not be reused.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EndpointTemplate {
+    pub backend: ObjectId,
+    pub port: u16,
+    /// Hash of the transport settings (protocol, TLS) connections are made with.
+    pub transport: u64,
+    pub pool: PoolSettings,
+    pub weight: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct EndpointKey {
+    template: EndpointTemplate,
+    addr: SocketAddr,
+}
+
+/// Identity of a DNS-resolved endpoint group.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DnsGroupKey {
+    pub template: EndpointTemplate,
+    pub hostname: String,
+    pub refresh: Duration,
+    pub respect_ttl: bool,
+    pub family: LookupFamily,
+    /// Name of the balancing algorithm; a different balancer is a different group.
+    pub balancer: &'static str,
+}
+
+/// Long-lived state shared by all snapshots.
+pub struct StateRegistry {
+    endpoints: Mutex<HashMap<EndpointKey, Weak<Endpoint>>>,
+    dns_groups: Mutex<HashMap<DnsGroupKey, Weak<EndpointGroup>>>,
+    resolver: ArcSwap<DnsResolver>,
+    nameservers: Mutex<Vec<SocketAddr>>,
+}
+
+impl std::fmt::Debug for StateRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateRegistry").finish_non_exhaustive()
+    }
+}
+
+impl StateRegistry {
+    pub fn new(resolver: DnsResolver) -> Self {
+        StateRegistry {
+            endpoints: Mutex::default(),
+            dns_groups: Mutex::default(),
+            resolver: ArcSwap::from_pointee(resolver),
+            nameservers: Mutex::default(),
+        }
+    }
+
+    /// The endpoint for this identity: the existing one if any snapshot still holds it.
+    pub fn endpoint(&self, template: &EndpointTemplate, addr: SocketAddr) -> Arc<Endpoint> {
+        let key = EndpointKey {
+            template: template.clone(),
+            addr,
+        };
+        get_or_insert(&self.endpoints, key, || {
+            Endpoint::new(addr, template.weight, H1Pool::new(template.pool))
+        })
+        .0
+    }
+
+    /// The DNS group for this identity, and whether it was just created (and so needs a
+    /// refresher started once the snapshot that uses it is accepted).
+    pub fn dns_group(
+        &self,
+        key: DnsGroupKey,
+        make: impl FnOnce() -> EndpointGroup,
+    ) -> (Arc<EndpointGroup>, bool) {
+        get_or_insert(&self.dns_groups, key, make)
+    }
+
+    /// The resolver refreshers use now.
+    pub fn resolver(&self) -> Arc<DnsResolver> {
+        self.resolver.load_full()
+    }
+
+    /// Switches to other name servers (empty: the system's). Idempotent.
+    pub fn set_nameservers(
+        &self,
+        nameservers: &[SocketAddr],
+    ) -> Result<(), crate::upstream::dns::DnsError> {
+        let mut current = lock(&self.nameservers);
+        if current.as_slice() != nameservers {
+            self.resolver
+                .store(Arc::new(DnsResolver::new(nameservers)?));
+            *current = nameservers.to_vec();
+        }
+        Ok(())
+    }
+
+    /// Closes expired idle connections and forgets dropped entries. Called periodically.
+    pub fn sweep(&self) {
+        let live: Vec<Arc<Endpoint>> = {
+            let mut endpoints = lock(&self.endpoints);
+            endpoints.retain(|_, weak| weak.strong_count() > 0);
+            endpoints.values().filter_map(Weak::upgrade).collect()
+        };
+        for endpoint in live {
+            endpoint.pool.evict_expired();
+        }
+        lock(&self.dns_groups).retain(|_, weak| weak.strong_count() > 0);
+    }
+}
+
+fn get_or_insert<K: Hash + Eq, V>(
+    map: &Mutex<HashMap<K, Weak<V>>>,
+    key: K,
+    make: impl FnOnce() -> V,
+) -> (Arc<V>, bool) {
+    let mut map = lock(map);
+    if let Some(existing) = map.get(&key).and_then(Weak::upgrade) {
+        return (existing, false);
+    }
+    let value = Arc::new(make());
+    map.insert(key, Arc::downgrade(&value));
+    (value, true)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The maps stay consistent even if a panic happened while one was held (inserts and
+    // removals are single operations), so poisoning is not a reason to fail.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,271 @@
+//! The reload pipeline: read → parse → validate → compile → bind → swap, off the hot path.
+//! A config with any error never replaces the one serving; the failure is logged with
+//! positions, shown in `/status` and counted.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::Mutex;
+
+use super::compile::compile;
+use super::registry::StateRegistry;
+use super::shared::{ReloadStatus, Shared};
+use crate::admin::{self, AdminHandle};
+use crate::config::{load_paths, Diagnostic};
+use crate::listener::ListenerManager;
+use crate::telemetry::time::rfc3339;
+use crate::upstream::dns::refresh_loop;
+
+/// Why a reload did not take effect.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("config has {0} error(s); the last good config keeps serving")]
+    Invalid(usize),
+    #[error("{0}; the last good config keeps serving")]
+    Apply(String),
+}
+
+/// How long a reload waits for new FQDN Backends to resolve before swapping, so the first
+/// requests to them do not wait for DNS.
+const FIRST_RESOLUTION_WAIT: Duration = Duration::from_secs(2);
+
+/// Runs reloads one at a time.
+pub struct Reloader {
+    paths: Vec<PathBuf>,
+    shared: Arc<Shared>,
+    registry: Arc<StateRegistry>,
+    inner: Mutex<Inner>,
+    generation: AtomicU64,
+    admin_override: Option<SocketAddr>,
+}
+
+struct Inner {
+    listeners: ListenerManager,
+    admin: Option<AdminHandle>,
+    /// The address the admin server was asked to bind (its port may have been 0).
+    admin_requested: Option<SocketAddr>,
+    last_fingerprint: Option<u64>,
+}
+
+impl Reloader {
+    pub fn new(
+        paths: Vec<PathBuf>,
+        shared: Arc<Shared>,
+        registry: Arc<StateRegistry>,
+        listeners: ListenerManager,
+        admin_override: Option<SocketAddr>,
+    ) -> Self {
+        Reloader {
+            paths,
+            shared,
+            registry,
+            inner: Mutex::new(Inner {
+                listeners,
+                admin: None,
+                admin_requested: None,
+                last_fingerprint: None,
+            }),
+            generation: AtomicU64::new(0),
+            admin_override,
+        }
+    }
+
+    /// Loads the config and, if it is valid, makes it the one serving. `force` reloads even
+    /// when no file changed (SIGHUP).
+    pub async fn reload(&self, cause: &str, force: bool) -> Result<u64, ReloadError> {
+        let mut inner = self.inner.lock().await;
+        let paths = self.paths.clone();
+        let loaded = tokio::task::spawn_blocking(move || load_paths(&paths))
+            .await
+            .map_err(|e| ReloadError::Apply(format!("config loader failed: {e}")))?;
+        if !force && inner.last_fingerprint == Some(loaded.set.fingerprint) {
+            tracing::debug!(cause, "config files unchanged; nothing to reload");
+            return Ok(self.generation.load(Ordering::Acquire));
+        }
+        let generation = self.generation.load(Ordering::Acquire) + 1;
+        let fingerprint = loaded.set.fingerprint;
+        let compiled = compile(
+            Arc::new(loaded.set),
+            loaded.diagnostics,
+            &self.registry,
+            generation,
+        );
+
+        if compiled.has_errors() {
+            let errors = compiled.errors().count();
+            for d in compiled.errors() {
+                tracing::error!(target: "egressd::config", "{d}");
+            }
+            self.record_failure(cause, compiled.diagnostics, &compiled.snapshot);
+            return Err(ReloadError::Invalid(errors));
+        }
+        for d in compiled.diagnostics.iter().filter(|d| !d.is_error()) {
+            tracing::warn!(target: "egressd::config", "{d}");
+        }
+        let snapshot = compiled.snapshot;
+        let settings = &snapshot.settings;
+
+        // Everything that can fail happens before the swap.
+        if let Err(e) = self.registry.set_nameservers(&settings.nameservers) {
+            return Err(self.fail_apply(cause, e.to_string()));
+        }
+        let bound = match inner.listeners.bind(&snapshot.listeners) {
+            Ok(bound) => bound,
+            Err(e) => return Err(self.fail_apply(cause, e.to_string())),
+        };
+        let admin_addr = self.admin_override.unwrap_or(settings.admin_addr);
+        let new_admin = if inner.admin.is_some() && inner.admin_requested == Some(admin_addr) {
+            None
+        } else {
+            match admin::start(admin_addr, self.shared.clone()).await {
+                Ok(handle) => Some(handle),
+                Err(e) => {
+                    return Err(self.fail_apply(
+                        cause,
+                        format!("cannot bind admin address {admin_addr}: {e}"),
+                    ))
+                }
+            }
+        };
+        if let Err(e) = self.shared.access_log.configure(&settings.access_log) {
+            return Err(self.fail_apply(
+                cause,
+                format!("cannot open access log {}: {e}", settings.access_log.path),
+            ));
+        }
+
+        // New FQDN groups start resolving now; give them a moment so the first requests find
+        // addresses ready.
+        let groups: Vec<_> = compiled
+            .refreshers
+            .iter()
+            .filter_map(|r| r.group.upgrade())
+            .collect();
+        for plan in compiled.refreshers {
+            tokio::spawn(refresh_loop(plan, self.registry.clone()));
+        }
+        let _ = tokio::time::timeout(FIRST_RESOLUTION_WAIT, async {
+            for g in &groups {
+                g.wait_resolved(FIRST_RESOLUTION_WAIT).await;
+            }
+        })
+        .await;
+        drop(groups);
+
+        let plans = snapshot.listeners.clone();
+        let diagnostics = compiled.diagnostics;
+        self.shared.snapshot.store(Arc::new(snapshot));
+        self.generation.store(generation, Ordering::Release);
+        inner.listeners.activate(bound, &plans);
+        if let Some(admin) = new_admin {
+            inner.admin = Some(admin); // the old one (if any) stops when dropped
+            inner.admin_requested = Some(admin_addr);
+        }
+        inner.last_fingerprint = Some(fingerprint);
+
+        let metrics = &self.shared.metrics;
+        metrics
+            .reloads
+            .get_or_create(&crate::telemetry::metrics::ResultLabel { result: "success" })
+            .inc();
+        metrics.generation.set(generation as i64);
+        let now = SystemTime::now();
+        metrics.last_reload_success.set(
+            now.duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64),
+        );
+        self.update_status(|s| {
+            s.result = "success";
+            s.time = rfc3339(now);
+            s.cause = cause.to_owned();
+            s.generation = generation;
+            s.succeeded += 1;
+            s.messages = diagnostics.iter().map(ToString::to_string).collect();
+            s.diagnostics = diagnostics;
+        });
+        tracing::info!(generation, cause, "config loaded");
+        Ok(generation)
+    }
+
+    /// The admin address, once bound.
+    pub async fn admin_addr(&self) -> Option<SocketAddr> {
+        self.inner.lock().await.admin.as_ref().map(|a| a.addr)
+    }
+
+    /// Binds the admin server when no config could be loaded at start, so `/status` can say
+    /// why.
+    pub async fn ensure_admin(&self) -> std::io::Result<()> {
+        let mut inner = self.inner.lock().await;
+        if inner.admin.is_none() {
+            let addr = self
+                .admin_override
+                .unwrap_or_else(|| super::snapshot::ProxySettings::default().admin_addr);
+            inner.admin = Some(admin::start(addr, self.shared.clone()).await?);
+            inner.admin_requested = Some(addr);
+        }
+        Ok(())
+    }
+
+    /// Stops accepting on every listener (drain).
+    pub async fn stop_listeners(&self) {
+        self.inner.lock().await.listeners.stop_all();
+    }
+
+    fn fail_apply(&self, cause: &str, message: String) -> ReloadError {
+        tracing::error!(cause, "{message}; the last good config keeps serving");
+        let snapshot = self.shared.snapshot.load();
+        self.record_failure_message(
+            cause,
+            vec![message.clone()],
+            Vec::new(),
+            snapshot.generation,
+        );
+        ReloadError::Apply(message)
+    }
+
+    fn record_failure(
+        &self,
+        cause: &str,
+        diagnostics: Vec<Diagnostic>,
+        _rejected: &super::snapshot::Snapshot,
+    ) {
+        let messages = diagnostics.iter().map(ToString::to_string).collect();
+        let serving = self.shared.snapshot.load().generation;
+        self.record_failure_message(cause, messages, diagnostics, serving);
+    }
+
+    fn record_failure_message(
+        &self,
+        cause: &str,
+        messages: Vec<String>,
+        diagnostics: Vec<Diagnostic>,
+        serving: u64,
+    ) {
+        self.shared
+            .metrics
+            .reloads
+            .get_or_create(&crate::telemetry::metrics::ResultLabel { result: "failure" })
+            .inc();
+        self.update_status(|s| {
+            s.result = "failure";
+            s.time = rfc3339(SystemTime::now());
+            s.cause = cause.to_owned();
+            s.generation = serving;
+            s.failed += 1;
+            s.messages = messages;
+            s.diagnostics = diagnostics;
+        });
+    }
+
+    fn update_status(&self, f: impl FnOnce(&mut ReloadStatus)) {
+        let mut status = self
+            .shared
+            .reload_status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        f(&mut status);
+    }
+}

@@ -1,0 +1,85 @@
+//! State shared by every connection, the admin server and the reload loop.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+
+use super::snapshot::Snapshot;
+use crate::config::Diagnostic;
+use crate::telemetry::access_log::AccessLog;
+use crate::telemetry::metrics::Metrics;
+
+/// The outcome of the last reload attempt, for `/status`.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReloadStatus {
+    /// `success`, `failure` or `pending` (nothing loaded yet).
+    pub result: &'static str,
+    pub time: String,
+    pub cause: String,
+    /// Generation serving now (0: none).
+    pub generation: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    /// Errors and warnings of the last attempt.
+    pub diagnostics: Vec<Diagnostic>,
+    /// Errors rendered one per line, as `egressd validate` prints them.
+    pub messages: Vec<String>,
+}
+
+/// Shared state. The snapshot is the only thing the hot path reads about config.
+#[derive(Debug)]
+pub struct Shared {
+    pub snapshot: ArcSwap<Snapshot>,
+    pub access_log: AccessLog,
+    pub metrics: Metrics,
+    draining: AtomicBool,
+    pub reload_status: Mutex<ReloadStatus>,
+    /// Bound listener addresses by key (ports may be ephemeral), for `/status` and tests.
+    pub bound: Mutex<Vec<(Arc<str>, SocketAddr)>>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            snapshot: ArcSwap::from_pointee(Snapshot::empty()),
+            access_log: AccessLog::default(),
+            metrics: Metrics::default(),
+            draining: AtomicBool::new(false),
+            reload_status: Mutex::new(ReloadStatus {
+                result: "pending",
+                ..ReloadStatus::default()
+            }),
+            bound: Mutex::default(),
+        }
+    }
+}
+
+impl Shared {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Shared::default())
+    }
+
+    /// Ready: a config serves and we are not draining.
+    pub fn is_ready(&self) -> bool {
+        self.snapshot.load().generation > 0 && !self.is_draining()
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    pub fn reload_status(&self) -> ReloadStatus {
+        self.reload_status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}

@@ -1,0 +1,174 @@
+//! The snapshot: everything the hot path reads about the config, immutable, swapped whole.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderValue;
+
+use crate::config::wire::enums::{AccessLogFormat, OutboundPolicy, Protocol};
+use crate::config::{ConfigSet, ObjectId};
+use crate::http::router::HttpRouter;
+use crate::runtime::status::StatusReport;
+use crate::upstream::EndpointGroup;
+
+/// One compiled config generation.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Increases by one with every accepted config.
+    pub generation: u64,
+    pub settings: ProxySettings,
+    /// The listeners this config wants bound.
+    pub listeners: Vec<ListenerPlan>,
+    /// Request routing, per listener key.
+    pub routers: HashMap<Arc<str>, Arc<HttpRouter>>,
+    pub backends: Vec<Arc<Backend>>,
+    /// The config as written (for `/config`, redacted there).
+    pub config: Arc<ConfigSet>,
+    /// Conditions of every object.
+    pub status: Arc<StatusReport>,
+}
+
+impl Snapshot {
+    /// A snapshot that serves nothing: used before the first config is accepted.
+    pub fn empty() -> Self {
+        Snapshot {
+            generation: 0,
+            settings: ProxySettings::default(),
+            listeners: Vec::new(),
+            routers: HashMap::new(),
+            backends: Vec::new(),
+            config: Arc::default(),
+            status: Arc::default(),
+        }
+    }
+}
+
+/// Process-wide settings from `ProxyConfig`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProxySettings {
+    pub admin_addr: SocketAddr,
+    pub outbound_policy: OutboundPolicy,
+    pub drain_timeout: Duration,
+    pub access_log: AccessLogSettings,
+    /// Name servers for FQDN destinations (empty: the system's).
+    pub nameservers: Vec<SocketAddr>,
+}
+
+impl Default for ProxySettings {
+    fn default() -> Self {
+        ProxySettings {
+            admin_addr: SocketAddr::from(([127, 0, 0, 1], 15000)),
+            outbound_policy: OutboundPolicy::RegistryOnly,
+            drain_timeout: Duration::from_secs(30),
+            access_log: AccessLogSettings::default(),
+            nameservers: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccessLogSettings {
+    pub enabled: bool,
+    pub format: AccessLogFormat,
+    /// `stdout`, `stderr` or a file path.
+    pub path: String,
+}
+
+impl Default for AccessLogSettings {
+    fn default() -> Self {
+        AccessLogSettings {
+            enabled: true,
+            format: AccessLogFormat::Json,
+            path: "stdout".to_owned(),
+        }
+    }
+}
+
+/// A listener the config wants bound.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenerPlan {
+    /// `namespace/gateway/listener`: identity across reloads.
+    pub key: Arc<str>,
+    pub addr: SocketAddr,
+}
+
+/// A Backend, compiled.
+#[derive(Debug)]
+pub struct Backend {
+    pub id: ObjectId,
+    /// `namespace/name`, for logs and replies.
+    pub label: Arc<str>,
+    /// The FQDN destination, if any.
+    pub hostname: Option<String>,
+    pub ports: Vec<Arc<BackendPort>>,
+}
+
+impl Backend {
+    /// The port a request naming `port` goes to. A request that names no port, or names the
+    /// scheme's default port that the Backend does not declare, goes to the first port.
+    pub fn port_for(&self, port: Option<u16>, scheme_default: u16) -> Option<&Arc<BackendPort>> {
+        match port {
+            None => self.ports.first(),
+            Some(p) => self
+                .ports
+                .iter()
+                .find(|bp| bp.number == p)
+                .or_else(|| (p == scheme_default).then(|| self.ports.first()).flatten()),
+        }
+    }
+}
+
+/// One port of a Backend: where its endpoints are and how to talk to them.
+#[derive(Debug)]
+pub struct BackendPort {
+    pub number: u16,
+    pub protocol: Protocol,
+    pub endpoints: Arc<EndpointGroup>,
+    /// `Host` to send when the authority is rewritten to the backend's hostname.
+    pub authority: Option<HeaderValue>,
+}
+
+/// Per-request settings resolved (with precedence) when the snapshot is compiled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestPolicy {
+    pub connect_timeout: Duration,
+    /// The whole exchange, until the end of the response.
+    pub request_timeout: Option<Duration>,
+    /// One attempt to a backend, until the end of its response.
+    pub backend_request_timeout: Option<Duration>,
+    /// Longest silence while waiting for or reading the response.
+    pub stream_idle_timeout: Option<Duration>,
+}
+
+impl Default for RequestPolicy {
+    fn default() -> Self {
+        RequestPolicy {
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: None,
+            backend_request_timeout: None,
+            stream_idle_timeout: Some(Duration::from_secs(300)),
+        }
+    }
+}
+
+impl RequestPolicy {
+    /// The deadline that applies to one attempt: the shorter of the two timeouts.
+    pub fn attempt_timeout(&self) -> Option<Duration> {
+        match (self.request_timeout, self.backend_request_timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Where a routed request goes: a Backend port with the policy that applies on this path.
+#[derive(Debug)]
+pub struct Target {
+    pub backend: Arc<Backend>,
+    pub port: Arc<BackendPort>,
+    pub policy: RequestPolicy,
+    /// Whether to send the Backend's hostname as `Host`.
+    pub rewrite_authority: bool,
+}

@@ -1,0 +1,124 @@
+//! Status conditions of every object, derived from the diagnostics of a load (Gateway API
+//! style: `Accepted`, `ResolvedRefs`, `Programmed`, `Degraded`, `Conflicted`, `Overridden`).
+
+use serde::Serialize;
+
+use crate::config::{ConfigSet, Diagnostic, ObjectId, Reason};
+
+/// One condition.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub status: &'static str,
+    pub reason: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// Conditions of one object.
+#[derive(Clone, Debug, Serialize)]
+pub struct ObjectStatus {
+    #[serde(flatten)]
+    pub object: ObjectId,
+    pub file: String,
+    pub conditions: Vec<Condition>,
+}
+
+/// Conditions of every object of a config.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StatusReport {
+    pub objects: Vec<ObjectStatus>,
+}
+
+impl StatusReport {
+    /// Derives every object's conditions. `programmed` says whether this config is the one
+    /// serving (false when it was rejected because some object has errors).
+    pub fn build(set: &ConfigSet, diagnostics: &[Diagnostic], programmed: bool) -> Self {
+        let mut objects = Vec::new();
+        let all = set
+            .gateways
+            .iter()
+            .map(|o| (&o.id, &o.file))
+            .chain(set.http_routes.iter().map(|o| (&o.id, &o.file)))
+            .chain(set.backends.iter().map(|o| (&o.id, &o.file)))
+            .chain(set.policies.iter().map(|o| (&o.id, &o.file)))
+            .chain(set.proxy_configs.iter().map(|o| (&o.id, &o.file)));
+        for (id, file) in all {
+            let mine: Vec<&Diagnostic> = diagnostics
+                .iter()
+                .filter(|d| d.object.as_ref() == Some(id))
+                .collect();
+            objects.push(ObjectStatus {
+                object: id.clone(),
+                file: file.display().to_string(),
+                conditions: conditions(&mine, programmed),
+            });
+        }
+        StatusReport { objects }
+    }
+}
+
+fn conditions(diags: &[&Diagnostic], programmed: bool) -> Vec<Condition> {
+    let first = |pred: &dyn Fn(&Diagnostic) -> bool| diags.iter().find(|d| pred(d)).copied();
+    let mut out = Vec::new();
+
+    let invalid = first(&|d| d.is_error() && d.reason != Some(Reason::RefNotFound));
+    out.push(match invalid {
+        Some(d) => cond(
+            "Accepted",
+            false,
+            d.reason.map_or("Invalid", Reason::as_str),
+            d,
+        ),
+        None => ok("Accepted", "Accepted"),
+    });
+    out.push(match first(&|d| d.reason == Some(Reason::RefNotFound)) {
+        Some(d) => cond("ResolvedRefs", false, "RefNotFound", d),
+        None => ok("ResolvedRefs", "ResolvedRefs"),
+    });
+    let own_errors = diags.iter().any(|d| d.is_error());
+    out.push(if programmed {
+        ok("Programmed", "Programmed")
+    } else {
+        Condition {
+            kind: "Programmed",
+            status: "False",
+            reason: if own_errors {
+                "Invalid"
+            } else {
+                "ConfigRejected"
+            }
+            .to_owned(),
+            message: "the config has errors; the last good config keeps serving".to_owned(),
+        }
+    });
+    for (kind, reason) in [
+        ("Degraded", Reason::Degraded),
+        ("Conflicted", Reason::Conflicted),
+        ("Overridden", Reason::Overridden),
+    ] {
+        if let Some(d) = first(&|d| d.reason == Some(reason)) {
+            out.push(cond(kind, true, reason.as_str(), d));
+        }
+    }
+    out
+}
+
+fn ok(kind: &'static str, reason: &str) -> Condition {
+    Condition {
+        kind,
+        status: "True",
+        reason: reason.to_owned(),
+        message: String::new(),
+    }
+}
+
+fn cond(kind: &'static str, status: bool, reason: &str, d: &Diagnostic) -> Condition {
+    Condition {
+        kind,
+        status: if status { "True" } else { "False" },
+        reason: reason.to_owned(),
+        message: d.message.clone(),
+    }
+}

@@ -1,0 +1,166 @@
+//! The access log: one line per request, written by a background thread so the hot path never
+//! blocks on a slow terminal or disk. If the writer falls behind by more than a bounded queue,
+//! lines are dropped and counted rather than slowing traffic.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use arc_swap::ArcSwapOption;
+use serde::Serialize;
+
+use crate::config::wire::enums::AccessLogFormat;
+use crate::runtime::snapshot::AccessLogSettings;
+
+/// One request, as logged.
+#[derive(Debug, Serialize)]
+pub struct AccessRecord<'a> {
+    pub time: String,
+    pub client: SocketAddr,
+    pub listener: &'a str,
+    pub method: &'a str,
+    pub authority: &'a str,
+    pub path: &'a str,
+    pub protocol: &'static str,
+    pub status: u16,
+    /// The `x-egressd-error` code of a local reply.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<SocketAddr>,
+    /// Until the response headers were sent.
+    pub duration_ms: f64,
+}
+
+struct Sink {
+    tx: SyncSender<Vec<u8>>,
+    format: AccessLogFormat,
+}
+
+/// The access log, reconfigurable on reload.
+pub struct AccessLog {
+    sink: ArcSwapOption<Sink>,
+    settings: std::sync::Mutex<Option<AccessLogSettings>>,
+    dropped: AtomicU64,
+}
+
+impl std::fmt::Debug for AccessLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessLog").finish_non_exhaustive()
+    }
+}
+
+impl Default for AccessLog {
+    fn default() -> Self {
+        AccessLog {
+            sink: ArcSwapOption::empty(),
+            settings: std::sync::Mutex::new(None),
+            dropped: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Lines waiting for the writer thread before new ones are dropped.
+const QUEUE: usize = 16 * 1024;
+
+impl AccessLog {
+    /// Applies settings; reopens the destination only when they changed.
+    pub fn configure(&self, settings: &AccessLogSettings) -> std::io::Result<()> {
+        let mut current = self.settings.lock().unwrap_or_else(|p| p.into_inner());
+        if current.as_ref() == Some(settings) {
+            return Ok(());
+        }
+        if !settings.enabled {
+            self.sink.store(None);
+            *current = Some(settings.clone());
+            return Ok(());
+        }
+        let mut out: Box<dyn Write + Send> = match settings.path.as_str() {
+            "stdout" => Box::new(std::io::stdout()),
+            "stderr" => Box::new(std::io::stderr()),
+            path => Box::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?,
+            ),
+        };
+        let (tx, rx) = sync_channel::<Vec<u8>>(QUEUE);
+        std::thread::Builder::new()
+            .name("egressd-access-log".into())
+            .spawn(move || {
+                // Ends when the sink is replaced or dropped (all senders gone).
+                while let Ok(line) = rx.recv() {
+                    if out.write_all(&line).is_err() {
+                        continue;
+                    }
+                    // Flush when the queue is drained, so lines appear promptly without a
+                    // syscall per line under load.
+                    let mut more = rx.try_recv();
+                    while let Ok(line) = more {
+                        let _ = out.write_all(&line);
+                        more = rx.try_recv();
+                    }
+                    let _ = out.flush();
+                }
+            })?;
+        self.sink.store(Some(Arc::new(Sink {
+            tx,
+            format: settings.format,
+        })));
+        *current = Some(settings.clone());
+        Ok(())
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.sink.load().is_some()
+    }
+
+    /// Queues one line; never blocks.
+    pub fn write(&self, record: &AccessRecord<'_>) {
+        let guard = self.sink.load();
+        let Some(sink) = guard.as_ref() else { return };
+        let mut line = match sink.format {
+            AccessLogFormat::Json => serde_json::to_vec(record).unwrap_or_default(),
+            AccessLogFormat::Text => format!(
+                "{} {} {} \"{} {}{} {}\" {} {} {} {} {:.3}ms",
+                record.time,
+                record.client,
+                record.listener,
+                record.method,
+                record.authority,
+                record.path,
+                record.protocol,
+                record.status,
+                record.error.unwrap_or("-"),
+                record.backend.unwrap_or("-"),
+                record
+                    .endpoint
+                    .map_or_else(|| "-".to_owned(), |e| e.to_string()),
+                record.duration_ms
+            )
+            .into_bytes(),
+        };
+        line.push(b'\n');
+        if let Err(TrySendError::Full(_)) = sink.tx.try_send(line) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Lines dropped because the writer could not keep up.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// Now, formatted for the log.
+pub fn now() -> String {
+    super::time::rfc3339(SystemTime::now())
+}

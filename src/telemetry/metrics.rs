@@ -1,0 +1,94 @@
+//! Prometheus metrics. Handles are created once; the hot path only increments atomics.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    pub code: &'static str,
+}
+
+/// Every metric egressd exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub reloads: Family<ResultLabel, Counter>,
+    pub generation: Gauge,
+    pub last_reload_success: Gauge,
+    pub requests: Counter,
+    pub local_replies: Family<CodeLabel, Counter>,
+    pub downstream_connections: Gauge,
+    pub access_log_dropped: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("egressd");
+        let reloads = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Config reloads by result (success, failure)",
+            reloads.clone(),
+        );
+        let generation = Gauge::default();
+        registry.register(
+            "config_generation",
+            "Generation of the config serving now",
+            generation.clone(),
+        );
+        let last_reload_success = Gauge::default();
+        registry.register(
+            "config_last_reload_success_timestamp_seconds",
+            "Unix time of the last successful config load",
+            last_reload_success.clone(),
+        );
+        let requests = Counter::default();
+        registry.register("downstream_requests", "Requests received", requests.clone());
+        let local_replies = Family::<CodeLabel, Counter>::default();
+        registry.register(
+            "local_replies",
+            "Replies egressd made itself, by x-egressd-error code",
+            local_replies.clone(),
+        );
+        let downstream_connections = Gauge::default();
+        registry.register(
+            "downstream_connections_active",
+            "Open client connections",
+            downstream_connections.clone(),
+        );
+        let access_log_dropped = Counter::default();
+        registry.register(
+            "access_log_dropped",
+            "Access log lines dropped because the writer fell behind",
+            access_log_dropped.clone(),
+        );
+        Metrics {
+            registry,
+            reloads,
+            generation,
+            last_reload_success,
+            requests,
+            local_replies,
+            downstream_connections,
+            access_log_dropped,
+        }
+    }
+}
+
+impl Metrics {
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Encoding into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,5 @@
+//! What egressd tells operators: the access log and metrics.
+
+pub mod access_log;
+pub mod metrics;
+pub mod time;
