@@ -41,6 +41,10 @@ enum Command {
         /// Do not watch the config for changes (SIGHUP still reloads).
         #[arg(long)]
         no_watch: bool,
+        /// Write the bound admin address (ip:port) to this file once listening; useful with
+        /// an ephemeral admin port (`--admin-address 127.0.0.1:0`).
+        #[arg(long)]
+        admin_address_file: Option<PathBuf>,
     },
     /// Check a config without serving it: prints every error and each object's conditions;
     /// exit status 1 if there is any error.
@@ -88,7 +92,7 @@ fn main() -> ExitCode {
                 admin_address,
                 watch: (!no_watch).then(WatchOptions::default),
             };
-            run(options)
+            run(options, admin_address_file)
         }
     }
 }
@@ -106,7 +110,7 @@ fn init_logging(level: Option<&str>) {
 }
 
 /// The control runtime: reloads, DNS, admin and signals. Traffic runs on the workers.
-fn run(options: Options) -> ExitCode {
+fn run(options: Options, admin_address_file: Option<PathBuf>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -136,6 +140,14 @@ fn run(options: Options) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        if let Some(path) = admin_address_file {
+            let addr = proxy.admin_addr().await.map(|a| a.to_string()).unwrap_or_default();
+            // Written to a temporary name and renamed, so readers never see a partial file.
+            let tmp = path.with_extension("tmp");
+            if let Err(e) = std::fs::write(&tmp, &addr).and_then(|()| std::fs::rename(&tmp, &path)) {
+                eprintln!("egressd: cannot write {}: {e}", path.display());
+            }
+        }
         loop {
             tokio::select! {
                 _ = hup.recv() => {

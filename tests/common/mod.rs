@@ -1,0 +1,14 @@
+//! Test harness shared by the integration tests (compiled only for tests).
+//!
+//! | module | what |
+//! |---|---|
+//! | `upstream` | real hyper upstream servers on 127.0.0.1:0 |
+//! | `dns` | a real DNS server on 127.0.0.1:0 answering from a mutable table |
+//! | `proxy` | an in-process egressd started from YAML written to a temp dir |
+//! | `binary` | the built `egressd` binary run as a child process |
+#![allow(dead_code)]
+
+pub mod binary;
+pub mod dns;
+pub mod proxy;
+pub mod upstream;
