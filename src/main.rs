@@ -83,6 +83,7 @@ fn main() -> ExitCode {
             workers,
             admin_address,
             no_watch,
+            admin_address_file,
         } => {
             let workers = workers
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
