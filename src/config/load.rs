@@ -309,11 +309,17 @@ impl Base<'_> {
         out: &mut Vec<Object<S>>,
     ) {
         let parsed = yaml::from_node::<S>(spec);
-        for (written, canonical) in take_alias_uses() {
+        for (written, canonical, pos) in take_alias_uses() {
+            // Point at the value when its position is known, else at the document.
+            let pos = if pos == Pos::default() {
+                self.doc.pos
+            } else {
+                pos
+            };
             diags.push(
                 Diagnostic::warning(
                     &**self.file,
-                    self.doc.pos,
+                    pos,
                     format!("`{written}` is an alias of `{canonical}`"),
                 )
                 .object(&self.id)
@@ -333,15 +339,10 @@ impl Base<'_> {
                 Diagnostic::error(&**self.file, e.pos, e.message)
                     .object(&self.id)
                     .field(join_path("spec", &e.path))
-                    .hint(hint_for(&e.path)),
+                    .hint("see `egressd schema` or the config reference in README.md"),
             ),
         }
     }
-}
-
-fn hint_for(path: &str) -> String {
-    let _ = path;
-    "see `egressd schema` or the config reference in README.md".to_owned()
 }
 
 fn join_path(prefix: &str, path: &str) -> String {

@@ -15,7 +15,6 @@ use super::body::{ProxyBody, UpstreamBody};
 use super::error::{local_reply, ProxyError};
 use super::headers::{add_forwarded_for, append_via, strip_hop_by_hop};
 use super::router::{RouteEntry, RouteInput};
-use crate::config::wire::enums::OutboundPolicy;
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{Snapshot, Target};
 use crate::telemetry::access_log::{self, AccessRecord};
@@ -108,7 +107,8 @@ pub async fn handle(
             route: outcome.route.as_deref(),
             backend: outcome.backend.as_deref(),
             endpoint: outcome.endpoint,
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            // Microsecond precision is plenty and keeps lines short.
+            duration_ms: (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
         });
     }
     Ok(response)
@@ -167,13 +167,11 @@ async fn proxy(
                     })?;
                 (target, None)
             }
+            // RegistryOnly: the only outbound policy this build accepts (the others are
+            // rejected when the config is compiled).
             None => {
-                return Err(match snapshot.settings.outbound_policy {
-                    OutboundPolicy::RegistryOnly
-                    | OutboundPolicy::AllowAny
-                    | OutboundPolicy::AuditOnly => ProxyError::DestinationNotAllowed {
-                        host: dest.host.clone(),
-                    },
+                return Err(ProxyError::DestinationNotAllowed {
+                    host: dest.host.clone(),
                 })
             }
         },
@@ -335,27 +333,22 @@ async fn send(
         }
     }
     let exchange = exchange(target, endpoint, req);
-    let result = match limit {
+    match limit {
         None => exchange.await,
         Some((at, timeout, idle)) => match tokio::time::timeout_at(at, exchange).await {
             Ok(r) => r,
-            Err(_) if idle => {
-                return Err(ProxyError::StreamIdleTimeout {
-                    backend: backend.clone(),
-                    endpoint: endpoint.addr,
-                    timeout,
-                })
-            }
-            Err(_) => {
-                return Err(ProxyError::UpstreamTimeout {
-                    backend: backend.clone(),
-                    endpoint: endpoint.addr,
-                    timeout,
-                })
-            }
+            Err(_) if idle => Err(ProxyError::StreamIdleTimeout {
+                backend: backend.clone(),
+                endpoint: endpoint.addr,
+                timeout,
+            }),
+            Err(_) => Err(ProxyError::UpstreamTimeout {
+                backend: backend.clone(),
+                endpoint: endpoint.addr,
+                timeout,
+            }),
         },
-    };
-    result
+    }
 }
 
 /// Pooled connections may have been closed by the server while idle; a request that was not

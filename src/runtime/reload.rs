@@ -95,6 +95,9 @@ impl Reloader {
         );
 
         if compiled.has_errors() {
+            // Forget the last good fingerprint, so that reverting the files to it reloads (and
+            // clears the failure from /status) instead of being skipped as "unchanged".
+            inner.last_fingerprint = None;
             let errors = compiled.errors().count();
             for d in compiled.errors() {
                 tracing::error!(target: "egressd::config", "{d}");

@@ -6,18 +6,24 @@
 
 use std::cell::RefCell;
 
+use crate::config::yaml::Pos;
+
+/// One use of an alias: as written, the canonical spelling, and where it was written
+/// (`Pos::default()` when the deserializer does not track positions).
+pub type AliasUse = (String, &'static str, Pos);
+
 thread_local! {
-    /// Aliases used while deserializing the current document: (as written, canonical).
-    static ALIAS_USES: RefCell<Vec<(String, &'static str)>> = const { RefCell::new(Vec::new()) };
+    /// Aliases used while deserializing the current document.
+    static ALIAS_USES: RefCell<Vec<AliasUse>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Records that `written` was accepted as an alias of `canonical`.
-pub(crate) fn record_alias(written: &str, canonical: &'static str) {
-    ALIAS_USES.with(|uses| uses.borrow_mut().push((written.to_owned(), canonical)));
+/// Records that `written` (at `pos`) was accepted as an alias of `canonical`.
+pub(crate) fn record_alias(written: &str, canonical: &'static str, pos: Pos) {
+    ALIAS_USES.with(|uses| uses.borrow_mut().push((written.to_owned(), canonical, pos)));
 }
 
 /// Takes the aliases recorded on this thread since the last call.
-pub fn take_alias_uses() -> Vec<(String, &'static str)> {
+pub fn take_alias_uses() -> Vec<AliasUse> {
     ALIAS_USES.with(|uses| std::mem::take(&mut *uses.borrow_mut()))
 }
 
@@ -81,11 +87,13 @@ macro_rules! wire_enum {
 
         impl<'de> serde::Deserialize<'de> for $name {
             fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let written = String::deserialize(d)?;
+                // Read with its position, so an alias warning can point at the value itself.
+                let spanned = <$crate::config::yaml::Spanned<String> as serde::Deserialize>::deserialize(d)?;
+                let (pos, written) = (spanned.pos, spanned.value);
                 match Self::parse(&written) {
                     Some((value, alias)) => {
                         if alias {
-                            $crate::config::wire::enums::record_alias(&written, value.as_str());
+                            $crate::config::wire::enums::record_alias(&written, value.as_str(), pos);
                         }
                         Ok(value)
                     }

@@ -62,7 +62,7 @@ pub struct PathMatch {
     pub kind: Option<PathMatchType>,
     /// `/` when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
+    pub value: Option<Spanned<String>>,
 }
 
 /// A header or query parameter match.
@@ -73,7 +73,7 @@ pub struct ValueMatch {
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<ValueMatchType>,
     pub name: String,
-    pub value: String,
+    pub value: Spanned<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]

@@ -26,8 +26,11 @@ use crate::upstream::{EndpointGroup, EndpointSource};
 
 /// Compiled Backends by `(namespace, name)`, with their inline policies for request-level
 /// resolution later.
+/// A compiled Backend with its inline policy (if any).
+pub(crate) type BackendEntry<'a> = (Arc<Backend>, Option<&'a TrafficPolicySpec>);
+
 pub(crate) struct Backends<'a> {
-    pub by_name: HashMap<(String, String), (Arc<Backend>, Option<&'a TrafficPolicySpec>)>,
+    pub by_name: HashMap<(String, String), BackendEntry<'a>>,
     order: Vec<Arc<Backend>>,
 }
 
@@ -380,7 +383,7 @@ fn compile_one(
         let rewrite = dest
             .fqdn
             .as_ref()
-            .map_or(true, |f| f.rewrite_authority.unwrap_or(true));
+            .is_none_or(|f| f.rewrite_authority.unwrap_or(true));
         let authority = match (&hostname, rewrite) {
             (Some(host), true) => {
                 let default_port = if mode == Some(TlsMode::InsecureDisable) {

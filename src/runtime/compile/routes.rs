@@ -458,12 +458,18 @@ fn check_match(
     let mut ok = true;
     let mut out = RequestMatch::default();
     if let Some(path) = &m.path {
-        let value = path.value.value.clone().unwrap_or_else(|| "/".to_owned());
+        let value = path
+            .value
+            .value
+            .as_ref()
+            .map_or_else(|| "/".to_owned(), |v| v.value.clone());
+        // Errors about the value point at the value (the match itself when it is omitted).
+        let value_pos = path.value.value.as_ref().map_or(path.pos, |v| v.pos);
         let kind = path.value.kind.unwrap_or(PathMatchType::PathPrefix);
         out.path = match kind {
             PathMatchType::Exact | PathMatchType::PathPrefix if !value.starts_with('/') => {
                 cx.error(
-                    at(file, id, path.pos, format!("{field}.path.value")),
+                    at(file, id, value_pos, format!("{field}.path.value")),
                     format!("path `{value}` must start with `/`"),
                     "e.g. /api",
                 );
@@ -478,8 +484,8 @@ fn check_match(
                 Ok(re) => PathMatcher::Regex(re),
                 Err(e) => {
                     cx.error(
-                        at(file, id, path.pos, format!("{field}.path.value")),
-                        format!("invalid regular expression: {e}"),
+                        at(file, id, value_pos, format!("{field}.path.value")),
+                        format!("invalid regular expression `{value}`: {}", regex_error(&e)),
                         "RE2 syntax; the expression must match the whole path",
                     );
                     ok = false;
@@ -498,13 +504,17 @@ fn check_match(
         for (i, v) in list.iter().enumerate() {
             let f = format!("{field}.{kind_name}[{i}]");
             let matcher = match v.value.kind.unwrap_or(ValueMatchType::Exact) {
-                ValueMatchType::Exact => ValueMatcher::Exact(v.value.value.clone()),
+                ValueMatchType::Exact => ValueMatcher::Exact(v.value.value.value.clone()),
                 ValueMatchType::RegularExpression => match full_regex(&v.value.value) {
                     Ok(re) => ValueMatcher::Regex(re),
                     Err(e) => {
                         cx.error(
-                            at(file, id, v.pos, format!("{f}.value")),
-                            format!("invalid regular expression: {e}"),
+                            at(file, id, v.value.value.pos, format!("{f}.value")),
+                            format!(
+                                "invalid regular expression `{}`: {}",
+                                v.value.value.value,
+                                regex_error(&e)
+                            ),
                             "RE2 syntax; it must match the whole value",
                         );
                         ok = false;
@@ -535,6 +545,19 @@ fn check_match(
 /// Compiles a regex that must match the whole input.
 fn full_regex(pattern: &str) -> Result<Regex, regex::Error> {
     Regex::new(&format!("^(?:{pattern})$"))
+}
+
+/// The cause of a regex error on one line. The regex crate renders syntax errors over several
+/// lines, quoting the pattern as compiled (wrapped in `^(?:...)$`), which would break the
+/// one-line diagnostic format and show the user a pattern they did not write.
+fn regex_error(e: &regex::Error) -> String {
+    let text = e.to_string();
+    text.lines()
+        .rev()
+        .find_map(|line| line.strip_prefix("error: "))
+        .unwrap_or_else(|| text.lines().last().unwrap_or_default())
+        .trim()
+        .to_owned()
 }
 
 fn check_filters(
