@@ -41,6 +41,14 @@ struct Destination {
     scheme_default_port: u16,
 }
 
+/// The request fields the access log records.
+struct LoggedRequest {
+    method: Method,
+    version: Version,
+    authority: String,
+    path: String,
+}
+
 /// What the access log needs to know about how a request went.
 #[derive(Default)]
 struct Outcome {
@@ -58,20 +66,24 @@ pub async fn handle(
     let started = Instant::now();
     shared.metrics.requests.inc();
     let snapshot = shared.snapshot.load_full();
-    let method = req.method().clone();
-    let version = req.version();
-    let authority_for_log = req
-        .uri()
-        .authority()
-        .map(|a| a.as_str().to_owned())
-        .or_else(|| {
-            req.headers()
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .map(str::to_owned)
-        })
-        .unwrap_or_default();
-    let path_for_log = req.uri().path().to_owned();
+    // What the access log needs from the request, taken before the request moves on; nothing
+    // is copied when the access log is off.
+    let log_request = shared.access_log.enabled().then(|| LoggedRequest {
+        method: req.method().clone(),
+        version: req.version(),
+        authority: req
+            .uri()
+            .authority()
+            .map(|a| a.as_str().to_owned())
+            .or_else(|| {
+                req.headers()
+                    .get(header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default(),
+        path: req.uri().path().to_owned(),
+    });
     let mut outcome = Outcome::default();
 
     let (response, error) = match proxy(&snapshot, &conn, req, started, &mut outcome).await {
@@ -93,15 +105,15 @@ pub async fn handle(
         }
     };
 
-    if shared.access_log.enabled() {
+    if let Some(logged) = log_request {
         shared.access_log.write(&AccessRecord {
             time: access_log::now(),
             client: conn.client,
             listener: &conn.listener,
-            method: method.as_str(),
-            authority: &authority_for_log,
-            path: &path_for_log,
-            protocol: version_str(version),
+            method: logged.method.as_str(),
+            authority: &logged.authority,
+            path: &logged.path,
+            protocol: version_str(logged.version),
             status: response.status().as_u16(),
             error,
             route: outcome.route.as_deref(),
