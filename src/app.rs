@@ -104,7 +104,7 @@ impl Proxy {
                 let reloader = reloader.clone();
                 background.push(tokio::spawn(async move {
                     while let Some(cause) = changes.recv().await {
-                        let cause = format!("{cause:?}");
+                        let cause = cause.to_string();
                         let _ = reloader.reload(&cause, false).await;
                     }
                 }));

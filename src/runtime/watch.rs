@@ -81,6 +81,25 @@ pub enum ReloadCause {
     Poll,
 }
 
+impl std::fmt::Display for ReloadCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReloadCause::FileChange { paths } if paths.is_empty() => f.write_str("file change"),
+            ReloadCause::FileChange { paths } => {
+                f.write_str("file change: ")?;
+                for (i, p) in paths.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{}", p.display())?;
+                }
+                Ok(())
+            }
+            ReloadCause::Poll => f.write_str("poll"),
+        }
+    }
+}
+
 /// Errors from [`ConfigWatcher::start`]. Missing directories are not errors: they are
 /// logged and picked up by the poll once they appear.
 #[derive(Debug, thiserror::Error)]
