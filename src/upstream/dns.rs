@@ -1,8 +1,8 @@
 //! Resolving FQDN destinations and keeping their endpoint lists current.
 //!
 //! Each FQDN Backend port has one refresher task. It re-resolves when the answer's TTL runs out
-//! (bounded below by `dnsRefreshRate` so a zero TTL cannot spin) or every `dnsRefreshRate` when
-//! TTLs are not respected. A failed resolution keeps the last good addresses serving and retries
+//! (clamped to 1 s – 1 h, so a zero TTL cannot spin) or every `dnsRefreshRate` when TTLs are not
+//! respected. A failed resolution keeps the last good addresses serving and retries
 //! sooner. Every address is an endpoint whose identity is the address, so endpoints (and their
 //! pools) survive re-resolution.
 

@@ -306,11 +306,14 @@ fn compile_one(
             &tls_field,
         );
         if mode == Some(TlsMode::InsecureDisable) {
+            // No valid destination (already reported as an error): nothing to judge, and
+            // calling a rejected `127.0.0.1` "non-loopback" would only mislead.
+            let known = hostname.is_some() || !ips.is_empty();
             let loopback = match &hostname {
                 Some(h) => h == "localhost",
-                None => !ips.is_empty() && ips.iter().all(|(ip, _)| ip.is_loopback()),
+                None => ips.iter().all(|(ip, _)| ip.is_loopback()),
             };
-            if !loopback {
+            if known && !loopback {
                 cx.warn(
                     at(file, id, tls.map_or(obj.pos, |t| t.pos), tls_field.clone()),
                     Reason::Degraded,
