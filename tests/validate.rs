@@ -222,7 +222,7 @@ fn unknown_top_level_field_is_an_error_at_its_key() {
         &d,
         &Expect {
             at: spot("backend.yaml", "\nlabels:", "labels"),
-            object: None,
+            object: Some("Backend default/inventory"),
             field: "",
             message: "unknown field `labels`",
         },
@@ -659,7 +659,7 @@ fn many_mistakes() -> Vec<Expect<'static>> {
         },
         Expect {
             at: spot("other-kinds.yaml", "\nstatus: {}", "status"),
-            object: None,
+            object: Some("Backend default/audit"),
             field: "",
             message: "unknown field `status`",
         },

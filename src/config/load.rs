@@ -136,6 +136,11 @@ fn load_file(file: &Path, text: &str, loaded: &mut Loaded) {
     }
 }
 
+/// Reports unknown top-level keys of a document that did not get far enough to name its object.
+fn flush_unknown(diags: &mut Vec<Diagnostic>, keys: &[&Node], error: &dyn Fn(&Node) -> Diagnostic) {
+    diags.extend(keys.iter().map(|k| error(k)));
+}
+
 const TOP_LEVEL_FIELDS: [&str; 4] = ["apiVersion", "kind", "metadata", "spec"];
 
 fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
@@ -152,27 +157,28 @@ fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
         return;
     };
     let mut ok = true;
-    for (key, _) in entries {
+    // Reported once the object is known, so the error names it.
+    let unknown_keys: Vec<&Node> = entries
+        .iter()
+        .map(|(key, _)| key)
+        .filter(|key| !TOP_LEVEL_FIELDS.contains(&key.as_str().unwrap_or("")))
+        .collect();
+    let unknown_key_error = |key: &Node| {
         let name = key.as_str().unwrap_or("");
-        if !TOP_LEVEL_FIELDS.contains(&name) {
-            let hint = if name == "status" {
-                "status is written by egressd (see `egressd validate` and /status); remove it"
-            } else {
-                "a document has only apiVersion, kind, metadata and spec"
-            };
-            diags.push(
-                Diagnostic::error(&**file, key.pos, format!("unknown field `{name}`")).hint(hint),
-            );
-            ok = false;
-        }
-    }
+        let hint = if name == "status" {
+            "status is written by egressd (see `egressd validate` and /status); remove it"
+        } else {
+            "a document has only apiVersion, kind, metadata and spec"
+        };
+        Diagnostic::error(&**file, key.pos, format!("unknown field `{name}`")).hint(hint)
+    };
 
     let Some(kind_node) = doc.get("kind") else {
         diags.push(
             Diagnostic::error(&**file, doc.pos, "missing field `kind`")
                 .hint(format!("one of: {}", kind_names())),
         );
-        return;
+        return flush_unknown(diags, &unknown_keys, &unknown_key_error);
     };
     let kind_name = kind_node.as_str().unwrap_or("");
     let Some(kind) = Kind::from_name(kind_name) else {
@@ -188,7 +194,7 @@ fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
             )
         };
         diags.push(Diagnostic::error(&**file, kind_node.pos, message).hint(hint));
-        return;
+        return flush_unknown(diags, &unknown_keys, &unknown_key_error);
     };
 
     let meta: ObjectMeta = match doc.get("metadata") {
@@ -201,7 +207,7 @@ fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
                 )
                 .hint("add `metadata: {name: ...}`"),
             );
-            return;
+            return flush_unknown(diags, &unknown_keys, &unknown_key_error);
         }
         Some(node) => match yaml::from_node(node) {
             Ok(meta) => meta,
@@ -210,7 +216,7 @@ fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
                     Diagnostic::error(&**file, e.pos, e.message)
                         .field(join_path("metadata", &e.path)),
                 );
-                return;
+                return flush_unknown(diags, &unknown_keys, &unknown_key_error);
             }
         },
     };
@@ -222,6 +228,10 @@ fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
             .unwrap_or_else(|| "default".to_owned()),
         name: meta.name.clone(),
     };
+    for key in &unknown_keys {
+        diags.push(unknown_key_error(key).object(&id));
+        ok = false;
+    }
     if let Some(node) = doc.get("metadata") {
         for (field, value) in [
             ("name", Some(id.name.as_str())),
