@@ -1,0 +1,159 @@
+//! A real DNS server over UDP on 127.0.0.1:0, answering from a table the test changes while
+//! egressd runs. egressd is pointed at it with `ProxyConfig.spec.dns.nameservers`.
+//!
+//! Names are matched case-insensitively without the trailing dot. Known names get their A
+//! records and an empty NOERROR answer for AAAA (so an IPv4-and-IPv6 lookup succeeds with the
+//! IPv4 addresses only); unknown names get NXDOMAIN; `set_failing(true)` turns every answer into
+//! SERVFAIL.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use hickory_proto::op::{Message, MessageType, ResponseCode};
+use hickory_proto::rr::rdata::{A, SOA};
+use hickory_proto::rr::{Name, RData, Record, RecordType};
+use tokio::net::UdpSocket;
+use tokio::task::JoinHandle;
+
+#[derive(Default)]
+struct Table {
+    records: HashMap<String, (Vec<Ipv4Addr>, u32)>,
+    failing: bool,
+    /// A queries seen per name (one per lookup; AAAA queries are not counted).
+    queries: HashMap<String, usize>,
+}
+
+/// The DNS server; dropping it stops it.
+pub struct TestDns {
+    pub addr: SocketAddr,
+    table: Arc<Mutex<Table>>,
+    task: JoinHandle<()>,
+}
+
+fn key(name: &str) -> String {
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+impl TestDns {
+    pub async fn start() -> TestDns {
+        let socket = UdpSocket::bind("127.0.0.1:0")
+            .await
+            .expect("bind DNS socket");
+        let addr = socket.local_addr().expect("DNS local addr");
+        let table = Arc::new(Mutex::new(Table::default()));
+        let task = tokio::spawn(serve(socket, table.clone()));
+        TestDns { addr, table, task }
+    }
+
+    /// Answers A queries for `name` with `ips`, each with `ttl_secs`.
+    pub fn set(&self, name: &str, ips: &[Ipv4Addr], ttl_secs: u32) {
+        self.table
+            .lock()
+            .unwrap()
+            .records
+            .insert(key(name), (ips.to_vec(), ttl_secs));
+    }
+
+    /// Forgets `name`: queries for it get NXDOMAIN.
+    pub fn remove(&self, name: &str) {
+        self.table.lock().unwrap().records.remove(&key(name));
+    }
+
+    /// While true, every query gets SERVFAIL.
+    pub fn set_failing(&self, failing: bool) {
+        self.table.lock().unwrap().failing = failing;
+    }
+
+    /// A queries received for `name` so far.
+    pub fn query_count(&self, name: &str) -> usize {
+        let table = self.table.lock().unwrap();
+        table.queries.get(&key(name)).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for TestDns {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve(socket: UdpSocket, table: Arc<Mutex<Table>>) {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let Ok((len, peer)) = socket.recv_from(&mut buf).await else {
+            continue;
+        };
+        let Ok(request) = Message::from_vec(&buf[..len]) else {
+            continue;
+        };
+        let response = answer(&request, &table);
+        if let Ok(bytes) = response.to_vec() {
+            let _ = socket.send_to(&bytes, peer).await;
+        }
+    }
+}
+
+fn answer(request: &Message, table: &Mutex<Table>) -> Message {
+    let mut response = Message::new();
+    response
+        .set_id(request.id())
+        .set_message_type(MessageType::Response)
+        .set_op_code(request.op_code())
+        .set_recursion_desired(request.recursion_desired())
+        .set_recursion_available(true)
+        .set_authoritative(true);
+    let Some(query) = request.query().cloned() else {
+        response.set_response_code(ResponseCode::FormErr);
+        return response;
+    };
+    response.add_query(query.clone());
+
+    let mut table = table.lock().unwrap();
+    let name = key(&query.name().to_ascii());
+    if query.query_type() == RecordType::A {
+        *table.queries.entry(name.clone()).or_default() += 1;
+    }
+    if table.failing {
+        response.set_response_code(ResponseCode::ServFail);
+        return response;
+    }
+    match table.records.get(&name) {
+        None => {
+            // An SOA with a 1s minimum keeps the resolver's negative cache short, so a name the
+            // test adds later is found promptly.
+            response.set_response_code(ResponseCode::NXDomain);
+            response.add_name_server(soa_record());
+        }
+        Some((ips, ttl)) => {
+            response.set_response_code(ResponseCode::NoError);
+            if query.query_type() == RecordType::A {
+                for ip in ips {
+                    response.add_answer(Record::from_rdata(
+                        query.name().clone(),
+                        *ttl,
+                        RData::A(A(*ip)),
+                    ));
+                }
+            } else {
+                // NOERROR with no answer ("NODATA") for AAAA and anything else.
+                response.add_name_server(soa_record());
+            }
+        }
+    }
+    response
+}
+
+fn soa_record() -> Record {
+    let zone = Name::root();
+    let soa = SOA::new(
+        Name::from_ascii("ns.test.").expect("valid name"),
+        Name::from_ascii("hostmaster.test.").expect("valid name"),
+        1,
+        60,
+        60,
+        60,
+        1,
+    );
+    Record::from_rdata(zone, 1, RData::SOA(soa))
+}

@@ -1,0 +1,328 @@
+//! An in-process egressd started from YAML written to a temp dir, and small HTTP/1.1 client
+//! helpers that talk to it over real sockets.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// The file the config is written to inside the temp dir.
+const CONFIG_FILE: &str = "egressd.yaml";
+
+/// A running in-process proxy. Its config lives in a temp dir removed on drop.
+pub struct TestProxy {
+    proxy: Option<egressd::Proxy>,
+    dir: tempfile::TempDir,
+    pub admin: SocketAddr,
+}
+
+impl TestProxy {
+    /// Writes `yaml` to a temp dir and starts egressd on it (one worker, admin on an ephemeral
+    /// port, no file watching). Panics unless the config loaded.
+    pub async fn start(yaml: &str) -> TestProxy {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join(CONFIG_FILE), yaml).expect("write config");
+        let options = egressd::Options {
+            config: vec![dir.path().to_path_buf()],
+            workers: 1,
+            admin_address: Some("127.0.0.1:0".parse().unwrap()),
+            watch: None,
+        };
+        let proxy = egressd::Proxy::start(options)
+            .await
+            .expect("egressd starts");
+        let generation = proxy.shared().snapshot.load().generation;
+        assert!(
+            generation >= 1,
+            "config did not load: {:?}",
+            proxy.shared().reload_status().messages
+        );
+        let admin = proxy.admin_addr().await.expect("admin address");
+        TestProxy {
+            proxy: Some(proxy),
+            dir,
+            admin,
+        }
+    }
+
+    fn proxy(&self) -> &egressd::Proxy {
+        self.proxy.as_ref().expect("proxy not shut down")
+    }
+
+    /// The bound address of listener `namespace/gateway/listener`.
+    pub fn listener(&self, key: &str) -> SocketAddr {
+        self.proxy()
+            .listener_addr(key)
+            .unwrap_or_else(|| panic!("no listener {key}"))
+    }
+
+    /// The listener of [`preamble`]: `default/gw/http`.
+    pub fn http(&self) -> SocketAddr {
+        self.listener("default/gw/http")
+    }
+
+    /// The generation of the config being served.
+    pub fn generation(&self) -> u64 {
+        self.proxy().shared().snapshot.load().generation
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join(CONFIG_FILE)
+    }
+
+    /// Replaces the config file (no reload by itself: watching is off).
+    pub fn rewrite(&self, yaml: &str) {
+        std::fs::write(self.config_path(), yaml).expect("rewrite config");
+    }
+
+    /// Reloads now, as SIGHUP does, and panics if the new config was rejected.
+    pub async fn reload(&self) -> u64 {
+        match self.proxy().reload().await {
+            Ok(generation) => generation,
+            Err(e) => panic!(
+                "reload failed: {e}: {:?}",
+                self.proxy().shared().reload_status().messages
+            ),
+        }
+    }
+
+    /// Drains and stops; returns true if every connection finished in time.
+    pub async fn shutdown(mut self) -> bool {
+        self.proxy.take().expect("proxy running").shutdown().await
+    }
+}
+
+/// The common head of a test config: a ProxyConfig (access log off, DNS pointed at `dns` when
+/// given) and a Gateway `gw` with an HTTP listener `http` on 127.0.0.1, ephemeral port.
+pub fn preamble(dns: Option<SocketAddr>) -> String {
+    let dns = match dns {
+        Some(addr) => format!("\n  dns:\n    nameservers: [\"{addr}\"]"),
+        None => String::new(),
+    };
+    format!(
+        r#"apiVersion: egressd.dev/v1alpha1
+kind: ProxyConfig
+metadata:
+  name: egressd
+spec:
+  accessLog:
+    enabled: false
+  drain:
+    timeout: 1s{dns}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: gw
+spec:
+  listeners:
+  - name: http
+    address: 127.0.0.1
+    port: 0
+    protocol: HTTP
+"#
+    )
+}
+
+/// A plaintext Backend `name` with one IP endpoint `addr` (the usual way to reach a test
+/// upstream without DNS). `extra` is appended to the spec, indented by two spaces.
+pub fn ip_backend(name: &str, addr: SocketAddr, extra: &str) -> String {
+    format!(
+        r#"---
+apiVersion: egressd.dev/v1alpha1
+kind: Backend
+metadata:
+  name: {name}
+spec:
+  destination:
+    type: IP
+    ip:
+      endpoints:
+      - address: {ip}
+    ports:
+    - number: {port}
+  protocol: HTTP
+  tls:
+    mode: InsecureDisable
+{extra}"#,
+        ip = addr.ip(),
+        port = addr.port(),
+    )
+}
+
+/// A plaintext FQDN Backend `name` for `hostname` on `ports`. `extra` is appended to the spec.
+pub fn fqdn_backend(name: &str, hostname: &str, ports: &[u16], extra: &str) -> String {
+    let ports: String = ports
+        .iter()
+        .map(|p| format!("    - number: {p}\n"))
+        .collect();
+    format!(
+        r#"---
+apiVersion: egressd.dev/v1alpha1
+kind: Backend
+metadata:
+  name: {name}
+spec:
+  destination:
+    type: FQDN
+    fqdn:
+      hostname: {hostname}
+    ports:
+{ports}  protocol: HTTP
+  tls:
+    mode: InsecureDisable
+{extra}"#
+    )
+}
+
+/// A response read to the end.
+#[derive(Debug)]
+pub struct Response {
+    pub status: http::StatusCode,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Response {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().expect("ASCII header"))
+    }
+
+    /// The `x-egressd-error` code of a local reply.
+    pub fn error_code(&self) -> Option<&str> {
+        self.header("x-egressd-error")
+    }
+
+    /// The `x-upstream` name the test upstream answered with.
+    pub fn upstream(&self) -> Option<&str> {
+        self.header("x-upstream")
+    }
+}
+
+/// Request bodies the client helpers send.
+pub type ClientBody = Full<Bytes>;
+
+/// One client connection to `addr`; requests on it reuse the connection (keep-alive).
+pub struct Conn {
+    sender: hyper::client::conn::http1::SendRequest<ClientBody>,
+}
+
+impl Conn {
+    pub async fn open(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect(addr).await.expect("connect to proxy");
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("HTTP/1.1 handshake");
+        tokio::spawn(async move {
+            // Ends with an error when the proxy aborts a response, which some tests provoke.
+            let _ = connection.await;
+        });
+        Conn { sender }
+    }
+
+    /// Sends `request` exactly as given (hyper's connection-level client adds no Host and
+    /// writes the URI in whatever form it has, so absolute-form reaches the proxy as such),
+    /// and returns the response with its body still streaming.
+    pub async fn send(
+        &mut self,
+        request: http::Request<ClientBody>,
+    ) -> Result<http::Response<Incoming>, hyper::Error> {
+        self.sender.ready().await?;
+        self.sender.send_request(request).await
+    }
+
+    /// Sends `request` and reads the whole response.
+    pub async fn fetch(&mut self, request: http::Request<ClientBody>) -> Response {
+        let response = self.send(request).await.expect("response from proxy");
+        collect(response).await
+    }
+}
+
+/// Reads a response body to the end; panics when the body ends in an error.
+pub async fn collect(response: http::Response<Incoming>) -> Response {
+    let (parts, body) = response.into_parts();
+    let body = body
+        .collect()
+        .await
+        .expect("whole response body")
+        .to_bytes();
+    Response {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+/// Sends `request` on a new connection and reads the whole response.
+pub async fn fetch(addr: SocketAddr, request: http::Request<ClientBody>) -> Response {
+    Conn::open(addr).await.fetch(request).await
+}
+
+/// An origin-form request builder with `Host: host`.
+pub fn request(method: &str, host: &str, path: &str) -> http::request::Builder {
+    http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::HOST, host)
+}
+
+/// `GET path` with `Host: host`.
+pub async fn get(addr: SocketAddr, host: &str, path: &str) -> Response {
+    get_with_headers(addr, host, path, &[]).await
+}
+
+/// `GET path` with `Host: host` and extra headers (repeated names are sent as repeated lines).
+pub async fn get_with_headers(
+    addr: SocketAddr,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Response {
+    let mut builder = request("GET", host, path);
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    fetch(addr, builder.body(ClientBody::default()).unwrap()).await
+}
+
+/// A forward-proxy style request: `GET http://host:port/path HTTP/1.1` sent to the proxy, with
+/// the Host header a real client would send alongside it.
+pub async fn get_absolute(addr: SocketAddr, url: &str) -> Response {
+    let uri: http::Uri = url.parse().expect("absolute URL");
+    let authority = uri.authority().expect("URL with authority").to_string();
+    let request = http::Request::builder()
+        .uri(uri)
+        .header(http::header::HOST, authority)
+        .body(ClientBody::default())
+        .unwrap();
+    fetch(addr, request).await
+}
+
+/// Polls `check` until it returns true or `timeout` passes; returns whether it did.
+pub async fn eventually<F, Fut>(timeout: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
