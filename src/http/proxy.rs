@@ -179,6 +179,12 @@ async fn proxy(
                     })?;
                 (target, None)
             }
+            None if router.declares_host(&dest.host) => {
+                return Err(ProxyError::NoRoute {
+                    host: dest.host.clone(),
+                    path: input.path.to_owned(),
+                })
+            }
             // RegistryOnly: the only outbound policy this build accepts (the others are
             // rejected when the config is compiled).
             None => {

@@ -1,8 +1,8 @@
 //! Request routing on one HTTP listener: HTTPRoute rules first, then the implicit route to an
 //! FQDN Backend named by the request's host.
 //!
-//! Rules are ordered at compile time by Gateway API precedence (exact path, then longest
-//! prefix, then method, then most header matches, then most query matches, then route age /
+//! Rules are ordered at compile time by Gateway API precedence (exact path, then regular
+//! expression, then longest prefix, then method, then most header matches, then most query matches, then route age /
 //! name, then rule order), within three tiers of hostname specificity: routes naming the exact
 //! host, then wildcard hostnames (longest suffix first), then routes without hostnames. The first
 //! match wins, so per-request routing is a hash lookup and a short scan.
@@ -225,6 +225,16 @@ impl HttpRouter {
     /// The implicit route to an FQDN Backend with this exact hostname.
     pub fn implicit(&self, host: &str) -> Option<&ImplicitRoute> {
         self.implicit.get(host)
+    }
+
+    /// Whether an HTTPRoute names this host (exactly or by wildcard): a request for it that
+    /// matches no rule is then 404 `no_route`, not an undeclared destination.
+    pub fn declares_host(&self, host: &str) -> bool {
+        self.exact.contains_key(host)
+            || self
+                .wildcard
+                .iter()
+                .any(|(suffix, _)| host.len() > suffix.len() && host.ends_with(suffix.as_str()))
     }
 }
 

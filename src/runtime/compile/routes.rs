@@ -787,9 +787,11 @@ struct SortKey {
 impl SortKey {
     fn new(m: &RequestMatch, route_rank: usize, rule: usize, index: usize) -> Self {
         let (path_kind, len) = match &m.path {
+            // Gateway API leaves regex precedence to implementations; between exact and prefix
+            // (as Envoy Gateway does) keeps regex rules reachable next to a catch-all prefix.
             PathMatcher::Exact(p) => (0, p.len()),
-            PathMatcher::Prefix(p) => (1, p.len()),
-            PathMatcher::Regex(r) => (2, r.as_str().len()),
+            PathMatcher::Regex(r) => (1, r.as_str().len()),
+            PathMatcher::Prefix(p) => (2, p.len()),
         };
         SortKey {
             path_kind,
