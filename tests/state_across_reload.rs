@@ -9,6 +9,18 @@ use common::dns::TestDns;
 use common::proxy::{fqdn_backend, get, ip_backend, preamble, TestProxy};
 use common::upstream::Upstream;
 
+/// Address of the endpoint group of Backend `name`'s first port in the snapshot serving now:
+/// the same address across a reload means the same group (same resolver state) was kept.
+fn group_id(proxy: &TestProxy, name: &str) -> usize {
+    let snapshot = proxy.egressd().shared().snapshot.load();
+    let backend = snapshot
+        .backends
+        .iter()
+        .find(|b| b.id.name == name)
+        .expect("backend in snapshot");
+    std::sync::Arc::as_ptr(&backend.ports[0].endpoints) as usize
+}
+
 fn route(host: &str, backend: &str) -> String {
     format!(
         r#"---
@@ -104,6 +116,7 @@ async fn resolved_names_survive_a_reload_without_new_queries() {
     );
     let queries = dns.query_count("api.state.test");
     assert!(queries >= 1);
+    let group_before = group_id(&proxy, "api");
 
     let other = Upstream::start("other").await;
     proxy.rewrite(&(base + &ip_backend("other", other.addr, "") + &route("other.test", "other")));
@@ -122,6 +135,11 @@ async fn resolved_names_survive_a_reload_without_new_queries() {
         dns.query_count("api.state.test"),
         queries,
         "an unchanged FQDN must not be resolved again on reload"
+    );
+    assert_eq!(
+        group_id(&proxy, "api"),
+        group_before,
+        "the DNS group must be reused"
     );
     assert_eq!(a.connection_count(), 1);
 }

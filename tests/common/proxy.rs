@@ -50,6 +50,11 @@ impl TestProxy {
         }
     }
 
+    /// The proxy itself, e.g. to inspect the snapshot serving now.
+    pub fn egressd(&self) -> &egressd::Proxy {
+        self.proxy()
+    }
+
     fn proxy(&self) -> &egressd::Proxy {
         self.proxy.as_ref().expect("proxy not shut down")
     }
