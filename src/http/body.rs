@@ -1,5 +1,6 @@
 //! Body types of the data path. Bodies are streamed frame by frame, never collected.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -86,17 +87,62 @@ pub struct UpstreamBody {
     give_back: Option<H1Sender>,
     /// Keeps the endpoint's active-request count up while the response streams.
     active: ActiveRequest,
-    idle: Option<IdleTimer>,
-    deadline: Option<(Pin<Box<Sleep>>, Duration)>,
+    timers: StreamTimers,
 }
 
+/// The stream idle timeout and the request deadline, sharing one timer.
+///
+/// The timer is created only when the upstream first makes the body wait (a small response
+/// that arrives with its headers never touches the timer wheel) and re-armed only when it
+/// fires early because there was activity since it was armed, so a busy stream costs one
+/// clock read per frame.
 #[derive(Debug)]
-struct IdleTimer {
-    timeout: Duration,
+struct StreamTimers {
+    idle: Option<Duration>,
+    /// When the whole request must be over, and the timeout that set it (for the message).
+    deadline: Option<(Instant, Duration)>,
     last_activity: Instant,
-    /// Fires at `last_activity + timeout` as it was when last armed; re-armed lazily, so a busy
-    /// stream does not touch the timer wheel on every frame.
-    sleep: Pin<Box<Sleep>>,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl StreamTimers {
+    fn is_off(&self) -> bool {
+        self.idle.is_none() && self.deadline.is_none()
+    }
+
+    /// When the next limit expires, and the error it would be.
+    fn next_due(&self) -> Option<(Instant, StreamError)> {
+        let idle = self
+            .idle
+            .map(|t| (self.last_activity + t, StreamError::Idle(t)));
+        let deadline = self.deadline.map(|(at, t)| (at, StreamError::Deadline(t)));
+        match (idle, deadline) {
+            (Some(i), Some(d)) => Some(if d.0 <= i.0 { d } else { i }),
+            (i, d) => i.or(d),
+        }
+    }
+
+    /// Called when the body is waiting for the upstream: Ready(error) if a limit expired,
+    /// otherwise the waker is registered for the next one.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<StreamError> {
+        loop {
+            let Some((due, error)) = self.next_due() else {
+                return Poll::Pending;
+            };
+            if due <= Instant::now() {
+                return Poll::Ready(error);
+            }
+            let sleep = self
+                .sleep
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+            if sleep.deadline() != due {
+                sleep.as_mut().reset(due);
+            }
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+    }
 }
 
 impl UpstreamBody {
@@ -112,13 +158,12 @@ impl UpstreamBody {
             inner,
             give_back: Some(sender),
             active,
-            idle: idle_timeout.map(|timeout| IdleTimer {
-                timeout,
+            timers: StreamTimers {
+                idle: idle_timeout,
+                deadline,
                 last_activity: Instant::now(),
-                sleep: Box::pin(tokio::time::sleep(timeout)),
-            }),
-            deadline: deadline
-                .map(|(at, timeout)| (Box::pin(tokio::time::sleep_until(at)), timeout)),
+                sleep: None,
+            },
         };
         if body.inner.is_end_stream() {
             body.finish();
@@ -135,8 +180,9 @@ impl UpstreamBody {
         if let Some(sender) = self.give_back.take() {
             self.endpoint().pool.checkin(sender);
         }
-        self.idle = None;
-        self.deadline = None;
+        self.timers.idle = None;
+        self.timers.deadline = None;
+        self.timers.sleep = None;
     }
 }
 
@@ -149,17 +195,18 @@ impl Body for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        if let Some((sleep, timeout)) = &mut this.deadline {
-            if sleep.as_mut().poll(cx).is_ready() {
-                let timeout = *timeout;
-                this.give_back = None;
-                return Poll::Ready(Some(Err(StreamError::Deadline(timeout).into())));
-            }
-        }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                if let Some(idle) = &mut this.idle {
-                    idle.last_activity = Instant::now();
+                if !this.timers.is_off() {
+                    let now = Instant::now();
+                    // A stream that never waits must still end at its deadline.
+                    if let Some((at, timeout)) = this.timers.deadline {
+                        if now >= at {
+                            this.give_back = None;
+                            return Poll::Ready(Some(Err(StreamError::Deadline(timeout).into())));
+                        }
+                    }
+                    this.timers.last_activity = now;
                 }
                 if this.inner.is_end_stream() {
                     this.finish();
@@ -174,25 +221,13 @@ impl Body for UpstreamBody {
                 this.finish();
                 Poll::Ready(None)
             }
-            Poll::Pending => {
-                if let Some(idle) = &mut this.idle {
-                    loop {
-                        if idle.sleep.as_mut().poll(cx).is_pending() {
-                            break;
-                        }
-                        let due = idle.last_activity + idle.timeout;
-                        if due <= Instant::now() {
-                            let timeout = idle.timeout;
-                            this.give_back = None;
-                            return Poll::Ready(Some(Err(StreamError::Idle(timeout).into())));
-                        }
-                        // There was activity since the timer was armed: re-arm and poll again
-                        // so the waker is registered.
-                        idle.sleep.as_mut().reset(due);
-                    }
+            Poll::Pending => match this.timers.poll_expired(cx) {
+                Poll::Ready(error) => {
+                    this.give_back = None;
+                    Poll::Ready(Some(Err(error.into())))
                 }
-                Poll::Pending
-            }
+                Poll::Pending => Poll::Pending,
+            },
         }
     }
 
@@ -204,5 +239,3 @@ impl Body for UpstreamBody {
         self.inner.size_hint()
     }
 }
-
-use std::future::Future;
