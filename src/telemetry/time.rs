@@ -39,7 +39,7 @@ mod tests {
     #[test]
     fn formats_known_instants() {
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
-        let t = UNIX_EPOCH + Duration::from_millis(1_795_328_119_123);
+        let t = UNIX_EPOCH + Duration::from_millis(1_795_320_919_123);
         assert_eq!(rfc3339(t), "2026-11-22T04:15:19.123Z");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");

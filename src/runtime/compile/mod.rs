@@ -5,6 +5,7 @@
 mod backends;
 mod listeners;
 mod policy;
+mod route_rules;
 mod routes;
 mod settings;
 
