@@ -142,10 +142,15 @@ fn run(options: Options, admin_address_file: Option<PathBuf>) -> ExitCode {
             }
         };
         if let Some(path) = admin_address_file {
-            let addr = proxy.admin_addr().await.map(|a| a.to_string()).unwrap_or_default();
+            let addr = proxy
+                .admin_addr()
+                .await
+                .map(|a| a.to_string())
+                .unwrap_or_default();
             // Written to a temporary name and renamed, so readers never see a partial file.
             let tmp = path.with_extension("tmp");
-            if let Err(e) = std::fs::write(&tmp, &addr).and_then(|()| std::fs::rename(&tmp, &path)) {
+            if let Err(e) = std::fs::write(&tmp, &addr).and_then(|()| std::fs::rename(&tmp, &path))
+            {
                 eprintln!("egressd: cannot write {}: {e}", path.display());
             }
         }
