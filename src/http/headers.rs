@@ -23,6 +23,11 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 /// removed too: egressd does not relay protocol upgrades yet, so the upstream answers the
 /// request as plain HTTP.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none of these: one pass over the names (cheap comparisons of
+    // standard headers) avoids ten hash lookups per message.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     // Names listed in Connection first, while the header is still there.
     let listed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
@@ -38,6 +43,10 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         headers.remove(name);
     }
     headers.remove(header::UPGRADE);
+}
+
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    name == header::UPGRADE || HOP_BY_HOP.iter().any(|h| h == name)
 }
 
 /// The `Via` entry this proxy adds for a message of `version`.
@@ -57,12 +66,19 @@ pub fn append_via(headers: &mut HeaderMap, version: Version) {
     append_list(headers, header::VIA, ours);
 }
 
+/// The client address as an `X-Forwarded-For` entry (made once per connection).
+pub fn client_address_value(client: IpAddr) -> HeaderValue {
+    HeaderValue::from_str(&client.to_string()).unwrap_or(HeaderValue::from_static("unknown"))
+}
+
 /// Appends the client address to `X-Forwarded-For` and sets `X-Forwarded-Proto` when the
 /// client did not.
-pub fn add_forwarded_for(headers: &mut HeaderMap, client: IpAddr, proto: &'static str) {
-    if let Ok(value) = HeaderValue::from_str(&client.to_string()) {
-        append_list(headers, HeaderName::from_static("x-forwarded-for"), value);
-    }
+pub fn add_forwarded_for(headers: &mut HeaderMap, client: &HeaderValue, proto: &'static str) {
+    append_list(
+        headers,
+        HeaderName::from_static("x-forwarded-for"),
+        client.clone(),
+    );
     headers
         .entry(HeaderName::from_static("x-forwarded-proto"))
         .or_insert(HeaderValue::from_static(proto));
@@ -118,7 +134,11 @@ mod tests {
         h.insert(header::VIA, HeaderValue::from_static("1.1 other"));
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
         append_via(&mut h, Version::HTTP_11);
-        add_forwarded_for(&mut h, "127.0.0.1".parse().unwrap(), "http");
+        add_forwarded_for(
+            &mut h,
+            &client_address_value("127.0.0.1".parse().unwrap()),
+            "http",
+        );
         assert_eq!(h.get(header::VIA).unwrap(), "1.1 other, 1.1 egressd");
         assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.1");
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::body::{ProxyBody, UpstreamBody};
 use super::error::{local_reply, ProxyError};
-use super::headers::{add_forwarded_for, append_via, strip_hop_by_hop};
+use super::headers::{add_forwarded_for, append_via, client_address_value, strip_hop_by_hop};
 use super::router::{RouteEntry, RouteInput};
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{Snapshot, Target};
@@ -27,18 +27,41 @@ use crate::upstream::Endpoint;
 pub struct ConnInfo {
     pub listener: Arc<str>,
     pub client: SocketAddr,
+    /// `client`'s address as an `X-Forwarded-For` value, formatted once per connection.
+    pub client_header: HeaderValue,
+}
+
+impl ConnInfo {
+    pub fn new(listener: Arc<str>, client: SocketAddr) -> Self {
+        ConnInfo {
+            listener,
+            client_header: client_address_value(client.ip()),
+            client,
+        }
+    }
 }
 
 /// Where the client wants to go, from the absolute URI or `Host`.
 #[derive(Debug)]
 struct Destination {
-    /// Lower-case, without port or trailing dot.
-    host: String,
+    /// The host lower-cased, only when the client did not send it lower-case already (the
+    /// common case needs no copy).
+    lowered: Option<String>,
     port: Option<u16>,
     /// The authority as the client gave it (used as `Host` when not rewritten).
     authority: Authority,
     /// 80 for `http` (and origin-form on plaintext listeners), 443 for `https`.
     scheme_default_port: u16,
+}
+
+impl Destination {
+    /// Lower-case, without port or trailing dot.
+    fn host(&self) -> &str {
+        match &self.lowered {
+            Some(h) => h,
+            None => self.authority.host().trim_end_matches('.'),
+        }
+    }
 }
 
 /// The request fields the access log records.
@@ -137,7 +160,7 @@ async fn proxy(
     if req.method() == Method::CONNECT {
         // Tunnels arrive with Passthrough/TCP Backends; until then nothing may be tunnelled.
         return Err(ProxyError::DestinationNotAllowed {
-            host: format!("{}:{}", dest.host, dest.port.unwrap_or(443)),
+            host: format!("{}:{}", dest.host(), dest.port.unwrap_or(443)),
         });
     }
     let router = snapshot
@@ -147,7 +170,7 @@ async fn proxy(
 
     // Route: HTTPRoute rules first, then the implicit route to an FQDN Backend.
     let input = RouteInput {
-        host: &dest.host,
+        host: dest.host(),
         path: req.uri().path(),
         query: req.uri().query(),
         method: req.method(),
@@ -161,12 +184,12 @@ async fn proxy(
             })?;
             (target, Some(entry))
         }
-        None => match router.implicit(&dest.host) {
+        None => match router.implicit(dest.host()) {
             Some(implicit) => {
                 let target = implicit
                     .target_for(dest.port, dest.scheme_default_port)
                     .ok_or_else(|| ProxyError::PortNotAllowed {
-                        host: dest.host.clone(),
+                        host: dest.host().to_owned(),
                         port: dest.port.unwrap_or(dest.scheme_default_port),
                         backend: implicit.backend.label.clone(),
                         ports: implicit
@@ -179,9 +202,9 @@ async fn proxy(
                     })?;
                 (target, None)
             }
-            None if router.declares_host(&dest.host) => {
+            None if router.declares_host(dest.host()) => {
                 return Err(ProxyError::NoRoute {
-                    host: dest.host.clone(),
+                    host: dest.host().to_owned(),
                     path: input.path.to_owned(),
                 })
             }
@@ -189,7 +212,7 @@ async fn proxy(
             // rejected when the config is compiled).
             None => {
                 return Err(ProxyError::DestinationNotAllowed {
-                    host: dest.host.clone(),
+                    host: dest.host().to_owned(),
                 })
             }
         },
@@ -236,12 +259,16 @@ fn destination(req: &Request<Incoming>) -> Result<Destination, ProxyError> {
             "userinfo in the request authority is not allowed".into(),
         ));
     }
-    let host = authority.host().trim_end_matches('.').to_ascii_lowercase();
+    let host = authority.host().trim_end_matches('.');
     if host.is_empty() {
         return Err(ProxyError::InvalidRequest("empty host".into()));
     }
+    let lowered = host
+        .bytes()
+        .any(|b| b.is_ascii_uppercase())
+        .then(|| host.to_ascii_lowercase());
     Ok(Destination {
-        host,
+        lowered,
         port: authority.port_u16(),
         authority,
         scheme_default_port: default_port,
@@ -294,7 +321,7 @@ fn prepare_request(
         .map_err(|_| ProxyError::InvalidRequest("authority is not a valid Host value".into()))?;
     headers.insert(header::HOST, host);
     append_via(headers, client_version);
-    add_forwarded_for(headers, conn.client.ip(), "http");
+    add_forwarded_for(headers, &conn.client_header, "http");
     if let Some(f) = filters {
         f.request_headers.apply(headers);
     }

@@ -90,10 +90,7 @@ pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
                 let guard = ctx.tracker.enter();
-                let info = Arc::new(ConnInfo {
-                    listener: ctx.key.clone(),
-                    client: peer,
-                });
+                let info = Arc::new(ConnInfo::new(ctx.key.clone(), peer));
                 tokio::spawn(serve(
                     stream,
                     info,
