@@ -238,7 +238,7 @@ fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
             ("namespace", meta.namespace.as_deref()),
         ] {
             if let Some(value) = value {
-                if !is_dns_label_or_subdomain(value) {
+                if !is_dns_subdomain(value) {
                     let pos = node.get(field).map_or(node.pos, |n| n.pos);
                     diags.push(
                         Diagnostic::error(&**file, pos, format!("invalid {field} `{value}`"))
@@ -373,8 +373,10 @@ fn kind_names() -> String {
         .join(", ")
 }
 
-/// RFC 1123 subdomain, as Kubernetes requires for object names and namespaces.
-fn is_dns_label_or_subdomain(s: &str) -> bool {
+/// RFC 1123 subdomain: lower-case labels of letters, digits and `-`, each at most 63
+/// characters, not starting or ending with `-`, at most 253 in all. Kubernetes requires it of
+/// object names and namespaces; hostnames follow the same grammar.
+pub fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('.').all(|label| {

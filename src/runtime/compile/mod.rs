@@ -154,18 +154,7 @@ pub(crate) fn at<'a>(
 
 /// A DNS name (RFC 1123), lower-case, not an IP literal, no wildcard.
 pub(crate) fn is_valid_hostname(host: &str) -> bool {
-    host.len() <= 253
-        && host.parse::<std::net::IpAddr>().is_err()
-        && !host.is_empty()
-        && host.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
+    crate::config::load::is_dns_subdomain(host) && host.parse::<std::net::IpAddr>().is_err()
 }
 
 /// `host` or `*.host`.
