@@ -102,7 +102,7 @@ impl Reloader {
             for d in compiled.errors() {
                 tracing::error!(target: "egressd::config", "{d}");
             }
-            self.record_failure(cause, compiled.diagnostics, &compiled.snapshot);
+            self.record_failure(cause, compiled.diagnostics);
             return Err(ReloadError::Invalid(errors));
         }
         for d in compiled.diagnostics.iter().filter(|d| !d.is_error()) {
@@ -229,12 +229,7 @@ impl Reloader {
         ReloadError::Apply(message)
     }
 
-    fn record_failure(
-        &self,
-        cause: &str,
-        diagnostics: Vec<Diagnostic>,
-        _rejected: &super::snapshot::Snapshot,
-    ) {
+    fn record_failure(&self, cause: &str, diagnostics: Vec<Diagnostic>) {
         let messages = diagnostics.iter().map(ToString::to_string).collect();
         let serving = self.shared.snapshot.load().generation;
         self.record_failure_message(cause, messages, diagnostics, serving);

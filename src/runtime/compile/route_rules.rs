@@ -69,9 +69,7 @@ pub(super) fn check_route<'a>(
             matches.push(RequestMatch::default());
         }
         for (mi, m) in rule.matches.iter().enumerate() {
-            if let Some(rm) =
-                check_match(cx, file, id, m, &format!("{field}.matches[{mi}]"), rule.pos)
-            {
+            if let Some(rm) = check_match(cx, file, id, m, &format!("{field}.matches[{mi}]")) {
                 matches.push(rm);
             }
         }
@@ -90,8 +88,7 @@ pub(super) fn check_route<'a>(
                 );
                 continue;
             }
-            if let Some(v) = &r.filters {
-                let _ = v;
+            if r.filters.is_some() {
                 cx.not_yet(
                     at(file, id, r.pos, format!("{bfield}.filters")),
                     "backendRefs[].filters",
@@ -161,9 +158,7 @@ fn check_match(
     id: &ObjectId,
     m: &crate::config::wire::route::HttpRouteMatch,
     field: &str,
-    rule_pos: crate::config::yaml::Pos,
 ) -> Option<RequestMatch> {
-    let _ = rule_pos;
     let mut ok = true;
     let mut out = RequestMatch::default();
     if let Some(path) = &m.path {

@@ -61,7 +61,6 @@ pub(crate) fn compile(
                     route,
                     rule_index,
                     rule,
-                    backends,
                     policies,
                     &listener.gateway,
                 ));
@@ -195,11 +194,11 @@ fn effective_hostnames(spec: &HttpRouteSpec, listener: Option<&str>) -> Option<V
             route
                 .into_iter()
                 .filter_map(|h| {
+                    // The narrower of the two names survives: a route host inside the
+                    // listener's wildcard, or the listener's host inside the route's wildcard.
                     if hostname_matches(l, &h) || h == l {
                         Some(h)
-                    } else if hostname_matches(&h, l)
-                        || (!l.starts_with('*') && h.starts_with('*') && hostname_matches(&h, l))
-                    {
+                    } else if hostname_matches(&h, l) {
                         Some(l.to_owned())
                     } else {
                         None
@@ -305,7 +304,6 @@ fn build_action(
     route: &Object<HttpRouteSpec>,
     rule_index: usize,
     rule: &CheckedRule<'_>,
-    _backends: &Backends<'_>,
     policies: &PolicyIndex<'_>,
     gateway: &ObjectId,
 ) -> RouteAction {
