@@ -518,3 +518,55 @@ async fn requests_on_one_connection_are_routed_independently() {
     let response = get_absolute(proxy.http(), "http://two.test/").await;
     assert_eq!(response.upstream(), Some("two"));
 }
+
+#[tokio::test]
+async fn listener_hostname_limits_what_its_routes_serve() {
+    let fleet = Fleet::start(&["inside", "any"]).await;
+    let yaml = format!(
+        r#"apiVersion: egressd.dev/v1alpha1
+kind: ProxyConfig
+metadata: {{name: egressd}}
+spec:
+  accessLog: {{enabled: false}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec:
+  listeners:
+  - {{name: http, address: 127.0.0.1, port: 0, protocol: HTTP, hostname: "*.internal.test"}}
+{backends}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: named}}
+spec:
+  hostnames: [a.internal.test, b.other.test]
+  rules: [{{backendRefs: [{{name: inside}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: unnamed}}
+spec:
+  rules: [{{backendRefs: [{{name: any}}]}}]
+"#,
+        backends = fleet.backends()
+    );
+    let proxy = TestProxy::start(&yaml).await;
+    let to = |host: &'static str| {
+        request("GET", host, "/")
+            .body(ClientBody::default())
+            .unwrap()
+    };
+    // The named route keeps only the host inside the listener's wildcard.
+    assert_routed(&proxy, to("a.internal.test"), "inside").await;
+    // A route without hostnames takes the listener's: any host under it, nothing else.
+    assert_routed(&proxy, to("c.internal.test"), "any").await;
+    for host in ["b.other.test", "internal.test"] {
+        let response = fetch(proxy.http(), to(host)).await;
+        assert_eq!(
+            response.status, 403,
+            "{host} is outside the listener hostname"
+        );
+        assert_eq!(response.error_code(), Some("destination_not_allowed"));
+    }
+}
