@@ -475,23 +475,21 @@ fn invalid_regular_expression_is_an_error_at_the_pattern() {
 }
 
 #[test]
-fn backend_without_tls_means_tls_origination_which_is_not_supported_yet() {
-    let (dir, d) = only_diagnostic("tls-omitted");
-    // There is no `tls` node to point at, so the error points at the Backend.
+fn mutual_tls_without_a_client_certificate_is_rejected_at_the_mode() {
+    let (dir, d) = only_diagnostic("tls-mutual-without-certificate");
     assert_error(
         &dir,
         &d,
         &Expect {
-            at: spot("backend.yaml", "apiVersion:", "apiVersion"),
+            at: spot("backend.yaml", "mode: Mutual", "Mutual"),
             object: Some("Backend default/inventory"),
-            field: "spec.tls",
-            message: "TLS origination (tls omitted means mode Simple) is not supported yet",
+            field: "spec.tls.mode",
+            message: "tls.mode Mutual needs a client certificate",
         },
     );
-    assert_eq!(d.reason, Some(Reason::UnsupportedValue), "{d}");
     assert!(
-        d.hint.as_deref().unwrap_or("").contains("InsecureDisable"),
-        "the hint says how to get plaintext: {d}"
+        d.hint.as_deref().unwrap_or("").contains("clientCertificate"),
+        "the hint says what to add: {d}"
     );
     let v = validate_dir(&dir);
     assert!(
@@ -499,7 +497,7 @@ fn backend_without_tls_means_tls_origination_which_is_not_supported_yet() {
             &v.report,
             "Backend default/inventory",
             &dir.join("backend.yaml"),
-            "Accepted=False UnsupportedValue"
+            "Accepted=False Invalid"
         ),
         "{}",
         v.report
@@ -602,14 +600,10 @@ fn many_mistakes() -> Vec<Expect<'static>> {
             message: "YAML syntax error",
         },
         Expect {
-            at: spot(
-                "backends.yaml",
-                "tls block, i.e. TLS origination.\napiVersion",
-                "apiVersion",
-            ),
+            at: spot("backends.yaml", "mode: Mutual", "Mutual"),
             object: Some("Backend default/billing"),
-            field: "spec.tls",
-            message: "TLS origination (tls omitted means mode Simple) is not supported yet",
+            field: "spec.tls.mode",
+            message: "tls.mode Mutual needs a client certificate",
         },
         Expect {
             at: spot("backends.yaml", "hostname: 127.0.0.1", "127.0.0.1"),
@@ -784,7 +778,7 @@ fn validate_binary_prints_every_mistake_and_the_conditions_and_exits_1() {
         (
             "Backend default/billing",
             &backends,
-            "Accepted=False UnsupportedValue: TLS origination",
+            "Accepted=False Invalid: tls.mode Mutual needs a client certificate",
         ),
         (
             "Backend default/ledger",

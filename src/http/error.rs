@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 
 use super::body::ProxyBody;
+use crate::upstream::tls::TlsFailure;
 
 /// The response header that carries the short error code of a local reply.
 pub const ERROR_HEADER: &str = "x-egressd-error";
@@ -57,6 +58,13 @@ pub enum ProxyError {
         endpoint: SocketAddr,
         timeout: Duration,
     },
+    #[error("TLS handshake with {endpoint} for Backend {backend} failed: {}: {} ({detail})", failure.code(), failure.explain())]
+    UpstreamTls {
+        backend: Arc<str>,
+        endpoint: SocketAddr,
+        failure: TlsFailure,
+        detail: String,
+    },
     #[error("Backend {backend} ({endpoint}) closed the connection before answering: {cause}")]
     UpstreamReset {
         backend: Arc<str>,
@@ -91,6 +99,7 @@ impl ProxyError {
             ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
             ProxyError::StreamIdleTimeout { .. } => "stream_idle_timeout",
             ProxyError::UpstreamReset { .. } => "upstream_reset",
+            ProxyError::UpstreamTls { .. } => "upstream_tls_failure",
             ProxyError::UpstreamProtocol { .. } => "upstream_protocol_error",
             ProxyError::NotSupported(_) => "not_supported",
             ProxyError::ListenerGone => "listener_draining",
@@ -111,10 +120,18 @@ impl ProxyError {
             ProxyError::ConnectTimeout { .. }
             | ProxyError::UpstreamTimeout { .. }
             | ProxyError::StreamIdleTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            ProxyError::UpstreamReset { .. } | ProxyError::UpstreamProtocol { .. } => {
-                StatusCode::BAD_GATEWAY
-            }
+            ProxyError::UpstreamReset { .. }
+            | ProxyError::UpstreamProtocol { .. }
+            | ProxyError::UpstreamTls { .. } => StatusCode::BAD_GATEWAY,
             ProxyError::NotSupported(_) => StatusCode::NOT_IMPLEMENTED,
+        }
+    }
+
+    /// The finer cause, where the code alone is not enough (TLS failures).
+    pub fn cause(&self) -> Option<&'static str> {
+        match self {
+            ProxyError::UpstreamTls { failure, .. } => Some(failure.code()),
+            _ => None,
         }
     }
 
@@ -126,6 +143,7 @@ impl ProxyError {
             | ProxyError::UpstreamTimeout { endpoint, .. }
             | ProxyError::StreamIdleTimeout { endpoint, .. }
             | ProxyError::UpstreamReset { endpoint, .. }
+            | ProxyError::UpstreamTls { endpoint, .. }
             | ProxyError::UpstreamProtocol { endpoint, .. } => Some(*endpoint),
             _ => None,
         }

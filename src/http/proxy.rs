@@ -20,6 +20,7 @@ use crate::runtime::snapshot::{Snapshot, Target};
 use crate::telemetry::access_log::{self, AccessRecord};
 use crate::upstream::connect::{connect_http1, ConnectError};
 use crate::upstream::pool::H1Sender;
+use crate::upstream::tls::TlsFailure;
 use crate::upstream::Endpoint;
 
 /// What the proxy knows about the connection a request arrived on.
@@ -109,24 +110,33 @@ pub async fn handle(
     });
     let mut outcome = Outcome::default();
 
-    let (response, error) = match proxy(&snapshot, &conn, req, started, &mut outcome).await {
-        Ok(response) => (response, None),
-        Err(err) => {
-            let code = err.code();
-            shared
-                .metrics
-                .local_replies
-                .get_or_create(&crate::telemetry::metrics::CodeLabel { code })
-                .inc();
-            if outcome.endpoint.is_none() {
-                outcome.endpoint = err.endpoint();
+    let (response, error, error_cause) =
+        match proxy(&snapshot, &conn, req, started, &mut outcome).await {
+            Ok(response) => (response, None, None),
+            Err(err) => {
+                let code = err.code();
+                shared
+                    .metrics
+                    .local_replies
+                    .get_or_create(&crate::telemetry::metrics::CodeLabel { code })
+                    .inc();
+                if outcome.endpoint.is_none() {
+                    outcome.endpoint = err.endpoint();
+                }
+                if err.status().is_server_error() {
+                    tracing::debug!(error = %err, code, "local reply");
+                }
+                let cause = err.cause();
+                if let Some(cause) = cause {
+                    shared
+                        .metrics
+                        .upstream_tls_failures
+                        .get_or_create(&crate::telemetry::metrics::CauseLabel { cause })
+                        .inc();
+                }
+                (local_reply(&err), Some(code), cause)
             }
-            if err.status().is_server_error() {
-                tracing::debug!(error = %err, code, "local reply");
-            }
-            (local_reply(&err), Some(code))
-        }
-    };
+        };
 
     if let Some(logged) = log_request {
         shared.access_log.write(&AccessRecord {
@@ -139,6 +149,7 @@ pub async fn handle(
             protocol: version_str(logged.version),
             status: response.status().as_u16(),
             error,
+            error_cause,
             route: outcome.route.as_deref(),
             backend: outcome.backend.as_deref(),
             endpoint: outcome.endpoint,
@@ -409,20 +420,29 @@ async fn exchange(
         let (mut sender, fresh) = match endpoint.pool.checkout() {
             Some(sender) => (sender, false),
             None => {
-                let sender = connect_http1(addr, target.policy.connect_timeout)
-                    .await
-                    .map_err(|e| match e {
-                        ConnectError::Timeout { timeout, .. } => ProxyError::ConnectTimeout {
-                            backend: backend.clone(),
-                            endpoint: addr,
-                            timeout,
-                        },
-                        other => ProxyError::ConnectFailure {
-                            backend: backend.clone(),
-                            endpoint: addr,
-                            cause: connect_cause(&other),
-                        },
-                    })?;
+                let sender =
+                    connect_http1(addr, target.policy.connect_timeout, &target.port.transport)
+                        .await
+                        .map_err(|e| match e {
+                            ConnectError::Timeout { timeout, .. } => ProxyError::ConnectTimeout {
+                                backend: backend.clone(),
+                                endpoint: addr,
+                                timeout,
+                            },
+                            ConnectError::Tls {
+                                failure, detail, ..
+                            } => ProxyError::UpstreamTls {
+                                backend: backend.clone(),
+                                endpoint: addr,
+                                failure,
+                                detail,
+                            },
+                            other => ProxyError::ConnectFailure {
+                                backend: backend.clone(),
+                                endpoint: addr,
+                                cause: connect_cause(&other),
+                            },
+                        })?;
                 (sender, true)
             }
         };
@@ -446,6 +466,16 @@ async fn exchange(
                 _ => {
                     let err = e.into_error();
                     let cause = error_chain(&err);
+                    // With TLS 1.3 the server judges our certificate after our side of the
+                    // handshake is done: its refusal arrives with the first request.
+                    if let Some(failure) = TlsFailure::from_error_chain(&err) {
+                        return Err(ProxyError::UpstreamTls {
+                            backend: backend.clone(),
+                            endpoint: addr,
+                            failure,
+                            detail: cause,
+                        });
+                    }
                     return Err(if err.is_parse() || err.is_parse_status() {
                         ProxyError::UpstreamProtocol {
                             backend: backend.clone(),

@@ -125,6 +125,8 @@ impl Backend {
 pub struct BackendPort {
     pub number: u16,
     pub protocol: Protocol,
+    /// How connections are made (plaintext or TLS with a prebuilt client config).
+    pub transport: crate::upstream::connect::Transport,
     pub endpoints: Arc<EndpointGroup>,
     /// `Host` to send when the authority is rewritten to the backend's hostname.
     pub authority: Option<HeaderValue>,

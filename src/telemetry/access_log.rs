@@ -29,6 +29,9 @@ pub struct AccessRecord<'a> {
     /// The `x-egressd-error` code of a local reply.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<&'static str>,
+    /// The finer cause of some errors (e.g. `unknown_ca` for `upstream_tls_failure`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_cause: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -139,7 +142,7 @@ impl AccessLog {
                 record.path,
                 record.protocol,
                 record.status,
-                record.error.unwrap_or("-"),
+                record.error_cause.or(record.error).unwrap_or("-"),
                 record.backend.unwrap_or("-"),
                 record
                     .endpoint

@@ -16,6 +16,11 @@ pub struct CodeLabel {
     pub code: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabel {
+    pub cause: &'static str,
+}
+
 /// Every metric egressd exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -27,6 +32,7 @@ pub struct Metrics {
     pub local_replies: Family<CodeLabel, Counter>,
     pub downstream_connections: Gauge,
     pub access_log_dropped: Counter,
+    pub upstream_tls_failures: Family<CauseLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -70,7 +76,14 @@ impl Default for Metrics {
             "Access log lines dropped because the writer fell behind",
             access_log_dropped.clone(),
         );
+        let upstream_tls_failures = Family::<CauseLabel, Counter>::default();
+        registry.register(
+            "upstream_tls_failures",
+            "Failed TLS handshakes with upstreams, by cause",
+            upstream_tls_failures.clone(),
+        );
         Metrics {
+            upstream_tls_failures,
             registry,
             reloads,
             generation,

@@ -3,10 +3,23 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use super::pool::H1Sender;
+use super::tls::{TlsFailure, TlsOrigination};
+
+/// How connections to a Backend port are made.
+#[derive(Clone, Debug)]
+pub enum Transport {
+    /// Plaintext (`tls.mode: InsecureDisable`).
+    Plain,
+    /// TLS origination with a config built when the snapshot was compiled.
+    Tls(Arc<TlsOrigination>),
+}
 
 /// Why a connection could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -18,6 +31,12 @@ pub enum ConnectError {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
+    },
+    #[error("TLS handshake with {addr} failed: {}: {detail}", failure.code())]
+    Tls {
+        addr: SocketAddr,
+        failure: TlsFailure,
+        detail: String,
     },
     #[error("HTTP/1.1 handshake with {addr} failed: {source}")]
     Handshake {
@@ -39,9 +58,46 @@ pub async fn connect_tcp(addr: SocketAddr, timeout: Duration) -> Result<TcpStrea
     Ok(stream)
 }
 
-/// Opens a plaintext HTTP/1.1 connection and spawns its driver on the current runtime.
-pub async fn connect_http1(addr: SocketAddr, timeout: Duration) -> Result<H1Sender, ConnectError> {
+/// Opens an HTTP/1.1 connection (TLS when the transport says so) and spawns its driver on the
+/// current runtime. The TLS handshake gets its own `timeout`, after the TCP connect's.
+pub async fn connect_http1(
+    addr: SocketAddr,
+    timeout: Duration,
+    transport: &Transport,
+) -> Result<H1Sender, ConnectError> {
     let stream = connect_tcp(addr, timeout).await?;
+    match transport {
+        Transport::Plain => handshake_http1(addr, stream).await,
+        Transport::Tls(tls) => {
+            let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+            let handshake = connector.connect(tls.server_name(addr), stream);
+            let stream = match tokio::time::timeout(timeout, handshake).await {
+                Err(_) => {
+                    return Err(ConnectError::Tls {
+                        addr,
+                        failure: TlsFailure::HandshakeTimeout,
+                        detail: format!("no handshake within {timeout:?}"),
+                    })
+                }
+                Ok(Err(e)) => {
+                    let failure = TlsFailure::from_error_chain(&e).unwrap_or(TlsFailure::Other);
+                    return Err(ConnectError::Tls {
+                        addr,
+                        failure,
+                        detail: e.to_string(),
+                    });
+                }
+                Ok(Ok(stream)) => stream,
+            };
+            handshake_http1(addr, stream).await
+        }
+    }
+}
+
+async fn handshake_http1<S>(addr: SocketAddr, stream: S) -> Result<H1Sender, ConnectError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (sender, conn) = hyper::client::conn::http1::Builder::new()
         .handshake(TokioIo::new(stream))
         .await

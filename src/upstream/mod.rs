@@ -4,5 +4,6 @@ pub mod connect;
 pub mod dns;
 pub mod endpoint;
 pub mod pool;
+pub mod tls;
 
 pub use endpoint::{Endpoint, EndpointGroup, EndpointList, EndpointSource};

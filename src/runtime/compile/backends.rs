@@ -11,15 +11,17 @@ use http::HeaderValue;
 
 use super::policy::{check_sections, PolicyIndex};
 use super::settings::Settings;
+use super::tls::{compile_tls, TlsSite};
 use super::{at, hostname_matches, is_valid_hostname, Cx};
 use crate::balance::RoundRobin;
-use crate::config::wire::backend::{BackendSpec, BackendTls};
+use crate::config::wire::backend::BackendSpec;
 use crate::config::wire::enums::{DestinationType, LookupFamily, Protocol, TlsMode};
 use crate::config::wire::policy::{DnsPolicy, TimeoutPolicy, TrafficPolicySpec};
 use crate::config::wire::Object;
-use crate::config::{ConfigSet, ObjectId, Reason};
+use crate::config::{ConfigSet, Reason};
 use crate::runtime::registry::{DnsGroupKey, EndpointTemplate, StateRegistry};
 use crate::runtime::snapshot::{Backend, BackendPort};
+use crate::upstream::connect::Transport;
 use crate::upstream::dns::{is_denied_address, RefreshPlan};
 use crate::upstream::pool::PoolSettings;
 use crate::upstream::{EndpointGroup, EndpointSource};
@@ -297,14 +299,34 @@ fn compile_one(
         } else {
             "spec.tls".to_owned()
         };
-        let mode = check_tls(
+        let plan = compile_tls(
             cx,
-            file,
-            id,
-            tls.map(|t| (&t.value, t.pos)),
-            obj.pos,
-            &tls_field,
+            &TlsSite {
+                file,
+                id,
+                tls: tls.map(|t| (&t.value, t.pos)),
+                object_pos: obj.pos,
+                field: &tls_field,
+                hostname: hostname.as_deref(),
+                protocol: protocol_value,
+            },
         );
+        let mode = plan.as_ref().map(|p| p.mode);
+        let tls_spec = plan.and_then(|p| p.spec);
+        let transport = match &tls_spec {
+            None => Transport::Plain,
+            Some(spec) => match crate::upstream::tls::build(spec) {
+                Ok(origination) => Transport::Tls(Arc::new(origination)),
+                Err(e) => {
+                    cx.missing_ref(
+                        at(file, id, tls.map_or(obj.pos, |t| t.pos), tls_field.clone()),
+                        format!("TLS settings of port {number} cannot be used: {e}"),
+                        "check the certificate, key and CA files (paths are relative to this YAML file)",
+                    );
+                    Transport::Plain
+                }
+            },
+        };
         if mode == Some(TlsMode::InsecureDisable) {
             // No valid destination (already reported as an error): nothing to judge, and
             // calling a rejected `127.0.0.1` "non-loopback" would only mislead.
@@ -326,6 +348,7 @@ fn compile_one(
         let mut fingerprint = DefaultHasher::new();
         protocol_value.hash(&mut fingerprint);
         mode.hash(&mut fingerprint);
+        tls_spec.hash(&mut fingerprint);
         let template = EndpointTemplate {
             backend: id.clone(),
             port: number,
@@ -404,6 +427,7 @@ fn compile_one(
             _ => None,
         };
         ports.push(Arc::new(BackendPort {
+            transport,
             number,
             protocol: protocol_value,
             endpoints: group,
@@ -421,58 +445,4 @@ fn compile_one(
         hostname,
         ports,
     }))
-}
-
-/// Checks a `tls` block; returns the effective mode when it is one this build supports.
-fn check_tls(
-    cx: &mut Cx,
-    file: &std::path::Path,
-    id: &ObjectId,
-    tls: Option<(&BackendTls, crate::config::yaml::Pos)>,
-    object_pos: crate::config::yaml::Pos,
-    field: &str,
-) -> Option<TlsMode> {
-    let (mode, pos) = match tls {
-        None => (TlsMode::Simple, object_pos),
-        Some((t, pos)) => (
-            t.mode.as_ref().map_or(TlsMode::Simple, |m| m.value),
-            t.mode.as_ref().map_or(pos, |m| m.pos),
-        ),
-    };
-    match mode {
-        TlsMode::InsecureDisable => {
-            if let Some((t, pos)) = tls {
-                let extra = t.sni.is_some()
-                    || t.validation.is_some()
-                    || t.client_certificate.is_some()
-                    || t.client_certificate_ref.is_some()
-                    || t.min_version.is_some()
-                    || t.max_version.is_some()
-                    || t.alpn_protocols.is_some();
-                if extra {
-                    cx.error(
-                        at(file, id, pos, field),
-                        "tls.mode InsecureDisable takes no other tls fields",
-                        "remove them, or choose mode Simple",
-                    );
-                }
-            }
-            Some(TlsMode::InsecureDisable)
-        }
-        other => {
-            let what = if tls.is_none() {
-                "TLS origination (tls omitted means mode Simple)".to_owned()
-            } else {
-                format!("tls.mode {other}")
-            };
-            cx.not_yet(at(file, id, pos, field), &what, "[tls]");
-            if tls.is_none() {
-                // Say how to get plaintext explicitly, since that is what works today.
-                if let Some(d) = cx.diagnostics.last_mut() {
-                    d.hint = Some("add `tls: {mode: InsecureDisable}` for plaintext HTTP; verified TLS arrives with the [tls] work".to_owned());
-                }
-            }
-            None
-        }
-    }
 }

@@ -8,6 +8,7 @@ mod policy;
 mod route_rules;
 mod routes;
 mod settings;
+mod tls;
 
 use std::path::Path;
 use std::sync::Arc;
