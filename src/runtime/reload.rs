@@ -175,6 +175,14 @@ impl Reloader {
             .get_or_create(&crate::telemetry::metrics::ResultLabel { result: "success" })
             .inc();
         metrics.generation.set(generation as i64);
+        let insecure = diagnostics
+            .iter()
+            .filter(|d| {
+                d.reason == Some(crate::config::Reason::Degraded)
+                    && d.object.as_ref().is_some_and(|o| o.kind == "Backend")
+            })
+            .count();
+        metrics.insecure_upstreams.set(insecure as i64);
         let now = SystemTime::now();
         metrics.last_reload_success.set(
             now.duration_since(SystemTime::UNIX_EPOCH)

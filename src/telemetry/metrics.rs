@@ -33,6 +33,7 @@ pub struct Metrics {
     pub downstream_connections: Gauge,
     pub access_log_dropped: Counter,
     pub upstream_tls_failures: Family<CauseLabel, Counter>,
+    pub insecure_upstreams: Gauge,
 }
 
 impl Default for Metrics {
@@ -82,8 +83,15 @@ impl Default for Metrics {
             "Failed TLS handshakes with upstreams, by cause",
             upstream_tls_failures.clone(),
         );
+        let insecure_upstreams = Gauge::default();
+        registry.register(
+            "insecure_upstream_ports",
+            "Backend ports of the serving config that send plaintext to a non-loopback destination or skip certificate verification",
+            insecure_upstreams.clone(),
+        );
         Metrics {
             upstream_tls_failures,
+            insecure_upstreams,
             registry,
             reloads,
             generation,
