@@ -61,7 +61,7 @@ pub struct Proxy {
     reloader: Arc<Reloader>,
     tracker: Arc<ConnTracker>,
     workers: Workers,
-    _watcher: Option<ConfigWatcher>,
+    _watcher: Option<Arc<ConfigWatcher>>,
     background: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -82,25 +82,14 @@ impl Proxy {
             listeners,
             options.admin_address,
         ));
-        if let Err(e) = reloader.reload("start", true).await {
-            tracing::error!("initial config not loaded: {e}");
-            reloader.ensure_admin().await.map_err(StartError::Admin)?;
-        }
-
+        // The watcher starts first, so a change made while the first config loads is seen.
         let mut background = Vec::new();
-        // Idle pooled connections are closed when they expire, not only when next used.
-        let sweeper = registry.clone();
-        background.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(5));
-            loop {
-                tick.tick().await;
-                sweeper.sweep();
-            }
-        }));
         let watcher = match options.watch {
             None => None,
             Some(opts) => {
                 let (watcher, mut changes) = ConfigWatcher::start(options.config.clone(), opts)?;
+                let watcher = Arc::new(watcher);
+                reloader.set_watcher(watcher.clone()).await;
                 let reloader = reloader.clone();
                 background.push(tokio::spawn(async move {
                     while let Some(cause) = changes.recv().await {
@@ -111,6 +100,20 @@ impl Proxy {
                 Some(watcher)
             }
         };
+        if let Err(e) = reloader.reload("start", true).await {
+            tracing::error!("initial config not loaded: {e}");
+            reloader.ensure_admin().await.map_err(StartError::Admin)?;
+        }
+
+        // Idle pooled connections are closed when they expire, not only when next used.
+        let sweeper = registry.clone();
+        background.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                sweeper.sweep();
+            }
+        }));
         Ok(Proxy {
             shared,
             reloader,

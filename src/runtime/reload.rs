@@ -16,6 +16,7 @@ use super::shared::{ReloadStatus, Shared};
 use crate::admin::{self, AdminHandle};
 use crate::config::{load_paths, Diagnostic};
 use crate::listener::ListenerManager;
+use crate::runtime::watch::ConfigWatcher;
 use crate::telemetry::time::rfc3339;
 use crate::upstream::dns::refresh_loop;
 
@@ -48,6 +49,8 @@ struct Inner {
     /// The address the admin server was asked to bind (its port may have been 0).
     admin_requested: Option<SocketAddr>,
     last_fingerprint: Option<u64>,
+    /// Told which extra files (certificates, keys) to watch after each load.
+    watcher: Option<Arc<ConfigWatcher>>,
 }
 
 impl Reloader {
@@ -67,6 +70,7 @@ impl Reloader {
                 admin: None,
                 admin_requested: None,
                 last_fingerprint: None,
+                watcher: None,
             }),
             generation: AtomicU64::new(0),
             admin_override,
@@ -81,12 +85,16 @@ impl Reloader {
         let loaded = tokio::task::spawn_blocking(move || load_paths(&paths))
             .await
             .map_err(|e| ReloadError::Apply(format!("config loader failed: {e}")))?;
-        if !force && inner.last_fingerprint == Some(loaded.set.fingerprint) {
+        // The YAML and the files the serving config refers to: rotating a certificate is a
+        // change even when no YAML changed.
+        let serving_files = self.shared.snapshot.load().referenced_files.clone();
+        let fingerprint = combined_fingerprint(loaded.set.fingerprint, &serving_files);
+        if !force && inner.last_fingerprint == Some(fingerprint) {
             tracing::debug!(cause, "config files unchanged; nothing to reload");
             return Ok(self.generation.load(Ordering::Acquire));
         }
         let generation = self.generation.load(Ordering::Acquire) + 1;
-        let fingerprint = loaded.set.fingerprint;
+        let yaml_fingerprint = loaded.set.fingerprint;
         let compiled = compile(
             Arc::new(loaded.set),
             loaded.diagnostics,
@@ -159,6 +167,7 @@ impl Reloader {
         drop(groups);
 
         let plans = snapshot.listeners.clone();
+        let referenced = snapshot.referenced_files.clone();
         let diagnostics = compiled.diagnostics;
         self.shared.snapshot.store(Arc::new(snapshot));
         self.generation.store(generation, Ordering::Release);
@@ -167,7 +176,10 @@ impl Reloader {
             inner.admin = Some(admin); // the old one (if any) stops when dropped
             inner.admin_requested = Some(admin_addr);
         }
-        inner.last_fingerprint = Some(fingerprint);
+        inner.last_fingerprint = Some(combined_fingerprint(yaml_fingerprint, &referenced));
+        if let Some(watcher) = &inner.watcher {
+            watcher.set_extra_files(referenced);
+        }
 
         let metrics = &self.shared.metrics;
         metrics
@@ -199,6 +211,15 @@ impl Reloader {
         });
         tracing::info!(generation, cause, "config loaded");
         Ok(generation)
+    }
+
+    /// Hands over the file watcher, so that files referenced by each loaded config (TLS
+    /// material) are watched too.
+    pub async fn set_watcher(&self, watcher: Arc<ConfigWatcher>) {
+        let mut inner = self.inner.lock().await;
+        let files = self.shared.snapshot.load().referenced_files.clone();
+        watcher.set_extra_files(files);
+        inner.watcher = Some(watcher);
     }
 
     /// The admin address, once bound.
@@ -274,4 +295,17 @@ impl Reloader {
             .unwrap_or_else(|p| p.into_inner());
         f(&mut status);
     }
+}
+
+/// The YAML fingerprint combined with the content of the referenced files (a missing or
+/// unreadable file counts as a distinct state, so it appearing later is a change too).
+fn combined_fingerprint(yaml: u64, files: &[PathBuf]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    yaml.hash(&mut hasher);
+    for file in files {
+        file.hash(&mut hasher);
+        std::fs::read(file).ok().hash(&mut hasher);
+    }
+    hasher.finish()
 }

@@ -28,6 +28,9 @@ pub struct Snapshot {
     pub config: Arc<ConfigSet>,
     /// Conditions of every object.
     pub status: Arc<StatusReport>,
+    /// Files the config refers to (certificates, keys, CA bundles): watched, and part of the
+    /// "did anything change" fingerprint, so rotating one reloads.
+    pub referenced_files: Vec<std::path::PathBuf>,
 }
 
 impl Snapshot {
@@ -41,6 +44,7 @@ impl Snapshot {
             backends: Vec::new(),
             config: Arc::default(),
             status: Arc::default(),
+            referenced_files: Vec::new(),
         }
     }
 }

@@ -313,6 +313,15 @@ fn compile_one(
         );
         let mode = plan.as_ref().map(|p| p.mode);
         let tls_spec = plan.and_then(|p| p.spec);
+        if let Some(spec) = &tls_spec {
+            if let crate::upstream::tls::Roots::Files(files) = &spec.roots {
+                cx.referenced.extend(files.iter().cloned());
+            }
+            if let Some((cert, key)) = &spec.client_cert {
+                cx.referenced.insert(cert.clone());
+                cx.referenced.insert(key.clone());
+            }
+        }
         let transport = match &tls_spec {
             None => Transport::Plain,
             Some(spec) => match crate::upstream::tls::build(spec) {

@@ -48,6 +48,7 @@ pub fn compile(
     let mut cx = Cx {
         diagnostics,
         refreshers: Vec::new(),
+        referenced: Default::default(),
     };
     let settings = settings::compile(&mut cx, &set);
     let policies = policy::PolicyIndex::build(&mut cx, &set);
@@ -71,6 +72,7 @@ pub fn compile(
         backends: backends.all(),
         config: set,
         status: Arc::new(status),
+        referenced_files: cx.referenced.into_iter().collect(),
     };
     Compiled {
         snapshot,
@@ -83,6 +85,8 @@ pub fn compile(
 pub(crate) struct Cx {
     diagnostics: Vec<Diagnostic>,
     refreshers: Vec<RefreshPlan>,
+    /// Files the config refers to (certificates, keys, CA bundles).
+    referenced: std::collections::BTreeSet<std::path::PathBuf>,
 }
 
 /// Where a diagnostic points: an object, a position and a field path.
