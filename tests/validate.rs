@@ -488,7 +488,10 @@ fn mutual_tls_without_a_client_certificate_is_rejected_at_the_mode() {
         },
     );
     assert!(
-        d.hint.as_deref().unwrap_or("").contains("clientCertificate"),
+        d.hint
+            .as_deref()
+            .unwrap_or("")
+            .contains("clientCertificate"),
         "the hint says what to add: {d}"
     );
     let v = validate_dir(&dir);

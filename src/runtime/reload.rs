@@ -110,7 +110,11 @@ impl Reloader {
             for d in compiled.errors() {
                 tracing::error!(target: "egressd::config", "{d}");
             }
-            self.record_failure(cause, compiled.diagnostics);
+            self.record_failure(
+                cause,
+                compiled.diagnostics,
+                compiled.snapshot.status.objects.clone(),
+            );
             return Err(ReloadError::Invalid(errors));
         }
         for d in compiled.diagnostics.iter().filter(|d| !d.is_error()) {
@@ -208,6 +212,7 @@ impl Reloader {
             s.succeeded += 1;
             s.messages = diagnostics.iter().map(ToString::to_string).collect();
             s.diagnostics = diagnostics;
+            s.rejected_objects = Vec::new();
         });
         tracing::info!(generation, cause, "config loaded");
         Ok(generation)
@@ -258,10 +263,16 @@ impl Reloader {
         ReloadError::Apply(message)
     }
 
-    fn record_failure(&self, cause: &str, diagnostics: Vec<Diagnostic>) {
+    fn record_failure(
+        &self,
+        cause: &str,
+        diagnostics: Vec<Diagnostic>,
+        rejected_objects: Vec<crate::runtime::status::ObjectStatus>,
+    ) {
         let messages = diagnostics.iter().map(ToString::to_string).collect();
         let serving = self.shared.snapshot.load().generation;
         self.record_failure_message(cause, messages, diagnostics, serving);
+        self.update_status(|s| s.rejected_objects = rejected_objects);
     }
 
     fn record_failure_message(
@@ -284,6 +295,7 @@ impl Reloader {
             s.failed += 1;
             s.messages = messages;
             s.diagnostics = diagnostics;
+            s.rejected_objects = Vec::new();
         });
     }
 

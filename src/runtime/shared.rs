@@ -28,6 +28,10 @@ pub struct ReloadStatus {
     pub diagnostics: Vec<Diagnostic>,
     /// Errors rendered one per line, as `egressd validate` prints them.
     pub messages: Vec<String>,
+    /// When the last attempt failed: the conditions of every object of the rejected config
+    /// (e.g. `ResolvedRefs=False` for a certificate file that no longer parses).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rejected_objects: Vec<crate::runtime::status::ObjectStatus>,
 }
 
 /// Shared state. The snapshot is the only thing the hot path reads about config.

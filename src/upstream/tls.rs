@@ -85,6 +85,12 @@ pub enum TlsConfigError {
     NoCertificate { path: PathBuf },
     #[error("{path} holds no PEM private key (PKCS#8, RSA or EC)")]
     NoKey { path: PathBuf },
+    #[error("client certificate {cert} with key {key} is unusable: {message}")]
+    ClientCertificate {
+        cert: PathBuf,
+        key: PathBuf,
+        message: String,
+    },
     #[error("the system trust store has no usable certificate{0}")]
     NoSystemRoots(String),
     #[error("invalid server name `{0}`")]
@@ -218,7 +224,13 @@ pub fn build(spec: &TlsSpec) -> Result<TlsOrigination, TlsConfigError> {
         .with_custom_certificate_verifier(verifier);
     let mut config = match &spec.client_cert {
         None => builder.with_no_client_auth(),
-        Some((cert, key)) => builder.with_client_auth_cert(read_certs(cert)?, read_key(key)?)?,
+        Some((cert, key)) => builder
+            .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
+            .map_err(|e| TlsConfigError::ClientCertificate {
+                cert: cert.clone(),
+                key: key.clone(),
+                message: e.to_string(),
+            })?,
     };
     config.alpn_protocols = spec.alpn.clone();
     let sni = match &spec.sni {

@@ -11,4 +11,5 @@
 pub mod binary;
 pub mod dns;
 pub mod proxy;
+pub mod tls;
 pub mod upstream;

@@ -25,13 +25,30 @@ impl TestProxy {
     /// Writes `yaml` to a temp dir and starts egressd on it (one worker, admin on an ephemeral
     /// port, no file watching). Panics unless the config loaded.
     pub async fn start(yaml: &str) -> TestProxy {
+        Self::start_with(yaml, None).await
+    }
+
+    /// Like [`TestProxy::start`], with file watching on (a short debounce): changes to the
+    /// config and to the files it refers to reload by themselves.
+    pub async fn start_watching(yaml: &str) -> TestProxy {
+        let watch = egressd::runtime::watch::WatchOptions {
+            debounce: Duration::from_millis(50),
+            poll_interval: Some(Duration::from_millis(500)),
+        };
+        Self::start_with(yaml, Some(watch)).await
+    }
+
+    async fn start_with(
+        yaml: &str,
+        watch: Option<egressd::runtime::watch::WatchOptions>,
+    ) -> TestProxy {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join(CONFIG_FILE), yaml).expect("write config");
         let options = egressd::Options {
             config: vec![dir.path().to_path_buf()],
             workers: 1,
             admin_address: Some("127.0.0.1:0".parse().unwrap()),
-            watch: None,
+            watch,
         };
         let proxy = egressd::Proxy::start(options)
             .await
