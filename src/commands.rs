@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::config::load_paths;
-use crate::runtime::compile::compile;
+use crate::runtime::compile::{compile, Compiled};
 use crate::runtime::registry::StateRegistry;
 use crate::upstream::dns::DnsResolver;
 
@@ -17,6 +17,12 @@ pub struct Validation {
 
 /// Loads and compiles `paths` exactly as a reload would, without touching the network.
 pub fn validate(paths: &[PathBuf]) -> Validation {
+    validate_compiled(paths).0
+}
+
+/// As [`validate`], also handing back what was compiled (`None` only when DNS could not even
+/// be set up), for `egressd check --probe` to probe exactly the Backends a reload would serve.
+pub fn validate_compiled(paths: &[PathBuf]) -> (Validation, Option<Compiled>) {
     let loaded = load_paths(paths);
     let files = loaded.set.files.len();
     // A resolver is needed to build the registry; nothing is resolved during validation.
@@ -25,10 +31,11 @@ pub fn validate(paths: &[PathBuf]) -> Validation {
     let registry = match resolver {
         Ok(r) => StateRegistry::new(r),
         Err(e) => {
-            return Validation {
+            let validation = Validation {
                 ok: false,
                 report: format!("cannot set up DNS for validation: {e}\n"),
             };
+            return (validation, None);
         }
     };
     let compiled = compile(Arc::new(loaded.set), loaded.diagnostics, &registry, 1);
@@ -57,8 +64,9 @@ pub fn validate(paths: &[PathBuf]) -> Validation {
         "\n{}: {files} file(s), {objects} object(s), {errors} error(s), {warnings} warning(s)",
         if errors == 0 { "valid" } else { "invalid" }
     );
-    Validation {
+    let validation = Validation {
         ok: errors == 0,
         report,
-    }
+    };
+    (validation, Some(compiled))
 }

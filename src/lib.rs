@@ -14,6 +14,7 @@
 //! | [`telemetry`] | access log and metrics |
 //! | [`app`] | starting and stopping a whole proxy |
 //! | [`commands`] | what the CLI subcommands do |
+//! | [`probe`] | `egressd check --probe`: real connections and TLS handshakes to every Backend endpoint |
 
 #![forbid(unsafe_code)]
 
@@ -24,6 +25,7 @@ pub mod commands;
 pub mod config;
 pub mod http;
 pub mod listener;
+pub mod probe;
 pub mod runtime;
 pub mod telemetry;
 pub mod upstream;

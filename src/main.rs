@@ -53,6 +53,17 @@ enum Command {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
+    /// Validate a config like `validate`; with --probe, also connect to every Backend
+    /// endpoint (TLS handshake with the Backend's settings, or TCP connect for plaintext) and
+    /// report what happened. Exit status 1 if the config is invalid or any probe fails.
+    Check {
+        /// Resolve destinations and connect to every endpoint.
+        #[arg(long)]
+        probe: bool,
+        /// Config directories or files.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
     /// Print the JSON Schema of every config kind (for yaml-language-server and CI).
     Schema,
 }
@@ -61,7 +72,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_level.as_deref());
     match cli.command {
-        Command::Validate { paths } => {
+        Command::Validate { paths }
+        | Command::Check {
+            probe: false,
+            paths,
+        } => {
             let v = egressd::commands::validate(&paths);
             print!("{}", v.report);
             if v.ok {
@@ -70,6 +85,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+        Command::Check { probe: true, paths } => check_probe(&paths),
         Command::Schema => {
             let schema = egressd::config::schema::json_schema();
             println!(
@@ -95,6 +111,27 @@ fn main() -> ExitCode {
             };
             run(options, admin_address_file)
         }
+    }
+}
+
+/// `check --probe` on a single-threaded runtime: probes are I/O-bound and few.
+fn check_probe(paths: &[PathBuf]) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("egressd: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = runtime.block_on(egressd::probe::probe(paths));
+    print!("{}", report.text);
+    if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

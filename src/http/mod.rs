@@ -14,3 +14,4 @@ pub mod filters;
 pub mod headers;
 pub mod proxy;
 pub mod router;
+pub mod tunnel;

@@ -9,6 +9,7 @@ use http::header::{self, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Uri};
 use http::{Method, Request, Response, Version};
 use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
 use super::body::{ProxyBody, UpstreamBody};
@@ -18,7 +19,7 @@ use super::router::{RouteEntry, RouteInput};
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{Snapshot, Target};
 use crate::telemetry::access_log::{self, AccessRecord};
-use crate::upstream::connect::{connect_http1, ConnectError};
+use crate::upstream::connect::{connect_http1, connect_tcp, ConnectError};
 use crate::upstream::pool::H1Sender;
 use crate::upstream::tls::TlsFailure;
 use crate::upstream::Endpoint;
@@ -30,6 +31,8 @@ pub struct ConnInfo {
     pub client: SocketAddr,
     /// `client`'s address as an `X-Forwarded-For` value, formatted once per connection.
     pub client_header: HeaderValue,
+    /// Whether the client connected with TLS (an HTTPS listener): `X-Forwarded-Proto: https`.
+    pub tls: bool,
 }
 
 impl ConnInfo {
@@ -38,6 +41,7 @@ impl ConnInfo {
             listener,
             client_header: client_address_value(client.ip()),
             client,
+            tls: false,
         }
     }
 }
@@ -167,17 +171,14 @@ async fn proxy(
     started: Instant,
     outcome: &mut Outcome,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let dest = destination(&req)?;
-    if req.method() == Method::CONNECT {
-        // Tunnels arrive with Passthrough/TCP Backends; until then nothing may be tunnelled.
-        return Err(ProxyError::DestinationNotAllowed {
-            host: format!("{}:{}", dest.host(), dest.port.unwrap_or(443)),
-        });
-    }
+    let dest = destination(&req, conn.tls)?;
     let router = snapshot
         .routers
         .get(&conn.listener)
         .ok_or(ProxyError::ListenerGone)?;
+    if req.method() == Method::CONNECT {
+        return tunnel(router, &dest, req, outcome).await;
+    }
 
     // Route: HTTPRoute rules first, then the implicit route to an FQDN Backend.
     let input = RouteInput {
@@ -238,7 +239,8 @@ async fn proxy(
 }
 
 /// Phase "destination": the host and port the client asked for.
-fn destination(req: &Request<Incoming>) -> Result<Destination, ProxyError> {
+/// `tls`: the request arrived on an HTTPS listener, so a `Host` without a port means 443.
+fn destination(req: &Request<Incoming>, tls: bool) -> Result<Destination, ProxyError> {
     let uri = req.uri();
     // Absolute-form (forward proxy) and HTTP/2 requests carry the authority in the URI; RFC
     // 9112 §3.2.2 says a proxy then ignores Host.
@@ -262,7 +264,7 @@ fn destination(req: &Request<Incoming>) -> Result<Destination, ProxyError> {
                 .ok_or_else(|| {
                     ProxyError::InvalidRequest(format!("malformed Host header {host:?}"))
                 })?;
-            (authority, 80)
+            (authority, if tls { 443 } else { 80 })
         }
     };
     if authority.as_str().contains('@') {
@@ -284,6 +286,59 @@ fn destination(req: &Request<Incoming>) -> Result<Destination, ProxyError> {
         authority,
         scheme_default_port: default_port,
     })
+}
+
+/// `CONNECT host:port`: only to a declared TCP port of a Backend (Passthrough or plain TCP);
+/// the client's bytes then go to the endpoint untouched (for Passthrough, the client's own TLS
+/// with the endpoint's own certificate).
+async fn tunnel(
+    router: &crate::http::router::HttpRouter,
+    dest: &Destination,
+    req: Request<Incoming>,
+    outcome: &mut Outcome,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let port = dest.port.ok_or_else(|| {
+        ProxyError::InvalidRequest("CONNECT needs host:port as its target".into())
+    })?;
+    let target =
+        router
+            .tunnel(dest.host(), port)
+            .ok_or_else(|| ProxyError::DestinationNotAllowed {
+                host: format!("{}:{port}", dest.host()),
+            })?;
+    outcome.backend = Some(target.backend.label.clone());
+    let endpoint = pick_endpoint(target).await?;
+    outcome.endpoint = Some(endpoint.addr);
+    let backend = &target.backend.label;
+    let upstream = connect_tcp(endpoint.addr, target.policy.connect_timeout)
+        .await
+        .map_err(|e| match e {
+            ConnectError::Timeout { timeout, .. } => ProxyError::ConnectTimeout {
+                backend: backend.clone(),
+                endpoint: endpoint.addr,
+                timeout,
+            },
+            other => ProxyError::ConnectFailure {
+                backend: backend.clone(),
+                endpoint: endpoint.addr,
+                cause: connect_cause(&other),
+            },
+        })?;
+    let idle = target.policy.stream_idle_timeout;
+    let active = endpoint.start_request();
+    let on_upgrade = hyper::upgrade::on(req);
+    let label = backend.clone();
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let end = super::tunnel::relay(TokioIo::new(upgraded), upstream, idle).await;
+                tracing::debug!(backend = %label, endpoint = %active.endpoint().addr, ?end, "tunnel closed");
+            }
+            Err(e) => tracing::debug!(backend = %label, error = %e, "CONNECT upgrade failed"),
+        }
+        drop(active);
+    });
+    Ok(Response::new(ProxyBody::empty()))
 }
 
 /// Phase "prepare": the request as it goes upstream (origin-form, HTTP/1.1, filtered headers).
@@ -332,7 +387,11 @@ fn prepare_request(
         .map_err(|_| ProxyError::InvalidRequest("authority is not a valid Host value".into()))?;
     headers.insert(header::HOST, host);
     append_via(headers, client_version);
-    add_forwarded_for(headers, &conn.client_header, "http");
+    add_forwarded_for(
+        headers,
+        &conn.client_header,
+        if conn.tls { "https" } else { "http" },
+    );
     if let Some(f) = filters {
         f.request_headers.apply(headers);
     }

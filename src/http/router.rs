@@ -28,6 +28,9 @@ pub struct HttpRouter {
     pub any: Vec<RouteEntry>,
     /// FQDN Backends reachable by their own hostname, by lower-case host.
     pub implicit: HashMap<String, ImplicitRoute>,
+    /// FQDN Backends with TCP ports (Passthrough or plain TCP), reachable by `CONNECT
+    /// host:port`, by lower-case host.
+    pub tunnels: HashMap<String, ImplicitRoute>,
 }
 
 /// One match of a route rule, with what to do when it matches.
@@ -225,6 +228,13 @@ impl HttpRouter {
     /// The implicit route to an FQDN Backend with this exact hostname.
     pub fn implicit(&self, host: &str) -> Option<&ImplicitRoute> {
         self.implicit.get(host)
+    }
+
+    /// The Backend a `CONNECT host:port` may tunnel to: declared, with `port` a TCP port.
+    pub fn tunnel(&self, host: &str, port: u16) -> Option<&Arc<Target>> {
+        self.tunnels.get(host)?.targets.iter().find(|t| {
+            t.port.number == port && t.port.protocol == crate::config::wire::enums::Protocol::Tcp
+        })
     }
 
     /// Whether an HTTPRoute names this host (exactly or by wildcard): a request for it that

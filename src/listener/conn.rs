@@ -1,14 +1,20 @@
-//! Accepting and serving downstream connections, and draining them.
+//! Accepting and serving downstream connections (terminating TLS on HTTPS listeners), and
+//! draining them.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use rustls::ServerConfig;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
+use tokio_rustls::TlsAcceptor;
 
 use crate::http::proxy::{handle, ConnInfo};
 use crate::runtime::shared::Shared;
@@ -78,7 +84,13 @@ pub(super) struct AcceptCtx {
     pub tracker: Arc<ConnTracker>,
     pub http: Arc<auto::Builder<TokioExecutor>>,
     pub stop: watch::Receiver<bool>,
+    /// The listener's TLS config now (`None`: plaintext HTTP), see `Running::tls`.
+    pub tls: Arc<ArcSwapOption<ServerConfig>>,
 }
+
+/// How long a client may take to complete the TLS handshake on an HTTPS listener. Bounds what
+/// a client that connects and says nothing (or trickles its ClientHello) costs.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
     loop {
@@ -90,10 +102,14 @@ pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
                 let guard = ctx.tracker.enter();
-                let info = Arc::new(ConnInfo::new(ctx.key.clone(), peer));
-                tokio::spawn(serve(
+                let conn = Accepted {
                     stream,
-                    info,
+                    peer,
+                    listener: ctx.key.clone(),
+                    tls: ctx.tls.load_full(),
+                };
+                tokio::spawn(serve(
+                    conn,
                     ctx.shared.clone(),
                     ctx.http.clone(),
                     ctx.stop.clone(),
@@ -113,9 +129,16 @@ pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
     // has dropped its copy, new connections are refused.
 }
 
-async fn serve(
+/// A connection just accepted, with the TLS config in force at that moment.
+struct Accepted {
     stream: TcpStream,
-    info: Arc<ConnInfo>,
+    peer: SocketAddr,
+    listener: Arc<str>,
+    tls: Option<Arc<ServerConfig>>,
+}
+
+async fn serve(
+    conn: Accepted,
     shared: Arc<Shared>,
     http: Arc<auto::Builder<TokioExecutor>>,
     mut stop: watch::Receiver<bool>,
@@ -123,13 +146,79 @@ async fn serve(
     _guard: ConnGuard,
 ) {
     shared.metrics.downstream_connections.inc();
+    let info = ConnInfo::new(conn.listener, conn.peer);
+    match conn.tls {
+        None => serve_http(conn.stream, info, &shared, &http, stop, drain).await,
+        Some(config) => {
+            let handshake = tokio::time::timeout(
+                HANDSHAKE_TIMEOUT,
+                TlsAcceptor::from(config).accept(conn.stream),
+            );
+            let outcome = tokio::select! {
+                outcome = handshake => Some(outcome),
+                // Stopping or draining: a client still in its handshake has sent no request
+                // yet, so it is simply closed rather than waited for.
+                _ = closing(&mut stop, &mut drain) => None,
+            };
+            match outcome {
+                Some(Ok(Ok(stream))) => {
+                    let info = ConnInfo { tls: true, ..info };
+                    serve_http(stream, info, &shared, &http, stop, drain).await;
+                }
+                Some(Ok(Err(e))) => handshake_failed(&shared, &info, &e.to_string()),
+                Some(Err(_)) => handshake_failed(
+                    &shared,
+                    &info,
+                    &format!("no handshake within {}s", HANDSHAKE_TIMEOUT.as_secs()),
+                ),
+                None => {}
+            }
+        }
+    }
+    shared.metrics.downstream_connections.dec();
+}
+
+/// Resolves when the listener stops or the proxy drains.
+async fn closing(stop: &mut watch::Receiver<bool>, drain: &mut watch::Receiver<bool>) {
+    tokio::select! {
+        _ = stop.wait_for(|s| *s) => {}
+        _ = drain.wait_for(|d| *d) => {}
+    }
+}
+
+/// Counts and logs a failed handshake. Logged at debug level: the cause is the client (an
+/// untrusted certificate, a plaintext request, a scanner), one line per connection would let
+/// any client flood the log, and the counter is what alerts.
+fn handshake_failed(shared: &Shared, info: &ConnInfo, error: &str) {
+    shared.metrics.downstream_tls_handshake_failures.inc();
+    tracing::debug!(
+        listener = %info.listener,
+        client = %info.client,
+        error,
+        "downstream TLS handshake failed"
+    );
+}
+
+/// Serves HTTP/1.1 or HTTP/2 (told apart by the client's first bytes) on `io` until the client
+/// closes, or the listener stops or the proxy drains.
+async fn serve_http<S>(
+    io: S,
+    info: ConnInfo,
+    shared: &Arc<Shared>,
+    http: &auto::Builder<TokioExecutor>,
+    mut stop: watch::Receiver<bool>,
+    mut drain: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let info = Arc::new(info);
     let svc_shared = shared.clone();
     let service = service_fn(move |req| handle(svc_shared.clone(), info.clone(), req));
-    let conn = http.serve_connection(TokioIo::new(stream), service);
+    let conn = http.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(conn);
     let result = tokio::select! {
         result = conn.as_mut() => result,
-        _ = async { tokio::select! { _ = async { let _ = stop.wait_for(|s| *s).await; } => {}, _ = async { let _ = drain.wait_for(|d| *d).await; } => {} } } => {
+        _ = closing(&mut stop, &mut drain) => {
             // Finish what is in flight, then close (HTTP/1.1: after the current response;
             // HTTP/2: GOAWAY).
             conn.as_mut().graceful_shutdown();
@@ -139,5 +228,4 @@ async fn serve(
     if let Err(e) = result {
         tracing::debug!(error = %e, "downstream connection ended with error");
     }
-    shared.metrics.downstream_connections.dec();
 }

@@ -6,6 +6,7 @@
 //! connections it accepted.
 
 mod conn;
+pub mod tls;
 
 pub use conn::ConnTracker;
 
@@ -13,6 +14,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use arc_swap::ArcSwapOption;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
@@ -36,6 +38,14 @@ struct Running {
     requested: SocketAddr,
     bound: SocketAddr,
     stop: watch::Sender<bool>,
+    /// The TLS config new connections are handshaken with (`None`: plaintext), shared with the
+    /// accept loops. A reload that changes only the certificates (rotation) or HTTP ↔ HTTPS
+    /// keeps the socket and swaps this in [`ListenerManager::activate`], right after the new
+    /// snapshot is published: connections accepted from then on use the new certificates,
+    /// open ones keep the session they have. Held here rather than looked up in the snapshot
+    /// at each accept, because a removed listener is still accepting for a moment after the
+    /// snapshot without it is published, and an accept needs no search through the listeners.
+    tls: Arc<ArcSwapOption<rustls::ServerConfig>>,
 }
 
 /// Sockets bound for a config that is not serving yet.
@@ -103,6 +113,7 @@ impl ListenerManager {
                 let _ = old.stop.send(true);
             }
             let (stop, _) = watch::channel(false);
+            let tls = Arc::new(ArcSwapOption::new(plan.tls.clone()));
             for worker in &self.workers {
                 let copy = match listener.try_clone() {
                     Ok(copy) => copy,
@@ -117,6 +128,7 @@ impl ListenerManager {
                     tracker: self.tracker.clone(),
                     http: self.http.clone(),
                     stop: stop.subscribe(),
+                    tls: tls.clone(),
                 };
                 worker.spawn(async move {
                     match TcpListener::from_std(copy) {
@@ -125,15 +137,22 @@ impl ListenerManager {
                     }
                 });
             }
-            tracing::info!(listener = %plan.key, address = %local, "listener bound");
+            tracing::info!(listener = %plan.key, address = %local, tls = plan.tls.is_some(), "listener bound");
             self.running.insert(
                 plan.key.clone(),
                 Running {
                     requested: plan.addr,
                     bound: local,
                     stop,
+                    tls,
                 },
             );
+        }
+        // Listeners kept across the reload take the new TLS settings (a no-op for new ones).
+        for plan in plans {
+            if let Some(running) = self.running.get(&plan.key) {
+                running.tls.store(plan.tls.clone());
+            }
         }
         let keep: Vec<&Arc<str>> = plans.iter().map(|p| &p.key).collect();
         self.running.retain(|key, running| {

@@ -91,11 +91,15 @@ impl Default for AccessLogSettings {
 }
 
 /// A listener the config wants bound.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct ListenerPlan {
     /// `namespace/gateway/listener`: identity across reloads.
     pub key: Arc<str>,
     pub addr: SocketAddr,
+    /// How connections are accepted: `None` serves plaintext HTTP, `Some` terminates TLS with
+    /// this config first (protocol HTTPS). Changing it (a rotated certificate, HTTP ↔ HTTPS)
+    /// keeps the socket; new connections use the new value.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// A Backend, compiled.

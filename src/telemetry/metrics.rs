@@ -34,6 +34,7 @@ pub struct Metrics {
     pub access_log_dropped: Counter,
     pub upstream_tls_failures: Family<CauseLabel, Counter>,
     pub insecure_upstreams: Gauge,
+    pub downstream_tls_handshake_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -89,8 +90,15 @@ impl Default for Metrics {
             "Backend ports of the serving config that send plaintext to a non-loopback destination or skip certificate verification",
             insecure_upstreams.clone(),
         );
+        let downstream_tls_handshake_failures = Counter::default();
+        registry.register(
+            "downstream_tls_handshake_failures",
+            "Failed or timed out TLS handshakes with clients on HTTPS listeners",
+            downstream_tls_handshake_failures.clone(),
+        );
         Metrics {
             upstream_tls_failures,
+            downstream_tls_handshake_failures,
             insecure_upstreams,
             registry,
             reloads,

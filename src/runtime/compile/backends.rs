@@ -274,26 +274,41 @@ fn compile_one(
                 "[mcp]",
             );
         }
-        let protocol = port.protocol.as_ref().or(spec.protocol.as_ref());
-        let protocol_value = protocol.map_or(Protocol::Http, |p| p.value);
-        if !matches!(protocol_value, Protocol::Http | Protocol::Http11) {
-            let (pos, f) = match (&port.protocol, &spec.protocol) {
-                (Some(p), _) => (p.pos, format!("{field}.protocol")),
-                (None, Some(p)) => (p.pos, "spec.protocol".to_owned()),
-                _ => (port.pos, field.clone()),
-            };
-            let issue = match protocol_value {
-                Protocol::Mcp => "[mcp]",
-                Protocol::Tcp => "[tls]",
-                _ => "[h2]",
-            };
-            cx.not_yet(
-                at(file, id, pos, f),
-                &format!("protocol {protocol_value}"),
-                issue,
-            );
-        }
         let tls = port.tls.as_ref().or(spec.tls.as_ref());
+        let protocol = port.protocol.as_ref().or(spec.protocol.as_ref());
+        let passthrough = tls
+            .and_then(|t| t.value.mode.as_ref())
+            .is_some_and(|m| m.value == TlsMode::Passthrough);
+        // Passthrough carries the client's TLS bytes untouched: protocol TCP is implied.
+        let protocol_value = protocol.map_or(
+            if passthrough {
+                Protocol::Tcp
+            } else {
+                Protocol::Http
+            },
+            |p| p.value,
+        );
+        let (protocol_pos, protocol_field) = match (&port.protocol, &spec.protocol) {
+            (Some(p), _) => (p.pos, format!("{field}.protocol")),
+            (None, Some(p)) => (p.pos, "spec.protocol".to_owned()),
+            _ => (port.pos, field.clone()),
+        };
+        match protocol_value {
+            Protocol::Http | Protocol::Http11 if passthrough => cx.error(
+                at(file, id, protocol_pos, protocol_field.clone()),
+                format!("tls.mode Passthrough carries raw TLS bytes and cannot speak protocol {protocol_value}"),
+                "use protocol TCP (or omit protocol)",
+            ),
+            Protocol::Http | Protocol::Http11 | Protocol::Tcp => {}
+            other => {
+                let issue = if other == Protocol::Mcp { "[mcp]" } else { "[h2]" };
+                cx.not_yet(
+                    at(file, id, protocol_pos, protocol_field.clone()),
+                    &format!("protocol {other}"),
+                    issue,
+                );
+            }
+        }
         let tls_field = if port.tls.is_some() {
             format!("{field}.tls")
         } else {

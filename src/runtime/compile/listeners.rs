@@ -2,14 +2,20 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
 
 use super::settings::Settings;
+use super::tls::resolve;
 use super::{at, is_valid_hostname_pattern, Cx};
-use crate::config::wire::enums::{FromNamespaces, ListenerProtocol};
+use crate::config::wire::enums::{FromNamespaces, ListenerProtocol, ListenerTlsMode};
+use crate::config::wire::gateway::Listener;
+use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, ObjectId};
+use crate::listener::tls::{server_config, ServerCertificate};
 use crate::runtime::snapshot::ListenerPlan;
 
-/// A compiled HTTP listener with what route attachment needs.
+/// A compiled HTTP or HTTPS listener with what route attachment needs.
 pub(crate) struct CompiledListener {
     pub plan: ListenerPlan,
     pub gateway: ObjectId,
@@ -67,26 +73,30 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet, settings: &Settings) -> Vec<
                 );
                 continue;
             }
-            if l.protocol.value != ListenerProtocol::Http {
-                let issue = if l.protocol.value == ListenerProtocol::Https {
-                    "[tls] (frontend TLS)"
-                } else {
-                    "[tls] (passthrough)"
-                };
-                cx.not_yet(
-                    at(file, id, l.protocol.pos, format!("{field}.protocol")),
-                    &format!("listener protocol {}", l.protocol.value),
-                    issue,
-                );
-                continue;
-            }
-            if let Some(tls) = &l.tls {
-                cx.error(
-                    at(file, id, tls.pos, format!("{field}.tls")),
-                    "an HTTP listener takes no tls",
-                    "use protocol HTTPS to terminate TLS",
-                );
-            }
+            let tls = match l.protocol.value {
+                ListenerProtocol::Http => {
+                    if let Some(tls) = &l.tls {
+                        cx.error(
+                            at(file, id, tls.pos, format!("{field}.tls")),
+                            "an HTTP listener takes no tls",
+                            "use protocol HTTPS to terminate TLS",
+                        );
+                    }
+                    None
+                }
+                ListenerProtocol::Https => match compile_tls(cx, file, id, l, &field) {
+                    Some(config) => Some(config),
+                    None => continue,
+                },
+                ListenerProtocol::Tls | ListenerProtocol::Tcp => {
+                    cx.not_yet(
+                        at(file, id, l.protocol.pos, format!("{field}.protocol")),
+                        &format!("listener protocol {}", l.protocol.value),
+                        "[tls] (passthrough)",
+                    );
+                    continue;
+                }
+            };
             let ip = match &l.address {
                 None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
                 Some(a) => match a.value.parse::<IpAddr>() {
@@ -183,6 +193,7 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet, settings: &Settings) -> Vec<
                 plan: ListenerPlan {
                     key: format!("{}/{}/{}", id.namespace, id.name, l.name).into(),
                     addr,
+                    tls,
                 },
                 gateway: id.clone(),
                 name: l.name.clone(),
@@ -193,4 +204,68 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet, settings: &Settings) -> Vec<
         }
     }
     out
+}
+
+/// The `tls` block of an HTTPS listener → its server config. Reads the certificate and key
+/// files now, so a broken file rejects the config (the last good one keeps serving) instead of
+/// failing handshakes later. `None` when there are errors (already reported).
+fn compile_tls(
+    cx: &mut Cx,
+    file: &Path,
+    id: &ObjectId,
+    listener: &Spanned<Listener>,
+    field: &str,
+) -> Option<Arc<rustls::ServerConfig>> {
+    let Some(tls) = &listener.tls else {
+        cx.error(
+            at(file, id, listener.pos, format!("{field}.tls")),
+            "an HTTPS listener needs tls with at least one certificate",
+            "add `tls: {certificateFiles: [{certificateFile: server.pem, privateKeyFile: server.key}]}`",
+        );
+        return None;
+    };
+    let mut ok = true;
+    if tls.mode == Some(ListenerTlsMode::Passthrough) {
+        cx.error(
+            at(file, id, tls.pos, format!("{field}.tls.mode")),
+            "an HTTPS listener terminates TLS; tls.mode Passthrough belongs to protocol TLS",
+            "remove `mode` (Terminate is the default) or use protocol TLS",
+        );
+        ok = false;
+    }
+    if !tls.certificate_refs.is_empty() {
+        cx.not_yet(
+            at(file, id, tls.pos, format!("{field}.tls.certificateRefs")),
+            "certificateRefs (Secret references)",
+            "[tls]",
+        );
+        ok = false;
+    } else if tls.certificate_files.is_empty() {
+        cx.error(
+            at(file, id, tls.pos, format!("{field}.tls.certificateFiles")),
+            "an HTTPS listener needs at least one certificate",
+            "add `certificateFiles: [{certificateFile: server.pem, privateKeyFile: server.key}]`",
+        );
+        ok = false;
+    }
+    let mut certificates = Vec::new();
+    for (i, files) in tls.certificate_files.iter().enumerate() {
+        let cert = resolve(file, &files.certificate_file);
+        let key = resolve(file, &files.private_key_file);
+        // Watched even when broken, so that fixing the file reloads.
+        cx.referenced.insert(cert.clone());
+        cx.referenced.insert(key.clone());
+        match ServerCertificate::load(&cert, &key) {
+            Ok(certificate) => certificates.push(certificate),
+            Err(e) => {
+                cx.missing_ref(
+                    at(file, id, tls.pos, format!("{field}.tls.certificateFiles[{i}]")),
+                    format!("certificate {i} cannot be served: {e}"),
+                    "check the certificate and key files (PEM; paths are relative to this YAML file)",
+                );
+                ok = false;
+            }
+        }
+    }
+    ok.then(|| server_config(certificates))
 }

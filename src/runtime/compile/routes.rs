@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::backends::Backends;
+use super::backends::{BackendEntry, Backends};
 use super::listeners::CompiledListener;
 use super::policy::PolicyIndex;
 use super::route_rules::{check_route, CheckedRule};
@@ -35,7 +35,24 @@ pub(crate) fn compile(
     for route in &set.http_routes {
         validated.push(check_route(cx, route, backends));
     }
-    let implicit_backends = implicit_backends(cx, set, backends);
+    let implicit_backends = backends_by_hostname(
+        cx,
+        set,
+        backends,
+        |b| {
+            b.ports
+                .iter()
+                .all(|p| matches!(p.protocol, Protocol::Http | Protocol::Http11))
+        },
+        "implicit route",
+    );
+    let tunnel_backends = backends_by_hostname(
+        cx,
+        set,
+        backends,
+        |b: &crate::runtime::snapshot::Backend| b.ports.iter().any(|p| p.protocol == Protocol::Tcp),
+        "CONNECT tunnel",
+    );
 
     let mut routers = HashMap::new();
     for (li, listener) in listeners.iter().enumerate() {
@@ -92,63 +109,26 @@ pub(crate) fn compile(
                 }
             }
         }
-        let mut implicit = HashMap::new();
-        for (host, (backend, inline)) in &implicit_backends {
-            if listener
-                .hostname
-                .as_deref()
-                .is_some_and(|p| !hostname_matches(p, host))
-            {
-                continue;
-            }
-            let policy = policies.request_policy(None, &backend.id, *inline, &listener.gateway);
-            let targets = backend
-                .ports
-                .iter()
-                .map(|port| {
-                    Arc::new(Target {
-                        backend: backend.clone(),
-                        port: port.clone(),
-                        policy: policy.clone(),
-                        rewrite_authority: true,
-                    })
-                })
-                .collect();
-            implicit.insert(
-                host.clone(),
-                ImplicitRoute {
-                    backend: backend.clone(),
-                    targets,
-                },
-            );
-        }
+        let implicit = implicit_routes(&implicit_backends, listener, policies);
+        let tunnels = implicit_routes(&tunnel_backends, listener, policies);
         routers.insert(
             listener.plan.key.clone(),
-            Arc::new(tiers.into_router(implicit)),
+            Arc::new(tiers.into_router(implicit, tunnels)),
         );
     }
     routers
 }
 
-/// FQDN Backends reachable by hostname; on a clash the lower namespace/name wins.
-fn implicit_backends<'a>(
+/// FQDN Backends reachable by hostname that `serves` accepts; on a clash the lower
+/// namespace/name wins and the other is `Conflicted`.
+fn backends_by_hostname<'a>(
     cx: &mut Cx,
     set: &ConfigSet,
     backends: &'a Backends<'_>,
-) -> HashMap<
-    String,
-    &'a (
-        Arc<crate::runtime::snapshot::Backend>,
-        Option<&'a crate::config::wire::policy::TrafficPolicySpec>,
-    ),
-> {
-    let mut out: HashMap<
-        String,
-        &(
-            Arc<crate::runtime::snapshot::Backend>,
-            Option<&crate::config::wire::policy::TrafficPolicySpec>,
-        ),
-    > = HashMap::new();
+    serves: impl Fn(&crate::runtime::snapshot::Backend) -> bool,
+    what: &str,
+) -> HashMap<String, &'a BackendEntry<'a>> {
+    let mut out: HashMap<String, &BackendEntry<'_>> = HashMap::new();
     let mut sorted: Vec<_> = backends.by_name.values().collect();
     sorted.sort_by(|a, b| a.0.id.cmp(&b.0.id));
     for entry in sorted {
@@ -156,25 +136,68 @@ fn implicit_backends<'a>(
         let Some(host) = &backend.hostname else {
             continue;
         };
-        if !backend
-            .ports
-            .iter()
-            .all(|p| matches!(p.protocol, Protocol::Http | Protocol::Http11))
-        {
+        if !serves(backend) {
             continue;
         }
         if let Some(winner) = out.get(host) {
             if let Some(obj) = set.backends.iter().find(|o| o.id == backend.id) {
                 cx.warn(
-                    at(&obj.file, &obj.id, obj.spec.destination.pos, "spec.destination.fqdn.hostname"),
+                    at(
+                        &obj.file,
+                        &obj.id,
+                        obj.spec.destination.pos,
+                        "spec.destination.fqdn.hostname",
+                    ),
                     Reason::Conflicted,
-                    format!("hostname `{host}` is also the destination of {}, which wins the implicit route", winner.0.id),
+                    format!(
+                        "hostname `{host}` is also the destination of {}, which wins the {what}",
+                        winner.0.id
+                    ),
                     "give each hostname one Backend, or route explicitly with an HTTPRoute",
                 );
             }
             continue;
         }
         out.insert(host.clone(), entry);
+    }
+    out
+}
+
+/// One target per port of each Backend, with the request policy for this listener's Gateway.
+fn implicit_routes(
+    backends: &HashMap<String, &BackendEntry<'_>>,
+    listener: &CompiledListener,
+    policies: &PolicyIndex<'_>,
+) -> HashMap<String, ImplicitRoute> {
+    let mut out = HashMap::new();
+    for (host, (backend, inline)) in backends {
+        if listener
+            .hostname
+            .as_deref()
+            .is_some_and(|p| !hostname_matches(p, host))
+        {
+            continue;
+        }
+        let policy = policies.request_policy(None, &backend.id, *inline, &listener.gateway);
+        let targets = backend
+            .ports
+            .iter()
+            .map(|port| {
+                Arc::new(Target {
+                    backend: backend.clone(),
+                    port: port.clone(),
+                    policy: policy.clone(),
+                    rewrite_authority: true,
+                })
+            })
+            .collect();
+        out.insert(
+            host.clone(),
+            ImplicitRoute {
+                backend: backend.clone(),
+                targets,
+            },
+        );
     }
     out
 }
@@ -383,7 +406,11 @@ struct Tiers {
 }
 
 impl Tiers {
-    fn into_router(self, implicit: HashMap<String, ImplicitRoute>) -> HttpRouter {
+    fn into_router(
+        self,
+        implicit: HashMap<String, ImplicitRoute>,
+        tunnels: HashMap<String, ImplicitRoute>,
+    ) -> HttpRouter {
         fn sorted(mut v: Vec<(SortKey, RouteEntry)>) -> Vec<RouteEntry> {
             v.sort_by(|a, b| a.0.cmp(&b.0));
             v.into_iter().map(|(_, e)| e).collect()
@@ -403,6 +430,7 @@ impl Tiers {
             wildcard,
             any: sorted(self.any),
             implicit,
+            tunnels,
         }
     }
 }

@@ -57,12 +57,22 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
             return Some(TlsPlan { mode, spec: None });
         }
         TlsMode::Passthrough => {
-            cx.not_yet(
-                at(file, id, mode_pos, format!("{field}.mode")),
-                "tls.mode Passthrough",
-                "[tls] (passthrough)",
-            );
-            return None;
+            let extra = tls.sni.is_some()
+                || tls.validation.is_some()
+                || tls.client_certificate.is_some()
+                || tls.client_certificate_ref.is_some()
+                || tls.min_version.is_some()
+                || tls.max_version.is_some()
+                || tls.alpn_protocols.is_some();
+            if extra {
+                cx.error(
+                    at(file, id, pos, field),
+                    "tls.mode Passthrough takes no other tls fields: the client does TLS with the endpoint itself",
+                    "remove them",
+                );
+                return None;
+            }
+            return Some(TlsPlan { mode, spec: None });
         }
         TlsMode::PlatformProvided => {
             cx.not_yet(
@@ -72,7 +82,16 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
             );
             return None;
         }
-        TlsMode::Simple | TlsMode::Mutual => {}
+        TlsMode::Simple | TlsMode::Mutual => {
+            if site.protocol == Protocol::Tcp {
+                cx.not_yet(
+                    at(file, id, mode_pos, format!("{field}.mode")),
+                    "TLS origination for protocol TCP (use tls.mode Passthrough to tunnel the client's own TLS, or InsecureDisable for plain TCP)",
+                    "[tls]",
+                );
+                return None;
+            }
+        }
     }
 
     // Client certificate: required by Mutual, refused by Simple.
@@ -263,7 +282,7 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
 
 /// Relative certificate paths are relative to the YAML file that names them, so a config
 /// directory can carry its own certificates.
-fn resolve(config_file: &Path, path: &str) -> PathBuf {
+pub(super) fn resolve(config_file: &Path, path: &str) -> PathBuf {
     let p = PathBuf::from(path);
     if p.is_absolute() {
         p

@@ -1,0 +1,121 @@
+//! CONNECT tunnels: after the `200`, bytes relay both ways untouched (the client's own TLS to a
+//! Passthrough Backend, or a plain TCP protocol), until either side closes or the tunnel is
+//! idle for the Backend's stream idle timeout.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+/// Why a tunnel ended.
+#[derive(Debug)]
+pub enum TunnelEnd {
+    /// Both directions finished (bytes client→upstream, upstream→client).
+    Closed(u64, u64),
+    /// No byte in either direction for this long.
+    Idle(Duration),
+    Error(io::Error),
+}
+
+/// Relays between `client` and `upstream` until both directions close, an error, or `idle`
+/// passes without a byte either way.
+pub async fn relay<C, U>(client: C, upstream: U, idle: Option<Duration>) -> TunnelEnd
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let start = Instant::now();
+    let last = Arc::new(AtomicU64::new(0));
+    let mut client = Watched {
+        inner: client,
+        last: last.clone(),
+        start,
+    };
+    let mut upstream = Watched {
+        inner: upstream,
+        last: last.clone(),
+        start,
+    };
+    let copy = tokio::io::copy_bidirectional(&mut client, &mut upstream);
+    let Some(idle) = idle else {
+        return match copy.await {
+            Ok((up, down)) => TunnelEnd::Closed(up, down),
+            Err(e) => TunnelEnd::Error(e),
+        };
+    };
+    tokio::pin!(copy);
+    loop {
+        let due = start + Duration::from_millis(last.load(Ordering::Relaxed)) + idle;
+        tokio::select! {
+            result = &mut copy => {
+                return match result {
+                    Ok((up, down)) => TunnelEnd::Closed(up, down),
+                    Err(e) => TunnelEnd::Error(e),
+                };
+            }
+            _ = tokio::time::sleep_until(due) => {
+                let latest = start + Duration::from_millis(last.load(Ordering::Relaxed)) + idle;
+                if latest <= Instant::now() {
+                    return TunnelEnd::Idle(idle);
+                }
+                // There was traffic since the timer was set: wait for the new deadline.
+            }
+        }
+    }
+}
+
+/// A stream that notes when bytes last moved (milliseconds since the tunnel started).
+struct Watched<S> {
+    inner: S,
+    last: Arc<AtomicU64>,
+    start: Instant,
+}
+
+impl<S> Watched<S> {
+    fn touch(&self) {
+        let ms = self.start.elapsed().as_millis() as u64;
+        self.last.store(ms, Ordering::Relaxed);
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(result, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.touch();
+        }
+        result
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
+            self.touch();
+        }
+        result
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

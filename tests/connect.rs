@@ -1,0 +1,206 @@
+//! `CONNECT host:port` tunnels: only to declared TCP ports of Backends (Passthrough or plain
+//! TCP); the client's bytes reach the endpoint untouched, so with Passthrough the client
+//! verifies the endpoint's own certificate end to end.
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use common::dns::TestDns;
+use common::proxy::{preamble, TestProxy};
+use common::tls::{San, TestCa, TlsOptions, TlsUpstream};
+use common::upstream::Upstream;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const API: &str = "api.tunnel.test";
+
+fn tcp_backend(name: &str, host: &str, port: u16, tls_mode: &str) -> String {
+    format!(
+        r#"---
+apiVersion: egressd.dev/v1alpha1
+kind: Backend
+metadata:
+  name: {name}
+spec:
+  destination:
+    type: FQDN
+    fqdn:
+      hostname: {host}
+    ports:
+    - number: {port}
+  protocol: TCP
+  tls:
+    mode: {tls_mode}
+"#
+    )
+}
+
+/// Sends `CONNECT target` on a new connection to `proxy`; returns the status code and, on
+/// 200, the connection (now a tunnel).
+async fn connect(proxy: SocketAddr, target: &str) -> (u16, String, TcpStream) {
+    let mut stream = TcpStream::connect(proxy).await.expect("connect to egressd");
+    let request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    // Read the response head byte by byte: nothing after it may be consumed, it belongs to
+    // the tunnel.
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        let n = stream.read(&mut byte).await.expect("read response head");
+        assert_eq!(
+            n,
+            1,
+            "egressd closed before answering CONNECT: {}",
+            String::from_utf8_lossy(&head)
+        );
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    let status = head[9..12].parse().expect("status code");
+    (status, head, stream)
+}
+
+/// Reads whatever a refused CONNECT carries as its body (the one-line reason).
+async fn body_after(head: &str, stream: &mut TcpStream) -> String {
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).await.unwrap();
+    String::from_utf8(body).unwrap()
+}
+
+#[tokio::test]
+async fn connect_to_a_passthrough_backend_tunnels_the_clients_own_tls() {
+    let dns = TestDns::start().await;
+    dns.set(API, &[Ipv4Addr::LOCALHOST], 60);
+    let ca = TestCa::new("end-to-end");
+    let upstream = TlsUpstream::start(
+        "api",
+        ca.server_cert(&[San::dns(API)]),
+        TlsOptions::default(),
+    )
+    .await;
+    let port = upstream.addr.port();
+    let proxy = TestProxy::start(
+        &(preamble(Some(dns.addr)) + &tcp_backend("api", API, port, "Passthrough")),
+    )
+    .await;
+
+    let (status, head, tunnel) = connect(proxy.http(), &format!("{API}:{port}")).await;
+    assert_eq!(status, 200, "{head}");
+
+    // TLS between the client and the endpoint: egressd never sees the plaintext, and the client
+    // verifies the endpoint's certificate with its own trust store.
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(common::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tls = connector
+        .connect(API.try_into().unwrap(), tunnel)
+        .await
+        .expect("end-to-end TLS handshake through the tunnel");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let response = sender
+        .send_request(
+            http::Request::get("/")
+                .header("host", API)
+                .body(Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"api");
+    assert_eq!(
+        upstream.snis(),
+        vec![Some(API.to_owned())],
+        "the client's own SNI reached the endpoint"
+    );
+}
+
+#[tokio::test]
+async fn connect_to_a_plain_tcp_backend_relays_bytes() {
+    let dns = TestDns::start().await;
+    dns.set(API, &[Ipv4Addr::LOCALHOST], 60);
+    let upstream = Upstream::start("plain").await;
+    let port = upstream.addr.port();
+    let proxy = TestProxy::start(
+        &(preamble(Some(dns.addr)) + &tcp_backend("plain", API, port, "InsecureDisable")),
+    )
+    .await;
+    let (status, head, mut tunnel) = connect(proxy.http(), &format!("{API}:{port}")).await;
+    assert_eq!(status, 200, "{head}");
+    tunnel
+        .write_all(
+            format!("GET /raw HTTP/1.1\r\nHost: {API}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut reply = String::new();
+    tunnel.read_to_string(&mut reply).await.unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.ends_with("plain"), "{reply}");
+    // Relayed untouched: no Via or X-Forwarded-For was added to the tunnelled request.
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].headers.get("via").is_none());
+    assert!(seen[0].headers.get("x-forwarded-for").is_none());
+}
+
+#[tokio::test]
+async fn connect_to_anything_undeclared_is_refused_with_403() {
+    let dns = TestDns::start().await;
+    dns.set(API, &[Ipv4Addr::LOCALHOST], 60);
+    dns.set("web.tunnel.test", &[Ipv4Addr::LOCALHOST], 60);
+    let upstream = Upstream::start("plain").await;
+    let port = upstream.addr.port();
+    let web = format!(
+        r#"---
+apiVersion: egressd.dev/v1alpha1
+kind: Backend
+metadata:
+  name: web
+spec:
+  destination: {{type: FQDN, fqdn: {{hostname: web.tunnel.test}}, ports: [{{number: {port}}}]}}
+  protocol: HTTP11
+  tls: {{mode: InsecureDisable}}
+"#
+    );
+    let yaml = preamble(Some(dns.addr)) + &tcp_backend("api", API, port, "Passthrough") + &web;
+    let proxy = TestProxy::start(&yaml).await;
+    for target in [
+        "undeclared.test:443".to_owned(),
+        // A declared host, but not on a declared port.
+        format!("{API}:1"),
+        // An HTTP Backend: egressd originates its connections itself; it is no tunnel target.
+        format!("web.tunnel.test:{port}"),
+    ] {
+        let (status, head, mut stream) = connect(proxy.http(), &target).await;
+        assert_eq!(status, 403, "CONNECT {target}: {head}");
+        assert!(
+            head.contains("x-egressd-error: destination_not_allowed"),
+            "{head}"
+        );
+        let body = body_after(&head, &mut stream).await;
+        assert!(
+            body.contains(&target),
+            "the reason names the target: {body}"
+        );
+    }
+    assert_eq!(upstream.request_count(), 0);
+}
