@@ -753,7 +753,7 @@ fn https_listener_mistakes_are_errors_naming_the_field() {
         (
             format!("{head}    protocol: TLS\n"),
             format!("{field}.protocol"),
-            "listener protocol TLS is not supported yet",
+            "a TLS listener other than `tls: {mode: Passthrough}` (without certificates) is not supported yet",
             false,
         ),
     ];

@@ -33,6 +33,19 @@ pub struct HttpRouter {
     pub tunnels: HashMap<String, ImplicitRoute>,
 }
 
+/// Routing on a TLS Passthrough listener: by the SNI of the client's ClientHello.
+#[derive(Debug, Default)]
+pub struct SniRouter {
+    /// Passthrough Backends by their lower-case hostname (the implicit route).
+    pub exact: HashMap<String, Arc<Target>>,
+}
+
+impl SniRouter {
+    pub fn route(&self, sni: &str) -> Option<&Arc<Target>> {
+        self.exact.get(sni)
+    }
+}
+
 /// One match of a route rule, with what to do when it matches.
 #[derive(Debug, Clone)]
 pub struct RouteEntry {

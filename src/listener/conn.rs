@@ -6,11 +6,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwapOption;
+use arc_swap::ArcSwap;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
@@ -18,6 +17,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::http::proxy::{handle, ConnInfo};
 use crate::runtime::shared::Shared;
+use crate::runtime::snapshot::AcceptMode;
 
 /// Counts open downstream connections and tells them to finish up when draining.
 #[derive(Debug)]
@@ -84,8 +84,8 @@ pub(super) struct AcceptCtx {
     pub tracker: Arc<ConnTracker>,
     pub http: Arc<auto::Builder<TokioExecutor>>,
     pub stop: watch::Receiver<bool>,
-    /// The listener's TLS config now (`None`: plaintext HTTP), see `Running::tls`.
-    pub tls: Arc<ArcSwapOption<ServerConfig>>,
+    /// How the listener handles connections now, see `Running::mode`.
+    pub mode: Arc<ArcSwap<AcceptMode>>,
 }
 
 /// How long a client may take to complete the TLS handshake on an HTTPS listener. Bounds what
@@ -106,7 +106,7 @@ pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
                     stream,
                     peer,
                     listener: ctx.key.clone(),
-                    tls: ctx.tls.load_full(),
+                    mode: ctx.mode.load_full(),
                 };
                 tokio::spawn(serve(
                     conn,
@@ -129,12 +129,12 @@ pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
     // has dropped its copy, new connections are refused.
 }
 
-/// A connection just accepted, with the TLS config in force at that moment.
+/// A connection just accepted, with the listener's mode at that moment.
 struct Accepted {
     stream: TcpStream,
     peer: SocketAddr,
     listener: Arc<str>,
-    tls: Option<Arc<ServerConfig>>,
+    mode: Arc<AcceptMode>,
 }
 
 async fn serve(
@@ -147,12 +147,20 @@ async fn serve(
 ) {
     shared.metrics.downstream_connections.inc();
     let info = ConnInfo::new(conn.listener, conn.peer);
-    match conn.tls {
-        None => serve_http(conn.stream, info, &shared, &http, stop, drain).await,
-        Some(config) => {
+    match &*conn.mode {
+        AcceptMode::Http => serve_http(conn.stream, info, &shared, &http, stop, drain).await,
+        AcceptMode::TlsPassthrough => {
+            tokio::select! {
+                _ = super::passthrough::serve(conn.stream, &info, &shared) => {}
+                // A tunnel that is still being set up is closed when the proxy drains;
+                // established tunnels are not cut by a reload (they do not watch `stop`).
+                _ = async { let _ = drain.wait_for(|d| *d).await; } => {}
+            }
+        }
+        AcceptMode::Https(config) => {
             let handshake = tokio::time::timeout(
                 HANDSHAKE_TIMEOUT,
-                TlsAcceptor::from(config).accept(conn.stream),
+                TlsAcceptor::from(config.clone()).accept(conn.stream),
             );
             let outcome = tokio::select! {
                 outcome = handshake => Some(outcome),

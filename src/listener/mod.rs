@@ -6,6 +6,8 @@
 //! connections it accepted.
 
 mod conn;
+mod passthrough;
+pub mod sni;
 pub mod tls;
 
 pub use conn::ConnTracker;
@@ -14,7 +16,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use arc_swap::ArcSwapOption;
+use arc_swap::ArcSwap;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
@@ -22,7 +24,7 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 use crate::runtime::shared::Shared;
-use crate::runtime::snapshot::ListenerPlan;
+use crate::runtime::snapshot::{AcceptMode, ListenerPlan};
 
 /// A listener that could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -38,14 +40,14 @@ struct Running {
     requested: SocketAddr,
     bound: SocketAddr,
     stop: watch::Sender<bool>,
-    /// The TLS config new connections are handshaken with (`None`: plaintext), shared with the
-    /// accept loops. A reload that changes only the certificates (rotation) or HTTP ↔ HTTPS
+    /// How new connections are handled (plaintext HTTP, TLS termination with a config, TLS
+    /// passthrough), shared with the accept loops. A reload that changes only the certificates (rotation) or HTTP ↔ HTTPS
     /// keeps the socket and swaps this in [`ListenerManager::activate`], right after the new
     /// snapshot is published: connections accepted from then on use the new certificates,
     /// open ones keep the session they have. Held here rather than looked up in the snapshot
     /// at each accept, because a removed listener is still accepting for a moment after the
     /// snapshot without it is published, and an accept needs no search through the listeners.
-    tls: Arc<ArcSwapOption<rustls::ServerConfig>>,
+    mode: Arc<ArcSwap<AcceptMode>>,
 }
 
 /// Sockets bound for a config that is not serving yet.
@@ -113,7 +115,7 @@ impl ListenerManager {
                 let _ = old.stop.send(true);
             }
             let (stop, _) = watch::channel(false);
-            let tls = Arc::new(ArcSwapOption::new(plan.tls.clone()));
+            let mode = Arc::new(ArcSwap::from_pointee(plan.mode.clone()));
             for worker in &self.workers {
                 let copy = match listener.try_clone() {
                     Ok(copy) => copy,
@@ -128,7 +130,7 @@ impl ListenerManager {
                     tracker: self.tracker.clone(),
                     http: self.http.clone(),
                     stop: stop.subscribe(),
-                    tls: tls.clone(),
+                    mode: mode.clone(),
                 };
                 worker.spawn(async move {
                     match TcpListener::from_std(copy) {
@@ -137,21 +139,21 @@ impl ListenerManager {
                     }
                 });
             }
-            tracing::info!(listener = %plan.key, address = %local, tls = plan.tls.is_some(), "listener bound");
+            tracing::info!(listener = %plan.key, address = %local, mode = ?mode_name(&plan.mode), "listener bound");
             self.running.insert(
                 plan.key.clone(),
                 Running {
                     requested: plan.addr,
                     bound: local,
                     stop,
-                    tls,
+                    mode,
                 },
             );
         }
         // Listeners kept across the reload take the new TLS settings (a no-op for new ones).
         for plan in plans {
             if let Some(running) = self.running.get(&plan.key) {
-                running.tls.store(plan.tls.clone());
+                running.mode.store(Arc::new(plan.mode.clone()));
             }
         }
         let keep: Vec<&Arc<str>> = plans.iter().map(|p| &p.key).collect();
@@ -182,6 +184,14 @@ impl ListenerManager {
             .collect();
         bound.sort();
         *self.shared.bound.lock().unwrap_or_else(|p| p.into_inner()) = bound;
+    }
+}
+
+fn mode_name(mode: &AcceptMode) -> &'static str {
+    match mode {
+        AcceptMode::Http => "http",
+        AcceptMode::Https(_) => "https",
+        AcceptMode::TlsPassthrough => "tls-passthrough",
     }
 }
 

@@ -23,6 +23,8 @@ pub struct Snapshot {
     pub listeners: Vec<ListenerPlan>,
     /// Request routing, per listener key.
     pub routers: HashMap<Arc<str>, Arc<HttpRouter>>,
+    /// SNI routing of Passthrough listeners, per listener key.
+    pub sni_routers: HashMap<Arc<str>, Arc<crate::http::router::SniRouter>>,
     pub backends: Vec<Arc<Backend>>,
     /// The config as written (for `/config`, redacted there).
     pub config: Arc<ConfigSet>,
@@ -41,6 +43,7 @@ impl Snapshot {
             settings: ProxySettings::default(),
             listeners: Vec::new(),
             routers: HashMap::new(),
+            sni_routers: HashMap::new(),
             backends: Vec::new(),
             config: Arc::default(),
             status: Arc::default(),
@@ -96,10 +99,21 @@ pub struct ListenerPlan {
     /// `namespace/gateway/listener`: identity across reloads.
     pub key: Arc<str>,
     pub addr: SocketAddr,
-    /// How connections are accepted: `None` serves plaintext HTTP, `Some` terminates TLS with
-    /// this config first (protocol HTTPS). Changing it (a rotated certificate, HTTP ↔ HTTPS)
-    /// keeps the socket; new connections use the new value.
-    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// How connections are accepted. Changing it (a rotated certificate, HTTP ↔ HTTPS ↔
+    /// Passthrough) keeps the socket; new connections use the new value.
+    pub mode: AcceptMode,
+}
+
+/// What a listener does with a new connection.
+#[derive(Clone, Debug)]
+pub enum AcceptMode {
+    /// Plaintext HTTP/1.1 or h2c (protocol HTTP).
+    Http,
+    /// Terminate TLS with this config, then HTTP (protocol HTTPS).
+    Https(Arc<rustls::ServerConfig>),
+    /// Read the ClientHello's SNI without terminating, and relay the bytes to the Passthrough
+    /// Backend named by it (protocol TLS, `tls.mode: Passthrough`).
+    TlsPassthrough,
 }
 
 /// A Backend, compiled.
@@ -133,6 +147,8 @@ impl Backend {
 pub struct BackendPort {
     pub number: u16,
     pub protocol: Protocol,
+    /// `tls.mode: Passthrough`: reachable by SNI on TLS listeners and by CONNECT.
+    pub passthrough: bool,
     /// How connections are made (plaintext or TLS with a prebuilt client config).
     pub transport: crate::upstream::connect::Transport,
     pub endpoints: Arc<EndpointGroup>,

@@ -35,6 +35,7 @@ pub struct Metrics {
     pub upstream_tls_failures: Family<CauseLabel, Counter>,
     pub insecure_upstreams: Gauge,
     pub downstream_tls_handshake_failures: Counter,
+    pub tls_passthrough_rejected: Family<CauseLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -96,7 +97,14 @@ impl Default for Metrics {
             "Failed or timed out TLS handshakes with clients on HTTPS listeners",
             downstream_tls_handshake_failures.clone(),
         );
+        let tls_passthrough_rejected = Family::<CauseLabel, Counter>::default();
+        registry.register(
+            "tls_passthrough_rejected",
+            "Connections to TLS Passthrough listeners closed without a tunnel, by cause (not_tls, no_sni, destination_not_allowed, ...)",
+            tls_passthrough_rejected.clone(),
+        );
         Metrics {
+            tls_passthrough_rejected,
             upstream_tls_failures,
             downstream_tls_handshake_failures,
             insecure_upstreams,

@@ -451,6 +451,7 @@ fn compile_one(
             _ => None,
         };
         ports.push(Arc::new(BackendPort {
+            passthrough: mode == Some(TlsMode::Passthrough),
             transport,
             number,
             protocol: protocol_value,

@@ -13,7 +13,7 @@ use crate::config::wire::gateway::Listener;
 use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, ObjectId};
 use crate::listener::tls::{server_config, ServerCertificate};
-use crate::runtime::snapshot::ListenerPlan;
+use crate::runtime::snapshot::{AcceptMode, ListenerPlan};
 
 /// A compiled HTTP or HTTPS listener with what route attachment needs.
 pub(crate) struct CompiledListener {
@@ -23,6 +23,13 @@ pub(crate) struct CompiledListener {
     pub port: u16,
     pub hostname: Option<String>,
     pub routes_from_all_namespaces: bool,
+}
+
+impl CompiledListener {
+    /// A TLS Passthrough listener (SNI routing, no HTTP).
+    pub fn is_passthrough(&self) -> bool {
+        matches!(self.plan.mode, AcceptMode::TlsPassthrough)
+    }
 }
 
 pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet, settings: &Settings) -> Vec<CompiledListener> {
@@ -73,7 +80,7 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet, settings: &Settings) -> Vec<
                 );
                 continue;
             }
-            let tls = match l.protocol.value {
+            let mode = match l.protocol.value {
                 ListenerProtocol::Http => {
                     if let Some(tls) = &l.tls {
                         cx.error(
@@ -82,17 +89,33 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet, settings: &Settings) -> Vec<
                             "use protocol HTTPS to terminate TLS",
                         );
                     }
-                    None
+                    AcceptMode::Http
                 }
                 ListenerProtocol::Https => match compile_tls(cx, file, id, l, &field) {
-                    Some(config) => Some(config),
+                    Some(config) => AcceptMode::Https(config),
                     None => continue,
                 },
-                ListenerProtocol::Tls | ListenerProtocol::Tcp => {
+                ListenerProtocol::Tls => {
+                    let passthrough = l.tls.as_ref().is_some_and(|t| {
+                        t.mode == Some(ListenerTlsMode::Passthrough)
+                            && t.certificate_files.is_empty()
+                            && t.certificate_refs.is_empty()
+                    });
+                    if !passthrough {
+                        cx.not_yet(
+                            at(file, id, l.protocol.pos, format!("{field}.protocol")),
+                            "a TLS listener other than `tls: {mode: Passthrough}` (without certificates)",
+                            "[tls]",
+                        );
+                        continue;
+                    }
+                    AcceptMode::TlsPassthrough
+                }
+                ListenerProtocol::Tcp => {
                     cx.not_yet(
                         at(file, id, l.protocol.pos, format!("{field}.protocol")),
-                        &format!("listener protocol {}", l.protocol.value),
-                        "[tls] (passthrough)",
+                        "listener protocol TCP",
+                        "[tls]",
                     );
                     continue;
                 }
@@ -193,7 +216,7 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet, settings: &Settings) -> Vec<
                 plan: ListenerPlan {
                     key: format!("{}/{}/{}", id.namespace, id.name, l.name).into(),
                     addr,
-                    tls,
+                    mode,
                 },
                 gateway: id.clone(),
                 name: l.name.clone(),

@@ -55,6 +55,7 @@ pub fn compile(
     let backends = backends::compile(&mut cx, &set, &policies, &settings, registry);
     let listeners = listeners::compile(&mut cx, &set, &settings);
     let routers = routes::compile(&mut cx, &set, &listeners, &backends, &policies);
+    let sni_routers = routes::compile_sni(&mut cx, &set, &listeners, &backends, &policies);
 
     let mut diagnostics = cx.diagnostics;
     diagnostics.sort_by(|a, b| {
@@ -69,6 +70,7 @@ pub fn compile(
         settings: settings.proxy,
         listeners: listeners.iter().map(|l| l.plan.clone()).collect(),
         routers,
+        sni_routers,
         backends: backends.all(),
         config: set,
         status: Arc::new(status),

@@ -56,6 +56,9 @@ pub(crate) fn compile(
 
     let mut routers = HashMap::new();
     for (li, listener) in listeners.iter().enumerate() {
+        if listener.is_passthrough() {
+            continue;
+        }
         let mut tiers = Tiers::default();
         // Alphabetical namespace/name is the tie-breaker between routes (Gateway API uses
         // creation time first; files have none).
@@ -248,7 +251,7 @@ fn attach(
         return listeners
             .iter()
             .enumerate()
-            .filter(|(_, l)| allowed(l))
+            .filter(|(_, l)| !l.is_passthrough() && allowed(l))
             .map(|(i, _)| i)
             .collect();
     }
@@ -294,6 +297,21 @@ fn attach(
                 || parent.section_name.as_ref().is_some_and(|s| s != &l.name)
                 || parent.port.is_some_and(|p| p != l.port)
             {
+                continue;
+            }
+            if l.is_passthrough() {
+                // Only a listener named explicitly is a mistake; a whole-Gateway parentRef
+                // simply skips its TLS listeners.
+                if parent.section_name.is_some() {
+                    cx.error(
+                        at(file, id, parent.pos, field.clone()),
+                        format!(
+                            "listener `{}` passes TLS through and cannot carry an HTTPRoute",
+                            l.name
+                        ),
+                        "attach the route to an HTTP or HTTPS listener",
+                    );
+                }
                 continue;
             }
             if !allowed(l) {
@@ -433,4 +451,36 @@ impl Tiers {
             tunnels,
         }
     }
+}
+
+/// SNI routing for TLS Passthrough listeners: the implicit route to each FQDN Backend with a
+/// Passthrough port, by its hostname (the first Passthrough port is the destination).
+pub(crate) fn compile_sni(
+    cx: &mut Cx,
+    set: &ConfigSet,
+    listeners: &[CompiledListener],
+    backends: &Backends<'_>,
+    policies: &PolicyIndex<'_>,
+) -> HashMap<Arc<str>, Arc<crate::http::router::SniRouter>> {
+    let passthrough = backends_by_hostname(
+        cx,
+        set,
+        backends,
+        |b: &crate::runtime::snapshot::Backend| b.ports.iter().any(|p| p.passthrough),
+        "TLS passthrough route",
+    );
+    let mut out = HashMap::new();
+    for listener in listeners.iter().filter(|l| l.is_passthrough()) {
+        let mut router = crate::http::router::SniRouter::default();
+        for route in implicit_routes(&passthrough, listener, policies).into_values() {
+            let Some(host) = route.backend.hostname.clone() else {
+                continue;
+            };
+            if let Some(target) = route.targets.into_iter().find(|t| t.port.passthrough) {
+                router.exact.insert(host, target);
+            }
+        }
+        out.insert(listener.plan.key.clone(), Arc::new(router));
+    }
+    out
 }

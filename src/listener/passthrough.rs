@@ -1,0 +1,127 @@
+//! TLS Passthrough listeners: read the ClientHello's SNI without terminating TLS, pick the
+//! Passthrough Backend it names, and relay the client's bytes (starting with the ClientHello
+//! itself) to an endpoint. egressd never sees plaintext; the client verifies the endpoint's
+//! own certificate.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::sni::{peek_client_hello, Peek, MAX_HELLO};
+use crate::http::proxy::ConnInfo;
+use crate::runtime::shared::Shared;
+use crate::upstream::connect::connect_tcp;
+
+/// How long a client may take to send its ClientHello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves one connection; every refusal closes it with a logged reason and a counted one.
+pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Shared) {
+    let mut hello = Vec::with_capacity(1024);
+    let sni = match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut client, &mut hello)).await {
+        Err(_) => {
+            return refuse(
+                shared,
+                info,
+                "client_hello_timeout",
+                "no ClientHello in time",
+                None,
+            )
+        }
+        Ok(Err(reason)) => return refuse(shared, info, "not_tls", reason, None),
+        Ok(Ok(None)) => {
+            return refuse(
+                shared,
+                info,
+                "no_sni",
+                "ClientHello without SNI: nothing to route by",
+                None,
+            )
+        }
+        Ok(Ok(Some(sni))) => sni,
+    };
+    let snapshot = shared.snapshot.load_full();
+    let Some(target) = snapshot
+        .sni_routers
+        .get(&info.listener)
+        .and_then(|router| router.route(&sni))
+    else {
+        return refuse(
+            shared,
+            info,
+            "destination_not_allowed",
+            "no Passthrough Backend for this SNI",
+            Some(&sni),
+        );
+    };
+    let group = &target.port.endpoints;
+    if !group.is_resolved() {
+        group.wait_resolved(target.policy.connect_timeout).await;
+    }
+    let Some(endpoint) = group.pick() else {
+        return refuse(
+            shared,
+            info,
+            "no_healthy_upstream",
+            "the Backend has no endpoint",
+            Some(&sni),
+        );
+    };
+    let active = endpoint.start_request();
+    let mut upstream = match connect_tcp(endpoint.addr, target.policy.connect_timeout).await {
+        Ok(stream) => stream,
+        Err(e) => {
+            tracing::info!(listener = %info.listener, client = %info.client, sni, backend = %target.backend.label, error = %e, "passthrough: upstream connect failed");
+            shared
+                .metrics
+                .tls_passthrough_rejected
+                .get_or_create(&crate::telemetry::metrics::CauseLabel {
+                    cause: "upstream_connect_failure",
+                })
+                .inc();
+            return;
+        }
+    };
+    if upstream.write_all(&hello).await.is_err() {
+        return;
+    }
+    let end = crate::http::tunnel::relay(client, upstream, target.policy.stream_idle_timeout).await;
+    tracing::debug!(listener = %info.listener, sni, backend = %target.backend.label, endpoint = %endpoint.addr, ?end, "passthrough closed");
+    drop(active);
+}
+
+/// Reads until the ClientHello is complete; returns its SNI.
+async fn read_hello(
+    client: &mut TcpStream,
+    buf: &mut Vec<u8>,
+) -> Result<Option<String>, &'static str> {
+    loop {
+        match peek_client_hello(buf) {
+            Peek::Hello(sni) => return Ok(sni),
+            Peek::Invalid(reason) => return Err(reason),
+            Peek::NeedMore => {}
+        }
+        if buf.len() > MAX_HELLO + 16 * 1024 {
+            return Err("ClientHello too large");
+        }
+        let mut chunk = [0u8; 4096];
+        match client.read(&mut chunk).await {
+            Ok(0) => return Err("connection closed before the ClientHello was complete"),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(_) => return Err("read error before the ClientHello was complete"),
+        }
+    }
+}
+
+/// Closes the connection (by returning), logging why and counting it. Logged at info: unlike
+/// a failed TLS handshake on an HTTPS listener, a refused SNI is an egress decision an
+/// operator wants to see (the destination is named).
+fn refuse(shared: &Shared, info: &ConnInfo, cause: &'static str, why: &str, sni: Option<&str>) {
+    shared
+        .metrics
+        .tls_passthrough_rejected
+        .get_or_create(&crate::telemetry::metrics::CauseLabel { cause })
+        .inc();
+    tracing::info!(listener = %info.listener, client = %info.client, sni = sni.unwrap_or("-"), cause, "passthrough refused: {why}");
+}

@@ -1,0 +1,241 @@
+//! TLS Passthrough listeners: the SNI of the client's ClientHello picks a Passthrough Backend;
+//! the TLS bytes reach the endpoint untouched, so the client verifies the endpoint's own
+//! certificate. Connections that cannot be routed are closed, with a reason counted.
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::dns::TestDns;
+use common::proxy::{eventually, get, TestProxy};
+use common::tls::{San, TestCa, TlsOptions, TlsUpstream};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const API: &str = "api.pass.test";
+
+fn config(dns: SocketAddr, upstream_port: u16) -> String {
+    format!(
+        r#"apiVersion: egressd.dev/v1alpha1
+kind: ProxyConfig
+metadata: {{name: egressd}}
+spec:
+  accessLog: {{enabled: false}}
+  dns: {{nameservers: ["{dns}"]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge}}
+spec:
+  listeners:
+  - {{name: tls, address: 127.0.0.1, port: 0, protocol: TLS, tls: {{mode: Passthrough}}}}
+---
+apiVersion: egressd.dev/v1alpha1
+kind: Backend
+metadata: {{name: api}}
+spec:
+  destination: {{type: FQDN, fqdn: {{hostname: {API}}}, ports: [{{number: {upstream_port}}}]}}
+  tls: {{mode: Passthrough}}
+"#
+    )
+}
+
+struct Setup {
+    _dns: TestDns,
+    ca: TestCa,
+    upstream: TlsUpstream,
+    proxy: TestProxy,
+    listener: SocketAddr,
+}
+
+async fn setup() -> Setup {
+    let dns = TestDns::start().await;
+    dns.set(API, &[Ipv4Addr::LOCALHOST], 60);
+    let ca = TestCa::new("end-to-end");
+    let upstream = TlsUpstream::start(
+        "api",
+        ca.server_cert(&[San::dns(API)]),
+        TlsOptions::default(),
+    )
+    .await;
+    let proxy = TestProxy::start(&config(dns.addr, upstream.addr.port())).await;
+    let listener = proxy.listener("default/edge/tls");
+    Setup {
+        _dns: dns,
+        ca,
+        upstream,
+        proxy,
+        listener,
+    }
+}
+
+fn client_config(ca: &TestCa, sni: bool) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der()).unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(common::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.enable_sni = sni;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+/// `egressd_tls_passthrough_rejected_total{cause}` now.
+async fn rejected(proxy: &TestProxy, cause: &str) -> u64 {
+    let metrics = get(proxy.admin, "127.0.0.1", "/metrics").await.text();
+    let needle = format!("egressd_tls_passthrough_rejected_total{{cause=\"{cause}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&needle))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// Connection closed by egressd without any byte sent back.
+async fn assert_closed_silently(mut stream: TcpStream) {
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .expect("egressd closes the connection")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "nothing may be answered: {:?}", &buf[..n]);
+}
+
+#[tokio::test]
+async fn sni_routes_the_clients_own_tls_to_the_passthrough_backend() {
+    let s = setup().await;
+    let tcp = TcpStream::connect(s.listener).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(client_config(&s.ca, true))
+        .connect(API.try_into().unwrap(), tcp)
+        .await
+        .expect("the client completes TLS with the endpoint's own certificate");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    for _ in 0..2 {
+        let response = sender
+            .send_request(
+                http::Request::get("/")
+                    .header("host", API)
+                    .body(Empty::<bytes::Bytes>::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(
+            &response.into_body().collect().await.unwrap().to_bytes()[..],
+            b"api"
+        );
+    }
+    assert_eq!(s.upstream.snis(), vec![Some(API.to_owned())]);
+    assert_eq!(
+        s.upstream.handshake_count(),
+        1,
+        "one TLS session end to end, two requests on it"
+    );
+}
+
+#[tokio::test]
+async fn client_hello_without_sni_is_closed_and_counted() {
+    let s = setup().await;
+    let before = rejected(&s.proxy, "no_sni").await;
+    let tcp = TcpStream::connect(s.listener).await.unwrap();
+    let attempt = tokio_rustls::TlsConnector::from(client_config(&s.ca, false))
+        .connect(API.try_into().unwrap(), tcp)
+        .await;
+    assert!(attempt.is_err(), "no tunnel without SNI");
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            rejected(&s.proxy, "no_sni").await > before
+        })
+        .await
+    );
+    assert_eq!(s.upstream.hellos().len(), 0, "nothing reached the endpoint");
+}
+
+#[tokio::test]
+async fn unknown_sni_is_closed_and_counted() {
+    let s = setup().await;
+    let before = rejected(&s.proxy, "destination_not_allowed").await;
+    let tcp = TcpStream::connect(s.listener).await.unwrap();
+    let attempt = tokio_rustls::TlsConnector::from(client_config(&s.ca, true))
+        .connect("elsewhere.pass.test".try_into().unwrap(), tcp)
+        .await;
+    assert!(attempt.is_err());
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            rejected(&s.proxy, "destination_not_allowed").await > before
+        })
+        .await
+    );
+    assert_eq!(s.upstream.hellos().len(), 0);
+}
+
+#[tokio::test]
+async fn plaintext_bytes_are_not_tls_and_are_closed() {
+    let s = setup().await;
+    let before = rejected(&s.proxy, "not_tls").await;
+    let mut tcp = TcpStream::connect(s.listener).await.unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: api.pass.test\r\n\r\n")
+        .await
+        .unwrap();
+    assert_closed_silently(tcp).await;
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            rejected(&s.proxy, "not_tls").await > before
+        })
+        .await
+    );
+}
+
+#[tokio::test]
+async fn client_hello_trickled_byte_by_byte_still_routes() {
+    let s = setup().await;
+    // A proxy in the middle: the client's TLS goes through a socket pair we control, so the
+    // ClientHello can be delivered to egressd one byte at a time.
+    let (client_side, mut relay_side) = tokio::io::duplex(64 * 1024);
+    let mut egress = TcpStream::connect(s.listener).await.unwrap();
+    let handshake = tokio::spawn({
+        let config = client_config(&s.ca, true);
+        async move {
+            tokio_rustls::TlsConnector::from(config)
+                .connect(API.try_into().unwrap(), client_side)
+                .await
+        }
+    });
+    // Forward the first flight byte by byte, then relay both ways normally.
+    let mut first = vec![0u8; 16 * 1024];
+    let n = relay_side.read(&mut first).await.unwrap();
+    for byte in &first[..n] {
+        egress.write_all(std::slice::from_ref(byte)).await.unwrap();
+        egress.flush().await.unwrap();
+    }
+    tokio::spawn(async move {
+        let _ = tokio::io::copy_bidirectional(&mut relay_side, &mut egress).await;
+    });
+    let tls = handshake
+        .await
+        .unwrap()
+        .expect("handshake through a trickled ClientHello");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let response = sender
+        .send_request(
+            http::Request::get("/")
+                .header("host", API)
+                .body(Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
