@@ -1159,3 +1159,68 @@ mod harness {
         assert_eq!(subject_cn(b"\x30\x03\x02\x01"), None, "truncated input");
     }
 }
+
+/// The config preamble with `ProxyConfig.spec.platformIdentity` set to these files.
+fn with_platform_identity(env: &Env, cert: &Path, key: &Path, ca: &Path) -> String {
+    let identity = format!(
+        "  platformIdentity:\n    certificateFile: {}\n    privateKeyFile: {}\n    caCertificateFile: {}\n",
+        cert.display(),
+        key.display(),
+        ca.display()
+    );
+    let preamble = env.config("");
+    let marker = "spec:\n";
+    let at = preamble.find(marker).expect("ProxyConfig spec") + marker.len();
+    format!("{}{identity}{}", &preamble[..at], &preamble[at..])
+}
+
+#[tokio::test]
+async fn platform_provided_presents_the_platform_identity_and_trusts_its_bundle() {
+    let env = Env::new().await;
+    let upstream = TlsUpstream::start(
+        "api",
+        env.api_cert(),
+        TlsOptions {
+            require_client_cert_from: Some(&env.ca),
+            ..TlsOptions::default()
+        },
+    )
+    .await;
+    let (cert, key) = env
+        .ca
+        .client_cert("spiffe-workload")
+        .write(env.dir.path(), "svid");
+    // No CA on the Backend: the platform's trust bundle verifies the server.
+    let tls = Tls {
+        mode: Some("PlatformProvided"),
+        ..Tls::default()
+    };
+    let yaml = with_platform_identity(&env, &cert, &key, &env.ca_file)
+        + &fqdn_tls_backend(upstream.addr.port(), &tls, "");
+    let proxy = TestProxy::start(&yaml).await;
+    assert_ok_from_api(&get_api(&proxy, upstream.addr.port()).await);
+    assert_eq!(
+        upstream.client_cns(),
+        vec![Some("spiffe-workload".to_owned())]
+    );
+}
+
+#[test]
+fn platform_provided_without_a_platform_identity_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = Tls {
+        mode: Some("PlatformProvided"),
+        ..Tls::default()
+    };
+    let yaml = preamble(Some("127.0.0.1:53".parse().unwrap())) + &fqdn_tls_backend(443, &tls, "");
+    std::fs::write(dir.path().join("egressd.yaml"), yaml).unwrap();
+    let v = egressd::commands::validate(&[dir.path().to_path_buf()]);
+    assert!(!v.ok, "{}", v.report);
+    assert!(
+        v.report
+            .contains("spec.tls.mode: tls.mode PlatformProvided needs the platform's identity"),
+        "{}",
+        v.report
+    );
+    assert!(v.report.contains("platformIdentity"), "{}", v.report);
+}

@@ -27,7 +27,7 @@ pub struct ProxyConfigSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<ProxyDnsSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub platform_identity: Option<Spanned<NotYetSupported>>,
+    pub platform_identity: Option<Spanned<PlatformIdentity>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<Spanned<NotYetSupported>>,
 }
@@ -68,4 +68,17 @@ pub struct ProxyDnsSpec {
     /// `ip:port` of DNS servers to ask instead of the system's (`/etc/resolv.conf`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nameservers: Vec<Spanned<String>>,
+}
+
+/// The workload identity a platform (e.g. a SPIFFE agent) keeps current on disk, used by
+/// Backends with `tls.mode: PlatformProvided`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlatformIdentity {
+    /// PEM certificate chain presented as the client certificate.
+    pub certificate_file: String,
+    pub private_key_file: String,
+    /// PEM trust bundle; verifies PlatformProvided Backends that set no CA of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_certificate_file: Option<String>,
 }

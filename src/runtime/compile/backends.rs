@@ -324,6 +324,7 @@ fn compile_one(
                 field: &tls_field,
                 hostname: hostname.as_deref(),
                 protocol: protocol_value,
+                platform: settings.platform_identity.as_ref(),
             },
         );
         let mode = plan.as_ref().map(|p| p.mode);

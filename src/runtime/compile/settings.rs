@@ -8,9 +8,19 @@ use crate::config::wire::enums::{AccessLogFormat, OutboundPolicy};
 use crate::config::{ConfigSet, Reason};
 use crate::runtime::snapshot::{AccessLogSettings, ProxySettings};
 
+/// The files of `ProxyConfig.spec.platformIdentity`, resolved.
+#[derive(Clone, Debug)]
+pub(crate) struct PlatformFiles {
+    pub certificate: std::path::PathBuf,
+    pub private_key: std::path::PathBuf,
+    pub ca: Option<std::path::PathBuf>,
+}
+
 /// Settings plus what backends need from them.
 pub(crate) struct Settings {
     pub proxy: ProxySettings,
+    /// For `tls.mode: PlatformProvided`.
+    pub platform_identity: Option<PlatformFiles>,
     /// `deniedHostnames` patterns, lower-case.
     pub denied_hostnames: Vec<String>,
 }
@@ -25,6 +35,7 @@ impl std::ops::Deref for Settings {
 pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
     let mut settings = Settings {
         proxy: ProxySettings::default(),
+        platform_identity: None,
         denied_hostnames: Vec::new(),
     };
     for extra in set.proxy_configs.iter().skip(1) {
@@ -103,12 +114,14 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
             }
         }
     }
-    if let Some(v) = &spec.platform_identity {
-        cx.not_yet(
-            at(file, id, v.pos, "spec.platformIdentity"),
-            "platformIdentity",
-            "[tls]",
-        );
+    if let Some(identity) = &spec.platform_identity {
+        // Relative paths are relative to the ProxyConfig's file, like every other file path.
+        let path = |p: &str| super::tls::resolve(file, p);
+        settings.platform_identity = Some(PlatformFiles {
+            certificate: path(&identity.certificate_file),
+            private_key: path(&identity.private_key_file),
+            ca: identity.ca_certificate_file.as_deref().map(path),
+        });
     }
     if let Some(v) = &spec.mcp {
         cx.not_yet(at(file, id, v.pos, "spec.mcp"), "mcp", "[mcp]");

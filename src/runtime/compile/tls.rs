@@ -27,6 +27,8 @@ pub(super) struct TlsSite<'a> {
     /// The FQDN destination, the default SNI.
     pub hostname: Option<&'a str>,
     pub protocol: Protocol,
+    /// `ProxyConfig.spec.platformIdentity`, for mode PlatformProvided.
+    pub platform: Option<&'a super::settings::PlatformFiles>,
 }
 
 /// Checks a `tls` block. `None` when it has errors (already reported).
@@ -74,15 +76,15 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
             }
             return Some(TlsPlan { mode, spec: None });
         }
-        TlsMode::PlatformProvided => {
-            cx.not_yet(
+        TlsMode::PlatformProvided if site.platform.is_none() => {
+            cx.error(
                 at(file, id, mode_pos, format!("{field}.mode")),
-                "tls.mode PlatformProvided (ProxyConfig.platformIdentity)",
-                "[tls]",
+                "tls.mode PlatformProvided needs the platform's identity, and ProxyConfig sets no platformIdentity",
+                "add ProxyConfig.spec.platformIdentity: {certificateFile, privateKeyFile, caCertificateFile} (files your platform, e.g. a SPIFFE agent, keeps current), or use Mutual with clientCertificate",
             );
             return None;
         }
-        TlsMode::Simple | TlsMode::Mutual => {
+        TlsMode::Simple | TlsMode::Mutual | TlsMode::PlatformProvided => {
             if site.protocol == Protocol::Tcp {
                 cx.not_yet(
                     at(file, id, mode_pos, format!("{field}.mode")),
@@ -104,6 +106,17 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
         );
     }
     let client_cert = match (mode, &tls.client_certificate) {
+        (TlsMode::PlatformProvided, Some(_)) => {
+            cx.error(
+                at(file, id, pos, format!("{field}.clientCertificate")),
+                "tls.mode PlatformProvided presents the platform's identity, not a clientCertificate",
+                "remove clientCertificate, or use tls.mode Mutual",
+            );
+            None
+        }
+        (TlsMode::PlatformProvided, None) => site
+            .platform
+            .map(|p| (p.certificate.clone(), p.private_key.clone())),
         (TlsMode::Simple, Some(_)) => {
             cx.error(
                 at(file, id, pos, format!("{field}.clientCertificate")),
@@ -168,8 +181,17 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
             "remove insecureSkipVerify (verification is the point) or the other fields",
         );
     }
+    let platform_ca = match (mode, site.platform) {
+        (TlsMode::PlatformProvided, Some(p)) => p.ca.clone(),
+        _ => None,
+    };
     let roots = if validation.ca_certificate_files.is_empty() {
-        Roots::System
+        // PlatformProvided Backends that name no CA trust the platform's bundle (the mesh's
+        // trust domain), unless they ask for the system store.
+        match platform_ca {
+            Some(ca) if validation.well_known_ca_certificates.is_none() => Roots::Files(vec![ca]),
+            _ => Roots::System,
+        }
     } else {
         Roots::Files(
             validation
