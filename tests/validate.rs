@@ -269,10 +269,10 @@ fn kind_of_the_model_that_is_not_implemented_yet_says_so() {
         &dir,
         &d,
         &Expect {
-            at: spot("tls-route.yaml", "kind: TLSRoute", "TLSRoute"),
+            at: spot("grpc-route.yaml", "kind: GRPCRoute", "GRPCRoute"),
             object: None,
             field: "",
-            message: "kind `TLSRoute` is not supported yet",
+            message: "kind `GRPCRoute` is not supported yet",
         },
     );
 }
@@ -639,10 +639,10 @@ fn many_mistakes() -> Vec<Expect<'static>> {
             message: "80800 is out of range",
         },
         Expect {
-            at: spot("other-kinds.yaml", "kind: TLSRoute", "TLSRoute"),
+            at: spot("other-kinds.yaml", "kind: GRPCRoute", "GRPCRoute"),
             object: None,
             field: "",
-            message: "kind `TLSRoute` is not supported yet",
+            message: "kind `GRPCRoute` is not supported yet",
         },
         Expect {
             at: spot(

@@ -56,6 +56,7 @@ pub fn config_dump(set: &ConfigSet) -> Value {
     dump!(set.proxy_configs, Kind::ProxyConfig);
     dump!(set.gateways, Kind::Gateway);
     dump!(set.http_routes, Kind::HttpRoute);
+    dump!(set.tls_routes, Kind::TlsRoute);
     dump!(set.backends, Kind::Backend);
     dump!(set.policies, Kind::BackendTrafficPolicy);
     json!({ "files": set.files, "objects": objects })

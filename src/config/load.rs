@@ -19,6 +19,7 @@ use super::wire::gateway::GatewaySpec;
 use super::wire::policy::BackendTrafficPolicySpec;
 use super::wire::proxy::ProxyConfigSpec;
 use super::wire::route::HttpRouteSpec;
+use super::wire::tls_route::TlsRouteSpec;
 use super::wire::{Kind, Object, KINDS_NOT_YET_SUPPORTED};
 use super::yaml::{self, Node, Pos};
 
@@ -27,6 +28,7 @@ use super::yaml::{self, Node, Pos};
 pub struct ConfigSet {
     pub gateways: Vec<Object<GatewaySpec>>,
     pub http_routes: Vec<Object<HttpRouteSpec>>,
+    pub tls_routes: Vec<Object<TlsRouteSpec>>,
     pub backends: Vec<Object<BackendSpec>>,
     pub policies: Vec<Object<BackendTrafficPolicySpec>>,
     pub proxy_configs: Vec<Object<ProxyConfigSpec>>,
@@ -292,6 +294,7 @@ fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
     match kind {
         Kind::Gateway => base.push(spec, &mut loaded.diagnostics, &mut loaded.set.gateways),
         Kind::HttpRoute => base.push(spec, &mut loaded.diagnostics, &mut loaded.set.http_routes),
+        Kind::TlsRoute => base.push(spec, &mut loaded.diagnostics, &mut loaded.set.tls_routes),
         Kind::Backend => base.push(spec, &mut loaded.diagnostics, &mut loaded.set.backends),
         Kind::BackendTrafficPolicy => {
             base.push(spec, &mut loaded.diagnostics, &mut loaded.set.policies)
@@ -399,6 +402,7 @@ fn check_duplicates(loaded: &mut Loaded) {
         .iter()
         .map(|o| (&o.id, &o.file, o.pos))
         .chain(set.http_routes.iter().map(|o| (&o.id, &o.file, o.pos)))
+        .chain(set.tls_routes.iter().map(|o| (&o.id, &o.file, o.pos)))
         .chain(set.backends.iter().map(|o| (&o.id, &o.file, o.pos)))
         .chain(set.policies.iter().map(|o| (&o.id, &o.file, o.pos)))
         .chain(set.proxy_configs.iter().map(|o| (&o.id, &o.file, o.pos)));

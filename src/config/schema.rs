@@ -8,13 +8,14 @@ use super::wire::gateway::GatewaySpec;
 use super::wire::policy::BackendTrafficPolicySpec;
 use super::wire::proxy::ProxyConfigSpec;
 use super::wire::route::HttpRouteSpec;
+use super::wire::tls_route::TlsRouteSpec;
 use super::wire::Kind;
 
 /// One schema that accepts any egressd document (draft-07, `oneOf` by kind).
 pub fn json_schema() -> Value {
     let mut generator = schemars::generate::SchemaSettings::draft07().into_generator();
     let meta: Value = generator.subschema_for::<ObjectMeta>().into();
-    let specs: [(Kind, Value); 5] = [
+    let specs: [(Kind, Value); 6] = [
         (
             Kind::Gateway,
             generator.subschema_for::<GatewaySpec>().into(),
@@ -22,6 +23,10 @@ pub fn json_schema() -> Value {
         (
             Kind::HttpRoute,
             generator.subschema_for::<HttpRouteSpec>().into(),
+        ),
+        (
+            Kind::TlsRoute,
+            generator.subschema_for::<TlsRouteSpec>().into(),
         ),
         (
             Kind::Backend,
@@ -57,7 +62,7 @@ pub fn json_schema() -> Value {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "$id": "https://egressd.dev/schema/v1alpha1.json",
         "title": "egressd config document",
-        "description": "One YAML document of an egressd config directory (Gateway, HTTPRoute, Backend, BackendTrafficPolicy or ProxyConfig).",
+        "description": "One YAML document of an egressd config directory (Gateway, HTTPRoute, TLSRoute, Backend, BackendTrafficPolicy or ProxyConfig).",
         "oneOf": one_of,
         "definitions": generator.take_definitions(true),
     })

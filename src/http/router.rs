@@ -33,16 +33,62 @@ pub struct HttpRouter {
     pub tunnels: HashMap<String, ImplicitRoute>,
 }
 
-/// Routing on a TLS Passthrough listener: by the SNI of the client's ClientHello.
+/// Routing on a TLS Passthrough listener: by the SNI of the client's ClientHello. TLSRoutes
+/// come first (exact hostnames, then `*.suffix` wildcards longest first, then routes without
+/// hostnames, as HTTPRoutes do), then the implicit route to the Backend of that hostname.
 #[derive(Debug, Default)]
 pub struct SniRouter {
+    /// TLSRoutes naming the SNI exactly, by lower-case host.
+    pub routes_exact: HashMap<String, Arc<SniRoute>>,
+    /// TLSRoutes with `*.suffix` hostnames: (suffix including the leading dot, route), longest
+    /// suffix first.
+    pub routes_wildcard: Vec<(String, Arc<SniRoute>)>,
+    /// The TLSRoute without hostnames (any SNI), if one is attached.
+    pub routes_any: Option<Arc<SniRoute>>,
     /// Passthrough Backends by their lower-case hostname (the implicit route).
     pub exact: HashMap<String, Arc<Target>>,
 }
 
+/// A TLSRoute's backends on one listener.
+#[derive(Debug)]
+pub struct SniRoute {
+    /// `TLSRoute namespace/name`, for logs.
+    pub name: Arc<str>,
+    pub backends: Vec<WeightedTarget>,
+    /// Sum of the backends' weights (0: the route has no usable backend).
+    pub total_weight: u64,
+}
+
+/// What the SNI of a ClientHello leads to.
+#[derive(Debug)]
+pub enum SniDecision<'a> {
+    Target(&'a Arc<Target>),
+    /// A TLSRoute claims the SNI but none of its backends may receive traffic (all weigh 0).
+    NoBackend(&'a SniRoute),
+    /// Nothing declares this SNI.
+    NotAllowed,
+}
+
 impl SniRouter {
-    pub fn route(&self, sni: &str) -> Option<&Arc<Target>> {
-        self.exact.get(sni)
+    pub fn route(&self, sni: &str) -> SniDecision<'_> {
+        let route = self.routes_exact.get(sni).or_else(|| {
+            self.routes_wildcard
+                .iter()
+                // `*.example.com` matches `a.example.com` and `a.b.example.com`, not
+                // `example.com`.
+                .find(|(suffix, _)| sni.len() > suffix.len() && sni.ends_with(suffix.as_str()))
+                .map(|(_, route)| route)
+        });
+        if let Some(route) = route.or(self.routes_any.as_ref()) {
+            return match pick_weighted(&route.backends, route.total_weight) {
+                Some(target) => SniDecision::Target(target),
+                None => SniDecision::NoBackend(route),
+            };
+        }
+        match self.exact.get(sni) {
+            Some(target) => SniDecision::Target(target),
+            None => SniDecision::NotAllowed,
+        }
     }
 }
 
@@ -67,21 +113,27 @@ pub struct RouteAction {
 impl RouteAction {
     /// Picks a backend by weight.
     pub fn pick(&self) -> Option<&Arc<Target>> {
-        if self.total_weight == 0 {
-            return None;
-        }
-        if self.backends.len() == 1 {
-            return Some(&self.backends[0].target);
-        }
-        let mut slot = fastrand::u64(..self.total_weight);
-        for b in &self.backends {
-            if slot < u64::from(b.weight) {
-                return Some(&b.target);
-            }
-            slot -= u64::from(b.weight);
-        }
-        None
+        pick_weighted(&self.backends, self.total_weight)
     }
+}
+
+/// Picks one of `backends` with probability proportional to its weight; None when `total`
+/// (the sum of the weights) is 0.
+fn pick_weighted(backends: &[WeightedTarget], total: u64) -> Option<&Arc<Target>> {
+    if total == 0 {
+        return None;
+    }
+    if backends.len() == 1 {
+        return Some(&backends[0].target);
+    }
+    let mut slot = fastrand::u64(..total);
+    for b in backends {
+        if slot < u64::from(b.weight) {
+            return Some(&b.target);
+        }
+        slot -= u64::from(b.weight);
+    }
+    None
 }
 
 #[derive(Debug)]

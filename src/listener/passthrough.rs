@@ -10,6 +10,7 @@ use tokio::net::TcpStream;
 
 use super::sni::{peek_client_hello, Peek, MAX_HELLO};
 use crate::http::proxy::ConnInfo;
+use crate::http::router::SniDecision;
 use crate::runtime::shared::Shared;
 use crate::upstream::connect::connect_tcp;
 
@@ -42,18 +43,25 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
         Ok(Ok(Some(sni))) => sni,
     };
     let snapshot = shared.snapshot.load_full();
-    let Some(target) = snapshot
+    let decision = snapshot
         .sni_routers
         .get(&info.listener)
-        .and_then(|router| router.route(&sni))
-    else {
-        return refuse(
-            shared,
-            info,
-            "destination_not_allowed",
-            "no Passthrough Backend for this SNI",
-            Some(&sni),
-        );
+        .map_or(SniDecision::NotAllowed, |router| router.route(&sni));
+    let target = match decision {
+        SniDecision::Target(target) => target,
+        SniDecision::NoBackend(route) => {
+            let why = format!("{} has no backend with a non-zero weight", route.name);
+            return refuse(shared, info, "no_backend", &why, Some(&sni));
+        }
+        SniDecision::NotAllowed => {
+            return refuse(
+                shared,
+                info,
+                "destination_not_allowed",
+                "no TLSRoute or Passthrough Backend for this SNI",
+                Some(&sni),
+            )
+        }
     };
     let group = &target.port.endpoints;
     if !group.is_resolved() {

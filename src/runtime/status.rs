@@ -41,6 +41,7 @@ impl StatusReport {
             .iter()
             .map(|o| (&o.id, &o.file))
             .chain(set.http_routes.iter().map(|o| (&o.id, &o.file)))
+            .chain(set.tls_routes.iter().map(|o| (&o.id, &o.file)))
             .chain(set.backends.iter().map(|o| (&o.id, &o.file)))
             .chain(set.policies.iter().map(|o| (&o.id, &o.file)))
             .chain(set.proxy_configs.iter().map(|o| (&o.id, &o.file)));

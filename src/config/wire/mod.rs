@@ -8,6 +8,7 @@ pub mod gateway;
 pub mod policy;
 pub mod proxy;
 pub mod route;
+pub mod tls_route;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -26,15 +27,17 @@ pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 pub enum Kind {
     Gateway,
     HttpRoute,
+    TlsRoute,
     Backend,
     BackendTrafficPolicy,
     ProxyConfig,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::Gateway,
         Kind::HttpRoute,
+        Kind::TlsRoute,
         Kind::Backend,
         Kind::BackendTrafficPolicy,
         Kind::ProxyConfig,
@@ -45,6 +48,7 @@ impl Kind {
         match self {
             Kind::Gateway => "Gateway",
             Kind::HttpRoute => "HTTPRoute",
+            Kind::TlsRoute => "TLSRoute",
             Kind::Backend => "Backend",
             Kind::BackendTrafficPolicy => "BackendTrafficPolicy",
             Kind::ProxyConfig => "ProxyConfig",
@@ -53,7 +57,7 @@ impl Kind {
 
     pub fn group(self) -> &'static str {
         match self {
-            Kind::Gateway | Kind::HttpRoute => GATEWAY_GROUP,
+            Kind::Gateway | Kind::HttpRoute | Kind::TlsRoute => GATEWAY_GROUP,
             _ => EGRESSD_GROUP,
         }
     }
@@ -66,6 +70,12 @@ impl Kind {
                 "gateway.networking.k8s.io/v1beta1",
                 "gateway.networking.k8s.io/v1alpha2",
             ],
+            // TLSRoute is served upstream by v1alpha2 (canonical); later versions accepted.
+            Kind::TlsRoute => &[
+                "gateway.networking.k8s.io/v1alpha2",
+                "gateway.networking.k8s.io/v1alpha3",
+                "gateway.networking.k8s.io/v1",
+            ],
             _ => &["egressd.dev/v1alpha1"],
         }
     }
@@ -77,7 +87,6 @@ impl Kind {
 
 /// Kinds that belong to the model but are not implemented by this build yet.
 pub const KINDS_NOT_YET_SUPPORTED: &[&str] = &[
-    "TLSRoute",
     "GRPCRoute",
     "TCPRoute",
     "ReferenceGrant",

@@ -9,6 +9,7 @@ mod route_rules;
 mod routes;
 mod settings;
 mod tls;
+mod tls_routes;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -8,6 +8,7 @@ use regex::Regex;
 
 use super::backends::Backends;
 use super::{at, is_valid_hostname_pattern, Cx};
+use crate::config::wire::common::BackendRef;
 use crate::config::wire::enums::{FilterType, PathMatchType, PathModifierType, ValueMatchType};
 use crate::config::wire::route::{HeaderModifier, HttpRouteRule, HttpRouteSpec};
 use crate::config::wire::{Object, EGRESSD_GROUP};
@@ -38,15 +39,7 @@ pub(super) fn check_route<'a>(
 ) -> Option<Vec<CheckedRule<'a>>> {
     let (file, id) = (&*route.file, &route.id);
     let before = error_count(cx);
-    for (i, h) in route.spec.hostnames.iter().enumerate() {
-        if !is_valid_hostname_pattern(&h.value.to_ascii_lowercase()) {
-            cx.error(
-                at(file, id, h.pos, format!("spec.hostnames[{i}]")),
-                format!("invalid hostname `{}`", h.value),
-                "use a hostname or `*.suffix` (no port, no IP)",
-            );
-        }
-    }
+    check_hostnames(cx, file, id, &route.spec.hostnames);
     let mut rules = Vec::new();
     for (ri, rule) in route.spec.rules.iter().enumerate() {
         let field = format!("spec.rules[{ri}]");
@@ -77,66 +70,11 @@ pub(super) fn check_route<'a>(
         let mut refs = Vec::new();
         for (bi, r) in rule.backend_refs.iter().enumerate() {
             let bfield = format!("{field}.backendRefs[{bi}]");
-            let group = r.group.as_deref().unwrap_or(EGRESSD_GROUP);
-            let kind = r.kind.as_deref().unwrap_or("Backend");
-            if group != EGRESSD_GROUP || kind != "Backend" {
-                let g = if group.is_empty() { "core" } else { group };
-                cx.error(
-                    at(file, id, r.pos, bfield),
-                    format!("backendRef to {kind} in group `{g}` is not supported"),
-                    "reference `group: egressd.dev, kind: Backend`",
-                );
-                continue;
+            if let Some((backend, inline, port_index)) =
+                resolve_backend_ref(cx, file, id, r, &bfield, backends)
+            {
+                refs.push((backend.clone(), inline, port_index, r.weight.unwrap_or(1)));
             }
-            if r.filters.is_some() {
-                cx.not_yet(
-                    at(file, id, r.pos, format!("{bfield}.filters")),
-                    "backendRefs[].filters",
-                    "",
-                );
-            }
-            let ns = r.namespace.as_deref().unwrap_or(&id.namespace);
-            if ns != id.namespace {
-                cx.not_yet(
-                    at(file, id, r.pos, format!("{bfield}.namespace")),
-                    "a cross-namespace backendRef (it needs ReferenceGrant)",
-                    "",
-                );
-                continue;
-            }
-            let Some((backend, inline)) = backends.get(ns, &r.name) else {
-                cx.missing_ref(
-                    at(file, id, r.pos, bfield),
-                    format!("Backend {ns}/{} does not exist or has errors", r.name),
-                    "check the name, or fix the Backend's own errors",
-                );
-                continue;
-            };
-            let port_index = match r.port {
-                Some(p) => match backend.ports.iter().position(|bp| bp.number == p) {
-                    Some(i) => i,
-                    None => {
-                        let ports: Vec<String> =
-                            backend.ports.iter().map(|p| p.number.to_string()).collect();
-                        cx.missing_ref(
-                            at(file, id, r.pos, format!("{bfield}.port")),
-                            format!("Backend {ns}/{} has no port {p}", r.name),
-                            format!("use one of: {}", ports.join(", ")),
-                        );
-                        continue;
-                    }
-                },
-                None if backend.ports.len() > 1 => {
-                    cx.error(
-                        at(file, id, r.pos, format!("{bfield}.port")),
-                        format!("Backend {ns}/{} has several ports; name one", r.name),
-                        "add `port:`",
-                    );
-                    continue;
-                }
-                None => 0,
-            };
-            refs.push((backend.clone(), *inline, port_index, r.weight.unwrap_or(1)));
         }
         rules.push(CheckedRule {
             rule,
@@ -148,7 +86,101 @@ pub(super) fn check_route<'a>(
     (error_count(cx) == before).then_some(rules)
 }
 
-fn error_count(cx: &Cx) -> usize {
+/// Checks that every hostname is a DNS name or `*.suffix`.
+pub(super) fn check_hostnames(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    hostnames: &[Spanned<String>],
+) {
+    for (i, h) in hostnames.iter().enumerate() {
+        if !is_valid_hostname_pattern(&h.value.to_ascii_lowercase()) {
+            cx.error(
+                at(file, id, h.pos, format!("spec.hostnames[{i}]")),
+                format!("invalid hostname `{}`", h.value),
+                "use a hostname or `*.suffix` (no port, no IP)",
+            );
+        }
+    }
+}
+
+/// Resolves one backendRef of a route to a Backend of the route's namespace and the index of
+/// the referenced port. None (with a diagnostic) when it cannot be used.
+pub(super) fn resolve_backend_ref<'a>(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    r: &Spanned<BackendRef>,
+    bfield: &str,
+    backends: &'a Backends<'_>,
+) -> Option<(
+    &'a Arc<crate::runtime::snapshot::Backend>,
+    Option<&'a crate::config::wire::policy::TrafficPolicySpec>,
+    usize,
+)> {
+    let group = r.group.as_deref().unwrap_or(EGRESSD_GROUP);
+    let kind = r.kind.as_deref().unwrap_or("Backend");
+    if group != EGRESSD_GROUP || kind != "Backend" {
+        let g = if group.is_empty() { "core" } else { group };
+        cx.error(
+            at(file, id, r.pos, bfield),
+            format!("backendRef to {kind} in group `{g}` is not supported"),
+            "reference `group: egressd.dev, kind: Backend`",
+        );
+        return None;
+    }
+    if r.filters.is_some() {
+        cx.not_yet(
+            at(file, id, r.pos, format!("{bfield}.filters")),
+            "backendRefs[].filters",
+            "",
+        );
+    }
+    let ns = r.namespace.as_deref().unwrap_or(&id.namespace);
+    if ns != id.namespace {
+        cx.not_yet(
+            at(file, id, r.pos, format!("{bfield}.namespace")),
+            "a cross-namespace backendRef (it needs ReferenceGrant)",
+            "",
+        );
+        return None;
+    }
+    let Some((backend, inline)) = backends.get(ns, &r.name) else {
+        cx.missing_ref(
+            at(file, id, r.pos, bfield),
+            format!("Backend {ns}/{} does not exist or has errors", r.name),
+            "check the name, or fix the Backend's own errors",
+        );
+        return None;
+    };
+    let port_index = match r.port {
+        Some(p) => match backend.ports.iter().position(|bp| bp.number == p) {
+            Some(i) => i,
+            None => {
+                let ports: Vec<String> =
+                    backend.ports.iter().map(|p| p.number.to_string()).collect();
+                cx.missing_ref(
+                    at(file, id, r.pos, format!("{bfield}.port")),
+                    format!("Backend {ns}/{} has no port {p}", r.name),
+                    format!("use one of: {}", ports.join(", ")),
+                );
+                return None;
+            }
+        },
+        None if backend.ports.len() > 1 => {
+            cx.error(
+                at(file, id, r.pos, format!("{bfield}.port")),
+                format!("Backend {ns}/{} has several ports; name one", r.name),
+                "add `port:`",
+            );
+            return None;
+        }
+        None => 0,
+    };
+    Some((backend, *inline, port_index))
+}
+
+pub(super) fn error_count(cx: &Cx) -> usize {
     cx.diagnostics.iter().filter(|d| d.is_error()).count()
 }
 

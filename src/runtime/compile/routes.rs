@@ -1,6 +1,7 @@
 //! `HTTPRoute`s and implicit routes → one [`HttpRouter`] per HTTP listener.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use super::backends::{BackendEntry, Backends};
@@ -8,9 +9,11 @@ use super::listeners::CompiledListener;
 use super::policy::PolicyIndex;
 use super::route_rules::{check_route, CheckedRule};
 use super::{at, hostname_matches, Cx};
+use crate::config::wire::common::ParentRef;
 use crate::config::wire::enums::Protocol;
 use crate::config::wire::route::HttpRouteSpec;
 use crate::config::wire::{Object, GATEWAY_GROUP};
+use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, ObjectId, Reason};
 use crate::http::router::{
     HttpRouter, ImplicitRoute, PathMatcher, RequestMatch, RouteAction, RouteEntry, WeightedTarget,
@@ -28,7 +31,17 @@ pub(crate) fn compile(
     let attachments: Vec<Vec<usize>> = set
         .http_routes
         .iter()
-        .map(|r| attach(cx, set, r, listeners))
+        .map(|r| {
+            attach(
+                cx,
+                set,
+                &r.file,
+                &r.id,
+                &r.spec.parent_refs,
+                listeners,
+                false,
+            )
+        })
         .collect();
     // Rules are validated once; their targets are resolved per Gateway (policies may differ).
     let mut validated: Vec<Option<Vec<CheckedRule<'_>>>> = Vec::new();
@@ -72,7 +85,8 @@ pub(crate) fn compile(
                 continue;
             };
             let route = &set.http_routes[ri];
-            let hostnames = effective_hostnames(&route.spec, listener.hostname.as_deref());
+            let hostnames =
+                effective_hostnames(&route.spec.hostnames, listener.hostname.as_deref());
             if hostnames.as_ref().is_some_and(Vec::is_empty) {
                 continue; // no hostname in common with the listener
             }
@@ -206,9 +220,11 @@ fn implicit_routes(
 }
 
 /// The route's hostnames intersected with the listener's (None: any host).
-fn effective_hostnames(spec: &HttpRouteSpec, listener: Option<&str>) -> Option<Vec<String>> {
-    let route: Vec<String> = spec
-        .hostnames
+pub(super) fn effective_hostnames(
+    hostnames: &[Spanned<String>],
+    listener: Option<&str>,
+) -> Option<Vec<String>> {
+    let route: Vec<String> = hostnames
         .iter()
         .map(|h| h.value.to_ascii_lowercase())
         .collect();
@@ -235,28 +251,32 @@ fn effective_hostnames(spec: &HttpRouteSpec, listener: Option<&str>) -> Option<V
     }
 }
 
-/// Indices of the listeners a route attaches to.
-fn attach(
+/// Indices of the listeners a route attaches to: HTTP and HTTPS listeners for an HTTPRoute,
+/// TLS Passthrough listeners for a TLSRoute (`passthrough`).
+pub(super) fn attach(
     cx: &mut Cx,
     set: &ConfigSet,
-    route: &Object<HttpRouteSpec>,
+    file: &Path,
+    id: &ObjectId,
+    parent_refs: &[Spanned<ParentRef>],
     listeners: &[CompiledListener],
+    passthrough: bool,
 ) -> Vec<usize> {
-    let (file, id) = (&*route.file, &route.id);
     let allowed =
         |l: &CompiledListener| l.routes_from_all_namespaces || l.gateway.namespace == id.namespace;
-    if route.spec.parent_refs.is_empty() {
-        // egressd extension: a route without parentRefs attaches to every HTTP listener that
-        // admits its namespace (the common single-Gateway sidecar case needs no wiring).
+    if parent_refs.is_empty() {
+        // egressd extension: a route without parentRefs attaches to every listener of its
+        // kind that admits its namespace (the common single-Gateway sidecar case needs no
+        // wiring).
         return listeners
             .iter()
             .enumerate()
-            .filter(|(_, l)| !l.is_passthrough() && allowed(l))
+            .filter(|(_, l)| l.is_passthrough() == passthrough && allowed(l))
             .map(|(i, _)| i)
             .collect();
     }
     let mut out = Vec::new();
-    for (pi, parent) in route.spec.parent_refs.iter().enumerate() {
+    for (pi, parent) in parent_refs.iter().enumerate() {
         let field = format!("spec.parentRefs[{pi}]");
         let group = parent.group.as_deref().unwrap_or(GATEWAY_GROUP);
         let kind = parent.kind.as_deref().unwrap_or("Gateway");
@@ -299,18 +319,28 @@ fn attach(
             {
                 continue;
             }
-            if l.is_passthrough() {
+            if l.is_passthrough() != passthrough {
                 // Only a listener named explicitly is a mistake; a whole-Gateway parentRef
-                // simply skips its TLS listeners.
+                // simply skips the listeners of the other kind.
                 if parent.section_name.is_some() {
-                    cx.error(
-                        at(file, id, parent.pos, field.clone()),
-                        format!(
-                            "listener `{}` passes TLS through and cannot carry an HTTPRoute",
-                            l.name
-                        ),
-                        "attach the route to an HTTP or HTTPS listener",
-                    );
+                    let (message, hint) = if passthrough {
+                        (
+                            format!(
+                                "listener `{}` is not a TLS Passthrough listener and cannot carry a TLSRoute",
+                                l.name
+                            ),
+                            "attach the route to a listener with `protocol: TLS` and `tls: {mode: Passthrough}`",
+                        )
+                    } else {
+                        (
+                            format!(
+                                "listener `{}` passes TLS through and cannot carry an HTTPRoute",
+                                l.name
+                            ),
+                            "attach the route to an HTTP or HTTPS listener",
+                        )
+                    };
+                    cx.error(at(file, id, parent.pos, field.clone()), message, hint);
                 }
                 continue;
             }
@@ -453,8 +483,9 @@ impl Tiers {
     }
 }
 
-/// SNI routing for TLS Passthrough listeners: the implicit route to each FQDN Backend with a
-/// Passthrough port, by its hostname (the first Passthrough port is the destination).
+/// SNI routing for TLS Passthrough listeners: attached TLSRoutes, then the implicit route to
+/// each FQDN Backend with a Passthrough port, by its hostname (the first Passthrough port is
+/// the destination).
 pub(crate) fn compile_sni(
     cx: &mut Cx,
     set: &ConfigSet,
@@ -469,9 +500,14 @@ pub(crate) fn compile_sni(
         |b: &crate::runtime::snapshot::Backend| b.ports.iter().any(|p| p.passthrough),
         "TLS passthrough route",
     );
+    let tls_routes = super::tls_routes::check(cx, set, listeners, backends);
     let mut out = HashMap::new();
-    for listener in listeners.iter().filter(|l| l.is_passthrough()) {
+    for (li, listener) in listeners.iter().enumerate() {
+        if !listener.is_passthrough() {
+            continue;
+        }
         let mut router = crate::http::router::SniRouter::default();
+        super::tls_routes::install(cx, &mut router, &tls_routes, li, listener, policies);
         for route in implicit_routes(&passthrough, listener, policies).into_values() {
             let Some(host) = route.backend.hostname.clone() else {
                 continue;

@@ -1,0 +1,32 @@
+//! `TLSRoute` (gateway.networking.k8s.io): how TLS Passthrough listeners route by the
+//! ClientHello's SNI to Passthrough Backends, beyond the implicit route by Backend hostname.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{BackendRef, ParentRef};
+use crate::config::yaml::Spanned;
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TlsRouteSpec {
+    /// Gateways (and listeners) this route attaches to; every TLS Passthrough listener when
+    /// omitted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parent_refs: Vec<Spanned<ParentRef>>,
+    /// SNI hostnames (exact or `*.suffix`) this route serves; any SNI when omitted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hostnames: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub rules: Vec<Spanned<TlsRouteRule>>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TlsRouteRule {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Passthrough Backends the connection goes to, picked by weight.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backend_refs: Vec<Spanned<BackendRef>>,
+}
