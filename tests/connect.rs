@@ -204,3 +204,51 @@ spec:
     }
     assert_eq!(upstream.request_count(), 0);
 }
+
+#[tokio::test]
+async fn drain_waits_for_an_open_tunnel() {
+    let dns = TestDns::start().await;
+    dns.set(API, &[Ipv4Addr::LOCALHOST], 60);
+    let upstream = Upstream::start("plain").await;
+    let port = upstream.addr.port();
+    // preamble() sets a 1 s drain timeout; the tunnel closes well within it.
+    let proxy = TestProxy::start(
+        &(preamble(Some(dns.addr)) + &tcp_backend("plain", API, port, "InsecureDisable")),
+    )
+    .await;
+    let (status, head, mut tunnel) = connect(proxy.http(), &format!("{API}:{port}")).await;
+    assert_eq!(status, 200, "{head}");
+
+    let listener = proxy.http();
+    let shutdown = tokio::spawn(proxy.shutdown());
+    // Draining has begun once the listener refuses new connections.
+    assert!(
+        common::proxy::eventually(std::time::Duration::from_secs(5), || async {
+            TcpStream::connect(listener).await.is_err()
+        })
+        .await
+    );
+    // The open tunnel holds the drain (bounded look: the drain timeout is 1 s).
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !shutdown.is_finished(),
+        "the drain must wait for the open tunnel"
+    );
+    // The tunnel keeps relaying while the proxy drains...
+    tunnel
+        .write_all(
+            format!("GET /during-drain HTTP/1.1\r\nHost: {API}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut reply = String::new();
+    tunnel.read_to_string(&mut reply).await.unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    drop(tunnel);
+    // ...and the drain counts it: it ends cleanly once the tunnel has closed.
+    assert!(
+        shutdown.await.unwrap(),
+        "drain must finish cleanly after the tunnel closed"
+    );
+}

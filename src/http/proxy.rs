@@ -33,6 +33,9 @@ pub struct ConnInfo {
     pub client_header: HeaderValue,
     /// Whether the client connected with TLS (an HTTPS listener): `X-Forwarded-Proto: https`.
     pub tls: bool,
+    /// The drain tracker: a CONNECT tunnel outlives its HTTP connection and registers itself,
+    /// so SIGTERM waits for it (up to the drain timeout) like for any connection.
+    pub tracker: Option<Arc<crate::listener::ConnTracker>>,
 }
 
 impl ConnInfo {
@@ -42,6 +45,7 @@ impl ConnInfo {
             client_header: client_address_value(client.ip()),
             client,
             tls: false,
+            tracker: None,
         }
     }
 }
@@ -177,7 +181,7 @@ async fn proxy(
         .get(&conn.listener)
         .ok_or(ProxyError::ListenerGone)?;
     if req.method() == Method::CONNECT {
-        return tunnel(router, &dest, req, outcome).await;
+        return tunnel(router, &dest, req, conn, outcome).await;
     }
 
     // Route: HTTPRoute rules first, then the implicit route to an FQDN Backend.
@@ -295,6 +299,7 @@ async fn tunnel(
     router: &crate::http::router::HttpRouter,
     dest: &Destination,
     req: Request<Incoming>,
+    conn: &ConnInfo,
     outcome: &mut Outcome,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let port = dest.port.ok_or_else(|| {
@@ -326,6 +331,7 @@ async fn tunnel(
         })?;
     let idle = target.policy.stream_idle_timeout;
     let active = endpoint.start_request();
+    let open = conn.tracker.as_ref().map(|t| t.enter());
     let on_upgrade = hyper::upgrade::on(req);
     let label = backend.clone();
     tokio::spawn(async move {
@@ -337,6 +343,7 @@ async fn tunnel(
             Err(e) => tracing::debug!(backend = %label, error = %e, "CONNECT upgrade failed"),
         }
         drop(active);
+        drop(open);
     });
     Ok(Response::new(ProxyBody::empty()))
 }

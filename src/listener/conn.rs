@@ -48,8 +48,15 @@ impl Drop for ConnGuard {
     }
 }
 
+impl ConnGuard {
+    fn tracker(&self) -> Arc<ConnTracker> {
+        self.0.clone()
+    }
+}
+
 impl ConnTracker {
-    fn enter(self: &Arc<Self>) -> ConnGuard {
+    /// Registers an open connection (or tunnel) until the guard is dropped.
+    pub fn enter(self: &Arc<Self>) -> ConnGuard {
         self.open.fetch_add(1, Ordering::AcqRel);
         ConnGuard(self.clone())
     }
@@ -143,10 +150,11 @@ async fn serve(
     http: Arc<auto::Builder<TokioExecutor>>,
     mut stop: watch::Receiver<bool>,
     mut drain: watch::Receiver<bool>,
-    _guard: ConnGuard,
+    guard: ConnGuard,
 ) {
     shared.metrics.downstream_connections.inc();
-    let info = ConnInfo::new(conn.listener, conn.peer);
+    let mut info = ConnInfo::new(conn.listener, conn.peer);
+    info.tracker = Some(guard.tracker());
     match &*conn.mode {
         AcceptMode::Http => serve_http(conn.stream, info, &shared, &http, stop, drain).await,
         AcceptMode::TlsPassthrough => {
