@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use crate::upstream::pem::{read_certs, read_key, PemError};
+
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
@@ -14,12 +14,8 @@ use rustls::ServerConfig;
 /// A certificate file and its key file that cannot be served.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerCertError {
-    #[error("cannot read {path}: {message}")]
-    File { path: PathBuf, message: String },
-    #[error("{path} holds no PEM certificate")]
-    NoCertificate { path: PathBuf },
-    #[error("{path} holds no PEM private key (PKCS#8, RSA or EC)")]
-    NoKey { path: PathBuf },
+    #[error(transparent)]
+    Pem(#[from] PemError),
     #[error("certificate {cert} with key {key} is unusable: {message}")]
     Unusable {
         cert: PathBuf,
@@ -40,7 +36,7 @@ impl ServerCertificate {
     /// Reads and checks a PEM certificate chain (leaf first) and its PEM private key: both
     /// parse, the key is one the crypto provider can sign with, and it belongs to the leaf.
     pub fn load(cert: &Path, key: &Path) -> Result<ServerCertificate, ServerCertError> {
-        let chain = read_chain(cert)?;
+        let chain = read_certs(cert)?;
         let private_key = read_key(key)?;
         let unusable = |message: String| ServerCertError::Unusable {
             cert: cert.to_owned(),
@@ -135,35 +131,6 @@ impl ResolvesServerCert for SniResolver {
     }
 }
 
-fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, ServerCertError> {
-    let file_error = |message: String| ServerCertError::File {
-        path: path.to_owned(),
-        message,
-    };
-    let chain = CertificateDer::pem_file_iter(path)
-        .map_err(|e| file_error(e.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| file_error(e.to_string()))?;
-    if chain.is_empty() {
-        return Err(ServerCertError::NoCertificate {
-            path: path.to_owned(),
-        });
-    }
-    Ok(chain)
-}
-
-fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, ServerCertError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| match e {
-        rustls::pki_types::pem::Error::NoItemsFound => ServerCertError::NoKey {
-            path: path.to_owned(),
-        },
-        other => ServerCertError::File {
-            path: path.to_owned(),
-            message: other.to_string(),
-        },
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,7 +154,9 @@ mod tests {
     /// A key told apart by its (fake) one-certificate chain.
     fn key(label: &str) -> Arc<CertifiedKey> {
         Arc::new(CertifiedKey::new(
-            vec![CertificateDer::from(label.as_bytes().to_vec())],
+            vec![rustls::pki_types::CertificateDer::from(
+                label.as_bytes().to_vec(),
+            )],
             Arc::new(NoSigning),
         ))
     }

@@ -3,6 +3,7 @@
 pub mod connect;
 pub mod dns;
 pub mod endpoint;
+pub mod pem;
 pub mod pool;
 pub mod tls;
 

@@ -3,14 +3,14 @@
 //! of handshake failures into causes people can act on.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
+use super::pem::{read_certs, read_key, PemError};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
@@ -79,12 +79,10 @@ pub enum TlsVersion {
 /// A TLS setting that cannot be turned into a client config.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsConfigError {
-    #[error("cannot read {path}: {message}")]
-    File { path: PathBuf, message: String },
-    #[error("{path} holds no PEM certificate")]
-    NoCertificate { path: PathBuf },
-    #[error("{path} holds no PEM private key (PKCS#8, RSA or EC)")]
-    NoKey { path: PathBuf },
+    #[error(transparent)]
+    Pem(#[from] PemError),
+    #[error("{path}: not a usable CA certificate: {message}")]
+    CaCertificate { path: PathBuf, message: String },
     #[error("client certificate {cert} with key {key} is unusable: {message}")]
     ClientCertificate {
         cert: PathBuf,
@@ -132,37 +130,6 @@ fn system_roots() -> Result<Arc<RootCertStore>, TlsConfigError> {
         .map_err(TlsConfigError::NoSystemRoots)
 }
 
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsConfigError> {
-    let certs: Result<Vec<_>, _> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| TlsConfigError::File {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })?
-        .collect();
-    let certs = certs.map_err(|e| TlsConfigError::File {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })?;
-    if certs.is_empty() {
-        return Err(TlsConfigError::NoCertificate {
-            path: path.to_owned(),
-        });
-    }
-    Ok(certs)
-}
-
-fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsConfigError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| match e {
-        rustls::pki_types::pem::Error::NoItemsFound => TlsConfigError::NoKey {
-            path: path.to_owned(),
-        },
-        other => TlsConfigError::File {
-            path: path.to_owned(),
-            message: other.to_string(),
-        },
-    })
-}
-
 /// Builds the client config for a spec. Reads the referenced files (certificates, keys, CA
 /// bundles) now, so a broken file is reported when the config is loaded, not at the first
 /// request.
@@ -174,9 +141,9 @@ pub fn build(spec: &TlsSpec) -> Result<TlsOrigination, TlsConfigError> {
             let mut store = RootCertStore::empty();
             for file in files {
                 for cert in read_certs(file)? {
-                    store.add(cert).map_err(|e| TlsConfigError::File {
+                    store.add(cert).map_err(|e| TlsConfigError::CaCertificate {
                         path: file.clone(),
-                        message: format!("not a usable CA certificate: {e}"),
+                        message: e.to_string(),
                     })?;
                 }
             }
@@ -246,6 +213,34 @@ pub fn build(spec: &TlsSpec) -> Result<TlsOrigination, TlsConfigError> {
     })
 }
 
+/// Our verifiers only change how the certificate is judged; signatures over the handshake are
+/// always checked by rustls's own verifier (held in the `webpki` field).
+macro_rules! handshake_signatures_by_webpki {
+    () => {
+        fn verify_tls12_signature(
+            &self,
+            m: &[u8],
+            c: &CertificateDer<'_>,
+            d: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            self.webpki.verify_tls12_signature(m, c, d)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            m: &[u8],
+            c: &CertificateDer<'_>,
+            d: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            self.webpki.verify_tls13_signature(m, c, d)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.webpki.supported_verify_schemes()
+        }
+    };
+}
+
 /// Verifies the chain as usual, then accepts any of the configured names instead of the SNI.
 #[derive(Debug)]
 struct ExpectedNames {
@@ -281,27 +276,7 @@ impl ServerCertVerifier for ExpectedNames {
         Err(last)
     }
 
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls12_signature(m, c, d)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls13_signature(m, c, d)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.webpki.supported_verify_schemes()
-    }
+    handshake_signatures_by_webpki!();
 }
 
 /// Verifies the chain, then requires one of the configured URI SANs (SPIFFE IDs and the like)
@@ -354,27 +329,7 @@ impl ServerCertVerifier for ExpectedIdentities {
         }
     }
 
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls12_signature(m, c, d)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls13_signature(m, c, d)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.webpki.supported_verify_schemes()
-    }
+    handshake_signatures_by_webpki!();
 }
 
 /// `insecureSkipVerify`: accepts any certificate. Signatures over the handshake are still
@@ -396,27 +351,7 @@ impl ServerCertVerifier for SkipVerify {
         Ok(ServerCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls12_signature(m, c, d)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls13_signature(m, c, d)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.webpki.supported_verify_schemes()
-    }
+    handshake_signatures_by_webpki!();
 }
 
 /// The rustls name of a webpki chain error (as rustls itself maps them).

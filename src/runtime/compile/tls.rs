@@ -41,14 +41,7 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
     let before = error_count(cx);
     match mode {
         TlsMode::InsecureDisable => {
-            let extra = tls.sni.is_some()
-                || tls.validation.is_some()
-                || tls.client_certificate.is_some()
-                || tls.client_certificate_ref.is_some()
-                || tls.min_version.is_some()
-                || tls.max_version.is_some()
-                || tls.alpn_protocols.is_some();
-            if extra {
+            if sets_origination_fields(tls) {
                 cx.error(
                     at(file, id, pos, field),
                     "tls.mode InsecureDisable takes no other tls fields",
@@ -59,14 +52,7 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
             return Some(TlsPlan { mode, spec: None });
         }
         TlsMode::Passthrough => {
-            let extra = tls.sni.is_some()
-                || tls.validation.is_some()
-                || tls.client_certificate.is_some()
-                || tls.client_certificate_ref.is_some()
-                || tls.min_version.is_some()
-                || tls.max_version.is_some()
-                || tls.alpn_protocols.is_some();
-            if extra {
+            if sets_origination_fields(tls) {
                 cx.error(
                     at(file, id, pos, field),
                     "tls.mode Passthrough takes no other tls fields: the client does TLS with the endpoint itself",
@@ -300,6 +286,17 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
             sni,
         }),
     })
+}
+
+/// Whether any field that only makes sense when egressd originates TLS is set.
+fn sets_origination_fields(tls: &BackendTls) -> bool {
+    tls.sni.is_some()
+        || tls.validation.is_some()
+        || tls.client_certificate.is_some()
+        || tls.client_certificate_ref.is_some()
+        || tls.min_version.is_some()
+        || tls.max_version.is_some()
+        || tls.alpn_protocols.is_some()
 }
 
 /// Relative certificate paths are relative to the YAML file that names them, so a config
