@@ -22,10 +22,22 @@ pub type RequestBody = Incoming;
 pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A response body egressd sends downstream: its own reply, or an upstream response.
-#[derive(Debug)]
 pub enum ProxyBody {
     Local(Option<Bytes>),
     Upstream(Box<UpstreamBody>),
+    /// Any other body streamed as is (e.g. the answer to a declined upgrade, whose connection
+    /// is not pooled).
+    Stream(Pin<Box<dyn Body<Data = Bytes, Error = BodyError> + Send>>),
+}
+
+impl std::fmt::Debug for ProxyBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProxyBody::Local(b) => f.debug_tuple("Local").field(b).finish(),
+            ProxyBody::Upstream(b) => f.debug_tuple("Upstream").field(b).finish(),
+            ProxyBody::Stream(_) => f.write_str("Stream"),
+        }
+    }
 }
 
 impl ProxyBody {
@@ -49,6 +61,7 @@ impl Body for ProxyBody {
         match self.get_mut() {
             ProxyBody::Local(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             ProxyBody::Upstream(body) => Pin::new(&mut **body).poll_frame(cx),
+            ProxyBody::Stream(body) => body.as_mut().poll_frame(cx),
         }
     }
 
@@ -56,6 +69,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Local(bytes) => bytes.is_none(),
             ProxyBody::Upstream(body) => body.inner.is_end_stream(),
+            ProxyBody::Stream(body) => body.is_end_stream(),
         }
     }
 
@@ -64,6 +78,7 @@ impl Body for ProxyBody {
             ProxyBody::Local(Some(b)) => SizeHint::with_exact(b.len() as u64),
             ProxyBody::Local(None) => SizeHint::with_exact(0),
             ProxyBody::Upstream(body) => body.inner.size_hint(),
+            ProxyBody::Stream(body) => body.size_hint(),
         }
     }
 }

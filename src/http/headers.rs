@@ -19,9 +19,9 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::TRANSFER_ENCODING,
 ];
 
-/// Removes hop-by-hop headers, including every header named in `Connection`. `Upgrade` is
-/// removed too: egressd does not relay protocol upgrades yet, so the upstream answers the
-/// request as plain HTTP.
+/// Removes hop-by-hop headers, including every header named in `Connection`, and `Upgrade`:
+/// the websocket path (`http/websocket.rs`) puts back the two it relays; any other upgrade
+/// (e.g. h2c) is refused by leaving it out, so the upstream answers as plain HTTP.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Most messages carry none of these: one pass over the names (cheap comparisons of
     // standard headers) avoids ten hash lookups per message.

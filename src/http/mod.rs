@@ -15,3 +15,4 @@ pub mod headers;
 pub mod proxy;
 pub mod router;
 pub mod tunnel;
+pub mod websocket;

@@ -52,7 +52,7 @@ impl ConnInfo {
 
 /// Where the client wants to go, from the absolute URI or `Host`.
 #[derive(Debug)]
-struct Destination {
+pub(super) struct Destination {
     /// The host lower-cased, only when the client did not send it lower-case already (the
     /// common case needs no copy).
     lowered: Option<String>,
@@ -83,10 +83,10 @@ struct LoggedRequest {
 
 /// What the access log needs to know about how a request went.
 #[derive(Default)]
-struct Outcome {
-    route: Option<Arc<str>>,
-    backend: Option<Arc<str>>,
-    endpoint: Option<SocketAddr>,
+pub(super) struct Outcome {
+    pub(super) route: Option<Arc<str>>,
+    pub(super) backend: Option<Arc<str>>,
+    pub(super) endpoint: Option<SocketAddr>,
 }
 
 /// Handles one request: never fails, every failure becomes a local reply.
@@ -235,6 +235,9 @@ async fn proxy(
     };
     outcome.backend = Some(target.backend.label.clone());
 
+    if super::websocket::is_upgrade_request(&req) {
+        return super::websocket::proxy(req, &dest, target, entry, conn, outcome).await;
+    }
     let upstream_req = prepare_request(req, &dest, target, entry, conn)?;
     let endpoint = pick_endpoint(target).await?;
     outcome.endpoint = Some(endpoint.addr);
@@ -349,7 +352,7 @@ async fn tunnel(
 }
 
 /// Phase "prepare": the request as it goes upstream (origin-form, HTTP/1.1, filtered headers).
-fn prepare_request(
+pub(super) fn prepare_request(
     req: Request<Incoming>,
     dest: &Destination,
     target: &Target,
@@ -407,7 +410,7 @@ fn prepare_request(
 
 /// Phase "pick endpoint". A DNS Backend that has not resolved yet is waited for (bounded by the
 /// connect timeout) rather than failed.
-async fn pick_endpoint(target: &Target) -> Result<Arc<Endpoint>, ProxyError> {
+pub(super) async fn pick_endpoint(target: &Target) -> Result<Arc<Endpoint>, ProxyError> {
     let group = &target.port.endpoints;
     if !group.is_resolved() {
         group.wait_resolved(target.policy.connect_timeout).await;
@@ -593,14 +596,14 @@ fn respond(
     Response::from_parts(parts, ProxyBody::Upstream(Box::new(body)))
 }
 
-fn connect_cause(e: &ConnectError) -> String {
+pub(super) fn connect_cause(e: &ConnectError) -> String {
     match e {
         ConnectError::Io { source, .. } => source.to_string(),
         other => other.to_string(),
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut source = e.source();
     while let Some(inner) = source {

@@ -65,9 +65,29 @@ pub async fn connect_http1(
     timeout: Duration,
     transport: &Transport,
 ) -> Result<H1Sender, ConnectError> {
+    connect(addr, timeout, transport, false).await
+}
+
+/// Like [`connect_http1`], for a request that asks to switch protocols (websocket): the
+/// connection is never pooled, and after a `101` it is handed over with
+/// `hyper::upgrade::on(response)`.
+pub async fn connect_http1_upgradable(
+    addr: SocketAddr,
+    timeout: Duration,
+    transport: &Transport,
+) -> Result<H1Sender, ConnectError> {
+    connect(addr, timeout, transport, true).await
+}
+
+async fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+    transport: &Transport,
+    upgrades: bool,
+) -> Result<H1Sender, ConnectError> {
     let stream = connect_tcp(addr, timeout).await?;
     match transport {
-        Transport::Plain => handshake_http1(addr, stream).await,
+        Transport::Plain => handshake_http1(addr, stream, upgrades).await,
         Transport::Tls(tls) => {
             let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
             let handshake = connector.connect(tls.server_name(addr), stream);
@@ -89,12 +109,16 @@ pub async fn connect_http1(
                 }
                 Ok(Ok(stream)) => stream,
             };
-            handshake_http1(addr, stream).await
+            handshake_http1(addr, stream, upgrades).await
         }
     }
 }
 
-async fn handshake_http1<S>(addr: SocketAddr, stream: S) -> Result<H1Sender, ConnectError>
+async fn handshake_http1<S>(
+    addr: SocketAddr,
+    stream: S,
+    upgrades: bool,
+) -> Result<H1Sender, ConnectError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -103,7 +127,12 @@ where
         .await
         .map_err(|source| ConnectError::Handshake { addr, source })?;
     tokio::spawn(async move {
-        if let Err(e) = conn.await {
+        let result = if upgrades {
+            conn.with_upgrades().await
+        } else {
+            conn.await
+        };
+        if let Err(e) = result {
             tracing::debug!(%addr, error = %e, "upstream connection closed with error");
         }
     });

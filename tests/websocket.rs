@@ -1,0 +1,140 @@
+//! Websocket upgrades through egressd (HTTP/1.1 `Upgrade: websocket` to an HTTP/1.1 upstream),
+//! with tokio-tungstenite on both ends: messages both ways, ping/pong, close codes, large
+//! messages, and a websocket that stays open across reloads.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::proxy::{ip_backend, preamble, TestProxy};
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message;
+
+/// A websocket echo server on 127.0.0.1:0 (every data message is sent back; pings are
+/// answered and closes echoed by tungstenite itself).
+async fn echo_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
+                    return;
+                };
+                while let Some(Ok(message)) = ws.next().await {
+                    if (message.is_text() || message.is_binary()) && ws.send(message).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn route(host: &str) -> String {
+    format!(
+        "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: ws}}\nspec:\n  hostnames: [{host}]\n  rules: [{{backendRefs: [{{name: echo}}]}}]\n"
+    )
+}
+
+async fn open(proxy: &TestProxy) -> tokio_tungstenite::WebSocketStream<TcpStream> {
+    let stream = TcpStream::connect(proxy.http()).await.unwrap();
+    let (ws, response) = tokio_tungstenite::client_async("ws://ws.test/chat", stream)
+        .await
+        .expect("websocket handshake through egressd");
+    assert_eq!(response.status(), 101);
+    ws
+}
+
+async fn setup() -> TestProxy {
+    let upstream = echo_server().await;
+    TestProxy::start(&(preamble(None) + &ip_backend("echo", upstream, "") + &route("ws.test")))
+        .await
+}
+
+#[tokio::test]
+async fn text_binary_ping_and_close_code_pass_through() {
+    let proxy = setup().await;
+    let mut ws = open(&proxy).await;
+
+    ws.send(Message::text("hello")).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("hello"));
+
+    // 16 MiB binary message, both ways.
+    let big: Vec<u8> = (0..16 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
+    ws.send(Message::binary(big.clone())).await.unwrap();
+    match ws.next().await.unwrap().unwrap() {
+        Message::Binary(data) => assert!(data[..] == big[..], "16 MiB echoed intact"),
+        other => panic!("expected binary, got {other:?}"),
+    }
+
+    ws.send(Message::Ping(b"are you there".to_vec().into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        ws.next().await.unwrap().unwrap(),
+        Message::Pong(b"are you there".to_vec().into())
+    );
+
+    ws.send(Message::Close(Some(CloseFrame {
+        code: CloseCode::Library(4001),
+        reason: "bye".into(),
+    })))
+    .await
+    .unwrap();
+    match ws.next().await.unwrap().unwrap() {
+        Message::Close(Some(frame)) => {
+            assert_eq!(frame.code, CloseCode::Library(4001));
+            assert_eq!(frame.reason.as_str(), "bye");
+        }
+        other => panic!("expected the close echoed, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn websocket_stays_open_across_ten_reloads() {
+    let proxy = setup().await;
+    let mut ws = open(&proxy).await;
+    for i in 0..10 {
+        let before = proxy.generation();
+        assert!(proxy.reload().await > before);
+        let text = format!("after reload {i}");
+        ws.send(Message::text(text.clone())).await.unwrap();
+        assert_eq!(ws.next().await.unwrap().unwrap(), Message::text(text));
+    }
+}
+
+#[tokio::test]
+async fn declined_upgrade_is_an_ordinary_response() {
+    // An upstream that answers every upgrade with 403.
+    let upstream = common::upstream::Upstream::start_with(|_req| async {
+        http::Response::builder()
+            .status(403)
+            .body(common::upstream::full("no websockets here"))
+            .unwrap()
+    })
+    .await;
+    let proxy = TestProxy::start(
+        &(preamble(None) + &ip_backend("echo", upstream.addr, "") + &route("ws.test")),
+    )
+    .await;
+    let stream = TcpStream::connect(proxy.http()).await.unwrap();
+    let err = tokio_tungstenite::client_async("ws://ws.test/chat", stream)
+        .await
+        .expect_err("the upstream declined");
+    match err {
+        tokio_tungstenite::tungstenite::Error::Http(response) => {
+            assert_eq!(response.status(), 403);
+        }
+        other => panic!("expected an HTTP error response, got {other:?}"),
+    }
+    // The upgrade headers reached the upstream.
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].headers.get("upgrade").unwrap(), "websocket");
+}
