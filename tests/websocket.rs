@@ -138,3 +138,65 @@ async fn declined_upgrade_is_an_ordinary_response() {
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].headers.get("upgrade").unwrap(), "websocket");
 }
+
+/// A websocket echo server behind TLS (`wss`), with a certificate for 127.0.0.1 from `ca`.
+async fn tls_echo_server(ca: &common::tls::TestCa) -> SocketAddr {
+    let cert = ca.server_cert(&[common::tls::San::ip("127.0.0.1")]);
+    let config = rustls::ServerConfig::builder_with_provider(common::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(cert.cert_chain(), cert.private_key())
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tls).await else {
+                    return;
+                };
+                while let Some(Ok(message)) = ws.next().await {
+                    if (message.is_text() || message.is_binary()) && ws.send(message).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn wss_backend_gets_the_websocket_over_verified_tls() {
+    let ca = common::tls::TestCa::new("wss");
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = ca.write_pem(dir.path());
+    let upstream = tls_echo_server(&ca).await;
+    let backend = format!(
+        r#"---
+apiVersion: egressd.dev/v1alpha1
+kind: Backend
+metadata: {{name: echo}}
+spec:
+  destination: {{type: IP, ip: {{endpoints: [{{address: 127.0.0.1}}]}}, ports: [{{number: {port}}}]}}
+  protocol: HTTP11
+  tls:
+    mode: Simple
+    validation: {{caCertificateFiles: ["{ca}"]}}
+"#,
+        port = upstream.port(),
+        ca = ca_file.display()
+    );
+    let proxy = TestProxy::start(&(preamble(None) + &backend + &route("ws.test"))).await;
+    // The client speaks plain ws to egressd; egressd speaks wss to the upstream.
+    let mut ws = open(&proxy).await;
+    ws.send(Message::text("over tls")).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("over tls"));
+}
