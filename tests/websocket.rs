@@ -200,3 +200,72 @@ spec:
     ws.send(Message::text("over tls")).await.unwrap();
     assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("over tls"));
 }
+
+#[tokio::test]
+async fn http_upgrade_policy_without_websocket_refuses_the_upgrade() {
+    let upstream = common::upstream::Upstream::start("plain").await;
+    let backend = ip_backend(
+        "echo",
+        upstream.addr,
+        "  trafficPolicy:\n    httpUpgrade: []\n",
+    );
+    let proxy = TestProxy::start(&(preamble(None) + &backend + &route("ws.test"))).await;
+    let stream = TcpStream::connect(proxy.http()).await.unwrap();
+    let err = tokio_tungstenite::client_async("ws://ws.test/chat", stream)
+        .await
+        .expect_err("upgrades are refused by policy");
+    match err {
+        tokio_tungstenite::tungstenite::Error::Http(response) => assert_eq!(response.status(), 200),
+        other => panic!("expected the plain HTTP answer, got {other:?}"),
+    }
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 1);
+    assert!(
+        seen[0].headers.get("upgrade").is_none(),
+        "the upgrade must not reach the upstream"
+    );
+}
+
+/// A sample of `/metrics` by exact series name.
+async fn metric(proxy: &TestProxy, series: &str) -> Option<f64> {
+    let text = common::proxy::get(proxy.admin, "127.0.0.1", "/metrics")
+        .await
+        .text();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .map(|v| v.trim().parse().unwrap())
+}
+
+#[tokio::test]
+async fn open_websockets_and_their_bytes_are_counted_per_backend() {
+    let proxy = setup().await;
+    let active = "egressd_websockets_active{backend=\"default/echo\"}";
+    let mut ws = open(&proxy).await;
+    ws.send(Message::text("count me")).await.unwrap();
+    ws.next().await.unwrap().unwrap();
+    assert!(
+        common::proxy::eventually(std::time::Duration::from_secs(2), || async {
+            metric(&proxy, active).await == Some(1.0)
+        })
+        .await
+    );
+    ws.close(None).await.unwrap();
+    while ws.next().await.is_some() {}
+    // The server closed its TCP side after the close handshake; the client now closes its own.
+    drop(ws);
+    assert!(
+        common::proxy::eventually(std::time::Duration::from_secs(2), || async {
+            metric(&proxy, active).await == Some(0.0)
+        })
+        .await
+    );
+    let up = metric(
+        &proxy,
+        "egressd_websocket_bytes_total{backend=\"default/echo\",direction=\"upstream\"}",
+    )
+    .await;
+    assert!(up.is_some_and(|b| b > 0.0), "bytes counted: {up:?}");
+}

@@ -119,7 +119,7 @@ pub async fn handle(
     let mut outcome = Outcome::default();
 
     let (response, error, error_cause) =
-        match proxy(&snapshot, &conn, req, started, &mut outcome).await {
+        match proxy(&shared, &snapshot, &conn, req, started, &mut outcome).await {
             Ok(response) => (response, None, None),
             Err(err) => {
                 let code = err.code();
@@ -169,6 +169,7 @@ pub async fn handle(
 }
 
 async fn proxy(
+    shared: &Arc<Shared>,
     snapshot: &Snapshot,
     conn: &ConnInfo,
     req: Request<Incoming>,
@@ -235,8 +236,8 @@ async fn proxy(
     };
     outcome.backend = Some(target.backend.label.clone());
 
-    if super::websocket::is_upgrade_request(&req) {
-        return super::websocket::proxy(req, &dest, target, entry, conn, outcome).await;
+    if target.policy.websocket && super::websocket::is_upgrade_request(&req) {
+        return super::websocket::proxy(shared, req, &dest, target, entry, conn, outcome).await;
     }
     let upstream_req = prepare_request(req, &dest, target, entry, conn)?;
     let endpoint = pick_endpoint(target).await?;

@@ -17,7 +17,10 @@ use super::proxy::{
     connect_cause, error_chain, pick_endpoint, prepare_request, ConnInfo, Destination, Outcome,
 };
 use super::router::RouteEntry;
+use super::tunnel::TunnelEnd;
+use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::Target;
+use crate::telemetry::metrics::{BackendDirectionLabel, BackendLabel};
 use crate::upstream::connect::{connect_http1_upgradable, ConnectError};
 
 /// `GET` with `Connection: upgrade` and `Upgrade: websocket` over HTTP/1.1.
@@ -44,6 +47,7 @@ fn set_upgrade_headers(headers: &mut http::HeaderMap) {
 
 /// Proxies a websocket upgrade request.
 pub(super) async fn proxy(
+    shared: &Arc<Shared>,
     mut req: Request<Incoming>,
     dest: &Destination,
     target: &Arc<Target>,
@@ -139,11 +143,33 @@ pub(super) async fn proxy(
     let active = endpoint.start_request();
     let open = conn.tracker.as_ref().map(|t| t.enter());
     let label = backend.clone();
+    let shared = shared.clone();
     tokio::spawn(async move {
         match tokio::try_join!(downstream, upstream) {
             Ok((client, server)) => {
+                let metrics = &shared.metrics;
+                let backend_label = BackendLabel {
+                    backend: label.to_string(),
+                };
+                let active_gauge = metrics
+                    .websockets_active
+                    .get_or_create(&backend_label)
+                    .clone();
+                active_gauge.inc();
                 let end =
                     super::tunnel::relay(TokioIo::new(client), TokioIo::new(server), idle).await;
+                active_gauge.dec();
+                if let TunnelEnd::Closed(up, down) = &end {
+                    for (direction, bytes) in [("upstream", *up), ("downstream", *down)] {
+                        metrics
+                            .websocket_bytes
+                            .get_or_create(&BackendDirectionLabel {
+                                backend: label.to_string(),
+                                direction,
+                            })
+                            .inc_by(bytes);
+                    }
+                }
                 tracing::debug!(backend = %label, ?end, "websocket closed");
             }
             Err(e) => tracing::debug!(backend = %label, error = %e, "websocket upgrade failed"),

@@ -166,6 +166,9 @@ pub struct RequestPolicy {
     pub backend_request_timeout: Option<Duration>,
     /// Longest silence while waiting for or reading the response.
     pub stream_idle_timeout: Option<Duration>,
+    /// Whether websocket upgrades are relayed (`httpUpgrade`); refused upgrades reach the
+    /// upstream as plain HTTP requests.
+    pub websocket: bool,
 }
 
 impl Default for RequestPolicy {
@@ -175,6 +178,7 @@ impl Default for RequestPolicy {
             request_timeout: None,
             backend_request_timeout: None,
             stream_idle_timeout: Some(Duration::from_secs(300)),
+            websocket: true,
         }
     }
 }

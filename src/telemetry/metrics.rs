@@ -21,6 +21,19 @@ pub struct CauseLabel {
     pub cause: &'static str,
 }
 
+/// Per Backend: bounded by the config, not by traffic.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendLabel {
+    pub backend: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendDirectionLabel {
+    pub backend: String,
+    /// `upstream` (client → Backend) or `downstream`.
+    pub direction: &'static str,
+}
+
 /// Every metric egressd exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -36,6 +49,8 @@ pub struct Metrics {
     pub insecure_upstreams: Gauge,
     pub downstream_tls_handshake_failures: Counter,
     pub tls_passthrough_rejected: Family<CauseLabel, Counter>,
+    pub websockets_active: Family<BackendLabel, Gauge>,
+    pub websocket_bytes: Family<BackendDirectionLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -103,7 +118,21 @@ impl Default for Metrics {
             "Connections to TLS Passthrough listeners closed without a tunnel, by cause (not_tls, no_sni, destination_not_allowed, ...)",
             tls_passthrough_rejected.clone(),
         );
+        let websockets_active = Family::<BackendLabel, Gauge>::default();
+        registry.register(
+            "websockets_active",
+            "Open websockets, by Backend",
+            websockets_active.clone(),
+        );
+        let websocket_bytes = Family::<BackendDirectionLabel, Counter>::default();
+        registry.register(
+            "websocket_bytes",
+            "Bytes relayed by closed websockets, by Backend and direction",
+            websocket_bytes.clone(),
+        );
         Metrics {
+            websockets_active,
+            websocket_bytes,
             tls_passthrough_rejected,
             upstream_tls_failures,
             downstream_tls_handshake_failures,

@@ -34,7 +34,7 @@ macro_rules! policy_sections {
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub http2: Option<Spanned<NotYetSupported>>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub http_upgrade: Option<Spanned<NotYetSupported>>,
+            pub http_upgrade: Option<Spanned<Vec<HttpUpgrade>>>,
         }
     };
 }
@@ -123,4 +123,13 @@ pub struct DnsPolicy {
     pub dns_refresh_rate: Option<GwDuration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lookup_family: Option<LookupFamily>,
+}
+
+/// A protocol upgrade requests may ask for (`httpUpgrade: [{type: websocket}]`; `[]` refuses
+/// every upgrade).
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpUpgrade {
+    #[serde(rename = "type")]
+    pub kind: Spanned<String>,
 }

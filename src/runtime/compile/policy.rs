@@ -236,7 +236,31 @@ impl<'a> PolicyIndex<'a> {
                     .iter()
                     .find_map(|s| timeout_of(&s.spec))
             });
+        let upgrades_of = |s: &TrafficPolicySpec| s.http_upgrade.as_ref().map(|u| u.value.clone());
+        let upgrades = route
+            .and_then(|(id, _)| {
+                self.sources(Kind::HttpRoute, &id.namespace, &id.name)
+                    .iter()
+                    .find_map(|s| upgrades_of(&s.spec))
+            })
+            .or_else(|| inline.and_then(upgrades_of))
+            .or_else(|| {
+                self.sources(Kind::Backend, &backend.namespace, &backend.name)
+                    .iter()
+                    .find_map(|s| upgrades_of(&s.spec))
+            })
+            .or_else(|| {
+                self.sources(Kind::Gateway, &gateway.namespace, &gateway.name)
+                    .iter()
+                    .find_map(|s| upgrades_of(&s.spec))
+            });
         let mut policy = RequestPolicy::default();
+        // Websocket upgrades are allowed unless a policy lists upgrades without it.
+        if let Some(list) = upgrades {
+            policy.websocket = list
+                .iter()
+                .any(|u| u.kind.value.eq_ignore_ascii_case("websocket"));
+        }
         if let Some(t) = timeout {
             if let Some(d) = t.tcp.as_ref().and_then(|tcp| tcp.connect_timeout) {
                 policy.connect_timeout = d.into();
@@ -322,15 +346,29 @@ pub(crate) fn check_sections(
             "[balance]",
         ),
         ("http2", spec.http2.as_ref().map(|s| s.pos), "[h2]"),
-        (
-            "httpUpgrade",
-            spec.http_upgrade.as_ref().map(|s| s.pos),
-            "[h2]",
-        ),
     ];
     for (name, pos, issue) in pending {
         if let Some(pos) = pos {
             cx.not_yet(at(file, id, pos, format!("{prefix}.{name}")), name, issue);
+        }
+    }
+    if let Some(upgrades) = &spec.http_upgrade {
+        for (i, u) in upgrades.value.iter().enumerate() {
+            if !u.kind.value.eq_ignore_ascii_case("websocket") {
+                cx.not_yet(
+                    at(
+                        file,
+                        id,
+                        u.kind.pos,
+                        format!("{prefix}.httpUpgrade[{i}].type"),
+                    ),
+                    &format!(
+                        "upgrade type `{}` (this build relays websocket)",
+                        u.kind.value
+                    ),
+                    "[h2]",
+                );
+            }
         }
     }
     if let Some(lb) = &spec.load_balancer {
