@@ -321,18 +321,7 @@ async fn tunnel(
     let backend = &target.backend.label;
     let upstream = connect_tcp(endpoint.addr, target.policy.connect_timeout)
         .await
-        .map_err(|e| match e {
-            ConnectError::Timeout { timeout, .. } => ProxyError::ConnectTimeout {
-                backend: backend.clone(),
-                endpoint: endpoint.addr,
-                timeout,
-            },
-            other => ProxyError::ConnectFailure {
-                backend: backend.clone(),
-                endpoint: endpoint.addr,
-                cause: connect_cause(&other),
-            },
-        })?;
+        .map_err(|e| connect_error(e, backend, endpoint.addr))?;
     let idle = target.policy.stream_idle_timeout;
     let active = endpoint.start_request();
     let open = conn.tracker.as_ref().map(|t| t.enter());
@@ -493,26 +482,7 @@ async fn exchange(
                 let sender =
                     connect_http1(addr, target.policy.connect_timeout, &target.port.transport)
                         .await
-                        .map_err(|e| match e {
-                            ConnectError::Timeout { timeout, .. } => ProxyError::ConnectTimeout {
-                                backend: backend.clone(),
-                                endpoint: addr,
-                                timeout,
-                            },
-                            ConnectError::Tls {
-                                failure, detail, ..
-                            } => ProxyError::UpstreamTls {
-                                backend: backend.clone(),
-                                endpoint: addr,
-                                failure,
-                                detail,
-                            },
-                            other => ProxyError::ConnectFailure {
-                                backend: backend.clone(),
-                                endpoint: addr,
-                                cause: connect_cause(&other),
-                            },
-                        })?;
+                        .map_err(|e| connect_error(e, backend, addr))?;
                 (sender, true)
             }
         };
@@ -622,5 +592,33 @@ fn version_str(v: Version) -> &'static str {
         Version::HTTP_2 => "HTTP/2",
         Version::HTTP_3 => "HTTP/3",
         _ => "HTTP/1.1",
+    }
+}
+
+/// The reply for a failed connection attempt.
+pub(super) fn connect_error(
+    e: ConnectError,
+    backend: &Arc<str>,
+    endpoint: SocketAddr,
+) -> ProxyError {
+    match e {
+        ConnectError::Timeout { timeout, .. } => ProxyError::ConnectTimeout {
+            backend: backend.clone(),
+            endpoint,
+            timeout,
+        },
+        ConnectError::Tls {
+            failure, detail, ..
+        } => ProxyError::UpstreamTls {
+            backend: backend.clone(),
+            endpoint,
+            failure,
+            detail,
+        },
+        other => ProxyError::ConnectFailure {
+            backend: backend.clone(),
+            endpoint,
+            cause: connect_cause(&other),
+        },
     }
 }

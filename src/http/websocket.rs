@@ -14,14 +14,14 @@ use super::body::ProxyBody;
 use super::error::ProxyError;
 use super::headers::{append_via, strip_hop_by_hop};
 use super::proxy::{
-    connect_cause, error_chain, pick_endpoint, prepare_request, ConnInfo, Destination, Outcome,
+    connect_error, error_chain, pick_endpoint, prepare_request, ConnInfo, Destination, Outcome,
 };
 use super::router::RouteEntry;
 use super::tunnel::TunnelEnd;
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::Target;
 use crate::telemetry::metrics::{BackendDirectionLabel, BackendLabel};
-use crate::upstream::connect::{connect_http1_upgradable, ConnectError};
+use crate::upstream::connect::connect_http1_upgradable;
 
 /// `GET` with `Connection: upgrade` and `Upgrade: websocket` over HTTP/1.1.
 pub fn is_upgrade_request(req: &Request<Incoming>) -> bool {
@@ -67,26 +67,7 @@ pub(super) async fn proxy(
     let mut sender =
         connect_http1_upgradable(addr, target.policy.connect_timeout, &target.port.transport)
             .await
-            .map_err(|e| match e {
-                ConnectError::Timeout { timeout, .. } => ProxyError::ConnectTimeout {
-                    backend: backend.clone(),
-                    endpoint: addr,
-                    timeout,
-                },
-                ConnectError::Tls {
-                    failure, detail, ..
-                } => ProxyError::UpstreamTls {
-                    backend: backend.clone(),
-                    endpoint: addr,
-                    failure,
-                    detail,
-                },
-                other => ProxyError::ConnectFailure {
-                    backend: backend.clone(),
-                    endpoint: addr,
-                    cause: connect_cause(&other),
-                },
-            })?;
+            .map_err(|e| connect_error(e, backend, addr))?;
     let wait = async {
         sender.ready().await?;
         sender.send_request(upstream_req).await
