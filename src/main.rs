@@ -116,15 +116,9 @@ fn main() -> ExitCode {
 
 /// `check --probe` on a single-threaded runtime: probes are I/O-bound and few.
 fn check_probe(paths: &[PathBuf]) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match current_thread_runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("egressd: cannot start: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let report = runtime.block_on(egressd::probe::probe(paths));
     print!("{}", report.text);
@@ -135,29 +129,37 @@ fn check_probe(paths: &[PathBuf]) -> ExitCode {
     }
 }
 
+/// A current-thread runtime, or the exit code after saying why there is none.
+fn current_thread_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("egressd: cannot start: {e}");
+            ExitCode::FAILURE
+        })
+}
+
 fn init_logging(level: Option<&str>) {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
         Some(l) => EnvFilter::new(l),
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
+    // Colour codes only on a terminal: log collectors get plain text.
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 
 /// The control runtime: reloads, DNS, admin and signals. Traffic runs on the workers.
 fn run(options: Options, admin_address_file: Option<PathBuf>) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match current_thread_runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("egressd: cannot start: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         let (mut hup, mut term, mut int) = match (

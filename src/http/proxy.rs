@@ -545,15 +545,7 @@ fn respond(
     started: Instant,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = response.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    append_via(&mut parts.headers, parts.version);
-    if let Some(entry) = entry {
-        entry
-            .action
-            .filters
-            .response_headers
-            .apply(&mut parts.headers);
-    }
+    clean_response_headers(&mut parts, entry);
     let policy = &target.policy;
     let deadline = policy.request_timeout.map(|t| (started + t, t));
     let body = UpstreamBody::new(
@@ -592,6 +584,23 @@ fn version_str(v: Version) -> &'static str {
         Version::HTTP_2 => "HTTP/2",
         Version::HTTP_3 => "HTTP/3",
         _ => "HTTP/1.1",
+    }
+}
+
+/// What every upstream response goes through on its way down: hop-by-hop headers removed,
+/// `Via` added, the route's ResponseHeaderModifier applied.
+pub(super) fn clean_response_headers(
+    parts: &mut http::response::Parts,
+    entry: Option<&RouteEntry>,
+) {
+    strip_hop_by_hop(&mut parts.headers);
+    append_via(&mut parts.headers, parts.version);
+    if let Some(entry) = entry {
+        entry
+            .action
+            .filters
+            .response_headers
+            .apply(&mut parts.headers);
     }
 }
 

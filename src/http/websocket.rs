@@ -12,9 +12,9 @@ use hyper_util::rt::TokioIo;
 
 use super::body::ProxyBody;
 use super::error::ProxyError;
-use super::headers::{append_via, strip_hop_by_hop};
 use super::proxy::{
-    connect_error, error_chain, pick_endpoint, prepare_request, ConnInfo, Destination, Outcome,
+    clean_response_headers, connect_error, error_chain, pick_endpoint, prepare_request, ConnInfo,
+    Destination, Outcome,
 };
 use super::router::RouteEntry;
 use super::tunnel::TunnelEnd;
@@ -100,15 +100,7 @@ pub(super) async fn proxy(
     let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
     let upstream = switched.then(|| hyper::upgrade::on(&mut response));
     let (mut parts, body) = response.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    append_via(&mut parts.headers, parts.version);
-    if let Some(entry) = entry {
-        entry
-            .action
-            .filters
-            .response_headers
-            .apply(&mut parts.headers);
-    }
+    clean_response_headers(&mut parts, entry);
     let Some(upstream) = upstream else {
         // Declined (e.g. 400, 403): an ordinary response on a connection we do not keep.
         let body =
