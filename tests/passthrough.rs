@@ -5,12 +5,11 @@
 mod common;
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::dns::TestDns;
-use common::proxy::{eventually, get, TestProxy};
-use common::tls::{San, TestCa, TlsOptions, TlsUpstream};
+use common::proxy::{eventually, TestProxy};
+use common::tls::{passthrough_rejected, San, TestCa, TlsOptions, TlsUpstream};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -73,29 +72,6 @@ async fn setup() -> Setup {
     }
 }
 
-fn client_config(ca: &TestCa, sni: bool) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.der()).unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(common::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.enable_sni = sni;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(config)
-}
-
-/// `egressd_tls_passthrough_rejected_total{cause}` now.
-async fn rejected(proxy: &TestProxy, cause: &str) -> u64 {
-    let metrics = get(proxy.admin, "127.0.0.1", "/metrics").await.text();
-    let needle = format!("egressd_tls_passthrough_rejected_total{{cause=\"{cause}\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&needle))
-        .map_or(0, |v| v.trim().parse().unwrap())
-}
-
 /// Connection closed by egressd without any byte sent back.
 async fn assert_closed_silently(mut stream: TcpStream) {
     let mut buf = [0u8; 64];
@@ -110,7 +86,7 @@ async fn assert_closed_silently(mut stream: TcpStream) {
 async fn sni_routes_the_clients_own_tls_to_the_passthrough_backend() {
     let s = setup().await;
     let tcp = TcpStream::connect(s.listener).await.unwrap();
-    let tls = tokio_rustls::TlsConnector::from(client_config(&s.ca, true))
+    let tls = tokio_rustls::TlsConnector::from(s.ca.client_config(true))
         .connect(API.try_into().unwrap(), tcp)
         .await
         .expect("the client completes TLS with the endpoint's own certificate");
@@ -145,15 +121,15 @@ async fn sni_routes_the_clients_own_tls_to_the_passthrough_backend() {
 #[tokio::test]
 async fn client_hello_without_sni_is_closed_and_counted() {
     let s = setup().await;
-    let before = rejected(&s.proxy, "no_sni").await;
+    let before = passthrough_rejected(&s.proxy, "no_sni").await;
     let tcp = TcpStream::connect(s.listener).await.unwrap();
-    let attempt = tokio_rustls::TlsConnector::from(client_config(&s.ca, false))
+    let attempt = tokio_rustls::TlsConnector::from(s.ca.client_config(false))
         .connect(API.try_into().unwrap(), tcp)
         .await;
     assert!(attempt.is_err(), "no tunnel without SNI");
     assert!(
         eventually(Duration::from_secs(2), || async {
-            rejected(&s.proxy, "no_sni").await > before
+            passthrough_rejected(&s.proxy, "no_sni").await > before
         })
         .await
     );
@@ -163,15 +139,15 @@ async fn client_hello_without_sni_is_closed_and_counted() {
 #[tokio::test]
 async fn unknown_sni_is_closed_and_counted() {
     let s = setup().await;
-    let before = rejected(&s.proxy, "destination_not_allowed").await;
+    let before = passthrough_rejected(&s.proxy, "destination_not_allowed").await;
     let tcp = TcpStream::connect(s.listener).await.unwrap();
-    let attempt = tokio_rustls::TlsConnector::from(client_config(&s.ca, true))
+    let attempt = tokio_rustls::TlsConnector::from(s.ca.client_config(true))
         .connect("elsewhere.pass.test".try_into().unwrap(), tcp)
         .await;
     assert!(attempt.is_err());
     assert!(
         eventually(Duration::from_secs(2), || async {
-            rejected(&s.proxy, "destination_not_allowed").await > before
+            passthrough_rejected(&s.proxy, "destination_not_allowed").await > before
         })
         .await
     );
@@ -181,7 +157,7 @@ async fn unknown_sni_is_closed_and_counted() {
 #[tokio::test]
 async fn plaintext_bytes_are_not_tls_and_are_closed() {
     let s = setup().await;
-    let before = rejected(&s.proxy, "not_tls").await;
+    let before = passthrough_rejected(&s.proxy, "not_tls").await;
     let mut tcp = TcpStream::connect(s.listener).await.unwrap();
     tcp.write_all(b"GET / HTTP/1.1\r\nHost: api.pass.test\r\n\r\n")
         .await
@@ -189,7 +165,7 @@ async fn plaintext_bytes_are_not_tls_and_are_closed() {
     assert_closed_silently(tcp).await;
     assert!(
         eventually(Duration::from_secs(2), || async {
-            rejected(&s.proxy, "not_tls").await > before
+            passthrough_rejected(&s.proxy, "not_tls").await > before
         })
         .await
     );
@@ -203,7 +179,7 @@ async fn client_hello_trickled_byte_by_byte_still_routes() {
     let (client_side, mut relay_side) = tokio::io::duplex(64 * 1024);
     let mut egress = TcpStream::connect(s.listener).await.unwrap();
     let handshake = tokio::spawn({
-        let config = client_config(&s.ca, true);
+        let config = s.ca.client_config(true);
         async move {
             tokio_rustls::TlsConnector::from(config)
                 .connect(API.try_into().unwrap(), client_side)

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::dns::TestDns;
-use common::proxy::{eventually, get, TestProxy};
-use common::tls::{San, TestCa, TlsOptions, TlsUpstream};
+use common::proxy::{eventually, TestProxy};
+use common::tls::{passthrough_rejected, San, TestCa, TlsOptions, TlsUpstream};
 use egressd::config::{load_paths, Diagnostic, Reason};
 use egressd::runtime::compile::compile;
 use egressd::runtime::registry::StateRegistry;
@@ -172,18 +172,6 @@ async fn setup() -> Setup {
     }
 }
 
-fn client_config(ca: &TestCa) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.der()).unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(common::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(config)
-}
-
 /// Opens TLS through the listener with `sni`, sends one GET and returns the body (the name of
 /// the upstream that answered).
 async fn fetch(listener: SocketAddr, config: Arc<rustls::ClientConfig>, sni: &str) -> String {
@@ -210,20 +198,10 @@ async fn fetch(listener: SocketAddr, config: Arc<rustls::ClientConfig>, sni: &st
     String::from_utf8(body.to_vec()).unwrap()
 }
 
-/// `egressd_tls_passthrough_rejected_total{cause}` now.
-async fn rejected(proxy: &TestProxy, cause: &str) -> u64 {
-    let metrics = get(proxy.admin, "127.0.0.1", "/metrics").await.text();
-    let needle = format!("egressd_tls_passthrough_rejected_total{{cause=\"{cause}\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&needle))
-        .map_or(0, |v| v.trim().parse().unwrap())
-}
-
 #[tokio::test]
 async fn wildcard_tls_route_sends_a_matching_sni_to_its_backend_untouched() {
     let s = setup().await;
-    let body = fetch(s.listener, client_config(&s.ca), "a.routed.test").await;
+    let body = fetch(s.listener, s.ca.client_config(true), "a.routed.test").await;
     assert_eq!(body, "x");
     assert_eq!(
         s.x.snis(),
@@ -232,7 +210,7 @@ async fn wildcard_tls_route_sends_a_matching_sni_to_its_backend_untouched() {
     );
     // Several labels before the suffix match too.
     assert_eq!(
-        fetch(s.listener, client_config(&s.ca), "b.c.routed.test").await,
+        fetch(s.listener, s.ca.client_config(true), "b.c.routed.test").await,
         "x"
     );
     assert!(s.y.hellos().is_empty());
@@ -242,7 +220,7 @@ async fn wildcard_tls_route_sends_a_matching_sni_to_its_backend_untouched() {
 async fn exact_hostname_route_beats_a_matching_wildcard() {
     let s = setup().await;
     assert_eq!(
-        fetch(s.listener, client_config(&s.ca), "vip.routed.test").await,
+        fetch(s.listener, s.ca.client_config(true), "vip.routed.test").await,
         "y"
     );
     assert!(s.x.hellos().is_empty(), "the wildcard route was not used");
@@ -252,7 +230,7 @@ async fn exact_hostname_route_beats_a_matching_wildcard() {
 async fn tls_route_beats_the_implicit_route_for_the_same_hostname() {
     let s = setup().await;
     assert_eq!(
-        fetch(s.listener, client_config(&s.ca), DIRECT_HOST).await,
+        fetch(s.listener, s.ca.client_config(true), DIRECT_HOST).await,
         "y"
     );
     assert!(
@@ -264,7 +242,7 @@ async fn tls_route_beats_the_implicit_route_for_the_same_hostname() {
 #[tokio::test]
 async fn weighted_backends_share_connections() {
     let s = setup().await;
-    let config = client_config(&s.ca);
+    let config = s.ca.client_config(true);
     let (mut to_x, mut to_y) = (0, 0);
     for _ in 0..200 {
         match fetch(s.listener, config.clone(), "split.test")
@@ -286,15 +264,15 @@ async fn weighted_backends_share_connections() {
 #[tokio::test]
 async fn route_whose_backends_all_weigh_zero_refuses_with_no_backend() {
     let s = setup().await;
-    let before = rejected(&s.proxy, "no_backend").await;
+    let before = passthrough_rejected(&s.proxy, "no_backend").await;
     let tcp = TcpStream::connect(s.listener).await.unwrap();
-    let attempt = tokio_rustls::TlsConnector::from(client_config(&s.ca))
+    let attempt = tokio_rustls::TlsConnector::from(s.ca.client_config(true))
         .connect("off.test".try_into().unwrap(), tcp)
         .await;
     assert!(attempt.is_err(), "no backend may take the connection");
     assert!(
         eventually(Duration::from_secs(2), || async {
-            rejected(&s.proxy, "no_backend").await > before
+            passthrough_rejected(&s.proxy, "no_backend").await > before
         })
         .await
     );

@@ -160,6 +160,19 @@ impl TestCa {
     }
 
     /// Writes the CA certificate to `dir/<name>-ca.pem` and returns the path.
+    /// A client config trusting only this CA, offering ALPN `http/1.1`; `sni: false` leaves
+    /// the SNI extension out of the ClientHello.
+    pub fn client_config(&self, sni: bool) -> Arc<rustls::ClientConfig> {
+        let mut config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .expect("default protocol versions")
+            .with_root_certificates(self.root_store())
+            .with_no_client_auth();
+        config.enable_sni = sni;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Arc::new(config)
+    }
+
     pub fn write_pem(&self, dir: &Path) -> PathBuf {
         let path = dir.join(format!("{}-ca.pem", self.name));
         std::fs::write(&path, self.pem()).expect("write CA certificate");
@@ -590,4 +603,16 @@ pub fn subject_cn(cert: &[u8]) -> Option<String> {
         }
     }
     None
+}
+
+/// `egressd_tls_passthrough_rejected_total{cause}` of a proxy now (0 before the first).
+pub async fn passthrough_rejected(proxy: &super::proxy::TestProxy, cause: &str) -> u64 {
+    let metrics = super::proxy::get(proxy.admin, "127.0.0.1", "/metrics")
+        .await
+        .text();
+    let needle = format!("egressd_tls_passthrough_rejected_total{{cause=\"{cause}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&needle))
+        .map_or(0, |v| v.trim().parse().expect("counter value"))
 }
