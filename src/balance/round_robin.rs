@@ -62,6 +62,7 @@ mod tests {
             ([127, 0, 0, 1], port).into(),
             weight,
             H1Pool::new(Default::default()),
+            crate::upstream::h2_pool::H2Pool::new(std::time::Duration::from_secs(60)),
         ))
     }
 

@@ -12,11 +12,67 @@ use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
 use crate::upstream::endpoint::ActiveRequest;
+use crate::upstream::h2_pool::H2Stream;
 use crate::upstream::pool::H1Sender;
 use crate::upstream::Endpoint;
 
-/// The body sent upstream: the client's request body, streamed.
-pub type RequestBody = Incoming;
+/// The body sent upstream.
+#[derive(Debug)]
+pub enum RequestBody {
+    /// The client's request body, streamed.
+    Client(Incoming),
+    /// No body: a request without one can be sent again as is (a stream refused by an
+    /// HTTP/2 server, a connection that went away before the request was written).
+    Empty,
+}
+
+impl RequestBody {
+    /// The client's body; `Empty` when it has already ended (nothing to stream).
+    pub fn from_client(body: Incoming) -> Self {
+        if body.is_end_stream() {
+            RequestBody::Empty
+        } else {
+            RequestBody::Client(body)
+        }
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            RequestBody::Client(body) => Pin::new(body).poll_frame(cx),
+            RequestBody::Empty => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RequestBody::Client(body) => body.is_end_stream(),
+            RequestBody::Empty => true,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RequestBody::Client(body) => body.size_hint(),
+            RequestBody::Empty => SizeHint::with_exact(0),
+        }
+    }
+}
+
+/// What an upstream response holds on to while it streams: the HTTP/1.1 connection to give
+/// back to the pool at the end, or the HTTP/2 stream slot to release.
+#[derive(Debug)]
+pub enum Lease {
+    Http1(H1Sender),
+    Http2(H2Stream),
+}
 
 /// Errors while streaming a response body downstream.
 pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
@@ -98,8 +154,10 @@ pub enum StreamError {
 #[derive(Debug)]
 pub struct UpstreamBody {
     inner: Incoming,
-    /// The connection to give back at the end of the body.
-    give_back: Option<H1Sender>,
+    /// The connection to give back (HTTP/1.1) or stream slot to release (HTTP/2) at the end
+    /// of the body. Dropped early, an HTTP/1.1 connection is closed; an HTTP/2 stream is
+    /// reset when `inner` is dropped, and its connection carries on.
+    lease: Option<Lease>,
     /// Keeps the endpoint's active-request count up while the response streams.
     active: ActiveRequest,
     timers: StreamTimers,
@@ -164,14 +222,14 @@ impl UpstreamBody {
     /// `deadline` is when the request's timeout expires (with the timeout, for the message).
     pub fn new(
         inner: Incoming,
-        sender: H1Sender,
+        lease: Lease,
         active: ActiveRequest,
         idle_timeout: Option<Duration>,
         deadline: Option<(Instant, Duration)>,
     ) -> Self {
         let mut body = UpstreamBody {
             inner,
-            give_back: Some(sender),
+            lease: Some(lease),
             active,
             timers: StreamTimers {
                 idle: idle_timeout,
@@ -192,8 +250,10 @@ impl UpstreamBody {
 
     /// The response was read completely: the connection can carry another request.
     fn finish(&mut self) {
-        if let Some(sender) = self.give_back.take() {
-            self.endpoint().pool.checkin(sender);
+        match self.lease.take() {
+            Some(Lease::Http1(sender)) => self.endpoint().pool.checkin(sender),
+            // Dropping the slot makes room for another stream.
+            Some(Lease::Http2(_)) | None => {}
         }
         self.timers.idle = None;
         self.timers.deadline = None;
@@ -217,7 +277,7 @@ impl Body for UpstreamBody {
                     // A stream that never waits must still end at its deadline.
                     if let Some((at, timeout)) = this.timers.deadline {
                         if now >= at {
-                            this.give_back = None;
+                            this.lease = None;
                             return Poll::Ready(Some(Err(StreamError::Deadline(timeout).into())));
                         }
                     }
@@ -229,7 +289,7 @@ impl Body for UpstreamBody {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
-                this.give_back = None;
+                this.lease = None;
                 Poll::Ready(Some(Err(e.into())))
             }
             Poll::Ready(None) => {
@@ -238,7 +298,7 @@ impl Body for UpstreamBody {
             }
             Poll::Pending => match this.timers.poll_expired(cx) {
                 Poll::Ready(error) => {
-                    this.give_back = None;
+                    this.lease = None;
                     Poll::Ready(Some(Err(error.into())))
                 }
                 Poll::Pending => Poll::Pending,

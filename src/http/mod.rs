@@ -1,6 +1,6 @@
 //! The HTTP data path: routing, header rules, forwarding, local replies.
 //!
-//! The life of a request, phase by phase (see `proxy.rs`):
+//! The life of a request, phase by phase (see `proxy.rs`; "send" is `exchange.rs`):
 //!
 //! ```text
 //! accept ─> destination (absolute URI or Host) ─> route (HTTPRoute, else implicit Backend,
@@ -10,6 +10,7 @@
 
 pub mod body;
 pub mod error;
+mod exchange;
 pub mod filters;
 pub mod headers;
 pub mod proxy;

@@ -3,7 +3,6 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::header::{self, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Uri};
@@ -12,16 +11,15 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
-use super::body::{ProxyBody, UpstreamBody};
+use super::body::{Lease, ProxyBody, RequestBody, UpstreamBody};
 use super::error::{local_reply, ProxyError};
 use super::headers::{add_forwarded_for, append_via, client_address_value, strip_hop_by_hop};
 use super::router::{RouteEntry, RouteInput};
 use crate::runtime::shared::Shared;
+use crate::config::wire::enums::Protocol;
 use crate::runtime::snapshot::{Snapshot, Target};
 use crate::telemetry::access_log::{self, AccessRecord};
-use crate::upstream::connect::{connect_http1, connect_tcp, ConnectError};
-use crate::upstream::pool::H1Sender;
-use crate::upstream::tls::TlsFailure;
+use crate::upstream::connect::{connect_tcp, ConnectError};
 use crate::upstream::Endpoint;
 
 /// What the proxy knows about the connection a request arrived on.
@@ -242,8 +240,9 @@ async fn proxy(
     let upstream_req = prepare_request(req, &dest, target, entry, conn)?;
     let endpoint = pick_endpoint(target).await?;
     outcome.endpoint = Some(endpoint.addr);
-    let (response, sender) = send(target, &endpoint, upstream_req, started).await?;
-    Ok(respond(response, sender, &endpoint, target, entry, started))
+    let (response, lease) =
+        super::exchange::send(target, &endpoint, upstream_req, started).await?;
+    Ok(respond(response, lease, &endpoint, target, entry, started))
 }
 
 /// Phase "destination": the host and port the client asked for.
@@ -321,7 +320,7 @@ async fn tunnel(
     let backend = &target.backend.label;
     let upstream = connect_tcp(endpoint.addr, target.policy.connect_timeout)
         .await
-        .map_err(|e| connect_error(e, backend, endpoint.addr))?;
+        .map_err(|e| connect_error(&e, backend, endpoint.addr))?;
     let idle = target.policy.stream_idle_timeout;
     let active = endpoint.start_request();
     let open = conn.tracker.as_ref().map(|t| t.enter());
@@ -348,7 +347,7 @@ pub(super) fn prepare_request(
     target: &Target,
     entry: Option<&RouteEntry>,
     conn: &ConnInfo,
-) -> Result<Request<Incoming>, ProxyError> {
+) -> Result<Request<RequestBody>, ProxyError> {
     let (mut parts, body) = req.into_parts();
     let filters = entry.map(|e| &e.action.filters);
 
@@ -374,7 +373,20 @@ pub(super) fn prepare_request(
     parts.version = Version::HTTP_11;
 
     let headers = &mut parts.headers;
+    // HTTP/2 clients always take trailers; HTTP/1.1 clients say so with `TE: trailers`.
+    // gRPC needs them whatever the client says.
+    let trailers = client_version == Version::HTTP_2
+        || target.port.protocol == Protocol::Grpc
+        || headers
+            .get_all(header::TE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("trailers"));
     strip_hop_by_hop(headers);
+    if trailers {
+        headers.insert(header::TE, super::exchange::trailers_te());
+    }
     let host = filters
         .and_then(|f| f.rewrite_host.clone())
         .or_else(|| {
@@ -395,7 +407,7 @@ pub(super) fn prepare_request(
     if let Some(f) = filters {
         f.request_headers.apply(headers);
     }
-    Ok(Request::from_parts(parts, body))
+    Ok(Request::from_parts(parts, RequestBody::from_client(body)))
 }
 
 /// Phase "pick endpoint". A DNS Backend that has not resolved yet is waited for (bounded by the
@@ -419,126 +431,10 @@ pub(super) async fn pick_endpoint(target: &Target) -> Result<Arc<Endpoint>, Prox
     })
 }
 
-/// Phase "send": a pooled (or new) connection carries the request; the deadline covers
-/// connecting and waiting for the response headers.
-async fn send(
-    target: &Target,
-    endpoint: &Arc<Endpoint>,
-    req: Request<Incoming>,
-    started: Instant,
-) -> Result<(Response<Incoming>, H1Sender), ProxyError> {
-    let policy = &target.policy;
-    let backend = &target.backend.label;
-    let now = Instant::now();
-    // Which limit ends the wait for headers first decides the error code.
-    let mut limit: Option<(Instant, Duration, bool)> = None; // (when, timeout, is_idle)
-    if let Some(t) = policy.request_timeout {
-        limit = Some((started + t, t, false));
-    }
-    if let Some(t) = policy.backend_request_timeout {
-        let at = now + t;
-        if limit.is_none_or(|(l, _, _)| at < l) {
-            limit = Some((at, t, false));
-        }
-    }
-    if let Some(t) = policy.stream_idle_timeout {
-        let at = now + t;
-        if limit.is_none_or(|(l, _, _)| at < l) {
-            limit = Some((at, t, true));
-        }
-    }
-    let exchange = exchange(target, endpoint, req);
-    match limit {
-        None => exchange.await,
-        Some((at, timeout, idle)) => match tokio::time::timeout_at(at, exchange).await {
-            Ok(r) => r,
-            Err(_) if idle => Err(ProxyError::StreamIdleTimeout {
-                backend: backend.clone(),
-                endpoint: endpoint.addr,
-                timeout,
-            }),
-            Err(_) => Err(ProxyError::UpstreamTimeout {
-                backend: backend.clone(),
-                endpoint: endpoint.addr,
-                timeout,
-            }),
-        },
-    }
-}
-
-/// Pooled connections may have been closed by the server while idle; a request that was not
-/// sent at all on one is moved to the next, and finally to a new connection.
-async fn exchange(
-    target: &Target,
-    endpoint: &Arc<Endpoint>,
-    mut req: Request<Incoming>,
-) -> Result<(Response<Incoming>, H1Sender), ProxyError> {
-    let backend = &target.backend.label;
-    let addr = endpoint.addr;
-    loop {
-        let (mut sender, fresh) = match endpoint.pool.checkout() {
-            Some(sender) => (sender, false),
-            None => {
-                let sender =
-                    connect_http1(addr, target.policy.connect_timeout, &target.port.transport)
-                        .await
-                        .map_err(|e| connect_error(e, backend, addr))?;
-                (sender, true)
-            }
-        };
-        if sender.ready().await.is_err() {
-            if fresh {
-                return Err(ProxyError::UpstreamReset {
-                    backend: backend.clone(),
-                    endpoint: addr,
-                    cause: "connection closed right after it was opened".into(),
-                });
-            }
-            continue;
-        }
-        match sender.try_send_request(req).await {
-            Ok(response) => return Ok((response, sender)),
-            Err(mut e) => match e.take_message() {
-                Some(unsent) if !fresh => {
-                    req = unsent;
-                    continue;
-                }
-                _ => {
-                    let err = e.into_error();
-                    let cause = error_chain(&err);
-                    // With TLS 1.3 the server judges our certificate after our side of the
-                    // handshake is done: its refusal arrives with the first request.
-                    if let Some(failure) = TlsFailure::from_error_chain(&err) {
-                        return Err(ProxyError::UpstreamTls {
-                            backend: backend.clone(),
-                            endpoint: addr,
-                            failure,
-                            detail: cause,
-                        });
-                    }
-                    return Err(if err.is_parse() || err.is_parse_status() {
-                        ProxyError::UpstreamProtocol {
-                            backend: backend.clone(),
-                            endpoint: addr,
-                            cause,
-                        }
-                    } else {
-                        ProxyError::UpstreamReset {
-                            backend: backend.clone(),
-                            endpoint: addr,
-                            cause,
-                        }
-                    });
-                }
-            },
-        }
-    }
-}
-
 /// Phase "respond": headers cleaned and filtered, body streamed with the remaining timeouts.
 fn respond(
     response: Response<Incoming>,
-    sender: H1Sender,
+    lease: Lease,
     endpoint: &Arc<Endpoint>,
     target: &Target,
     entry: Option<&RouteEntry>,
@@ -550,7 +446,7 @@ fn respond(
     let deadline = policy.request_timeout.map(|t| (started + t, t));
     let body = UpstreamBody::new(
         body,
-        sender,
+        lease,
         endpoint.start_request(),
         policy.stream_idle_timeout,
         deadline,
@@ -606,7 +502,7 @@ pub(super) fn clean_response_headers(
 
 /// The reply for a failed connection attempt.
 pub(super) fn connect_error(
-    e: ConnectError,
+    e: &ConnectError,
     backend: &Arc<str>,
     endpoint: SocketAddr,
 ) -> ProxyError {
@@ -614,20 +510,25 @@ pub(super) fn connect_error(
         ConnectError::Timeout { timeout, .. } => ProxyError::ConnectTimeout {
             backend: backend.clone(),
             endpoint,
-            timeout,
+            timeout: *timeout,
         },
         ConnectError::Tls {
             failure, detail, ..
         } => ProxyError::UpstreamTls {
             backend: backend.clone(),
             endpoint,
-            failure,
-            detail,
+            failure: *failure,
+            detail: detail.clone(),
+        },
+        ConnectError::NotHttp2 { .. } => ProxyError::UpstreamProtocol {
+            backend: backend.clone(),
+            endpoint,
+            cause: e.to_string(),
         },
         other => ProxyError::ConnectFailure {
             backend: backend.clone(),
             endpoint,
-            cause: connect_cause(&other),
+            cause: connect_cause(other),
         },
     }
 }

@@ -67,7 +67,7 @@ pub(super) async fn proxy(
     let mut sender =
         connect_http1_upgradable(addr, target.policy.connect_timeout, &target.port.transport)
             .await
-            .map_err(|e| connect_error(e, backend, addr))?;
+            .map_err(|e| connect_error(&e, backend, addr))?;
     let wait = async {
         sender.ready().await?;
         sender.send_request(upstream_req).await

@@ -17,6 +17,7 @@ use arc_swap::ArcSwap;
 use crate::config::wire::enums::LookupFamily;
 use crate::config::ObjectId;
 use crate::upstream::dns::DnsResolver;
+use crate::upstream::h2_pool::H2Pool;
 use crate::upstream::pool::{H1Pool, PoolSettings};
 use crate::upstream::{Endpoint, EndpointGroup};
 
@@ -82,7 +83,12 @@ impl StateRegistry {
             addr,
         };
         get_or_insert(&self.endpoints, key, || {
-            Endpoint::new(addr, template.weight, H1Pool::new(template.pool))
+            Endpoint::new(
+                addr,
+                template.weight,
+                H1Pool::new(template.pool),
+                H2Pool::new(template.pool.idle_timeout),
+            )
         })
         .0
     }
@@ -125,6 +131,7 @@ impl StateRegistry {
         };
         for endpoint in live {
             endpoint.pool.evict_expired();
+            endpoint.h2.evict_expired();
         }
         lock(&self.dns_groups).retain(|_, weak| weak.strong_count() > 0);
     }

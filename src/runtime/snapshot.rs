@@ -151,6 +151,10 @@ pub struct BackendPort {
     pub passthrough: bool,
     /// How connections are made (plaintext or TLS with a prebuilt client config).
     pub transport: crate::upstream::connect::Transport,
+    /// Which HTTP version requests travel on.
+    pub wire: crate::upstream::connect::HttpWire,
+    /// How HTTP/2 connections are set up (window sizes, PINGs, stream cap).
+    pub http2: crate::upstream::connect::Http2Options,
     pub endpoints: Arc<EndpointGroup>,
     /// `Host` to send when the authority is rewritten to the backend's hostname.
     pub authority: Option<HeaderValue>,

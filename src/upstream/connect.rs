@@ -5,10 +5,12 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+use super::h2_frames::{FrameWatch, INITIAL_MAX_STREAMS};
+use super::h2_pool::H2Conn;
 use super::pool::H1Sender;
 use super::tls::{TlsFailure, TlsOrigination};
 
@@ -38,7 +40,9 @@ pub enum ConnectError {
         failure: TlsFailure,
         detail: String,
     },
-    #[error("HTTP/1.1 handshake with {addr} failed: {source}")]
+    #[error("{addr} does not speak HTTP/2: {detail}")]
+    NotHttp2 { addr: SocketAddr, detail: String },
+    #[error("HTTP handshake with {addr} failed: {source}")]
     Handshake {
         addr: SocketAddr,
         #[source]
@@ -58,59 +62,166 @@ pub async fn connect_tcp(addr: SocketAddr, timeout: Duration) -> Result<TcpStrea
     Ok(stream)
 }
 
-/// Opens an HTTP/1.1 connection (TLS when the transport says so) and spawns its driver on the
+/// Which HTTP version connections to a Backend port speak (from its `protocol` and TLS mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HttpWire {
+    /// HTTP/1.1 (`HTTP11`, or `HTTP` in plaintext).
+    Http1,
+    /// HTTP/2: over TLS with ALPN `h2` (`HTTP2`, `GRPC`), or h2c with prior knowledge
+    /// (`H2C`, and `HTTP2`/`GRPC` with `InsecureDisable`).
+    Http2,
+    /// `HTTP` over TLS: ALPN offers `h2` and `http/1.1`, the server chooses.
+    Negotiated,
+}
+
+/// How HTTP/2 connections to a Backend port are set up.
+#[derive(Clone, Debug)]
+pub struct Http2Options {
+    builder: hyper::client::conn::http2::Builder<TokioExecutor>,
+    /// `http2.maxConcurrentStreams` (u32::MAX: the server's limit alone).
+    pub max_streams: u32,
+}
+
+/// The `http2` policy section, resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Http2Settings {
+    pub max_concurrent_streams: Option<u32>,
+    pub stream_window: u32,
+    pub connection_window: u32,
+    /// PING interval and timeout.
+    pub keepalive: Option<(Duration, Duration)>,
+}
+
+impl Default for Http2Settings {
+    fn default() -> Self {
+        Http2Settings {
+            max_concurrent_streams: None,
+            stream_window: 2 << 20,
+            connection_window: 5 << 20,
+            keepalive: None,
+        }
+    }
+}
+
+impl Http2Options {
+    pub fn new(settings: &Http2Settings) -> Self {
+        let mut builder = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            .initial_stream_window_size(settings.stream_window)
+            .initial_connection_window_size(settings.connection_window)
+            .initial_max_send_streams(INITIAL_MAX_STREAMS as usize)
+            // Large enough for any header block an upstream sends back (h2's default is 16 MiB
+            // of decoded headers; this bounds memory per response).
+            .max_header_list_size(256 << 10);
+        if let Some((interval, timeout)) = settings.keepalive {
+            builder
+                .keep_alive_interval(interval)
+                .keep_alive_timeout(timeout)
+                .keep_alive_while_idle(false);
+        }
+        Http2Options {
+            builder,
+            max_streams: settings.max_concurrent_streams.unwrap_or(u32::MAX),
+        }
+    }
+}
+
+impl Default for Http2Options {
+    fn default() -> Self {
+        Http2Options::new(&Http2Settings::default())
+    }
+}
+
+/// A new HTTP connection, of the version the server agreed to.
+pub enum HttpConnection {
+    Http1(H1Sender),
+    Http2(H2Conn),
+}
+
+/// Opens an HTTP connection (TLS when the transport says so) and spawns its driver on the
 /// current runtime. The TLS handshake gets its own `timeout`, after the TCP connect's.
-pub async fn connect_http1(
+pub async fn connect_http(
     addr: SocketAddr,
     timeout: Duration,
     transport: &Transport,
-) -> Result<H1Sender, ConnectError> {
-    connect(addr, timeout, transport, false).await
+    wire: HttpWire,
+    h2: &Http2Options,
+) -> Result<HttpConnection, ConnectError> {
+    let stream = connect_tcp(addr, timeout).await?;
+    match transport {
+        Transport::Plain => match wire {
+            HttpWire::Http2 => Ok(HttpConnection::Http2(
+                handshake_http2(addr, stream, timeout, h2).await?,
+            )),
+            HttpWire::Http1 | HttpWire::Negotiated => Ok(HttpConnection::Http1(
+                handshake_http1(addr, stream, false).await?,
+            )),
+        },
+        Transport::Tls(tls) => {
+            let stream = tls_handshake(addr, stream, timeout, tls, &tls.config).await?;
+            // ALPN decides; a server that chose none gets what the config asked for (HTTP2
+            // offered only `h2`, so an HTTP/2 server without ALPN is still spoken to as one).
+            let http2 = match stream.get_ref().1.alpn_protocol() {
+                Some(b"h2") => true,
+                Some(_) => false,
+                None => wire == HttpWire::Http2,
+            };
+            if http2 {
+                Ok(HttpConnection::Http2(
+                    handshake_http2(addr, stream, timeout, h2).await?,
+                ))
+            } else {
+                Ok(HttpConnection::Http1(
+                    handshake_http1(addr, stream, false).await?,
+                ))
+            }
+        }
+    }
 }
 
-/// Like [`connect_http1`], for a request that asks to switch protocols (websocket): the
-/// connection is never pooled, and after a `101` it is handed over with
-/// `hyper::upgrade::on(response)`.
+/// An HTTP/1.1 connection for a request that asks to switch protocols (websocket): never
+/// pooled, and after a `101` handed over with `hyper::upgrade::on(response)`. Over TLS, ALPN
+/// offers only `http/1.1`, whatever the port's protocol.
 pub async fn connect_http1_upgradable(
     addr: SocketAddr,
     timeout: Duration,
     transport: &Transport,
 ) -> Result<H1Sender, ConnectError> {
-    connect(addr, timeout, transport, true).await
-}
-
-async fn connect(
-    addr: SocketAddr,
-    timeout: Duration,
-    transport: &Transport,
-    upgrades: bool,
-) -> Result<H1Sender, ConnectError> {
     let stream = connect_tcp(addr, timeout).await?;
     match transport {
-        Transport::Plain => handshake_http1(addr, stream, upgrades).await,
+        Transport::Plain => handshake_http1(addr, stream, true).await,
         Transport::Tls(tls) => {
-            let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
-            let handshake = connector.connect(tls.server_name(addr), stream);
-            let stream = match tokio::time::timeout(timeout, handshake).await {
-                Err(_) => {
-                    return Err(ConnectError::Tls {
-                        addr,
-                        failure: TlsFailure::HandshakeTimeout,
-                        detail: format!("no handshake within {timeout:?}"),
-                    })
-                }
-                Ok(Err(e)) => {
-                    let failure = TlsFailure::from_error_chain(&e).unwrap_or(TlsFailure::Other);
-                    return Err(ConnectError::Tls {
-                        addr,
-                        failure,
-                        detail: e.to_string(),
-                    });
-                }
-                Ok(Ok(stream)) => stream,
-            };
-            handshake_http1(addr, stream, upgrades).await
+            let stream = tls_handshake(addr, stream, timeout, tls, &tls.http1_config).await?;
+            handshake_http1(addr, stream, true).await
         }
+    }
+}
+
+async fn tls_handshake(
+    addr: SocketAddr,
+    stream: TcpStream,
+    timeout: Duration,
+    tls: &TlsOrigination,
+    config: &Arc<rustls::ClientConfig>,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, ConnectError> {
+    let connector = tokio_rustls::TlsConnector::from(config.clone());
+    let handshake = connector.connect(tls.server_name(addr), stream);
+    match tokio::time::timeout(timeout, handshake).await {
+        Err(_) => Err(ConnectError::Tls {
+            addr,
+            failure: TlsFailure::HandshakeTimeout,
+            detail: format!("no handshake within {timeout:?}"),
+        }),
+        Ok(Err(e)) => {
+            let failure = TlsFailure::from_error_chain(&e).unwrap_or(TlsFailure::Other);
+            Err(ConnectError::Tls {
+                addr,
+                failure,
+                detail: e.to_string(),
+            })
+        }
+        Ok(Ok(stream)) => Ok(stream),
     }
 }
 
@@ -137,4 +248,42 @@ where
         }
     });
     Ok(sender)
+}
+
+/// The HTTP/2 handshake, with the server's frames watched for SETTINGS and GOAWAY (see
+/// `h2_frames`).
+async fn handshake_http2<S>(
+    addr: SocketAddr,
+    stream: S,
+    timeout: Duration,
+    options: &Http2Options,
+) -> Result<H2Conn, ConnectError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (io, peer) = FrameWatch::new(stream);
+    let (sender, conn) = options
+        .builder
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(|source| ConnectError::Handshake { addr, source })?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(%addr, error = %e, "upstream HTTP/2 connection closed with error");
+        }
+    });
+    // The server's SETTINGS come first (RFC 9113 §3.4); waiting for them (one round trip,
+    // once per connection) means a burst of requests sees the real stream limit and does not
+    // open connections it does not need.
+    match tokio::time::timeout(timeout, peer.preface()).await {
+        Ok(true) => Ok(H2Conn::new(sender, peer, options.max_streams)),
+        Ok(false) => Err(ConnectError::NotHttp2 {
+            addr,
+            detail: "the server closed the connection instead of sending HTTP/2 SETTINGS".into(),
+        }),
+        Err(_) => Err(ConnectError::NotHttp2 {
+            addr,
+            detail: format!("no HTTP/2 SETTINGS from the server within {timeout:?}"),
+        }),
+    }
 }

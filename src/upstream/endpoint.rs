@@ -6,13 +6,14 @@
 //! replaced by the DNS refresher, for IP destinations it is fixed.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
+use super::h2_pool::H2Pool;
 use super::pool::H1Pool;
 use crate::balance::Balancer;
 
@@ -24,6 +25,11 @@ pub struct Endpoint {
     pub weight: u32,
     /// Idle HTTP/1.1 connections to this address.
     pub pool: H1Pool,
+    /// HTTP/2 connections to this address.
+    pub h2: Arc<H2Pool>,
+    /// For ports whose version is negotiated by ALPN: the last connection came out HTTP/1.1,
+    /// so requests look for pooled HTTP/1.1 connections first.
+    negotiated_http1: AtomicBool,
     /// Requests in flight to this endpoint.
     active: AtomicU64,
     /// Requests ever sent (for `/status`).
@@ -31,11 +37,13 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    pub fn new(addr: SocketAddr, weight: u32, pool: H1Pool) -> Self {
+    pub fn new(addr: SocketAddr, weight: u32, pool: H1Pool, h2: H2Pool) -> Self {
         Endpoint {
             addr,
             weight,
             pool,
+            h2: Arc::new(h2),
+            negotiated_http1: AtomicBool::new(false),
             active: AtomicU64::new(0),
             total: AtomicU64::new(0),
         }
@@ -46,6 +54,15 @@ impl Endpoint {
         self.active.fetch_add(1, Ordering::Relaxed);
         self.total.fetch_add(1, Ordering::Relaxed);
         ActiveRequest(self.clone())
+    }
+
+    /// Whether ALPN chose HTTP/1.1 on the last new connection (ports with `HTTP` over TLS).
+    pub fn negotiated_http1(&self) -> bool {
+        self.negotiated_http1.load(Ordering::Relaxed)
+    }
+
+    pub fn set_negotiated_http1(&self, http1: bool) {
+        self.negotiated_http1.store(http1, Ordering::Relaxed);
     }
 
     pub fn active_requests(&self) -> u64 {

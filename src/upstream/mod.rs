@@ -3,6 +3,8 @@
 pub mod connect;
 pub mod dns;
 pub mod endpoint;
+pub mod h2_frames;
+pub mod h2_pool;
 pub mod pem;
 pub mod pool;
 pub mod tls;

@@ -19,6 +19,9 @@ use rustls::{
 #[derive(Debug)]
 pub struct TlsOrigination {
     pub config: Arc<ClientConfig>,
+    /// The same, offering only `http/1.1` in ALPN: for requests that must stay on HTTP/1.1
+    /// (websocket upgrades). The same object as `config` when that offers no `h2`.
+    pub http1_config: Arc<ClientConfig>,
     /// The SNI to send; `None` for IP endpoints without a configured name (no SNI is sent and
     /// the certificate is checked against the endpoint's IP address).
     pub sni: Option<ServerName<'static>>,
@@ -207,8 +210,17 @@ pub fn build(spec: &TlsSpec) -> Result<TlsOrigination, TlsConfigError> {
                 .map_err(|_| TlsConfigError::ServerName(name.clone()))?,
         ),
     };
+    let config = Arc::new(config);
+    let http1_config = if spec.alpn.iter().any(|p| p == b"h2") {
+        let mut http1 = (*config).clone();
+        http1.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Arc::new(http1)
+    } else {
+        config.clone()
+    };
     Ok(TlsOrigination {
-        config: Arc::new(config),
+        config,
+        http1_config,
         sni,
     })
 }

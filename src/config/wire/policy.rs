@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{NotYetSupported, PolicyTargetRef};
 use super::enums::{LoadBalancerType, LookupFamily};
-use crate::config::units::GwDuration;
+use crate::config::units::{GwDuration, Quantity};
 use crate::config::yaml::Spanned;
 
 /// Declares the policy sections once, for both the standalone kind (with `targetRefs`) and the
@@ -32,7 +32,7 @@ macro_rules! policy_sections {
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub dns: Option<Spanned<DnsPolicy>>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub http2: Option<Spanned<NotYetSupported>>,
+            pub http2: Option<Spanned<Http2Policy>>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub http_upgrade: Option<Spanned<Vec<HttpUpgrade>>>,
         }
@@ -132,4 +132,35 @@ pub struct DnsPolicy {
 pub struct HttpUpgrade {
     #[serde(rename = "type")]
     pub kind: Spanned<String>,
+}
+
+/// HTTP/2 towards the Backend's endpoints (a connection-level section).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Http2Policy {
+    /// Streams one upstream connection carries at most; past it (or past the server's own
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`, whichever is smaller) another connection is opened.
+    /// Default: the server's limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_streams: Option<u32>,
+    /// Receive window per stream (default 2Mi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_stream_window_size: Option<Quantity>,
+    /// Receive window per connection (default 5Mi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_connection_window_size: Option<Quantity>,
+    /// PINGs that detect a dead connection while streams are open (default: off, as in Envoy;
+    /// many gRPC servers close connections that ping more often than every 5 minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_keepalive: Option<Http2Keepalive>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Http2Keepalive {
+    /// Time between PINGs.
+    pub interval: GwDuration,
+    /// How long to wait for the PING's answer before closing the connection (default 20s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<GwDuration>,
 }

@@ -16,12 +16,12 @@ use super::{at, hostname_matches, is_valid_hostname, Cx};
 use crate::balance::RoundRobin;
 use crate::config::wire::backend::BackendSpec;
 use crate::config::wire::enums::{DestinationType, LookupFamily, Protocol, TlsMode};
-use crate::config::wire::policy::{DnsPolicy, TimeoutPolicy, TrafficPolicySpec};
+use crate::config::wire::policy::{DnsPolicy, Http2Policy, TimeoutPolicy, TrafficPolicySpec};
 use crate::config::wire::Object;
 use crate::config::{ConfigSet, Reason};
 use crate::runtime::registry::{DnsGroupKey, EndpointTemplate, StateRegistry};
 use crate::runtime::snapshot::{Backend, BackendPort};
-use crate::upstream::connect::Transport;
+use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, Transport};
 use crate::upstream::dns::{is_denied_address, RefreshPlan};
 use crate::upstream::pool::PoolSettings;
 use crate::upstream::{EndpointGroup, EndpointSource};
@@ -237,6 +237,9 @@ fn compile_one(
     let timeouts: TimeoutPolicy = policies
         .backend_section(id, inline_spec, |s| s.timeout.as_ref())
         .unwrap_or_default();
+    let http2 = policies
+        .backend_section(id, inline_spec, |s| s.http2.as_ref())
+        .map_or_else(Http2Settings::default, |p| http2_settings(&p));
     let pool = PoolSettings {
         idle_timeout: timeouts
             .http
@@ -294,20 +297,18 @@ fn compile_one(
             _ => (port.pos, field.clone()),
         };
         match protocol_value {
-            Protocol::Http | Protocol::Http11 if passthrough => cx.error(
+            Protocol::Tcp => {}
+            Protocol::Mcp => cx.not_yet(
                 at(file, id, protocol_pos, protocol_field.clone()),
-                format!("tls.mode Passthrough carries raw TLS bytes and cannot speak protocol {protocol_value}"),
+                "protocol MCP",
+                "[mcp]",
+            ),
+            http if passthrough => cx.error(
+                at(file, id, protocol_pos, protocol_field.clone()),
+                format!("tls.mode Passthrough carries raw TLS bytes and cannot speak protocol {http}"),
                 "use protocol TCP (or omit protocol)",
             ),
-            Protocol::Http | Protocol::Http11 | Protocol::Tcp => {}
-            other => {
-                let issue = if other == Protocol::Mcp { "[mcp]" } else { "[h2]" };
-                cx.not_yet(
-                    at(file, id, protocol_pos, protocol_field.clone()),
-                    &format!("protocol {other}"),
-                    issue,
-                );
-            }
+            _ => {}
         }
         let tls_field = if port.tls.is_some() {
             format!("{field}.tls")
@@ -370,8 +371,23 @@ fn compile_one(
             }
         }
 
+        let plaintext = matches!(transport, Transport::Plain);
+        if protocol_value == Protocol::H2c && !plaintext {
+            cx.error(
+                at(file, id, protocol_pos, protocol_field.clone()),
+                "protocol H2C is HTTP/2 in plaintext, but this port originates TLS",
+                "set tls.mode: InsecureDisable for h2c, or use protocol HTTP2 for HTTP/2 over TLS",
+            );
+        }
+        let wire = match protocol_value {
+            Protocol::Http2 | Protocol::H2c | Protocol::Grpc => HttpWire::Http2,
+            Protocol::Http if !plaintext => HttpWire::Negotiated,
+            _ => HttpWire::Http1,
+        };
+
         let mut fingerprint = DefaultHasher::new();
         protocol_value.hash(&mut fingerprint);
+        http2.hash(&mut fingerprint);
         mode.hash(&mut fingerprint);
         tls_spec.hash(&mut fingerprint);
         let template = EndpointTemplate {
@@ -454,6 +470,8 @@ fn compile_one(
         ports.push(Arc::new(BackendPort {
             passthrough: mode == Some(TlsMode::Passthrough),
             transport,
+            wire,
+            http2: Http2Options::new(&http2),
             number,
             protocol: protocol_value,
             endpoints: group,
@@ -471,4 +489,23 @@ fn compile_one(
         hostname,
         ports,
     }))
+}
+
+/// The `http2` section over the defaults (values were range-checked by `check_sections`).
+fn http2_settings(p: &Http2Policy) -> Http2Settings {
+    let defaults = Http2Settings::default();
+    let window = |q: Option<crate::config::units::Quantity>, default: u32| {
+        q.and_then(|q| u32::try_from(q.0).ok()).unwrap_or(default)
+    };
+    Http2Settings {
+        max_concurrent_streams: p.max_concurrent_streams,
+        stream_window: window(p.initial_stream_window_size, defaults.stream_window),
+        connection_window: window(p.initial_connection_window_size, defaults.connection_window),
+        keepalive: p.connection_keepalive.as_ref().map(|k| {
+            (
+                k.interval.0,
+                k.timeout.map_or(Duration::from_secs(20), |t| t.0),
+            )
+        }),
+    }
 }

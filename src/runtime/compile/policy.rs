@@ -345,12 +345,14 @@ pub(crate) fn check_sections(
             spec.tcp_keepalive.as_ref().map(|s| s.pos),
             "[balance]",
         ),
-        ("http2", spec.http2.as_ref().map(|s| s.pos), "[h2]"),
     ];
     for (name, pos, issue) in pending {
         if let Some(pos) = pos {
             cx.not_yet(at(file, id, pos, format!("{prefix}.{name}")), name, issue);
         }
+    }
+    if let Some(h2) = &spec.http2 {
+        check_http2(cx, file, id, &h2.value, h2.pos, prefix);
     }
     if let Some(upgrades) = &spec.http_upgrade {
         for (i, u) in upgrades.value.iter().enumerate() {
@@ -411,6 +413,47 @@ pub(crate) fn check_sections(
                 ),
                 "connectTimeout must be greater than zero",
                 "e.g. 10s",
+            );
+        }
+    }
+}
+
+/// Largest HTTP/2 flow-control window (RFC 9113 §6.9.1).
+const MAX_WINDOW: u64 = (1 << 31) - 1;
+
+fn check_http2(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    h2: &crate::config::wire::policy::Http2Policy,
+    pos: crate::config::yaml::Pos,
+    prefix: &str,
+) {
+    if h2.max_concurrent_streams == Some(0) {
+        cx.error(
+            at(file, id, pos, format!("{prefix}.http2.maxConcurrentStreams")),
+            "maxConcurrentStreams must be at least 1",
+            "e.g. 100; leave it out to follow the server's own limit",
+        );
+    }
+    for (name, value) in [
+        ("initialStreamWindowSize", h2.initial_stream_window_size),
+        ("initialConnectionWindowSize", h2.initial_connection_window_size),
+    ] {
+        if let Some(v) = value.filter(|v| v.0 < 65_535 || v.0 > MAX_WINDOW) {
+            cx.error(
+                at(file, id, pos, format!("{prefix}.http2.{name}")),
+                format!("{name} {} is outside 65535..=2147483647 bytes", v.0),
+                "HTTP/2 windows are at least 64Ki-1 and below 2Gi, e.g. 1Mi",
+            );
+        }
+    }
+    if let Some(k) = &h2.connection_keepalive {
+        if k.interval.0.is_zero() {
+            cx.error(
+                at(file, id, pos, format!("{prefix}.http2.connectionKeepalive.interval")),
+                "keepalive interval must be greater than zero",
+                "e.g. 30s, or remove connectionKeepalive to send no PINGs",
             );
         }
     }

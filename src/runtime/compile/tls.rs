@@ -254,18 +254,26 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
         .filter(|v| *v >= min && *v <= max)
         .collect();
 
-    // ALPN: what this build speaks upstream. HTTP/2 upstream (and so `h2`) arrives with [h2].
+    // ALPN: offered by protocol (CONFIG.md, Protocols); an explicit list may only narrow it.
     let alpn = match &tls.alpn_protocols {
         None => match site.protocol {
-            Protocol::Http | Protocol::Http11 => vec![b"http/1.1".to_vec()],
+            Protocol::Http => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            Protocol::Http11 => vec![b"http/1.1".to_vec()],
+            Protocol::Http2 | Protocol::Grpc => vec![b"h2".to_vec()],
             _ => Vec::new(),
         },
         Some(list) => {
-            for p in list.iter().filter(|p| p.as_str() != "http/1.1") {
-                cx.not_yet(
+            let speaks: &[&str] = match site.protocol {
+                Protocol::Http => &["h2", "http/1.1"],
+                Protocol::Http11 => &["http/1.1"],
+                Protocol::Http2 | Protocol::Grpc => &["h2"],
+                _ => &[],
+            };
+            for p in list.iter().filter(|p| !speaks.contains(&p.as_str())) {
+                cx.error(
                     at(file, id, pos, format!("{field}.alpnProtocols")),
-                    &format!("ALPN protocol `{p}` (this build speaks HTTP/1.1 upstream)"),
-                    "[h2]",
+                    format!("ALPN protocol `{p}` is not spoken on protocol {}", site.protocol),
+                    format!("offer only {} here, or change `protocol`", speaks.join(", ")),
                 );
             }
             list.iter().map(|p| p.as_bytes().to_vec()).collect()

@@ -1,0 +1,398 @@
+//! Phase "send": one request and its response headers over a pooled or new upstream
+//! connection, HTTP/1.1 or HTTP/2 as the Backend port says (or as ALPN chose).
+//!
+//! What is retried here, and only here, is what the upstream provably did not process: a
+//! request hyper hands back unsent (a pooled connection that closed while idle), and, on
+//! HTTP/2, a stream the server refused (`REFUSED_STREAM`, RFC 9113 §8.7) or started after its
+//! `GOAWAY` (§6.8). The latter needs the request again, so only body-less requests are
+//! retried that way, and after a GOAWAY only idempotent ones (a connection torn down after
+//! GOAWAY fails its remaining streams with the same error, processed or not). Retries of
+//! requests that may have reached the application belong to the retry policy ([balance]).
+
+use std::error::Error as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::{self, HeaderValue};
+use http::uri::{Scheme, Uri};
+use http::{Request, Response, Version};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use super::body::{Lease, RequestBody};
+use super::error::ProxyError;
+use super::proxy::{connect_error, error_chain};
+use crate::runtime::snapshot::Target;
+use crate::upstream::connect::{connect_http, ConnectError, HttpConnection, HttpWire, Transport};
+use crate::upstream::h2_pool::{Attempt, Checkout, H2Stream};
+use crate::upstream::pool::H1Sender;
+use crate::upstream::tls::TlsFailure;
+use crate::upstream::Endpoint;
+
+/// How often one request is sent again after the upstream refused it unprocessed.
+const MAX_REFUSED_RETRIES: u32 = 3;
+/// Rounds of looking for a free HTTP/2 stream slot before the request is queued on the least
+/// busy connection anyway (h2 then holds it until a stream ends), so a burst far above the
+/// stream limit does not open connections one after another without end.
+const MAX_SLOT_ROUNDS: u32 = 4;
+
+/// Phase "send": a pooled (or new) connection carries the request; the deadline covers
+/// connecting and waiting for the response headers.
+pub(super) async fn send(
+    target: &Target,
+    endpoint: &Arc<Endpoint>,
+    req: Request<RequestBody>,
+    started: Instant,
+) -> Result<(Response<Incoming>, Lease), ProxyError> {
+    let policy = &target.policy;
+    let backend = &target.backend.label;
+    let now = Instant::now();
+    // Which limit ends the wait for headers first decides the error code.
+    let mut limit: Option<(Instant, Duration, bool)> = None; // (when, timeout, is_idle)
+    if let Some(t) = policy.request_timeout {
+        limit = Some((started + t, t, false));
+    }
+    if let Some(t) = policy.backend_request_timeout {
+        let at = now + t;
+        if limit.is_none_or(|(l, _, _)| at < l) {
+            limit = Some((at, t, false));
+        }
+    }
+    if let Some(t) = policy.stream_idle_timeout {
+        let at = now + t;
+        if limit.is_none_or(|(l, _, _)| at < l) {
+            limit = Some((at, t, true));
+        }
+    }
+    let exchange = exchange(target, endpoint, req);
+    match limit {
+        None => exchange.await,
+        Some((at, timeout, idle)) => match tokio::time::timeout_at(at, exchange).await {
+            Ok(r) => r,
+            Err(_) if idle => Err(ProxyError::StreamIdleTimeout {
+                backend: backend.clone(),
+                endpoint: endpoint.addr,
+                timeout,
+            }),
+            Err(_) => Err(ProxyError::UpstreamTimeout {
+                backend: backend.clone(),
+                endpoint: endpoint.addr,
+                timeout,
+            }),
+        },
+    }
+}
+
+async fn exchange(
+    target: &Target,
+    endpoint: &Arc<Endpoint>,
+    req: Request<RequestBody>,
+) -> Result<(Response<Incoming>, Lease), ProxyError> {
+    match target.port.wire {
+        HttpWire::Http1 => exchange_http1(target, endpoint, req).await,
+        HttpWire::Negotiated if endpoint.negotiated_http1() => {
+            exchange_http1(target, endpoint, req).await
+        }
+        HttpWire::Http2 | HttpWire::Negotiated => exchange_http2(target, endpoint, req).await,
+    }
+}
+
+/// HTTP/1.1: pooled connections may have been closed by the server while idle; a request that
+/// was not sent at all on one is moved to the next, and finally to a new connection.
+async fn exchange_http1(
+    target: &Target,
+    endpoint: &Arc<Endpoint>,
+    mut req: Request<RequestBody>,
+) -> Result<(Response<Incoming>, Lease), ProxyError> {
+    let backend = &target.backend.label;
+    let addr = endpoint.addr;
+    loop {
+        let (mut sender, fresh) = match endpoint.pool.checkout() {
+            Some(sender) => (sender, false),
+            None => match connect(target, endpoint)
+                .await
+                .map_err(|e| connect_error(&e, backend, addr))?
+            {
+                HttpConnection::Http1(sender) => (sender, true),
+                // ALPN chose HTTP/2 this time: the connection joins the endpoint's HTTP/2
+                // connections, and requests follow it there from now on.
+                HttpConnection::Http2(conn) => {
+                    endpoint.set_negotiated_http1(false);
+                    let stream = endpoint.h2.add(conn);
+                    return match stream {
+                        Some(stream) => send_http2_once(target, endpoint, stream, req).await,
+                        None => exchange_http2(target, endpoint, req).await,
+                    };
+                }
+            },
+        };
+        if sender.ready().await.is_err() {
+            if fresh {
+                return Err(ProxyError::UpstreamReset {
+                    backend: backend.clone(),
+                    endpoint: addr,
+                    cause: "connection closed right after it was opened".into(),
+                });
+            }
+            continue;
+        }
+        match sender.try_send_request(req).await {
+            Ok(response) => return Ok((response, Lease::Http1(sender))),
+            Err(mut e) => match e.take_message() {
+                Some(unsent) if !fresh => {
+                    req = unsent;
+                    continue;
+                }
+                _ => return Err(upstream_error(target, endpoint, &e.into_error())),
+            },
+        }
+    }
+}
+
+/// HTTP/2: a stream slot on a shared connection (see `upstream::h2_pool`).
+async fn exchange_http2(
+    target: &Target,
+    endpoint: &Arc<Endpoint>,
+    mut req: Request<RequestBody>,
+) -> Result<(Response<Incoming>, Lease), ProxyError> {
+    let mut refused = 0;
+    let mut rounds = 0;
+    loop {
+        rounds += 1;
+        let stream = match endpoint.h2.checkout() {
+            Checkout::Stream(stream) => stream,
+            Checkout::Wait(_) | Checkout::Connect(_) if rounds > MAX_SLOT_ROUNDS => {
+                match endpoint.h2.claim_least_busy() {
+                    Some(stream) => stream,
+                    None => continue,
+                }
+            }
+            Checkout::Wait(mut attempt) => {
+                // Another request is connecting: share its outcome.
+                let _ = attempt
+                    .wait_for(|a| !matches!(a, Attempt::Pending))
+                    .await;
+                if let Attempt::Failed(e) = &*attempt.borrow() {
+                    return Err(connect_error(e, &target.backend.label, endpoint.addr));
+                }
+                continue;
+            }
+            Checkout::Connect(ticket) => match connect(target, endpoint).await {
+                Err(e) => {
+                    let e = Arc::new(e);
+                    ticket.finish(Attempt::Failed(e.clone()));
+                    return Err(connect_error(&e, &target.backend.label, endpoint.addr));
+                }
+                Ok(HttpConnection::Http2(conn)) => {
+                    let stream = endpoint.h2.add(conn);
+                    ticket.finish(Attempt::Done);
+                    match stream {
+                        Some(stream) => stream,
+                        None => continue,
+                    }
+                }
+                // ALPN chose HTTP/1.1: remember it, and let waiters look again (they will
+                // take the HTTP/1.1 path).
+                Ok(HttpConnection::Http1(sender)) => {
+                    endpoint.set_negotiated_http1(true);
+                    ticket.finish(Attempt::Done);
+                    return send_http1_once(target, endpoint, sender, req).await;
+                }
+            },
+        };
+        let replay = refused_retry_copy(&req, refused);
+        match try_send_http2(target, stream, req).await {
+            Ok(done) => return Ok(done),
+            Err((err, unsent)) => {
+                let again = unsent.or_else(|| {
+                    refused_unprocessed(&err, replay.as_ref().map(Request::method))
+                        .then_some(replay)
+                        .flatten()
+                });
+                match again {
+                    Some(next) if refused < MAX_REFUSED_RETRIES => {
+                        refused += 1;
+                        tracing::debug!(endpoint = %endpoint.addr, error = %err, "stream refused by the upstream; sending again");
+                        req = next;
+                    }
+                    _ => return Err(upstream_error(target, endpoint, &err)),
+                }
+            }
+        }
+    }
+}
+
+async fn send_http2_once(
+    target: &Target,
+    endpoint: &Arc<Endpoint>,
+    stream: H2Stream,
+    req: Request<RequestBody>,
+) -> Result<(Response<Incoming>, Lease), ProxyError> {
+    try_send_http2(target, stream, req)
+        .await
+        .map_err(|(err, _)| upstream_error(target, endpoint, &err))
+}
+
+async fn send_http1_once(
+    target: &Target,
+    endpoint: &Arc<Endpoint>,
+    mut sender: H1Sender,
+    req: Request<RequestBody>,
+) -> Result<(Response<Incoming>, Lease), ProxyError> {
+    let sent = match sender.ready().await {
+        Ok(()) => sender.send_request(req).await,
+        Err(e) => Err(e),
+    };
+    match sent {
+        Ok(response) => Ok((response, Lease::Http1(sender))),
+        Err(e) => Err(upstream_error(target, endpoint, &e)),
+    }
+}
+
+/// Sends on an HTTP/2 stream slot; on failure, the error and the request if hyper never sent
+/// it.
+async fn try_send_http2(
+    target: &Target,
+    stream: H2Stream,
+    mut req: Request<RequestBody>,
+) -> Result<(Response<Incoming>, Lease), (hyper::Error, Option<Request<RequestBody>>)> {
+    to_http2_form(&mut req, &target.port.transport);
+    let mut sender = stream.sender();
+    match sender.try_send_request(req).await {
+        Ok(response) => Ok((response, Lease::Http2(stream))),
+        Err(mut e) => {
+            let unsent = e.take_message();
+            Err((e.into_error(), unsent))
+        }
+    }
+}
+
+async fn connect(target: &Target, endpoint: &Arc<Endpoint>) -> Result<HttpConnection, ConnectError> {
+    let port = &target.port;
+    connect_http(
+        endpoint.addr,
+        target.policy.connect_timeout,
+        &port.transport,
+        port.wire,
+        &port.http2,
+    )
+    .await
+}
+
+/// HTTP/2 carries the target in `:scheme`/`:authority`/`:path` (RFC 9113 §8.3.1), which
+/// hyper takes from an absolute URI; `Host` becomes `:authority`.
+fn to_http2_form(req: &mut Request<RequestBody>, transport: &Transport) {
+    if req.version() == Version::HTTP_2 {
+        return; // already converted (a retry)
+    }
+    *req.version_mut() = Version::HTTP_2;
+    let host = req.headers_mut().remove(header::HOST);
+    let scheme = match transport {
+        Transport::Plain => Scheme::HTTP,
+        Transport::Tls(_) => Scheme::HTTPS,
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.scheme = Some(scheme);
+    if let Some(authority) = host
+        .as_ref()
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.parse().ok())
+    {
+        parts.authority = Some(authority);
+    }
+    if parts.path_and_query.is_none() {
+        parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
+    }
+    match Uri::from_parts(parts) {
+        Ok(uri) => *req.uri_mut() = uri,
+        // No authority could be formed: keep Host, and let hyper report what it misses.
+        Err(_) => {
+            if let Some(host) = host {
+                req.headers_mut().insert(header::HOST, host);
+            }
+        }
+    }
+}
+
+/// A copy of a body-less request to send again if the server refuses it, taken only while
+/// retries are left.
+fn refused_retry_copy(req: &Request<RequestBody>, refused: u32) -> Option<Request<RequestBody>> {
+    if refused >= MAX_REFUSED_RETRIES || !matches!(req.body(), RequestBody::Empty) {
+        return None;
+    }
+    let mut copy = Request::new(RequestBody::Empty);
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    Some(copy)
+}
+
+/// Whether the server did not process the stream: refused (any method), or past its GOAWAY
+/// (idempotent methods only, see the module documentation).
+fn refused_unprocessed(err: &hyper::Error, method: Option<&http::Method>) -> bool {
+    let Some(method) = method else {
+        return false;
+    };
+    let mut source = err.source();
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            if h2.reason() == Some(h2::Reason::REFUSED_STREAM) {
+                return true;
+            }
+            return h2.is_go_away() && h2.is_remote() && is_idempotent(method);
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// RFC 9110 §9.2.2.
+fn is_idempotent(method: &http::Method) -> bool {
+    use http::Method;
+    [
+        Method::GET,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::TRACE,
+        Method::PUT,
+        Method::DELETE,
+    ]
+    .contains(method)
+}
+
+/// The reply for a request that failed after a connection was there.
+fn upstream_error(target: &Target, endpoint: &Endpoint, err: &hyper::Error) -> ProxyError {
+    let backend = target.backend.label.clone();
+    let addr = endpoint.addr;
+    let cause = error_chain(err);
+    // With TLS 1.3 the server judges our certificate after our side of the handshake is done:
+    // its refusal arrives with the first request.
+    if let Some(failure) = TlsFailure::from_error_chain(err) {
+        return ProxyError::UpstreamTls {
+            backend,
+            endpoint: addr,
+            failure,
+            detail: cause,
+        };
+    }
+    if err.is_parse() || err.is_parse_status() {
+        ProxyError::UpstreamProtocol {
+            backend,
+            endpoint: addr,
+            cause,
+        }
+    } else {
+        ProxyError::UpstreamReset {
+            backend,
+            endpoint: addr,
+            cause,
+        }
+    }
+}
+
+/// `te: trailers` for the upstream, when the client can take trailers back (RFC 9110
+/// §10.1.4: `TE` is hop-by-hop, so the proxy says it for itself).
+pub(super) fn trailers_te() -> HeaderValue {
+    HeaderValue::from_static("trailers")
+}
