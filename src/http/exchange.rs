@@ -169,9 +169,7 @@ async fn exchange_http2(
             }
             Checkout::Wait(mut attempt) => {
                 // Another request is connecting: share its outcome.
-                let _ = attempt
-                    .wait_for(|a| !matches!(a, Attempt::Pending))
-                    .await;
+                let _ = attempt.wait_for(|a| !matches!(a, Attempt::Pending)).await;
                 if let Attempt::Failed(e) = &*attempt.borrow() {
                     return Err(connect_error(e, &target.backend.label, endpoint.addr));
                 }
@@ -267,7 +265,10 @@ async fn try_send_http2(
     }
 }
 
-async fn connect(target: &Target, endpoint: &Arc<Endpoint>) -> Result<HttpConnection, ConnectError> {
+async fn connect(
+    target: &Target,
+    endpoint: &Arc<Endpoint>,
+) -> Result<HttpConnection, ConnectError> {
     let port = &target.port;
     connect_http(
         endpoint.addr,

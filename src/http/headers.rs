@@ -8,14 +8,15 @@ use http::Version;
 
 /// Headers that describe one connection and never cross a proxy, besides those listed in
 /// `Connection`. `Proxy-Authorization` holds credentials for this proxy, never for the origin.
-const HOP_BY_HOP: [HeaderName; 8] = [
+/// `Trailer` is not among them: RFC 9110 §6.6.2 makes it end-to-end, and hyper's HTTP/1.1
+/// encoder sends only the trailer fields it names.
+const HOP_BY_HOP: [HeaderName; 7] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     header::TE,
-    header::TRAILER,
     header::TRANSFER_ENCODING,
 ];
 

@@ -15,8 +15,8 @@ use super::body::{Lease, ProxyBody, RequestBody, UpstreamBody};
 use super::error::{local_reply, ProxyError};
 use super::headers::{add_forwarded_for, append_via, client_address_value, strip_hop_by_hop};
 use super::router::{RouteEntry, RouteInput};
-use crate::runtime::shared::Shared;
 use crate::config::wire::enums::Protocol;
+use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{Snapshot, Target};
 use crate::telemetry::access_log::{self, AccessRecord};
 use crate::upstream::connect::{connect_tcp, ConnectError};
@@ -240,8 +240,7 @@ async fn proxy(
     let upstream_req = prepare_request(req, &dest, target, entry, conn)?;
     let endpoint = pick_endpoint(target).await?;
     outcome.endpoint = Some(endpoint.addr);
-    let (response, lease) =
-        super::exchange::send(target, &endpoint, upstream_req, started).await?;
+    let (response, lease) = super::exchange::send(target, &endpoint, upstream_req, started).await?;
     Ok(respond(response, lease, &endpoint, target, entry, started))
 }
 

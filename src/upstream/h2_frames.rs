@@ -262,7 +262,10 @@ mod tests {
 
     /// A typical server start: SETTINGS, WINDOW_UPDATE, SETTINGS ACK, HEADERS, DATA.
     fn conversation(max_streams: u32) -> Vec<u8> {
-        let mut bytes = settings(&[(0x4, 1 << 20), (SETTINGS_MAX_CONCURRENT_STREAMS, max_streams)]);
+        let mut bytes = settings(&[
+            (0x4, 1 << 20),
+            (SETTINGS_MAX_CONCURRENT_STREAMS, max_streams),
+        ]);
         bytes.extend(frame(0x8, 0, &[0, 0, 0x10, 0]));
         bytes.extend(frame(TYPE_SETTINGS, FLAG_ACK, &[]));
         bytes.extend(frame(0x1, 0x4, &[0x88]));

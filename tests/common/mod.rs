@@ -4,12 +4,14 @@
 //! |---|---|
 //! | `upstream` | real hyper upstream servers on 127.0.0.1:0 |
 //! | `dns` | a real DNS server on 127.0.0.1:0 answering from a mutable table |
+//! | `h2` | HTTP/2 upstreams (hyper h2c, raw h2 refusing streams) and an HTTP/2 client |
 //! | `proxy` | an in-process egressd started from YAML written to a temp dir |
 //! | `binary` | the built `egressd` binary run as a child process |
 #![allow(dead_code)]
 
 pub mod binary;
 pub mod dns;
+pub mod h2;
 pub mod proxy;
 pub mod tls;
 pub mod upstream;

@@ -305,7 +305,9 @@ fn compile_one(
             ),
             http if passthrough => cx.error(
                 at(file, id, protocol_pos, protocol_field.clone()),
-                format!("tls.mode Passthrough carries raw TLS bytes and cannot speak protocol {http}"),
+                format!(
+                    "tls.mode Passthrough carries raw TLS bytes and cannot speak protocol {http}"
+                ),
                 "use protocol TCP (or omit protocol)",
             ),
             _ => {}

@@ -431,14 +431,22 @@ fn check_http2(
 ) {
     if h2.max_concurrent_streams == Some(0) {
         cx.error(
-            at(file, id, pos, format!("{prefix}.http2.maxConcurrentStreams")),
+            at(
+                file,
+                id,
+                pos,
+                format!("{prefix}.http2.maxConcurrentStreams"),
+            ),
             "maxConcurrentStreams must be at least 1",
             "e.g. 100; leave it out to follow the server's own limit",
         );
     }
     for (name, value) in [
         ("initialStreamWindowSize", h2.initial_stream_window_size),
-        ("initialConnectionWindowSize", h2.initial_connection_window_size),
+        (
+            "initialConnectionWindowSize",
+            h2.initial_connection_window_size,
+        ),
     ] {
         if let Some(v) = value.filter(|v| v.0 < 65_535 || v.0 > MAX_WINDOW) {
             cx.error(
@@ -451,7 +459,12 @@ fn check_http2(
     if let Some(k) = &h2.connection_keepalive {
         if k.interval.0.is_zero() {
             cx.error(
-                at(file, id, pos, format!("{prefix}.http2.connectionKeepalive.interval")),
+                at(
+                    file,
+                    id,
+                    pos,
+                    format!("{prefix}.http2.connectionKeepalive.interval"),
+                ),
                 "keepalive interval must be greater than zero",
                 "e.g. 30s, or remove connectionKeepalive to send no PINGs",
             );

@@ -272,8 +272,14 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
             for p in list.iter().filter(|p| !speaks.contains(&p.as_str())) {
                 cx.error(
                     at(file, id, pos, format!("{field}.alpnProtocols")),
-                    format!("ALPN protocol `{p}` is not spoken on protocol {}", site.protocol),
-                    format!("offer only {} here, or change `protocol`", speaks.join(", ")),
+                    format!(
+                        "ALPN protocol `{p}` is not spoken on protocol {}",
+                        site.protocol
+                    ),
+                    format!(
+                        "offer only {} here, or change `protocol`",
+                        speaks.join(", ")
+                    ),
                 );
             }
             list.iter().map(|p| p.as_bytes().to_vec()).collect()
