@@ -6,10 +6,13 @@
 //! | `dns` | a real DNS server on 127.0.0.1:0 answering from a mutable table |
 //! | `proxy` | an in-process egressd started from YAML written to a temp dir |
 //! | `binary` | the built `egressd` binary run as a child process |
+//! | `tls` | a test CA minting certificates (rcgen), and a TLS upstream |
+//! | `grpc` | a real gRPC Echo server and client (tonic over hyper's HTTP/2) |
 #![allow(dead_code)]
 
 pub mod binary;
 pub mod dns;
+pub mod grpc;
 pub mod proxy;
 pub mod tls;
 pub mod upstream;
