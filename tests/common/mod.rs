@@ -7,10 +7,13 @@
 //! | `h2` | HTTP/2 upstreams (hyper h2c, raw h2 refusing streams) and an HTTP/2 client |
 //! | `proxy` | an in-process egressd started from YAML written to a temp dir |
 //! | `binary` | the built `egressd` binary run as a child process |
+//! | `tls` | a test CA minting certificates (rcgen), and a TLS upstream |
+//! | `grpc` | a real gRPC Echo server and client (tonic over hyper's HTTP/2) |
 #![allow(dead_code)]
 
 pub mod binary;
 pub mod dns;
+pub mod grpc;
 pub mod h2;
 pub mod proxy;
 pub mod tls;

@@ -154,6 +154,12 @@ spec:
 /// A plaintext Backend `name` with one IP endpoint `addr` (the usual way to reach a test
 /// upstream without DNS). `extra` is appended to the spec, indented by two spaces.
 pub fn ip_backend(name: &str, addr: SocketAddr, extra: &str) -> String {
+    ip_backend_speaking(name, addr, "HTTP", extra)
+}
+
+/// Like [`ip_backend`], speaking `protocol` (e.g. `GRPC`, `H2C`) instead of `HTTP`: `extra`
+/// cannot set it, as a second `protocol` key is a duplicate-key error.
+pub fn ip_backend_speaking(name: &str, addr: SocketAddr, protocol: &str, extra: &str) -> String {
     format!(
         r#"---
 apiVersion: egressd.dev/v1alpha1
@@ -168,7 +174,7 @@ spec:
       - address: {ip}
     ports:
     - number: {port}
-  protocol: HTTP
+  protocol: {protocol}
   tls:
     mode: InsecureDisable
 {extra}"#,
