@@ -6,10 +6,12 @@
 //! | `dns` | a real DNS server on 127.0.0.1:0 answering from a mutable table |
 //! | `proxy` | an in-process egressd started from YAML written to a temp dir |
 //! | `binary` | the built `egressd` binary run as a child process |
+//! | `h2frames` | hand-written HTTP/2 frames, for clients no HTTP/2 library would be |
 #![allow(dead_code)]
 
 pub mod binary;
 pub mod dns;
+pub mod h2frames;
 pub mod proxy;
 pub mod tls;
 pub mod upstream;
