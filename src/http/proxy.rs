@@ -16,6 +16,7 @@ use super::body::{ProxyBody, UpstreamBody};
 use super::error::{local_reply, ProxyError};
 use super::headers::{add_forwarded_for, append_via, client_address_value, strip_hop_by_hop};
 use super::router::{RouteEntry, RouteInput};
+use super::websocket::Upgrade;
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{Snapshot, Target};
 use crate::telemetry::access_log::{self, AccessRecord};
@@ -181,7 +182,10 @@ async fn proxy(
         .routers
         .get(&conn.listener)
         .ok_or(ProxyError::ListenerGone)?;
-    if req.method() == Method::CONNECT {
+    // A websocket asked for by HTTP/1.1 `Upgrade` or HTTP/2 extended CONNECT; any other
+    // CONNECT is a tunnel to host:port.
+    let upgrade = Upgrade::of(&req)?;
+    if req.method() == Method::CONNECT && upgrade.is_none() {
         return tunnel(router, &dest, req, conn, outcome).await;
     }
 
@@ -190,7 +194,7 @@ async fn proxy(
         host: dest.host(),
         path: req.uri().path(),
         query: req.uri().query(),
-        method: req.method(),
+        method: Upgrade::routing_method(upgrade, &req),
         headers: req.headers(),
     };
     let (target, entry): (&Arc<Target>, Option<&RouteEntry>) = match router.route(&input) {
@@ -236,8 +240,11 @@ async fn proxy(
     };
     outcome.backend = Some(target.backend.label.clone());
 
-    if target.policy.websocket && super::websocket::is_upgrade_request(&req) {
-        return super::websocket::proxy(shared, req, &dest, target, entry, conn, outcome).await;
+    if let Some(upgrade) = upgrade {
+        if target.policy.websocket {
+            return super::websocket::proxy(shared, req, &dest, target, entry, conn, outcome).await;
+        }
+        upgrade.refused(target)?;
     }
     let upstream_req = prepare_request(req, &dest, target, entry, conn)?;
     let endpoint = pick_endpoint(target).await?;

@@ -11,7 +11,7 @@ mod passthrough;
 pub mod sni;
 pub mod tls;
 
-pub use conn::ConnTracker;
+pub use conn::{ConnGuard, ConnTracker};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
