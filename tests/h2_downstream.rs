@@ -93,6 +93,7 @@ async fn announces_the_configured_settings() {
     let status = driving(&mut conn, get(&mut send, "h2.test", &[])).await;
     assert_eq!(status.expect("response"), 200);
     assert_eq!(conn.max_concurrent_send_streams(), 7);
+    assert!(send.is_extended_connect_protocol_enabled());
 
     // The stream window: what a new stream may send before egressd grants more (the
     // connection window, 1Mi by default, is larger and does not limit it).
@@ -117,6 +118,8 @@ async fn defaults_are_announced_without_any_setting() {
     let status = driving(&mut conn, get(&mut send, "h2.test", &[])).await;
     assert_eq!(status.expect("response"), 200);
     assert_eq!(conn.max_concurrent_send_streams(), 256);
+    // SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 8441 §3): websockets over HTTP/2.
+    assert!(send.is_extended_connect_protocol_enabled());
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@
 //! | `proxy` | an in-process egressd started from YAML written to a temp dir |
 //! | `binary` | the built `egressd` binary run as a child process |
 //! | `h2frames` | hand-written HTTP/2 frames, for clients no HTTP/2 library would be |
+//! | `websocket` | a websocket echo server that records its handshakes |
 #![allow(dead_code)]
 
 pub mod binary;
@@ -15,3 +16,4 @@ pub mod h2frames;
 pub mod proxy;
 pub mod tls;
 pub mod upstream;
+pub mod websocket;
