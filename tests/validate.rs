@@ -367,6 +367,52 @@ fn listener_port_above_65535_is_out_of_range() {
 }
 
 #[test]
+fn http2_settings_out_of_range_are_errors_at_each_value() {
+    let dir = fixture("http2-settings-out-of-range");
+    let diags = diagnostics(&dir);
+    assert_eq!(diags.len(), 4, "{}", render(&diags));
+    let object = Some("ProxyConfig default/egressd");
+    let expected = [
+        (
+            "maxConcurrentStreams: 0",
+            "0",
+            "maxConcurrentStreams",
+            "maxConcurrentStreams must be at least 1",
+        ),
+        (
+            "initialStreamWindowSize: 2Gi",
+            "2Gi",
+            "initialStreamWindowSize",
+            "initialStreamWindowSize 2Gi is out of range (1 to 2147483647 bytes)",
+        ),
+        (
+            "initialConnectionWindowSize: 1024",
+            "1024",
+            "initialConnectionWindowSize",
+            "initialConnectionWindowSize 1Ki is out of range (65535 to 2147483647 bytes)",
+        ),
+        (
+            "maxPendingAcceptResetStreams: 0",
+            "0",
+            "maxPendingAcceptResetStreams",
+            "maxPendingAcceptResetStreams must be at least 1",
+        ),
+    ];
+    for (d, (context, token, name, message)) in diags.iter().zip(expected) {
+        assert_error(
+            &dir,
+            d,
+            &Expect {
+                at: spot("proxy.yaml", context, token),
+                object,
+                field: &format!("spec.downstream.http2.{name}"),
+                message,
+            },
+        );
+    }
+}
+
+#[test]
 fn duplicate_identity_across_files_names_both_files() {
     let (dir, d) = only_diagnostic("duplicate-identity");
     assert_error(

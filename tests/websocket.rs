@@ -7,34 +7,12 @@ mod common;
 use std::net::SocketAddr;
 
 use common::proxy::{ip_backend, preamble, TestProxy};
+use common::websocket::EchoServer;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
-
-/// A websocket echo server on 127.0.0.1:0 (every data message is sent back; pings are
-/// answered and closes echoed by tungstenite itself).
-async fn echo_server() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
-                    return;
-                };
-                while let Some(Ok(message)) = ws.next().await {
-                    if (message.is_text() || message.is_binary()) && ws.send(message).await.is_err()
-                    {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
 
 fn route(host: &str) -> String {
     format!(
@@ -51,15 +29,19 @@ async fn open(proxy: &TestProxy) -> tokio_tungstenite::WebSocketStream<TcpStream
     ws
 }
 
-async fn setup() -> TestProxy {
-    let upstream = echo_server().await;
-    TestProxy::start(&(preamble(None) + &ip_backend("echo", upstream, "") + &route("ws.test")))
-        .await
+/// egressd with a route for `ws.test` to an echo server (dropping the server stops it).
+async fn setup() -> (TestProxy, EchoServer) {
+    let upstream = EchoServer::start().await;
+    let proxy = TestProxy::start(
+        &(preamble(None) + &ip_backend("echo", upstream.addr, "") + &route("ws.test")),
+    )
+    .await;
+    (proxy, upstream)
 }
 
 #[tokio::test]
 async fn text_binary_ping_and_close_code_pass_through() {
-    let proxy = setup().await;
+    let (proxy, _upstream) = setup().await;
     let mut ws = open(&proxy).await;
 
     ws.send(Message::text("hello")).await.unwrap();
@@ -98,7 +80,7 @@ async fn text_binary_ping_and_close_code_pass_through() {
 
 #[tokio::test]
 async fn websocket_stays_open_across_ten_reloads() {
-    let proxy = setup().await;
+    let (proxy, _upstream) = setup().await;
     let mut ws = open(&proxy).await;
     for i in 0..10 {
         let before = proxy.generation();
@@ -241,7 +223,7 @@ async fn metric(proxy: &TestProxy, series: &str) -> Option<f64> {
 
 #[tokio::test]
 async fn open_websockets_and_their_bytes_are_counted_per_backend() {
-    let proxy = setup().await;
+    let (proxy, _upstream) = setup().await;
     let active = "egressd_websockets_active{backend=\"default/echo\"}";
     let mut ws = open(&proxy).await;
     ws.send(Message::text("count me")).await.unwrap();

@@ -77,6 +77,8 @@ pub enum ProxyError {
         endpoint: SocketAddr,
         cause: String,
     },
+    #[error("websocket upgrades to Backend {backend} are turned off (httpUpgrade)")]
+    UpgradeNotAllowed { backend: Arc<str> },
     #[error("{0} is not supported yet")]
     NotSupported(&'static str),
     #[error("this listener is being removed; retry the request")]
@@ -101,6 +103,7 @@ impl ProxyError {
             ProxyError::UpstreamReset { .. } => "upstream_reset",
             ProxyError::UpstreamTls { .. } => "upstream_tls_failure",
             ProxyError::UpstreamProtocol { .. } => "upstream_protocol_error",
+            ProxyError::UpgradeNotAllowed { .. } => "upgrade_not_allowed",
             ProxyError::NotSupported(_) => "not_supported",
             ProxyError::ListenerGone => "listener_draining",
         }
@@ -109,9 +112,9 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            ProxyError::DestinationNotAllowed { .. } | ProxyError::PortNotAllowed { .. } => {
-                StatusCode::FORBIDDEN
-            }
+            ProxyError::DestinationNotAllowed { .. }
+            | ProxyError::PortNotAllowed { .. }
+            | ProxyError::UpgradeNotAllowed { .. } => StatusCode::FORBIDDEN,
             ProxyError::NoRoute { .. } => StatusCode::NOT_FOUND,
             ProxyError::NoBackend { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::NoHealthyUpstream { .. }

@@ -15,6 +15,7 @@ use super::body::{Lease, ProxyBody, RequestBody, UpstreamBody};
 use super::error::{local_reply, ProxyError};
 use super::headers::{add_forwarded_for, append_via, client_address_value, strip_hop_by_hop};
 use super::router::{RouteEntry, RouteInput};
+use super::websocket::Upgrade;
 use crate::config::wire::enums::Protocol;
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{Snapshot, Target};
@@ -179,7 +180,10 @@ async fn proxy(
         .routers
         .get(&conn.listener)
         .ok_or(ProxyError::ListenerGone)?;
-    if req.method() == Method::CONNECT {
+    // A websocket asked for by HTTP/1.1 `Upgrade` or HTTP/2 extended CONNECT; any other
+    // CONNECT is a tunnel to host:port.
+    let upgrade = Upgrade::of(&req)?;
+    if req.method() == Method::CONNECT && upgrade.is_none() {
         return tunnel(router, &dest, req, conn, outcome).await;
     }
 
@@ -188,7 +192,7 @@ async fn proxy(
         host: dest.host(),
         path: req.uri().path(),
         query: req.uri().query(),
-        method: req.method(),
+        method: Upgrade::routing_method(upgrade, &req),
         headers: req.headers(),
     };
     let (target, entry): (&Arc<Target>, Option<&RouteEntry>) = match router.route(&input) {
@@ -234,8 +238,11 @@ async fn proxy(
     };
     outcome.backend = Some(target.backend.label.clone());
 
-    if target.policy.websocket && super::websocket::is_upgrade_request(&req) {
-        return super::websocket::proxy(shared, req, &dest, target, entry, conn, outcome).await;
+    if let Some(upgrade) = upgrade {
+        if target.policy.websocket {
+            return super::websocket::proxy(shared, req, &dest, target, entry, conn, outcome).await;
+        }
+        upgrade.refused(target)?;
     }
     let upstream_req = prepare_request(req, &dest, target, entry, conn)?;
     let endpoint = pick_endpoint(target).await?;

@@ -19,6 +19,8 @@ use crate::http::proxy::{handle, ConnInfo};
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::AcceptMode;
 
+use super::Accept;
+
 /// Counts open downstream connections and tells them to finish up when draining.
 #[derive(Debug)]
 pub struct ConnTracker {
@@ -89,10 +91,9 @@ pub(super) struct AcceptCtx {
     pub key: Arc<str>,
     pub shared: Arc<Shared>,
     pub tracker: Arc<ConnTracker>,
-    pub http: Arc<auto::Builder<TokioExecutor>>,
     pub stop: watch::Receiver<bool>,
-    /// How the listener handles connections now, see `Running::mode`.
-    pub mode: Arc<ArcSwap<AcceptMode>>,
+    /// How the listener handles connections now, see `Running::accept`.
+    pub accept: Arc<ArcSwap<Accept>>,
 }
 
 /// How long a client may take to complete the TLS handshake on an HTTPS listener. Bounds what
@@ -113,12 +114,11 @@ pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
                     stream,
                     peer,
                     listener: ctx.key.clone(),
-                    mode: ctx.mode.load_full(),
+                    accept: ctx.accept.load_full(),
                 };
                 tokio::spawn(serve(
                     conn,
                     ctx.shared.clone(),
-                    ctx.http.clone(),
                     ctx.stop.clone(),
                     ctx.tracker.drain.subscribe(),
                     guard,
@@ -136,18 +136,17 @@ pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
     // has dropped its copy, new connections are refused.
 }
 
-/// A connection just accepted, with the listener's mode at that moment.
+/// A connection just accepted, with the listener's mode and HTTP server at that moment.
 struct Accepted {
     stream: TcpStream,
     peer: SocketAddr,
     listener: Arc<str>,
-    mode: Arc<AcceptMode>,
+    accept: Arc<Accept>,
 }
 
 async fn serve(
     conn: Accepted,
     shared: Arc<Shared>,
-    http: Arc<auto::Builder<TokioExecutor>>,
     mut stop: watch::Receiver<bool>,
     mut drain: watch::Receiver<bool>,
     guard: ConnGuard,
@@ -155,8 +154,9 @@ async fn serve(
     shared.metrics.downstream_connections.inc();
     let mut info = ConnInfo::new(conn.listener, conn.peer);
     info.tracker = Some(guard.tracker());
-    match &*conn.mode {
-        AcceptMode::Http => serve_http(conn.stream, info, &shared, &http, stop, drain).await,
+    let http = &conn.accept.http;
+    match &conn.accept.mode {
+        AcceptMode::Http => serve_http(conn.stream, info, &shared, http, stop, drain).await,
         AcceptMode::TlsPassthrough => {
             tokio::select! {
                 _ = super::passthrough::serve(conn.stream, &info, &shared) => {}
@@ -179,7 +179,7 @@ async fn serve(
             match outcome {
                 Some(Ok(Ok(stream))) => {
                     let info = ConnInfo { tls: true, ..info };
-                    serve_http(stream, info, &shared, &http, stop, drain).await;
+                    serve_http(stream, info, &shared, http, stop, drain).await;
                 }
                 Some(Ok(Err(e))) => handshake_failed(&shared, &info, &e.to_string()),
                 Some(Err(_)) => handshake_failed(

@@ -6,25 +6,26 @@
 //! connections it accepted.
 
 mod conn;
+mod http;
 mod passthrough;
 pub mod sni;
 pub mod tls;
 
-pub use conn::ConnTracker;
+pub use conn::{ConnGuard, ConnTracker};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioExecutor;
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 use crate::runtime::shared::Shared;
-use crate::runtime::snapshot::{AcceptMode, ListenerPlan};
+use crate::runtime::snapshot::{AcceptMode, Http2ServerSettings, ListenerPlan};
 
 /// A listener that could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -41,13 +42,22 @@ struct Running {
     bound: SocketAddr,
     stop: watch::Sender<bool>,
     /// How new connections are handled (plaintext HTTP, TLS termination with a config, TLS
-    /// passthrough), shared with the accept loops. A reload that changes only the certificates (rotation) or HTTP ↔ HTTPS
+    /// passthrough, and the HTTP server settings), shared with the accept loops. A reload
+    /// that changes only the certificates (rotation), HTTP ↔ HTTPS or the HTTP/2 settings
     /// keeps the socket and swaps this in [`ListenerManager::activate`], right after the new
-    /// snapshot is published: connections accepted from then on use the new certificates,
-    /// open ones keep the session they have. Held here rather than looked up in the snapshot
-    /// at each accept, because a removed listener is still accepting for a moment after the
-    /// snapshot without it is published, and an accept needs no search through the listeners.
-    mode: Arc<ArcSwap<AcceptMode>>,
+    /// snapshot is published: connections accepted from then on use the new values, open ones
+    /// keep the session and settings they have. Held here rather than looked up in the
+    /// snapshot at each accept, because a removed listener is still accepting for a moment
+    /// after the snapshot without it is published, and an accept needs no search through the
+    /// listeners. Mode and server are one value so an accept never sees half a reload.
+    accept: Arc<ArcSwap<Accept>>,
+}
+
+/// What an accept loop hands each new connection.
+#[derive(Debug)]
+struct Accept {
+    mode: AcceptMode,
+    http: Arc<auto::Builder<TokioExecutor>>,
 }
 
 /// Sockets bound for a config that is not serving yet.
@@ -61,22 +71,22 @@ pub struct ListenerManager {
     running: HashMap<Arc<str>, Running>,
     shared: Arc<Shared>,
     tracker: Arc<ConnTracker>,
+    /// The HTTP server for new connections, and the settings it was built from (rebuilt only
+    /// when a reload changes them).
     http: Arc<auto::Builder<TokioExecutor>>,
+    http2: Http2ServerSettings,
 }
 
 impl ListenerManager {
     pub fn new(workers: Vec<Handle>, shared: Arc<Shared>, tracker: Arc<ConnTracker>) -> Self {
-        let mut http = auto::Builder::new(TokioExecutor::new());
-        http.http1()
-            .timer(TokioTimer::new())
-            // Also closes keep-alive connections idle for this long.
-            .header_read_timeout(std::time::Duration::from_secs(30));
+        let http2 = Http2ServerSettings::default();
         ListenerManager {
             workers,
             running: HashMap::new(),
             shared,
             tracker,
-            http: Arc::new(http),
+            http: Arc::new(http::server(&http2)),
+            http2,
         }
     }
 
@@ -107,15 +117,20 @@ impl ListenerManager {
         Ok(Bound { new })
     }
 
-    /// Starts accepting on newly bound listeners and stops those the config no longer has.
-    /// Called right after the new snapshot is published, so new listeners route with it.
-    pub fn activate(&mut self, bound: Bound, plans: &[ListenerPlan]) {
+    /// Starts accepting on newly bound listeners and stops those the config no longer has;
+    /// connections accepted from now on get `http2`. Called right after the new snapshot is
+    /// published, so new listeners route with it.
+    pub fn activate(&mut self, bound: Bound, plans: &[ListenerPlan], http2: &Http2ServerSettings) {
+        if *http2 != self.http2 {
+            self.http = Arc::new(http::server(http2));
+            self.http2 = *http2;
+        }
         for (plan, listener, local) in bound.new {
             if let Some(old) = self.running.remove(&plan.key) {
                 let _ = old.stop.send(true);
             }
             let (stop, _) = watch::channel(false);
-            let mode = Arc::new(ArcSwap::from_pointee(plan.mode.clone()));
+            let accept = Arc::new(ArcSwap::from_pointee(self.accept(&plan)));
             for worker in &self.workers {
                 let copy = match listener.try_clone() {
                     Ok(copy) => copy,
@@ -128,9 +143,8 @@ impl ListenerManager {
                     key: plan.key.clone(),
                     shared: self.shared.clone(),
                     tracker: self.tracker.clone(),
-                    http: self.http.clone(),
                     stop: stop.subscribe(),
-                    mode: mode.clone(),
+                    accept: accept.clone(),
                 };
                 worker.spawn(async move {
                     match TcpListener::from_std(copy) {
@@ -146,14 +160,15 @@ impl ListenerManager {
                     requested: plan.addr,
                     bound: local,
                     stop,
-                    mode,
+                    accept,
                 },
             );
         }
-        // Listeners kept across the reload take the new TLS settings (a no-op for new ones).
+        // Listeners kept across the reload take the new TLS and HTTP settings (a no-op for
+        // new ones).
         for plan in plans {
             if let Some(running) = self.running.get(&plan.key) {
-                running.mode.store(Arc::new(plan.mode.clone()));
+                running.accept.store(Arc::new(self.accept(plan)));
             }
         }
         let keep: Vec<&Arc<str>> = plans.iter().map(|p| &p.key).collect();
@@ -174,6 +189,13 @@ impl ListenerManager {
             let _ = running.stop.send(true);
         }
         self.publish_bound();
+    }
+
+    fn accept(&self, plan: &ListenerPlan) -> Accept {
+        Accept {
+            mode: plan.mode.clone(),
+            http: self.http.clone(),
+        }
     }
 
     fn publish_bound(&self) {

@@ -171,11 +171,12 @@ impl Reloader {
         drop(groups);
 
         let plans = snapshot.listeners.clone();
+        let http2 = snapshot.settings.downstream_http2;
         let referenced = snapshot.referenced_files.clone();
         let diagnostics = compiled.diagnostics;
         self.shared.snapshot.store(Arc::new(snapshot));
         self.generation.store(generation, Ordering::Release);
-        inner.listeners.activate(bound, &plans);
+        inner.listeners.activate(bound, &plans, &http2);
         if let Some(admin) = new_admin {
             inner.admin = Some(admin); // the old one (if any) stops when dropped
             inner.admin_requested = Some(admin_addr);

@@ -61,6 +61,8 @@ pub struct ProxySettings {
     pub access_log: AccessLogSettings,
     /// Name servers for FQDN destinations (empty: the system's).
     pub nameservers: Vec<SocketAddr>,
+    /// HTTP/2 server settings of downstream connections.
+    pub downstream_http2: Http2ServerSettings,
 }
 
 impl Default for ProxySettings {
@@ -71,6 +73,48 @@ impl Default for ProxySettings {
             drain_timeout: Duration::from_secs(30),
             access_log: AccessLogSettings::default(),
             nameservers: Vec::new(),
+            downstream_http2: Http2ServerSettings::default(),
+        }
+    }
+}
+
+/// The HTTP/2 server side of downstream connections (`ProxyConfig.spec.downstream.http2`),
+/// validated: every value is in the range HTTP/2 and h2 accept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Http2ServerSettings {
+    pub max_concurrent_streams: u32,
+    pub max_header_list_size: u32,
+    pub initial_stream_window_size: u32,
+    pub initial_connection_window_size: u32,
+    pub max_pending_accept_reset_streams: usize,
+    pub max_local_error_reset_streams: usize,
+}
+
+impl Http2ServerSettings {
+    /// The largest flow-control window HTTP/2 allows (RFC 9113 §6.9.1).
+    pub const MAX_WINDOW_SIZE: u32 = (1 << 31) - 1;
+    /// The connection window every HTTP/2 connection starts with (RFC 9113 §6.9.2). SETTINGS
+    /// cannot lower it; egressd can only raise it with a WINDOW_UPDATE.
+    pub const SPEC_CONNECTION_WINDOW_SIZE: u32 = 65_535;
+}
+
+impl Default for Http2ServerSettings {
+    fn default() -> Self {
+        Http2ServerSettings {
+            // A little above hyper's 200: browsers and gRPC clients open up to ~100, and a
+            // connection proxying for many callers may want more; each stream costs a task
+            // and, at most, a stream window of buffered body.
+            max_concurrent_streams: 256,
+            // Large enough for big cookies and JWTs (h2's 16Ki is not); the same order as
+            // what HTTP/1.1 connections accept.
+            max_header_list_size: 64 * 1024,
+            // hyper's defaults, which egressd used before these were configurable. The
+            // connection window bounds what one client connection can make egressd buffer.
+            initial_stream_window_size: 1024 * 1024,
+            initial_connection_window_size: 1024 * 1024,
+            // h2's defaults (see listener/http.rs for what they protect against).
+            max_pending_accept_reset_streams: 20,
+            max_local_error_reset_streams: 1024,
         }
     }
 }

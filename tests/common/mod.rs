@@ -9,12 +9,16 @@
 //! | `binary` | the built `egressd` binary run as a child process |
 //! | `tls` | a test CA minting certificates (rcgen), and a TLS upstream |
 //! | `grpc` | a real gRPC Echo server and client (tonic over hyper's HTTP/2) |
+//! | `h2frames` | hand-written HTTP/2 frames, for clients no HTTP/2 library would be |
+//! | `websocket` | a websocket echo server that records its handshakes |
 #![allow(dead_code)]
 
 pub mod binary;
 pub mod dns;
 pub mod grpc;
 pub mod h2;
+pub mod h2frames;
 pub mod proxy;
 pub mod tls;
 pub mod upstream;
+pub mod websocket;

@@ -122,6 +122,12 @@ impl TestProxy {
 /// The common head of a test config: a ProxyConfig (access log off, DNS pointed at `dns` when
 /// given) and a Gateway `gw` with an HTTP listener `http` on 127.0.0.1, ephemeral port.
 pub fn preamble(dns: Option<SocketAddr>) -> String {
+    preamble_with(dns, "")
+}
+
+/// [`preamble`] with `proxy_spec` (YAML lines indented by two spaces, each ending with a
+/// newline) added to the ProxyConfig's spec.
+pub fn preamble_with(dns: Option<SocketAddr>, proxy_spec: &str) -> String {
     let dns = match dns {
         Some(addr) => format!("\n  dns:\n    nameservers: [\"{addr}\"]"),
         None => String::new(),
@@ -136,7 +142,7 @@ spec:
     enabled: false
   drain:
     timeout: 1s{dns}
----
+{proxy_spec}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata:

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::NotYetSupported;
 use super::enums::{AccessLogFormat, OutboundPolicy};
-use crate::config::units::GwDuration;
+use crate::config::units::{GwDuration, Quantity};
 use crate::config::yaml::Spanned;
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
@@ -30,6 +30,49 @@ pub struct ProxyConfigSpec {
     pub platform_identity: Option<Spanned<PlatformIdentity>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<Spanned<NotYetSupported>>,
+    /// How egressd serves its clients' connections (every listener).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downstream: Option<DownstreamSpec>,
+}
+
+/// Settings of downstream (client) connections.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DownstreamSpec {
+    /// HTTP/2 server settings: h2c (prior knowledge) on HTTP listeners, `h2` by ALPN on HTTPS
+    /// listeners. A change applies to connections accepted after the reload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http2: Option<DownstreamHttp2Spec>,
+}
+
+/// What egressd announces in its HTTP/2 SETTINGS and how much abuse it tolerates before it
+/// closes a client connection with GOAWAY `ENHANCE_YOUR_CALM`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DownstreamHttp2Spec {
+    /// SETTINGS_MAX_CONCURRENT_STREAMS: requests in flight per connection (default 256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_streams: Option<Spanned<u32>>,
+    /// SETTINGS_MAX_HEADER_LIST_SIZE: larger request headers are answered 431 (default 64Ki).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_header_list_size: Option<Spanned<Quantity>>,
+    /// SETTINGS_INITIAL_WINDOW_SIZE: request body bytes a client may send on one stream before
+    /// egressd has forwarded them (default 1Mi, at most 2147483647).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_stream_window_size: Option<Spanned<Quantity>>,
+    /// Request body bytes a client may send on the whole connection before egressd has
+    /// forwarded them (default 1Mi, 65535 to 2147483647).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_connection_window_size: Option<Spanned<Quantity>>,
+    /// Streams a client may reset before egressd has accepted them, at any one time, before
+    /// the connection is closed (Rapid Reset, CVE-2023-44487; default 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pending_accept_reset_streams: Option<Spanned<u32>>,
+    /// Streams egressd may have to reset because of the client's protocol errors, over the
+    /// connection's life, before the connection is closed (MadeYouReset, CVE-2025-8671;
+    /// default 1024).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_local_error_reset_streams: Option<Spanned<u32>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]

@@ -3,6 +3,7 @@
 //! `egressd validate` runs exactly this.
 
 mod backends;
+mod downstream;
 mod listeners;
 mod policy;
 mod route_rules;

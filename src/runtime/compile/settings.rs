@@ -123,6 +123,9 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
             ca: identity.ca_certificate_file.as_deref().map(path),
         });
     }
+    if let Some(http2) = spec.downstream.as_ref().and_then(|d| d.http2.as_ref()) {
+        settings.proxy.downstream_http2 = super::downstream::compile_http2(cx, file, id, http2);
+    }
     if let Some(v) = &spec.mcp {
         cx.not_yet(at(file, id, v.pos, "spec.mcp"), "mcp", "[mcp]");
     }
