@@ -260,35 +260,30 @@ async fn direct_unary_over_tls_negotiates_h2() {
 // ---- Part B: through egressd ------------------------------------------------------------------
 
 #[tokio::test]
-
 async fn egressd_unary_reaches_the_server_with_grpc_headers() {
     let (server, _proxy, client) = via_egressd(Deadlines::Ignore).await;
     unary_echoes_with_metadata(client, &server).await;
 }
 
 #[tokio::test]
-
 async fn egressd_server_stream_is_not_buffered() {
     let (_server, _proxy, client) = via_egressd(Deadlines::Ignore).await;
     server_stream_arrives_spread_over_time(client).await;
 }
 
 #[tokio::test]
-
 async fn egressd_bidi_echoes_each_message_before_the_next() {
     let (_server, _proxy, client) = via_egressd(Deadlines::Ignore).await;
     bidi_echoes_each_message_before_the_next(client).await;
 }
 
 #[tokio::test]
-
 async fn egressd_error_status_and_custom_trailer_reach_the_client() {
     let (_server, _proxy, client) = via_egressd(Deadlines::Ignore).await;
     error_status_carries_the_custom_trailer(client).await;
 }
 
 #[tokio::test]
-
 async fn egressd_ends_a_call_past_its_deadline_as_deadline_exceeded() {
     // Neither the client nor this server enforces deadlines: only egressd can end it early.
     let (_server, _proxy, client) = via_egressd(Deadlines::Ignore).await;
@@ -300,7 +295,6 @@ async fn egressd_ends_a_call_past_its_deadline_as_deadline_exceeded() {
 }
 
 #[tokio::test]
-
 async fn egressd_multiplexes_hundred_concurrent_calls_on_one_upstream_connection() {
     let (server, _proxy, client) = via_egressd(Deadlines::Ignore).await;
     hundred_concurrent_calls_share_one_connection(client, &server).await;
@@ -310,7 +304,6 @@ async fn egressd_multiplexes_hundred_concurrent_calls_on_one_upstream_connection
 /// sends `grpc-timeout: 200m` for a call the server takes 2 s over: egressd itself must answer,
 /// in gRPC's shape (HTTP 200, `grpc-status: 4`), well before the server would.
 #[tokio::test]
-
 async fn egressd_answers_an_expired_grpc_timeout_with_a_grpc_deadline_reply() {
     let (_server, proxy, _client) = via_egressd(Deadlines::Ignore).await;
     let tcp = tokio::net::TcpStream::connect(proxy.http()).await.unwrap();
@@ -379,5 +372,60 @@ async fn egressd_answers_an_expired_grpc_timeout_with_a_grpc_deadline_reply() {
     assert!(
         elapsed < Duration::from_millis(1500),
         "replied after {elapsed:?}"
+    );
+}
+
+#[tokio::test]
+async fn egressd_ends_a_stream_past_its_deadline_with_status_trailers() {
+    // Ten responses 200 ms apart under a 700 ms deadline: the first few arrive, then egressd
+    // ends the stream with grpc-status DEADLINE_EXCEEDED in trailers (not a reset stream).
+    let (_server, _proxy, mut client) = via_egressd(Deadlines::Ignore).await;
+    let request = EchoRequest {
+        count: 10,
+        interval_ms: 200,
+        ..EchoRequest::new("tick")
+    };
+    let outcome = client
+        .server_stream(request, &CallOptions::timeout(Duration::from_millis(700)))
+        .await;
+    let received = outcome.messages().len();
+    assert!(
+        (1..10).contains(&received),
+        "{received} of 10 messages before the deadline"
+    );
+    assert_eq!(
+        outcome.status.code(),
+        Code::DeadlineExceeded,
+        "{:?}",
+        outcome.status
+    );
+    assert_eq!(
+        outcome
+            .status
+            .metadata()
+            .get("x-egressd-error")
+            .map(|v| v.to_str().unwrap()),
+        Some("upstream_timeout")
+    );
+}
+
+#[tokio::test]
+async fn egressd_local_replies_to_grpc_calls_are_grpc_statuses() {
+    // A call to an authority no Backend declares: 403 for HTTP, PERMISSION_DENIED for gRPC.
+    let server = EchoServer::start(Deadlines::Ignore).await;
+    let proxy = TestProxy::start(&config(&server)).await;
+    let mut client = GrpcClient::connect(proxy.http(), "undeclared.test").await;
+    let status = client
+        .unary(EchoRequest::new("hi"), &CallOptions::default())
+        .await
+        .expect_err("refused by egressd");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("undeclared.test"), "{status:?}");
+    assert_eq!(
+        status
+            .metadata()
+            .get("x-egressd-error")
+            .map(|v| v.to_str().unwrap()),
+        Some("destination_not_allowed")
     );
 }

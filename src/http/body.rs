@@ -11,6 +11,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
+use crate::http::grpc::GrpcStatus;
 use crate::upstream::endpoint::ActiveRequest;
 use crate::upstream::h2_pool::H2Stream;
 use crate::upstream::pool::H1Sender;
@@ -124,7 +125,7 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match self {
             ProxyBody::Local(bytes) => bytes.is_none(),
-            ProxyBody::Upstream(body) => body.inner.is_end_stream(),
+            ProxyBody::Upstream(body) => body.is_end_stream(),
             ProxyBody::Stream(body) => body.is_end_stream(),
         }
     }
@@ -161,6 +162,11 @@ pub struct UpstreamBody {
     /// Keeps the endpoint's active-request count up while the response streams.
     active: ActiveRequest,
     timers: StreamTimers,
+    /// A gRPC call: a limit that ends the response ends it with gRPC status trailers instead
+    /// of a reset, so the client learns why (DEADLINE_EXCEEDED, UNAVAILABLE).
+    grpc: bool,
+    /// The stream was ended by egressd (trailers sent): nothing follows.
+    cut: bool,
 }
 
 /// The stream idle timeout and the request deadline, sharing one timer.
@@ -237,11 +243,35 @@ impl UpstreamBody {
                 last_activity: Instant::now(),
                 sleep: None,
             },
+            grpc: false,
+            cut: false,
         };
         if body.inner.is_end_stream() {
             body.finish();
         }
         body
+    }
+
+    /// For gRPC calls: end with status trailers when a limit cuts the response.
+    pub fn ending_grpc_calls_with_status(mut self, grpc: bool) -> Self {
+        self.grpc = grpc;
+        self
+    }
+
+    /// What the client gets when a limit ends the response early.
+    fn cut_short(&mut self, error: StreamError) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        self.lease = None;
+        if !self.grpc {
+            return Poll::Ready(Some(Err(error.into())));
+        }
+        self.cut = true;
+        let (status, code) = match error {
+            StreamError::Deadline(_) => (GrpcStatus::DeadlineExceeded, "upstream_timeout"),
+            StreamError::Idle(_) => (GrpcStatus::Unavailable, "stream_idle_timeout"),
+        };
+        let trailers =
+            crate::http::grpc::ending_trailers(status, code, &format!("egressd: {error}"));
+        Poll::Ready(Some(Ok(Frame::trailers(trailers))))
     }
 
     fn endpoint(&self) -> &Arc<Endpoint> {
@@ -270,6 +300,9 @@ impl Body for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
+        if this.cut {
+            return Poll::Ready(None);
+        }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if !this.timers.is_off() {
@@ -277,8 +310,7 @@ impl Body for UpstreamBody {
                     // A stream that never waits must still end at its deadline.
                     if let Some((at, timeout)) = this.timers.deadline {
                         if now >= at {
-                            this.lease = None;
-                            return Poll::Ready(Some(Err(StreamError::Deadline(timeout).into())));
+                            return this.cut_short(StreamError::Deadline(timeout));
                         }
                     }
                     this.timers.last_activity = now;
@@ -297,17 +329,14 @@ impl Body for UpstreamBody {
                 Poll::Ready(None)
             }
             Poll::Pending => match this.timers.poll_expired(cx) {
-                Poll::Ready(error) => {
-                    this.lease = None;
-                    Poll::Ready(Some(Err(error.into())))
-                }
+                Poll::Ready(error) => this.cut_short(error),
                 Poll::Pending => Poll::Pending,
             },
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.cut || self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {

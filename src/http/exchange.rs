@@ -37,20 +37,21 @@ const MAX_REFUSED_RETRIES: u32 = 3;
 const MAX_SLOT_ROUNDS: u32 = 4;
 
 /// Phase "send": a pooled (or new) connection carries the request; the deadline covers
-/// connecting and waiting for the response headers.
+/// connecting and waiting for the response headers. `deadline` is when the whole request must
+/// be over (request timeout or gRPC deadline), with the timeout that set it.
 pub(super) async fn send(
     target: &Target,
     endpoint: &Arc<Endpoint>,
     req: Request<RequestBody>,
-    started: Instant,
+    deadline: Option<(Instant, Duration)>,
 ) -> Result<(Response<Incoming>, Lease), ProxyError> {
     let policy = &target.policy;
     let backend = &target.backend.label;
     let now = Instant::now();
     // Which limit ends the wait for headers first decides the error code.
     let mut limit: Option<(Instant, Duration, bool)> = None; // (when, timeout, is_idle)
-    if let Some(t) = policy.request_timeout {
-        limit = Some((started + t, t, false));
+    if let Some((at, t)) = deadline {
+        limit = Some((at, t, false));
     }
     if let Some(t) = policy.backend_request_timeout {
         let at = now + t;

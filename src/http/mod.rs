@@ -12,6 +12,7 @@ pub mod body;
 pub mod error;
 mod exchange;
 pub mod filters;
+pub mod grpc;
 pub mod headers;
 pub mod proxy;
 pub mod router;

@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::header::{self, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Uri};
@@ -13,6 +14,7 @@ use tokio::time::Instant;
 
 use super::body::{Lease, ProxyBody, RequestBody, UpstreamBody};
 use super::error::{local_reply, ProxyError};
+use super::grpc::GrpcCall;
 use super::headers::{add_forwarded_for, append_via, client_address_value, strip_hop_by_hop};
 use super::router::{RouteEntry, RouteInput};
 use super::websocket::Upgrade;
@@ -116,9 +118,10 @@ pub async fn handle(
         path: req.uri().path().to_owned(),
     });
     let mut outcome = Outcome::default();
+    let grpc = super::grpc::call(req.headers());
 
     let (response, error, error_cause) =
-        match proxy(&shared, &snapshot, &conn, req, started, &mut outcome).await {
+        match proxy(&shared, &snapshot, &conn, req, started, grpc, &mut outcome).await {
             Ok(response) => (response, None, None),
             Err(err) => {
                 let code = err.code();
@@ -141,7 +144,11 @@ pub async fn handle(
                         .get_or_create(&crate::telemetry::metrics::CauseLabel { cause })
                         .inc();
                 }
-                (local_reply(&err), Some(code), cause)
+                let reply = match grpc {
+                    Some(_) => super::grpc::local_reply(&err),
+                    None => local_reply(&err),
+                };
+                (reply, Some(code), cause)
             }
         };
 
@@ -173,6 +180,7 @@ async fn proxy(
     conn: &ConnInfo,
     req: Request<Incoming>,
     started: Instant,
+    grpc: Option<GrpcCall>,
     outcome: &mut Outcome,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let dest = destination(&req, conn.tls)?;
@@ -247,8 +255,32 @@ async fn proxy(
     let upstream_req = prepare_request(req, &dest, target, entry, conn)?;
     let endpoint = pick_endpoint(target).await?;
     outcome.endpoint = Some(endpoint.addr);
-    let (response, lease) = super::exchange::send(target, &endpoint, upstream_req, started).await?;
-    Ok(respond(response, lease, &endpoint, target, entry, started))
+    let deadline = request_deadline(target.policy.request_timeout, grpc, started);
+    let (response, lease) =
+        super::exchange::send(target, &endpoint, upstream_req, deadline).await?;
+    Ok(respond(
+        response,
+        lease,
+        &endpoint,
+        target,
+        entry,
+        deadline,
+        grpc.is_some(),
+    ))
+}
+
+/// When the whole exchange must be over, and the timeout that says so: the request timeout,
+/// or a gRPC client's own deadline (`grpc-timeout`) when that comes first.
+fn request_deadline(
+    request_timeout: Option<Duration>,
+    grpc: Option<GrpcCall>,
+    started: Instant,
+) -> Option<(Instant, Duration)> {
+    let shortest = match (request_timeout, grpc.and_then(|g| g.timeout)) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    shortest.map(|t| (started + t, t))
 }
 
 /// Phase "destination": the host and port the client asked for.
@@ -444,19 +476,19 @@ fn respond(
     endpoint: &Arc<Endpoint>,
     target: &Target,
     entry: Option<&RouteEntry>,
-    started: Instant,
+    deadline: Option<(Instant, Duration)>,
+    grpc: bool,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = response.into_parts();
     clean_response_headers(&mut parts, entry);
-    let policy = &target.policy;
-    let deadline = policy.request_timeout.map(|t| (started + t, t));
     let body = UpstreamBody::new(
         body,
         lease,
         endpoint.start_request(),
-        policy.stream_idle_timeout,
+        target.policy.stream_idle_timeout,
         deadline,
-    );
+    )
+    .ending_grpc_calls_with_status(grpc);
     parts.version = Version::HTTP_11;
     Response::from_parts(parts, ProxyBody::Upstream(Box::new(body)))
 }
