@@ -178,6 +178,24 @@ async fn protocol_http_over_tls_speaks_what_alpn_chose() {
         .iter()
         .all(|r| r.version == http::Version::HTTP_11));
     assert_eq!(h1_server.handshake_count(), 1, "HTTP/1.1 connection reused");
+
+    // A burst at a fresh endpoint that turns out to speak HTTP/1.1: the requests that waited
+    // for the first connection's ALPN take HTTP/1.1 connections of their own.
+    let (h1_server, tls, _ca, _dir) = tls_upstream(&[b"http/1.1"]).await;
+    let proxy = proxy_to(&backend(h1_server.addr, "HTTP", &tls, "")).await;
+    let mut burst = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let addr = proxy.http();
+        burst.spawn(async move { get(addr, HOST, &format!("/{i}")).await.status });
+    }
+    while let Some(status) = burst.join_next().await {
+        assert_eq!(status.unwrap(), 200);
+    }
+    assert_eq!(h1_server.request_count(), 20);
+    assert!(h1_server
+        .alpns()
+        .iter()
+        .all(|a| a.as_deref() == Some("http/1.1")));
 }
 
 #[tokio::test]
@@ -454,4 +472,104 @@ async fn an_h2c_backend_that_speaks_http1_is_a_protocol_error() {
     .await;
     assert_eq!(response.status, 502, "{}", response.text());
     assert_eq!(response.error_code(), Some("upstream_protocol_error"));
+}
+
+/// A TCP relay to `target` that can be frozen: bytes stop moving both ways while the sockets
+/// stay open, as behind a NAT that dropped its mapping or a host that vanished.
+struct FreezableRelay {
+    addr: SocketAddr,
+    frozen: Arc<std::sync::atomic::AtomicBool>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl FreezableRelay {
+    async fn start(target: SocketAddr) -> FreezableRelay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let frozen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let f = frozen.clone();
+        let accept = tokio::spawn(async move {
+            let mut relays = tokio::task::JoinSet::new();
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(target).await else {
+                    continue;
+                };
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                relays.spawn(pump(client_read, server_write, f.clone()));
+                relays.spawn(pump(server_read, client_write, f.clone()));
+            }
+        });
+        FreezableRelay {
+            addr,
+            frozen,
+            accept,
+        }
+    }
+
+    fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for FreezableRelay {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    frozen: Arc<std::sync::atomic::AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let Ok(n) = from.read(&mut buf).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        if frozen.load(Ordering::SeqCst) {
+            // Hold everything, close nothing.
+            std::future::pending::<()>().await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn keepalive_pings_end_a_connection_whose_peer_went_silent() {
+    // The upstream holds every response; the connection then goes silent. With PINGs every
+    // 200 ms answered within 300 ms, egressd gives up on the connection in about half a
+    // second; without them the request would wait for the 5-minute stream idle timeout.
+    let upstream = H2Upstream::start(H2Options::default(), |_request| async {
+        std::future::pending::<()>().await;
+        unreachable!()
+    })
+    .await;
+    let relay = FreezableRelay::start(upstream.addr).await;
+    let keepalive = "  trafficPolicy:\n    http2:\n      connectionKeepalive: {interval: 200ms, timeout: 300ms}\n";
+    let proxy = proxy_to(&backend(relay.addr, "H2C", PLAINTEXT, keepalive)).await;
+
+    let addr = proxy.http();
+    let call = tokio::spawn(async move { get(addr, HOST, "/held").await });
+    assert!(
+        common::proxy::eventually(Duration::from_secs(5), || async {
+            upstream.request_count() == 1
+        })
+        .await,
+        "the request reached the upstream"
+    );
+    relay.freeze();
+    let response = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("egressd noticed the dead connection")
+        .unwrap();
+    assert_eq!(response.status, 502, "{}", response.text());
+    assert_eq!(response.error_code(), Some("upstream_reset"));
 }

@@ -174,6 +174,11 @@ async fn exchange_http2(
                 if let Attempt::Failed(e) = &*attempt.borrow() {
                     return Err(connect_error(e, &target.backend.label, endpoint.addr));
                 }
+                // ALPN came out HTTP/1.1 for the connection waited for: this request takes
+                // the HTTP/1.1 path too, instead of opening connections one at a time here.
+                if target.port.wire == HttpWire::Negotiated && endpoint.negotiated_http1() {
+                    return Box::pin(exchange_http1(target, endpoint, req)).await;
+                }
                 continue;
             }
             Checkout::Connect(ticket) => match connect(target, endpoint).await {
