@@ -853,3 +853,54 @@ fn validate_binary_prints_every_mistake_and_the_conditions_and_exits_1() {
         );
     }
 }
+
+#[test]
+fn upstream_http2_mistakes_are_errors_at_each_value() {
+    let dir = fixture("upstream-http2-mistakes");
+    let diags = diagnostics(&dir);
+    assert_eq!(diags.len(), 5, "{}", render(&diags));
+    let expected = [
+        (
+            ("maxConcurrentStreams: 0", "0"),
+            "Backend default/windows",
+            "spec.trafficPolicy.http2.maxConcurrentStreams",
+            "maxConcurrentStreams must be at least 1",
+        ),
+        (
+            ("initialStreamWindowSize: 1Ki", "1Ki"),
+            "Backend default/windows",
+            "spec.trafficPolicy.http2.initialStreamWindowSize",
+            "initialStreamWindowSize 1Ki is out of range (65535 to 2147483647 bytes)",
+        ),
+        (
+            ("{interval: 0s}", "0s"),
+            "Backend default/windows",
+            "spec.trafficPolicy.http2.connectionKeepalive.interval",
+            "keepalive interval must be greater than zero",
+        ),
+        (
+            ("protocol: H2C", "H2C"),
+            "Backend default/h2c-over-tls",
+            "spec.protocol",
+            "protocol H2C is HTTP/2 in plaintext, but this port originates TLS",
+        ),
+        (
+            ("alpnProtocols: [h2]", "alpnProtocols"),
+            "Backend default/alpn",
+            "spec.tls.alpnProtocols",
+            "ALPN protocol `h2` is not spoken on protocol HTTP11",
+        ),
+    ];
+    for (d, ((context, token), object, field, message)) in diags.iter().zip(expected) {
+        assert_error(
+            &dir,
+            d,
+            &Expect {
+                at: spot("backends.yaml", context, token),
+                object: Some(object),
+                field,
+                message,
+            },
+        );
+    }
+}

@@ -142,13 +142,13 @@ pub struct Http2Policy {
     /// `SETTINGS_MAX_CONCURRENT_STREAMS`, whichever is smaller) another connection is opened.
     /// Default: the server's limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_concurrent_streams: Option<u32>,
+    pub max_concurrent_streams: Option<Spanned<u32>>,
     /// Receive window per stream (default 2Mi).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub initial_stream_window_size: Option<Quantity>,
+    pub initial_stream_window_size: Option<Spanned<Quantity>>,
     /// Receive window per connection (default 5Mi).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub initial_connection_window_size: Option<Quantity>,
+    pub initial_connection_window_size: Option<Spanned<Quantity>>,
     /// PINGs that detect a dead connection while streams are open (default: off, as in Envoy;
     /// many gRPC servers close connections that ping more often than every 5 minutes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -159,7 +159,7 @@ pub struct Http2Policy {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Http2Keepalive {
     /// Time between PINGs.
-    pub interval: GwDuration,
+    pub interval: Spanned<GwDuration>,
     /// How long to wait for the PING's answer before closing the connection (default 20s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<GwDuration>,

@@ -496,16 +496,22 @@ fn compile_one(
 /// The `http2` section over the defaults (values were range-checked by `check_sections`).
 fn http2_settings(p: &Http2Policy) -> Http2Settings {
     let defaults = Http2Settings::default();
-    let window = |q: Option<crate::config::units::Quantity>, default: u32| {
-        q.and_then(|q| u32::try_from(q.0).ok()).unwrap_or(default)
+    let window = |q: &Option<crate::config::yaml::Spanned<crate::config::units::Quantity>>,
+                  default: u32| {
+        q.as_ref()
+            .and_then(|q| u32::try_from(q.value.0).ok())
+            .unwrap_or(default)
     };
     Http2Settings {
-        max_concurrent_streams: p.max_concurrent_streams,
-        stream_window: window(p.initial_stream_window_size, defaults.stream_window),
-        connection_window: window(p.initial_connection_window_size, defaults.connection_window),
+        max_concurrent_streams: p.max_concurrent_streams.as_ref().map(|v| v.value),
+        stream_window: window(&p.initial_stream_window_size, defaults.stream_window),
+        connection_window: window(
+            &p.initial_connection_window_size,
+            defaults.connection_window,
+        ),
         keepalive: p.connection_keepalive.as_ref().map(|k| {
             (
-                k.interval.0,
+                k.interval.value.0,
                 k.timeout.map_or(Duration::from_secs(20), |t| t.0),
             )
         }),

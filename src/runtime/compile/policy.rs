@@ -352,7 +352,7 @@ pub(crate) fn check_sections(
         }
     }
     if let Some(h2) = &spec.http2 {
-        check_http2(cx, file, id, &h2.value, h2.pos, prefix);
+        check_http2(cx, file, id, &h2.value, prefix);
     }
     if let Some(upgrades) = &spec.http_upgrade {
         for (i, u) in upgrades.value.iter().enumerate() {
@@ -426,15 +426,14 @@ fn check_http2(
     file: &std::path::Path,
     id: &ObjectId,
     h2: &crate::config::wire::policy::Http2Policy,
-    pos: crate::config::yaml::Pos,
     prefix: &str,
 ) {
-    if h2.max_concurrent_streams == Some(0) {
+    if let Some(v) = h2.max_concurrent_streams.as_ref().filter(|v| v.value == 0) {
         cx.error(
             at(
                 file,
                 id,
-                pos,
+                v.pos,
                 format!("{prefix}.http2.maxConcurrentStreams"),
             ),
             "maxConcurrentStreams must be at least 1",
@@ -442,27 +441,33 @@ fn check_http2(
         );
     }
     for (name, value) in [
-        ("initialStreamWindowSize", h2.initial_stream_window_size),
+        ("initialStreamWindowSize", &h2.initial_stream_window_size),
         (
             "initialConnectionWindowSize",
-            h2.initial_connection_window_size,
+            &h2.initial_connection_window_size,
         ),
     ] {
-        if let Some(v) = value.filter(|v| v.0 < 65_535 || v.0 > MAX_WINDOW) {
+        if let Some(v) = value
+            .as_ref()
+            .filter(|v| v.value.0 < 65_535 || v.value.0 > MAX_WINDOW)
+        {
             cx.error(
-                at(file, id, pos, format!("{prefix}.http2.{name}")),
-                format!("{name} {} is outside 65535..=2147483647 bytes", v.0),
+                at(file, id, v.pos, format!("{prefix}.http2.{name}")),
+                format!(
+                    "{name} {} is out of range (65535 to 2147483647 bytes)",
+                    v.value
+                ),
                 "HTTP/2 windows are at least 64Ki-1 and below 2Gi, e.g. 1Mi",
             );
         }
     }
     if let Some(k) = &h2.connection_keepalive {
-        if k.interval.0.is_zero() {
+        if k.interval.value.0.is_zero() {
             cx.error(
                 at(
                     file,
                     id,
-                    pos,
+                    k.interval.pos,
                     format!("{prefix}.http2.connectionKeepalive.interval"),
                 ),
                 "keepalive interval must be greater than zero",
