@@ -243,22 +243,23 @@ async fn a_thousand_concurrent_streams_share_one_upstream_connection() {
         },
     )
     .await;
-    let proxy = proxy_to(&backend(upstream.addr, "H2C", PLAINTEXT, "")).await;
-
-    // Five client connections of 200 streams each (the downstream default admits 200
-    // concurrent streams per connection).
+    // One client connection carrying all 1,000 streams at once (egressd admits that many).
+    let yaml = preamble(None).replace(
+        "  accessLog:",
+        "  downstream:\n    http2:\n      maxConcurrentStreams: 1000\n  accessLog:",
+    ) + &backend(upstream.addr, "H2C", PLAINTEXT, "")
+        + &route();
+    let proxy = TestProxy::start(&yaml).await;
+    let client = h2peer::client(proxy.http()).await;
     let mut calls = tokio::task::JoinSet::new();
-    for _ in 0..5 {
-        let client = h2peer::client(proxy.http()).await;
-        for i in 0..STREAMS / 5 {
-            let mut client = client.clone();
-            calls.spawn(async move {
-                let response = client.send_request(h2_get(&format!("/{i}"))).await?;
-                let status = response.status();
-                response.into_body().collect().await?;
-                Ok::<_, hyper::Error>(status)
-            });
-        }
+    for i in 0..STREAMS {
+        let mut client = client.clone();
+        calls.spawn(async move {
+            let response = client.send_request(h2_get(&format!("/{i}"))).await?;
+            let status = response.status();
+            response.into_body().collect().await?;
+            Ok::<_, hyper::Error>(status)
+        });
     }
     let outcome = tokio::time::timeout(Duration::from_secs(30), async {
         let mut ok = 0;
