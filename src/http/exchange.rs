@@ -94,7 +94,11 @@ async fn exchange(
         HttpWire::Negotiated if endpoint.negotiated_http1() => {
             exchange_http1(target, endpoint, req).await
         }
-        HttpWire::Http2 | HttpWire::Negotiated => exchange_http2(target, endpoint, req).await,
+        // Boxed, like every HTTP/2 step the HTTP/1.1 path can reach: an async state machine is
+        // as large as its largest branch, and this future is moved several times per request.
+        HttpWire::Http2 | HttpWire::Negotiated => {
+            Box::pin(exchange_http2(target, endpoint, req)).await
+        }
     }
 }
 
@@ -121,8 +125,10 @@ async fn exchange_http1(
                     endpoint.set_negotiated_http1(false);
                     let stream = endpoint.h2.add(conn);
                     return match stream {
-                        Some(stream) => send_http2_once(target, endpoint, stream, req).await,
-                        None => exchange_http2(target, endpoint, req).await,
+                        Some(stream) => {
+                            Box::pin(send_http2_once(target, endpoint, stream, req)).await
+                        }
+                        None => Box::pin(exchange_http2(target, endpoint, req)).await,
                     };
                 }
             },
@@ -276,13 +282,15 @@ async fn connect(
     endpoint: &Arc<Endpoint>,
 ) -> Result<HttpConnection, ConnectError> {
     let port = &target.port;
-    connect_http(
+    // Boxed: TCP, TLS and HTTP/1.1 or HTTP/2 handshake futures are large, and a request that
+    // finds a pooled connection (the common case) should not carry their space around.
+    Box::pin(connect_http(
         endpoint.addr,
         target.policy.connect_timeout,
         &port.transport,
         port.wire,
         &port.http2,
-    )
+    ))
     .await
 }
 

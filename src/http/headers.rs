@@ -21,14 +21,18 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 ];
 
 /// Removes hop-by-hop headers, including every header named in `Connection`, and `Upgrade`:
-/// the websocket path (`http/websocket.rs`) puts back the two it relays; any other upgrade
+/// the websocket path (`http/websocket`) puts back the two it relays; any other upgrade
 /// (e.g. h2c) is refused by leaving it out, so the upstream answers as plain HTTP.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+///
+/// Returns whether the removed `TE` accepted trailers (`TE: trailers`), so the caller can say
+/// the same for itself upstream.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
     // Most messages carry none of these: one pass over the names (cheap comparisons of
     // standard headers) avoids ten hash lookups per message.
     if !headers.keys().any(is_hop_by_hop) {
-        return;
+        return false;
     }
+    let trailers = has_token(headers, &header::TE, "trailers");
     // Names listed in Connection first, while the header is still there.
     let listed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
@@ -44,6 +48,21 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         headers.remove(name);
     }
     headers.remove(header::UPGRADE);
+    trailers
+}
+
+/// Whether a comma-separated list header contains `token` (parameters such as `;q=` ignored).
+fn has_token(headers: &HeaderMap, name: &HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| {
+            t.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case(token))
+        })
 }
 
 fn is_hop_by_hop(name: &HeaderName) -> bool {

@@ -413,15 +413,9 @@ pub(super) fn prepare_request(
     let headers = &mut parts.headers;
     // HTTP/2 clients always take trailers; HTTP/1.1 clients say so with `TE: trailers`.
     // gRPC needs them whatever the client says.
-    let trailers = client_version == Version::HTTP_2
-        || target.port.protocol == Protocol::Grpc
-        || headers
-            .get_all(header::TE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case("trailers"));
-    strip_hop_by_hop(headers);
+    let te_trailers = strip_hop_by_hop(headers);
+    let trailers =
+        te_trailers || client_version == Version::HTTP_2 || target.port.protocol == Protocol::Grpc;
     if trailers {
         headers.insert(header::TE, super::exchange::trailers_te());
     }

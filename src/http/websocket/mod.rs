@@ -58,8 +58,9 @@ impl Upgrade {
         }
         let http1 = req.method() == Method::GET
             && req.version() == Version::HTTP_11
-            && has_token(req.headers(), header::CONNECTION, "upgrade")
-            && has_token(req.headers(), header::UPGRADE, "websocket");
+            // Upgrade first: most requests have none, so one lookup settles it.
+            && has_token(req.headers(), header::UPGRADE, "websocket")
+            && has_token(req.headers(), header::CONNECTION, "upgrade");
         Ok(http1.then_some(Upgrade::Http1))
     }
 
