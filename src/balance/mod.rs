@@ -1,10 +1,19 @@
 //! Load balancing: choosing an endpoint of a group for each request.
 //!
-//! The [`Balancer`] trait is the seam the least-request, outlier-aware balancers plug into;
-//! this build ships [`RoundRobin`].
+//! [`Balancer`] is what an endpoint group picks with: [`LeastRequest`] (the default),
+//! [`RoundRobin`] and [`Random`]. Each pick reads the endpoints' atomic active-request counters;
+//! the weighted schedules are short mutex-guarded heaps or score lists, rebuilt when the
+//! endpoint list they were built for is replaced.
 
+mod edf;
+mod least_request;
+mod random;
 mod round_robin;
+#[cfg(test)]
+mod test_support;
 
+pub use least_request::{LeastRequest, LeastRequestSettings, MAX_CHOICES};
+pub use random::Random;
 pub use round_robin::RoundRobin;
 
 use std::fmt::Debug;
@@ -16,4 +25,34 @@ use crate::upstream::Endpoint;
 /// every request.
 pub trait Balancer: Send + Sync + Debug {
     fn pick<'a>(&self, endpoints: &'a [Arc<Endpoint>]) -> Option<&'a Arc<Endpoint>>;
+}
+
+/// Which balancer a Backend port uses (`loadBalancer`), comparable so that an unchanged setting
+/// keeps its endpoint group across reloads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BalancerKind {
+    LeastRequest(LeastRequestSettings),
+    RoundRobin,
+    Random,
+}
+
+impl Default for BalancerKind {
+    fn default() -> Self {
+        BalancerKind::LeastRequest(LeastRequestSettings::default())
+    }
+}
+
+impl BalancerKind {
+    pub fn build(&self) -> Box<dyn Balancer> {
+        match self {
+            BalancerKind::LeastRequest(settings) => Box::new(LeastRequest::new(*settings)),
+            BalancerKind::RoundRobin => Box::new(RoundRobin::new()),
+            BalancerKind::Random => Box::new(Random),
+        }
+    }
+
+    /// A key for identity comparisons (the bias is a float: compared by its bits).
+    pub fn key(&self) -> String {
+        format!("{self:?}")
+    }
 }

@@ -1,17 +1,26 @@
-//! Weighted round robin.
+//! Round robin, smooth when weighted.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::Balancer;
 use crate::upstream::Endpoint;
 
-/// Round robin over endpoints. With unequal weights, each endpoint gets `weight` consecutive
-/// turns out of every `sum(weights)` picks (a simple interleave; the smooth weighted variant
-/// arrives with the balancing work).
+/// Round robin over endpoints. Equal weights take turns (one atomic counter). Unequal weights
+/// use smooth weighted round robin (nginx's): every pick adds each endpoint's weight to its
+/// running score, takes the highest score and subtracts the total from it, so weights 5:1:1
+/// give `a a b a c a a` rather than five `a` in a row.
 #[derive(Debug, Default)]
 pub struct RoundRobin {
     next: AtomicUsize,
+    /// Scores of the smooth schedule, for the endpoint list they were built for.
+    smooth: Mutex<Option<Smooth>>,
+}
+
+#[derive(Debug)]
+struct Smooth {
+    list: usize,
+    scores: Vec<i64>,
 }
 
 impl RoundRobin {
@@ -20,7 +29,36 @@ impl RoundRobin {
         // their first requests to the first address.
         RoundRobin {
             next: AtomicUsize::new(fastrand::usize(..1024)),
+            smooth: Mutex::new(None),
         }
+    }
+
+    fn pick_smooth<'a>(&self, endpoints: &'a [Arc<Endpoint>]) -> Option<&'a Arc<Endpoint>> {
+        let id = endpoints.as_ptr() as usize;
+        // Only integer arithmetic happens under the lock: a panic cannot leave it inconsistent.
+        let mut guard = self.smooth.lock().unwrap_or_else(|p| p.into_inner());
+        if guard
+            .as_ref()
+            .is_none_or(|s| s.list != id || s.scores.len() != endpoints.len())
+        {
+            *guard = Some(Smooth {
+                list: id,
+                scores: vec![0; endpoints.len()],
+            });
+        }
+        let scores = &mut guard.as_mut()?.scores;
+        let mut total = 0i64;
+        let mut best = 0;
+        for (i, endpoint) in endpoints.iter().enumerate() {
+            let w = i64::from(endpoint.weight);
+            total += w;
+            scores[i] += w;
+            if scores[i] > scores[best] {
+                best = i;
+            }
+        }
+        scores[best] -= total;
+        endpoints.get(best)
     }
 }
 
@@ -29,42 +67,19 @@ impl Balancer for RoundRobin {
         match endpoints.len() {
             0 => None,
             1 => endpoints.first(),
-            n => {
+            n if endpoints.iter().all(|e| e.weight == endpoints[0].weight) => {
                 let turn = self.next.fetch_add(1, Ordering::Relaxed);
-                if endpoints.iter().all(|e| e.weight == endpoints[0].weight) {
-                    return endpoints.get(turn % n);
-                }
-                let total: usize = endpoints.iter().map(|e| e.weight as usize).sum();
-                if total == 0 {
-                    return endpoints.get(turn % n);
-                }
-                let mut slot = turn % total;
-                for endpoint in endpoints {
-                    let w = endpoint.weight as usize;
-                    if slot < w {
-                        return Some(endpoint);
-                    }
-                    slot -= w;
-                }
-                endpoints.last()
+                endpoints.get(turn % n)
             }
+            _ => self.pick_smooth(endpoints),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::{endpoint, shares};
     use super::*;
-    use crate::upstream::pool::H1Pool;
-
-    fn endpoint(port: u16, weight: u32) -> Arc<Endpoint> {
-        Arc::new(Endpoint::new(
-            ([127, 0, 0, 1], port).into(),
-            weight,
-            H1Pool::new(Default::default()),
-            crate::upstream::h2_pool::H2Pool::new(std::time::Duration::from_secs(60)),
-        ))
-    }
 
     #[test]
     fn equal_weights_take_turns() {
@@ -87,6 +102,17 @@ mod tests {
             counts[(rr.pick(&eps).unwrap().addr.port() - 1) as usize] += 1;
         }
         assert_eq!(counts, [300, 100]);
+        assert_eq!(shares(&RoundRobin::new(), &eps, 4000), vec![0.75, 0.25]);
+    }
+
+    #[test]
+    fn weighted_turns_are_interleaved_smoothly() {
+        let eps = vec![endpoint(1, 5), endpoint(2, 1), endpoint(3, 1)];
+        let rr = RoundRobin::new();
+        let picks: String = (0..7)
+            .map(|_| ["a", "b", "c"][(rr.pick(&eps).unwrap().addr.port() - 1) as usize])
+            .collect();
+        assert_eq!(picks, "aabacaa");
     }
 
     #[test]

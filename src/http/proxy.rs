@@ -23,6 +23,7 @@ use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{Snapshot, Target};
 use crate::telemetry::access_log::{self, AccessRecord};
 use crate::upstream::connect::{connect_tcp, ConnectError};
+use crate::upstream::endpoint::ActiveRequest;
 use crate::upstream::Endpoint;
 
 /// What the proxy knows about the connection a request arrived on.
@@ -255,13 +256,16 @@ async fn proxy(
     let upstream_req = prepare_request(req, &dest, target, entry, conn)?;
     let endpoint = pick_endpoint(target).await?;
     outcome.endpoint = Some(endpoint.addr);
+    // Counted from now, not from the response headers: least-request balancing must see the
+    // requests still waiting for an answer (a slow endpoint's pile-up is the signal).
+    let active = endpoint.start_request();
     let deadline = request_deadline(target.policy.request_timeout, grpc, started);
     let (response, lease) =
         super::exchange::send(target, &endpoint, upstream_req, deadline).await?;
     Ok(respond(
         response,
         lease,
-        &endpoint,
+        active,
         target,
         entry,
         deadline,
@@ -467,7 +471,7 @@ pub(super) async fn pick_endpoint(target: &Target) -> Result<Arc<Endpoint>, Prox
 fn respond(
     response: Response<Incoming>,
     lease: Lease,
-    endpoint: &Arc<Endpoint>,
+    active: ActiveRequest,
     target: &Target,
     entry: Option<&RouteEntry>,
     deadline: Option<(Instant, Duration)>,
@@ -478,7 +482,7 @@ fn respond(
     let body = UpstreamBody::new(
         body,
         lease,
-        endpoint.start_request(),
+        active,
         target.policy.stream_idle_timeout,
         deadline,
     )

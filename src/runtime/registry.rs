@@ -48,8 +48,8 @@ pub struct DnsGroupKey {
     pub refresh: Duration,
     pub respect_ttl: bool,
     pub family: LookupFamily,
-    /// Name of the balancing algorithm; a different balancer is a different group.
-    pub balancer: &'static str,
+    /// The balancing algorithm and its settings; a different balancer is a different group.
+    pub balancer: String,
 }
 
 /// Long-lived state shared by all snapshots.

@@ -74,7 +74,7 @@ pub struct LoadBalancer {
     #[serde(rename = "type")]
     pub kind: Spanned<LoadBalancerType>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub least_request: Option<Spanned<NotYetSupported>>,
+    pub least_request: Option<Spanned<LeastRequestConfig>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slow_start: Option<Spanned<NotYetSupported>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -163,4 +163,21 @@ pub struct Http2Keepalive {
     /// How long to wait for the PING's answer before closing the connection (default 20s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<GwDuration>,
+}
+
+/// `loadBalancer.leastRequest`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeastRequestConfig {
+    /// Endpoints sampled per pick when weights are equal (2..=16, default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub choice_count: Option<Spanned<u32>>,
+    /// Exponent of `active + 1` in `weight / (active + 1)^bias` (default 1.0; 0 ignores load).
+    /// Setting it makes even equal weights use the weighted schedule, as in Envoy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_request_bias: Option<Spanned<f64>>,
+    /// Sample distinct endpoints (default true); false samples with replacement like Envoy,
+    /// so the busier of two endpoints is still chosen a quarter of the time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distinct_choices: Option<bool>,
 }

@@ -13,10 +13,12 @@ use super::policy::{check_sections, PolicyIndex};
 use super::settings::Settings;
 use super::tls::{compile_tls, TlsSite};
 use super::{at, hostname_matches, is_valid_hostname, Cx};
-use crate::balance::RoundRobin;
+use crate::balance::{BalancerKind, LeastRequestSettings};
 use crate::config::wire::backend::BackendSpec;
 use crate::config::wire::enums::{DestinationType, LookupFamily, Protocol, TlsMode};
-use crate::config::wire::policy::{DnsPolicy, Http2Policy, TimeoutPolicy, TrafficPolicySpec};
+use crate::config::wire::policy::{
+    DnsPolicy, Http2Policy, LoadBalancer, TimeoutPolicy, TrafficPolicySpec,
+};
 use crate::config::wire::Object;
 use crate::config::{ConfigSet, Reason};
 use crate::runtime::registry::{DnsGroupKey, EndpointTemplate, StateRegistry};
@@ -237,6 +239,9 @@ fn compile_one(
     let timeouts: TimeoutPolicy = policies
         .backend_section(id, inline_spec, |s| s.timeout.as_ref())
         .unwrap_or_default();
+    let balancer = policies
+        .backend_section(id, inline_spec, |s| s.load_balancer.as_ref())
+        .map_or_else(BalancerKind::default, |lb| balancer_kind(&lb));
     let http2 = policies
         .backend_section(id, inline_spec, |s| s.http2.as_ref())
         .map_or_else(Http2Settings::default, |p| http2_settings(&p));
@@ -412,7 +417,7 @@ fn compile_one(
                     refresh,
                     respect_ttl,
                     family,
-                    balancer: "RoundRobin",
+                    balancer: balancer.key(),
                 };
                 let source = EndpointSource::Dns {
                     hostname: host.clone(),
@@ -420,9 +425,8 @@ fn compile_one(
                     refresh,
                     respect_ttl,
                 };
-                let (group, created) = registry.dns_group(key, || {
-                    EndpointGroup::new_dns(source, Box::new(RoundRobin::new()))
-                });
+                let (group, created) =
+                    registry.dns_group(key, || EndpointGroup::new_dns(source, balancer.build()));
                 if created {
                     cx.refreshers.push(RefreshPlan {
                         group: Arc::downgrade(&group),
@@ -443,10 +447,7 @@ fn compile_one(
                         registry.endpoint(&t, SocketAddr::new(*ip, number))
                     })
                     .collect();
-                Arc::new(EndpointGroup::new_static(
-                    endpoints,
-                    Box::new(RoundRobin::new()),
-                ))
+                Arc::new(EndpointGroup::new_static(endpoints, balancer.build()))
             }
         };
         let rewrite = dest
@@ -515,5 +516,29 @@ fn http2_settings(p: &Http2Policy) -> Http2Settings {
                 k.timeout.map_or(Duration::from_secs(20), |t| t.0),
             )
         }),
+    }
+}
+
+/// The `loadBalancer` section (validated by `check_sections`; ConsistentHash is refused there).
+fn balancer_kind(lb: &LoadBalancer) -> BalancerKind {
+    use crate::config::wire::enums::LoadBalancerType;
+    match lb.kind.value {
+        LoadBalancerType::RoundRobin => BalancerKind::RoundRobin,
+        LoadBalancerType::Random => BalancerKind::Random,
+        LoadBalancerType::LeastRequest | LoadBalancerType::ConsistentHash => {
+            let defaults = LeastRequestSettings::default();
+            let lr = lb.least_request.as_ref().map(|l| &l.value);
+            let bias = lr.and_then(|l| l.active_request_bias.as_ref());
+            BalancerKind::LeastRequest(LeastRequestSettings {
+                choice_count: lr
+                    .and_then(|l| l.choice_count.as_ref())
+                    .map_or(defaults.choice_count, |c| c.value),
+                active_request_bias: bias.map_or(defaults.active_request_bias, |b| b.value),
+                bias_explicit: bias.is_some(),
+                distinct_choices: lr
+                    .and_then(|l| l.distinct_choices)
+                    .unwrap_or(defaults.distinct_choices),
+            })
+        }
     }
 }

@@ -327,7 +327,6 @@ pub(crate) fn check_sections(
     spec: &TrafficPolicySpec,
     prefix: &str,
 ) {
-    use crate::config::wire::enums::LoadBalancerType;
     let pending = [
         (
             "healthCheck",
@@ -374,29 +373,7 @@ pub(crate) fn check_sections(
         }
     }
     if let Some(lb) = &spec.load_balancer {
-        if lb.kind.value != LoadBalancerType::RoundRobin {
-            cx.not_yet(
-                at(file, id, lb.kind.pos, format!("{prefix}.loadBalancer.type")),
-                &format!(
-                    "loadBalancer type {} (this build balances RoundRobin)",
-                    lb.kind.value
-                ),
-                "[balance]",
-            );
-        }
-        for (name, v) in [
-            ("leastRequest", &lb.least_request),
-            ("slowStart", &lb.slow_start),
-            ("consistentHash", &lb.consistent_hash),
-        ] {
-            if let Some(v) = v {
-                cx.not_yet(
-                    at(file, id, v.pos, format!("{prefix}.loadBalancer.{name}")),
-                    name,
-                    "[balance]",
-                );
-            }
-        }
+        check_load_balancer(cx, file, id, &lb.value, prefix);
     }
     if let Some(t) = &spec.timeout {
         if t.tcp
@@ -474,5 +451,93 @@ fn check_http2(
                 "e.g. 30s, or remove connectionKeepalive to send no PINGs",
             );
         }
+    }
+}
+
+fn check_load_balancer(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    lb: &crate::config::wire::policy::LoadBalancer,
+    prefix: &str,
+) {
+    use crate::config::wire::enums::LoadBalancerType;
+    if lb.kind.value == LoadBalancerType::ConsistentHash {
+        cx.not_yet(
+            at(file, id, lb.kind.pos, format!("{prefix}.loadBalancer.type")),
+            "loadBalancer type ConsistentHash",
+            "[balance]",
+        );
+    }
+    for (name, v) in [
+        ("slowStart", &lb.slow_start),
+        ("consistentHash", &lb.consistent_hash),
+    ] {
+        if let Some(v) = v {
+            cx.not_yet(
+                at(file, id, v.pos, format!("{prefix}.loadBalancer.{name}")),
+                name,
+                "[balance]",
+            );
+        }
+    }
+    let Some(lr) = &lb.least_request else {
+        return;
+    };
+    if lb.kind.value != LoadBalancerType::LeastRequest {
+        cx.error(
+            at(
+                file,
+                id,
+                lr.pos,
+                format!("{prefix}.loadBalancer.leastRequest"),
+            ),
+            format!(
+                "leastRequest settings do not apply to type {}",
+                lb.kind.value
+            ),
+            "remove leastRequest, or set type: LeastRequest",
+        );
+    }
+    if let Some(c) = lr
+        .value
+        .choice_count
+        .as_ref()
+        .filter(|c| !(2..=crate::balance::MAX_CHOICES as u32).contains(&c.value))
+    {
+        cx.error(
+            at(
+                file,
+                id,
+                c.pos,
+                format!("{prefix}.loadBalancer.leastRequest.choiceCount"),
+            ),
+            format!(
+                "choiceCount {} is out of range (2 to {})",
+                c.value,
+                crate::balance::MAX_CHOICES
+            ),
+            "2 (power of two choices) balances well; more choices approach a full scan",
+        );
+    }
+    if let Some(b) = lr
+        .value
+        .active_request_bias
+        .as_ref()
+        .filter(|b| !b.value.is_finite() || b.value < 0.0)
+    {
+        cx.error(
+            at(
+                file,
+                id,
+                b.pos,
+                format!("{prefix}.loadBalancer.leastRequest.activeRequestBias"),
+            ),
+            format!(
+                "activeRequestBias {} must be a number of at least 0",
+                b.value
+            ),
+            "1.0 weighs by weight/(active+1); 0 ignores load",
+        );
     }
 }

@@ -1,0 +1,293 @@
+//! Least request: send the request where the fewest are in flight.
+//!
+//! - Equal weights (and no explicit `activeRequestBias`): the best of `choiceCount` random
+//!   endpoints by active requests ("power of two choices"). egressd samples *distinct*
+//!   endpoints, so the busiest of two is never chosen; Envoy samples with replacement (the
+//!   busier of two hosts still gets 25% of picks), available as `distinctChoices: false`.
+//! - Unequal weights, or an explicit bias: earliest-deadline-first on
+//!   `weight / (active + 1)^bias` (Envoy's weighted least request). The schedule is rebuilt when
+//!   the endpoint list changes; each pick holds a short mutex (a heap pop and push, never
+//!   across an `.await`).
+
+use std::sync::{Arc, Mutex};
+
+use super::edf::Edf;
+use super::Balancer;
+use crate::upstream::Endpoint;
+
+/// The largest `choiceCount` accepted.
+pub const MAX_CHOICES: usize = 16;
+
+/// `loadBalancer.leastRequest`, resolved.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LeastRequestSettings {
+    /// Endpoints sampled per pick (≥ 2).
+    pub choice_count: u32,
+    /// Exponent of `active + 1` in the weighted schedule.
+    pub active_request_bias: f64,
+    /// Whether the bias was set explicitly (then the weighted schedule is used even with equal
+    /// weights, as in current Envoy).
+    pub bias_explicit: bool,
+    /// Sample distinct endpoints (egressd) or with replacement (Envoy).
+    pub distinct_choices: bool,
+}
+
+impl Default for LeastRequestSettings {
+    fn default() -> Self {
+        LeastRequestSettings {
+            choice_count: 2,
+            active_request_bias: 1.0,
+            bias_explicit: false,
+            distinct_choices: true,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct LeastRequest {
+    settings: LeastRequestSettings,
+    schedule: Mutex<Option<Schedule>>,
+}
+
+/// The weighted schedule for one endpoint list, identified by the list's address and length.
+#[derive(Debug)]
+struct Schedule {
+    list: usize,
+    len: usize,
+    edf: Edf,
+}
+
+impl LeastRequest {
+    pub fn new(settings: LeastRequestSettings) -> Self {
+        LeastRequest {
+            settings,
+            schedule: Mutex::new(None),
+        }
+    }
+
+    fn weighted(&self, endpoints: &[Arc<Endpoint>]) -> bool {
+        self.settings.bias_explicit || endpoints.iter().any(|e| e.weight != endpoints[0].weight)
+    }
+
+    fn effective_weight(&self, endpoint: &Endpoint) -> f64 {
+        let weight = f64::from(endpoint.weight);
+        let active = endpoint.active_requests() as f64 + 1.0;
+        let bias = self.settings.active_request_bias;
+        if bias == 1.0 {
+            weight / active
+        } else if bias == 0.0 {
+            weight
+        } else {
+            weight / active.powf(bias)
+        }
+    }
+
+    fn pick_weighted<'a>(&self, endpoints: &'a [Arc<Endpoint>]) -> Option<&'a Arc<Endpoint>> {
+        let id = endpoints.as_ptr() as usize;
+        let weight = |i: usize| self.effective_weight(&endpoints[i]);
+        // A panic while holding this lock can only come from a heap push/pop, which leaves the
+        // heap valid: the schedule is still usable.
+        let mut guard = self.schedule.lock().unwrap_or_else(|p| p.into_inner());
+        let current = guard
+            .as_ref()
+            .is_some_and(|s| s.list == id && s.len == endpoints.len());
+        if !current {
+            let mut edf = Edf::new(endpoints.len(), weight);
+            // Start at a random point of the schedule, so replicas and restarts do not all
+            // send their first requests to the same endpoints.
+            for _ in 0..fastrand::usize(..endpoints.len()) {
+                edf.pick_and_add(weight);
+            }
+            *guard = Some(Schedule {
+                list: id,
+                len: endpoints.len(),
+                edf,
+            });
+        }
+        let index = guard.as_mut()?.edf.pick_and_add(weight)?;
+        endpoints.get(index)
+    }
+
+    fn pick_choices<'a>(&self, endpoints: &'a [Arc<Endpoint>]) -> Option<&'a Arc<Endpoint>> {
+        let n = endpoints.len();
+        let k = self.settings.choice_count as usize;
+        if self.settings.distinct_choices && k >= n {
+            // Every endpoint is a candidate: the least loaded (first on ties).
+            return endpoints.iter().min_by_key(|e| e.active_requests());
+        }
+        if self.settings.distinct_choices && k == 2 {
+            let a = fastrand::usize(..n);
+            let mut b = fastrand::usize(..n - 1);
+            if b >= a {
+                b += 1;
+            }
+            let (ea, eb) = (&endpoints[a], &endpoints[b]);
+            // Ties keep the first draw, itself random.
+            return Some(if eb.active_requests() < ea.active_requests() {
+                eb
+            } else {
+                ea
+            });
+        }
+        let mut best: Option<&Arc<Endpoint>> = None;
+        // choiceCount is at most MAX_CHOICES (config validation), and below n here when
+        // distinct: redrawing duplicates ends quickly.
+        let mut drawn = [usize::MAX; MAX_CHOICES];
+        let mut draws = 0;
+        while draws < k.min(MAX_CHOICES) {
+            let i = fastrand::usize(..n);
+            if self.settings.distinct_choices {
+                if drawn[..draws].contains(&i) {
+                    continue;
+                }
+                drawn[draws] = i;
+            }
+            draws += 1;
+            let candidate = &endpoints[i];
+            if best.is_none_or(|b| candidate.active_requests() < b.active_requests()) {
+                best = Some(candidate);
+            }
+        }
+        best
+    }
+}
+
+impl Balancer for LeastRequest {
+    fn pick<'a>(&self, endpoints: &'a [Arc<Endpoint>]) -> Option<&'a Arc<Endpoint>> {
+        match endpoints.len() {
+            0 => None,
+            1 => endpoints.first(),
+            _ if self.weighted(endpoints) => self.pick_weighted(endpoints),
+            _ => self.pick_choices(endpoints),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{assert_shares, endpoint, shares};
+    use super::*;
+
+    const PICKS: usize = 100_000;
+    const TOLERANCE: f64 = 0.02;
+
+    fn envoy() -> LeastRequest {
+        LeastRequest::new(LeastRequestSettings {
+            distinct_choices: false,
+            ..LeastRequestSettings::default()
+        })
+    }
+
+    fn egressd() -> LeastRequest {
+        LeastRequest::new(LeastRequestSettings::default())
+    }
+
+    #[test]
+    fn equal_idle_endpoints_share_evenly() {
+        let eps = vec![endpoint(1, 1), endpoint(2, 1), endpoint(3, 1)];
+        let third = 1.0 / 3.0;
+        assert_shares(&shares(&egressd(), &eps, PICKS), &[third; 3], TOLERANCE);
+        assert_shares(&shares(&envoy(), &eps, PICKS), &[third; 3], TOLERANCE);
+    }
+
+    #[test]
+    fn one_busy_of_three_gets_nothing_with_distinct_choices_and_a_ninth_like_envoy() {
+        let eps = vec![endpoint(1, 1), endpoint(2, 1), endpoint(3, 1)];
+        let _held: Vec<_> = (0..10).map(|_| eps[2].start_request()).collect();
+        assert_shares(
+            &shares(&egressd(), &eps, PICKS),
+            &[0.5, 0.5, 0.0],
+            TOLERANCE,
+        );
+        // Envoy's simulation: 44.45 / 44.45 / 11.1 %.
+        assert_shares(
+            &shares(&envoy(), &eps, PICKS),
+            &[0.4445, 0.4445, 0.111],
+            TOLERANCE,
+        );
+    }
+
+    #[test]
+    fn two_endpoints_one_busy() {
+        let eps = vec![endpoint(1, 1), endpoint(2, 1)];
+        let _held = eps[1].start_request();
+        assert_shares(&shares(&egressd(), &eps, PICKS), &[1.0, 0.0], TOLERANCE);
+        // Envoy: 75 / 25 % (both draws land on the busy one a quarter of the time).
+        assert_shares(&shares(&envoy(), &eps, PICKS), &[0.75, 0.25], TOLERANCE);
+    }
+
+    #[test]
+    fn weighted_schedule_follows_weight_over_active_plus_one() {
+        // Weights 2:1, idle: 66.7 / 33.3 %.
+        let eps = vec![endpoint(1, 2), endpoint(2, 1)];
+        assert_shares(
+            &shares(&egressd(), &eps, PICKS),
+            &[2.0 / 3.0, 1.0 / 3.0],
+            TOLERANCE,
+        );
+        // The weight-2 endpoint with one request in flight: 2/2 vs 1/1, 50 / 50 %.
+        let held = eps[0].start_request();
+        assert_shares(&shares(&egressd(), &eps, PICKS), &[0.5, 0.5], TOLERANCE);
+        drop(held);
+        // Weights 2, 1, 1, the first with one in flight: a third each.
+        let eps = vec![endpoint(1, 2), endpoint(2, 1), endpoint(3, 1)];
+        let _held = eps[0].start_request();
+        assert_shares(&shares(&egressd(), &eps, PICKS), &[1.0 / 3.0; 3], TOLERANCE);
+        // Weights 1 and 3, equal load: 1:3.
+        let eps = vec![endpoint(1, 1), endpoint(2, 3)];
+        assert_shares(&shares(&envoy(), &eps, PICKS), &[0.25, 0.75], TOLERANCE);
+    }
+
+    #[test]
+    fn explicit_bias_weighs_equal_endpoints_by_load() {
+        // Envoy's EqualWeightsWithActiveRequestBias: A with 1 in flight, B idle, bias 1.0 set
+        // explicitly: B gets two picks of three.
+        let lr = LeastRequest::new(LeastRequestSettings {
+            bias_explicit: true,
+            ..LeastRequestSettings::default()
+        });
+        let eps = vec![endpoint(1, 1), endpoint(2, 1)];
+        let _held = eps[0].start_request();
+        assert_shares(&shares(&lr, &eps, 300), &[1.0 / 3.0, 2.0 / 3.0], 0.01);
+    }
+
+    #[test]
+    fn bias_zero_ignores_load() {
+        let lr = LeastRequest::new(LeastRequestSettings {
+            active_request_bias: 0.0,
+            bias_explicit: true,
+            ..LeastRequestSettings::default()
+        });
+        let eps = vec![endpoint(1, 1), endpoint(2, 2)];
+        let _held: Vec<_> = (0..5).map(|_| eps[1].start_request()).collect();
+        assert_shares(
+            &shares(&lr, &eps, PICKS),
+            &[1.0 / 3.0, 2.0 / 3.0],
+            TOLERANCE,
+        );
+    }
+
+    #[test]
+    fn more_choices_than_endpoints_is_a_full_scan() {
+        let lr = LeastRequest::new(LeastRequestSettings {
+            choice_count: 5,
+            ..LeastRequestSettings::default()
+        });
+        let eps: Vec<_> = (1..=5).map(|p| endpoint(p, 1)).collect();
+        let _held: Vec<_> = [4, 3, 2, 0, 5]
+            .iter()
+            .zip(&eps)
+            .flat_map(|(n, e)| (0..*n).map(|_| e.start_request()).collect::<Vec<_>>())
+            .collect();
+        assert_shares(&shares(&lr, &eps, 1000), &[0.0, 0.0, 0.0, 1.0, 0.0], 0.0);
+    }
+
+    #[test]
+    fn a_new_endpoint_list_gets_a_new_schedule() {
+        let lr = egressd();
+        let eps = vec![endpoint(1, 1), endpoint(2, 3)];
+        assert!(lr.pick(&eps).is_some());
+        let more = vec![endpoint(1, 1), endpoint(2, 3), endpoint(3, 4)];
+        assert_shares(&shares(&lr, &more, PICKS), &[0.125, 0.375, 0.5], TOLERANCE);
+    }
+}

@@ -1,0 +1,44 @@
+//! Helpers for the balancers' unit tests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Balancer;
+use crate::upstream::h2_pool::H2Pool;
+use crate::upstream::pool::H1Pool;
+use crate::upstream::Endpoint;
+
+/// An endpoint 127.0.0.1:`port` with `weight` (ports 1.. index the results of [`shares`]).
+pub fn endpoint(port: u16, weight: u32) -> Arc<Endpoint> {
+    Arc::new(Endpoint::new(
+        ([127, 0, 0, 1], port).into(),
+        weight,
+        H1Pool::new(Default::default()),
+        H2Pool::new(Duration::from_secs(60)),
+    ))
+}
+
+/// The share of `picks` picks each endpoint got, in endpoint order.
+pub fn shares(balancer: &dyn Balancer, endpoints: &[Arc<Endpoint>], picks: usize) -> Vec<f64> {
+    let mut counts = vec![0usize; endpoints.len()];
+    for _ in 0..picks {
+        let picked = balancer.pick(endpoints).expect("a pick");
+        let i = endpoints
+            .iter()
+            .position(|e| Arc::ptr_eq(e, picked))
+            .expect("picked from the list");
+        counts[i] += 1;
+    }
+    counts.iter().map(|&c| c as f64 / picks as f64).collect()
+}
+
+/// Asserts each share is within `tolerance` (absolute, e.g. 0.02 for ±2 points) of `expected`.
+pub fn assert_shares(got: &[f64], expected: &[f64], tolerance: f64) {
+    assert_eq!(got.len(), expected.len());
+    for (i, (g, e)) in got.iter().zip(expected).enumerate() {
+        assert!(
+            (g - e).abs() <= tolerance,
+            "endpoint {i}: share {g:.4}, expected {e:.4} ± {tolerance} (all: {got:?})"
+        );
+    }
+}
