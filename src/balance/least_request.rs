@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use super::edf::Edf;
 use super::Balancer;
+use crate::upstream::endpoint::Weights;
 use crate::upstream::Endpoint;
 
 /// The largest `choiceCount` accepted.
@@ -63,10 +64,6 @@ impl LeastRequest {
             settings,
             schedule: Mutex::new(None),
         }
-    }
-
-    fn weighted(&self, endpoints: &[Arc<Endpoint>]) -> bool {
-        self.settings.bias_explicit || endpoints.iter().any(|e| e.weight != endpoints[0].weight)
     }
 
     fn effective_weight(&self, endpoint: &Endpoint) -> f64 {
@@ -153,11 +150,15 @@ impl LeastRequest {
 }
 
 impl Balancer for LeastRequest {
-    fn pick<'a>(&self, endpoints: &'a [Arc<Endpoint>]) -> Option<&'a Arc<Endpoint>> {
+    fn pick<'a>(
+        &self,
+        endpoints: &'a [Arc<Endpoint>],
+        weights: Weights,
+    ) -> Option<&'a Arc<Endpoint>> {
         match endpoints.len() {
             0 => None,
             1 => endpoints.first(),
-            _ if self.weighted(endpoints) => self.pick_weighted(endpoints),
+            _ if self.settings.bias_explicit || !weights.uniform => self.pick_weighted(endpoints),
             _ => self.pick_choices(endpoints),
         }
     }
@@ -286,7 +287,7 @@ mod tests {
     fn a_new_endpoint_list_gets_a_new_schedule() {
         let lr = egressd();
         let eps = vec![endpoint(1, 1), endpoint(2, 3)];
-        assert!(lr.pick(&eps).is_some());
+        assert!(lr.pick(&eps, Weights::of(&eps)).is_some());
         let more = vec![endpoint(1, 1), endpoint(2, 3), endpoint(3, 4)];
         assert_shares(&shares(&lr, &more, PICKS), &[0.125, 0.375, 0.5], TOLERANCE);
     }

@@ -19,12 +19,18 @@ pub use round_robin::RoundRobin;
 use std::fmt::Debug;
 use std::sync::Arc;
 
+use crate::upstream::endpoint::Weights;
 use crate::upstream::Endpoint;
 
-/// Picks one endpoint per request. Implementations must be cheap and lock-free: this runs on
-/// every request.
+/// Picks one endpoint per request. Implementations must be cheap: this runs on every request;
+/// no lock is held beyond one pick, and never across an `.await`.
 pub trait Balancer: Send + Sync + Debug {
-    fn pick<'a>(&self, endpoints: &'a [Arc<Endpoint>]) -> Option<&'a Arc<Endpoint>>;
+    /// `weights` summarises `endpoints` (computed once per list, see `EndpointList`).
+    fn pick<'a>(
+        &self,
+        endpoints: &'a [Arc<Endpoint>],
+        weights: Weights,
+    ) -> Option<&'a Arc<Endpoint>>;
 }
 
 /// Which balancer a Backend port uses (`loadBalancer`), comparable so that an unchanged setting

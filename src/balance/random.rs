@@ -3,21 +3,27 @@
 use std::sync::Arc;
 
 use super::Balancer;
+use crate::upstream::endpoint::Weights;
 use crate::upstream::Endpoint;
 
 #[derive(Debug, Default)]
 pub struct Random;
 
 impl Balancer for Random {
-    fn pick<'a>(&self, endpoints: &'a [Arc<Endpoint>]) -> Option<&'a Arc<Endpoint>> {
-        let first = endpoints.first()?;
-        if endpoints.iter().all(|e| e.weight == first.weight) {
+    fn pick<'a>(
+        &self,
+        endpoints: &'a [Arc<Endpoint>],
+        weights: Weights,
+    ) -> Option<&'a Arc<Endpoint>> {
+        if endpoints.is_empty() {
+            return None;
+        }
+        if weights.uniform {
             return endpoints.get(fastrand::usize(..endpoints.len()));
         }
         // Weighted: one scan (weights are small integers; no table to keep in step with the
         // endpoint list).
-        let total: u64 = endpoints.iter().map(|e| u64::from(e.weight)).sum();
-        let mut slot = fastrand::u64(..total.max(1));
+        let mut slot = fastrand::u64(..weights.total.max(1));
         for endpoint in endpoints {
             let w = u64::from(endpoint.weight);
             if slot < w {

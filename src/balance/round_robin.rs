@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::Balancer;
+use crate::upstream::endpoint::Weights;
 use crate::upstream::Endpoint;
 
 /// Round robin over endpoints. Equal weights take turns (one atomic counter). Unequal weights
@@ -63,11 +64,15 @@ impl RoundRobin {
 }
 
 impl Balancer for RoundRobin {
-    fn pick<'a>(&self, endpoints: &'a [Arc<Endpoint>]) -> Option<&'a Arc<Endpoint>> {
+    fn pick<'a>(
+        &self,
+        endpoints: &'a [Arc<Endpoint>],
+        weights: Weights,
+    ) -> Option<&'a Arc<Endpoint>> {
         match endpoints.len() {
             0 => None,
             1 => endpoints.first(),
-            n if endpoints.iter().all(|e| e.weight == endpoints[0].weight) => {
+            n if weights.uniform => {
                 let turn = self.next.fetch_add(1, Ordering::Relaxed);
                 endpoints.get(turn % n)
             }
@@ -87,7 +92,7 @@ mod tests {
         let rr = RoundRobin::new();
         let mut counts = [0; 3];
         for _ in 0..300 {
-            let e = rr.pick(&eps).unwrap();
+            let e = rr.pick(&eps, Weights::of(&eps)).unwrap();
             counts[(e.addr.port() - 1) as usize] += 1;
         }
         assert_eq!(counts, [100, 100, 100]);
@@ -99,7 +104,7 @@ mod tests {
         let rr = RoundRobin::new();
         let mut counts = [0; 2];
         for _ in 0..400 {
-            counts[(rr.pick(&eps).unwrap().addr.port() - 1) as usize] += 1;
+            counts[(rr.pick(&eps, Weights::of(&eps)).unwrap().addr.port() - 1) as usize] += 1;
         }
         assert_eq!(counts, [300, 100]);
         assert_eq!(shares(&RoundRobin::new(), &eps, 4000), vec![0.75, 0.25]);
@@ -110,13 +115,16 @@ mod tests {
         let eps = vec![endpoint(1, 5), endpoint(2, 1), endpoint(3, 1)];
         let rr = RoundRobin::new();
         let picks: String = (0..7)
-            .map(|_| ["a", "b", "c"][(rr.pick(&eps).unwrap().addr.port() - 1) as usize])
+            .map(|_| {
+                ["a", "b", "c"]
+                    [(rr.pick(&eps, Weights::of(&eps)).unwrap().addr.port() - 1) as usize]
+            })
             .collect();
         assert_eq!(picks, "aabacaa");
     }
 
     #[test]
     fn empty_has_no_pick() {
-        assert!(RoundRobin::new().pick(&[]).is_none());
+        assert!(RoundRobin::new().pick(&[], Weights::default()).is_none());
     }
 }

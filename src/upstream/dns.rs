@@ -166,11 +166,7 @@ pub async fn refresh_loop(plan: RefreshPlan, registry: Arc<StateRegistry>) {
                     .into_iter()
                     .map(|ip| registry.endpoint(&plan.template, SocketAddr::new(ip, port)))
                     .collect();
-                group.publish(EndpointList {
-                    endpoints,
-                    resolved: true,
-                    last_error: None,
-                });
+                group.publish(EndpointList::resolved(endpoints));
                 let ttl = valid_until.saturating_duration_since(Instant::now());
                 if respect_ttl {
                     // At least 1s so a zero TTL cannot turn into a query loop.
@@ -183,11 +179,9 @@ pub async fn refresh_loop(plan: RefreshPlan, registry: Arc<StateRegistry>) {
                 failures = failures.saturating_add(1);
                 let previous = group.list();
                 tracing::warn!(host = %hostname, error = %e, kept = previous.endpoints.len(), "DNS resolution failed; keeping the last good addresses");
-                group.publish(EndpointList {
-                    endpoints: previous.endpoints.clone(),
-                    resolved: true,
-                    last_error: Some(e.to_string()),
-                });
+                let mut kept = EndpointList::resolved(previous.endpoints.clone());
+                kept.last_error = Some(e.to_string());
+                group.publish(kept);
                 // Retry sooner than the refresh rate, backing off: 1s, 2s, 4s … up to refresh.
                 Duration::from_secs(1u64 << failures.min(6)).min(refresh)
             }

@@ -108,10 +108,41 @@ pub enum EndpointSource {
 #[derive(Debug, Default)]
 pub struct EndpointList {
     pub endpoints: Vec<Arc<Endpoint>>,
+    /// Summary of the endpoints' weights, computed once per list so picks need not scan it.
+    pub weights: Weights,
     /// Set once a DNS group has resolved at least once (always true for static groups).
     pub resolved: bool,
     /// Last resolution error, kept while the last good addresses keep serving.
     pub last_error: Option<String>,
+}
+
+impl EndpointList {
+    /// A list of resolved (or static) endpoints.
+    pub fn resolved(endpoints: Vec<Arc<Endpoint>>) -> Self {
+        EndpointList {
+            weights: Weights::of(&endpoints),
+            endpoints,
+            resolved: true,
+            last_error: None,
+        }
+    }
+}
+
+/// What balancers need to know about a list's weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Weights {
+    /// Every endpoint has the same weight.
+    pub uniform: bool,
+    pub total: u64,
+}
+
+impl Weights {
+    pub fn of(endpoints: &[Arc<Endpoint>]) -> Self {
+        Weights {
+            uniform: endpoints.windows(2).all(|w| w[0].weight == w[1].weight),
+            total: endpoints.iter().map(|e| u64::from(e.weight)).sum(),
+        }
+    }
 }
 
 /// The endpoints of one Backend port, and the balancer that picks among them.
@@ -129,11 +160,7 @@ impl EndpointGroup {
         let (resolved_tx, _) = watch::channel(true);
         EndpointGroup {
             source: EndpointSource::Static,
-            list: ArcSwap::from_pointee(EndpointList {
-                endpoints,
-                resolved: true,
-                last_error: None,
-            }),
+            list: ArcSwap::from_pointee(EndpointList::resolved(endpoints)),
             balancer,
             resolved_tx,
         }
@@ -174,6 +201,6 @@ impl EndpointGroup {
     /// Picks the endpoint for the next request.
     pub fn pick(&self) -> Option<Arc<Endpoint>> {
         let list = self.list.load();
-        self.balancer.pick(&list.endpoints).cloned()
+        self.balancer.pick(&list.endpoints, list.weights).cloned()
     }
 }
