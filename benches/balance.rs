@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use egressd::balance::{Balancer, LeastRequest, LeastRequestSettings, Random, RoundRobin};
-use egressd::upstream::endpoint::{ActiveRequest, Weights};
+use egressd::upstream::endpoint::ActiveRequest;
+use egressd::upstream::group::Weights;
 use egressd::upstream::h2_pool::H2Pool;
 use egressd::upstream::pool::H1Pool;
 use egressd::upstream::Endpoint;

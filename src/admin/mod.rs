@@ -8,7 +8,9 @@
 //! | `/config` (`/config_dump`) | the serving config as JSON, secrets redacted |
 //! | `/status` | last reload result, generation, listeners, every object's conditions |
 //! | `/metrics` (`/stats/prometheus`) | Prometheus metrics |
+//! | `/endpoints` | per Backend port and endpoint: health, ejection (time left, multiplier), requests in flight, connections |
 
+mod endpoints;
 mod redact;
 
 use std::convert::Infallible;
@@ -95,6 +97,7 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         "/healthz" => text(StatusCode::OK, "ok\n"),
         "/config" | "/config_dump" => json(&redact::config_dump(&shared.snapshot.load().config)),
         "/status" => json(&status(shared)),
+        "/endpoints" | "/clusters" => json(&endpoints::endpoints(&shared.snapshot.load())),
         "/metrics" | "/stats/prometheus" => {
             let mut r = text(StatusCode::OK, &shared.metrics.encode());
             r.headers_mut().insert(
@@ -107,11 +110,11 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         }
         "/" => text(
             StatusCode::OK,
-            "egressd admin: /ready /healthz /config /status /metrics\n",
+            "egressd admin: /ready /healthz /config /status /endpoints /metrics\n",
         ),
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found; try /ready /healthz /config /status /metrics\n",
+            "not found; try /ready /healthz /config /status /endpoints /metrics\n",
         ),
     }
 }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use super::edf::Edf;
 use super::Balancer;
-use crate::upstream::endpoint::Weights;
+use crate::upstream::group::Weights;
 use crate::upstream::Endpoint;
 
 /// The largest `choiceCount` accepted.

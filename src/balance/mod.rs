@@ -7,6 +7,7 @@
 
 mod edf;
 mod least_request;
+pub mod outlier;
 mod random;
 mod round_robin;
 #[cfg(test)]
@@ -19,7 +20,7 @@ pub use round_robin::RoundRobin;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use crate::upstream::endpoint::Weights;
+use crate::upstream::group::Weights;
 use crate::upstream::Endpoint;
 
 /// Picks one endpoint per request. Implementations must be cheap: this runs on every request;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::Balancer;
-use crate::upstream::endpoint::Weights;
+use crate::upstream::group::Weights;
 use crate::upstream::Endpoint;
 
 #[derive(Debug, Default)]

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::Balancer;
-use crate::upstream::endpoint::Weights;
+use crate::upstream::group::Weights;
 use crate::upstream::Endpoint;
 
 /// Round robin over endpoints. Equal weights take turns (one atomic counter). Unequal weights

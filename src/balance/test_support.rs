@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Balancer;
-use crate::upstream::endpoint::Weights;
+use crate::upstream::group::Weights;
 use crate::upstream::h2_pool::H2Pool;
 use crate::upstream::pool::H1Pool;
 use crate::upstream::Endpoint;

@@ -138,6 +138,24 @@ impl ProxyError {
         }
     }
 
+    /// How this failure counts for outlier detection: failures of the endpoint itself
+    /// (no connection, no answer, a broken answer) are gateway errors; failures egressd
+    /// decided on its own (routing, policy) do not count.
+    pub fn outlier_outcome(&self) -> Option<crate::balance::outlier::Outcome> {
+        match self {
+            ProxyError::ConnectFailure { .. }
+            | ProxyError::ConnectTimeout { .. }
+            | ProxyError::UpstreamTimeout { .. }
+            | ProxyError::StreamIdleTimeout { .. }
+            | ProxyError::UpstreamTls { .. }
+            | ProxyError::UpstreamReset { .. }
+            | ProxyError::UpstreamProtocol { .. } => {
+                Some(crate::balance::outlier::Outcome::GatewayError)
+            }
+            _ => None,
+        }
+    }
+
     /// The upstream address involved, if any (for the access log).
     pub fn endpoint(&self) -> Option<SocketAddr> {
         match self {

@@ -18,6 +18,7 @@ use super::grpc::GrpcCall;
 use super::headers::{add_forwarded_for, append_via, client_address_value, strip_hop_by_hop};
 use super::router::{RouteEntry, RouteInput};
 use super::websocket::Upgrade;
+use crate::balance::outlier::Outcome as OutlierOutcome;
 use crate::config::wire::enums::Protocol;
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{Snapshot, Target};
@@ -260,8 +261,16 @@ async fn proxy(
     // requests still waiting for an answer (a slow endpoint's pile-up is the signal).
     let active = endpoint.start_request();
     let deadline = request_deadline(target.policy.request_timeout, grpc, started);
-    let (response, lease) =
-        super::exchange::send(target, &endpoint, upstream_req, deadline).await?;
+    let sent = super::exchange::send(target, &endpoint, upstream_req, deadline).await;
+    // Phase "record": outlier detection learns how the endpoint did.
+    let outcome = match &sent {
+        Ok((response, _)) => Some(OutlierOutcome::of_status(response.status().as_u16())),
+        Err(e) => e.outlier_outcome(),
+    };
+    if let Some(outcome) = outcome {
+        target.port.endpoints.record(&endpoint, outcome);
+    }
+    let (response, lease) = sent?;
     Ok(respond(
         response,
         lease,

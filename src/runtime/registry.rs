@@ -50,6 +50,8 @@ pub struct DnsGroupKey {
     pub family: LookupFamily,
     /// The balancing algorithm and its settings; a different balancer is a different group.
     pub balancer: String,
+    /// Outlier detection settings live in the group too.
+    pub outlier: crate::balance::outlier::OutlierSettings,
 }
 
 /// Long-lived state shared by all snapshots.

@@ -162,6 +162,9 @@ impl Reloader {
         for plan in compiled.refreshers {
             tokio::spawn(refresh_loop(plan, self.registry.clone()));
         }
+        for group in compiled.outlier_groups {
+            tokio::spawn(crate::upstream::group::outlier_ticks(group));
+        }
         let _ = tokio::time::timeout(FIRST_RESOLUTION_WAIT, async {
             for g in &groups {
                 g.wait_resolved(FIRST_RESOLUTION_WAIT).await;

@@ -16,7 +16,7 @@ use hickory_resolver::config::{
 use hickory_resolver::name_server::TokioConnectionProvider;
 use hickory_resolver::TokioResolver;
 
-use super::endpoint::{EndpointGroup, EndpointList, EndpointSource};
+use super::group::{EndpointGroup, EndpointList, EndpointSource};
 use crate::config::wire::enums::LookupFamily;
 use crate::runtime::registry::{EndpointTemplate, StateRegistry};
 

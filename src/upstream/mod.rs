@@ -3,10 +3,12 @@
 pub mod connect;
 pub mod dns;
 pub mod endpoint;
+pub mod group;
 pub mod h2_frames;
 pub mod h2_pool;
 pub mod pem;
 pub mod pool;
 pub mod tls;
 
-pub use endpoint::{Endpoint, EndpointGroup, EndpointList, EndpointSource};
+pub use endpoint::Endpoint;
+pub use group::{EndpointGroup, EndpointList, EndpointSource};

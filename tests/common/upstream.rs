@@ -84,6 +84,16 @@ impl Upstream {
         Self::start_inner(addr, Handler::Named(Arc::from(name))).await
     }
 
+    /// As [`Upstream::start_with`], bound to `addr`.
+    pub async fn start_on_with<F, Fut>(addr: SocketAddr, handler: F) -> Upstream
+    where
+        F: Fn(http::Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = http::Response<BoxBody>> + Send + 'static,
+    {
+        let handler: CustomFn = Arc::new(move |request| Box::pin(handler(request)));
+        Self::start_inner(addr, Handler::Custom(handler)).await
+    }
+
     /// Answers every request with `handler`. Recording still happens (before the handler runs,
     /// so a request whose response never comes is still seen).
     pub async fn start_with<F, Fut>(handler: F) -> Upstream

@@ -20,7 +20,7 @@ macro_rules! policy_sections {
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub load_balancer: Option<Spanned<LoadBalancer>>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub health_check: Option<Spanned<NotYetSupported>>,
+            pub health_check: Option<Spanned<HealthCheck>>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub circuit_breaker: Option<Spanned<NotYetSupported>>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -180,4 +180,71 @@ pub struct LeastRequestConfig {
     /// so the busier of two endpoints is still chosen a quarter of the time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub distinct_choices: Option<bool>,
+}
+
+/// `healthCheck`: passive (outlier detection) and, later, active checks.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HealthCheck {
+    /// Below this percentage of healthy endpoints, picks ignore health (Envoy's panic mode;
+    /// default 50, 0 disables).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub panic_threshold: Option<Spanned<u32>>,
+    /// Outlier detection from live traffic.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        alias = "outlierDetection"
+    )]
+    pub passive: Option<Spanned<PassiveHealthCheck>>,
+    /// Active checks (not supported yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<Spanned<NotYetSupported>>,
+}
+
+/// `healthCheck.passive` (outlier detection). See README for defaults and semantics.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PassiveHealthCheck {
+    /// How often ejections are reviewed (default 10s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Spanned<GwDuration>>,
+    /// Consecutive 502/503/504, connect failures, resets and timeouts that eject (default 5,
+    /// enforced; 0 turns it off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_gateway_errors: Option<Spanned<u32>>,
+    /// Consecutive 5xx (and the failures above) that eject; enforced only when set.
+    #[serde(
+        default,
+        rename = "consecutive5XxErrors",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub consecutive_5xx_errors: Option<Spanned<u32>>,
+    /// Not supported yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_local_origin_failures: Option<Spanned<NotYetSupported>>,
+    /// Not supported yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_external_local_origin_errors: Option<Spanned<NotYetSupported>>,
+    /// Not supported yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_percentage: Option<Spanned<NotYetSupported>>,
+    /// Not supported yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_rate: Option<Spanned<NotYetSupported>>,
+    /// First ejection's length; the n-th consecutive one lasts n times this (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_ejection_time: Option<Spanned<GwDuration>>,
+    /// Longest ejection (default max(300s, base)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ejection_time: Option<Spanned<GwDuration>>,
+    /// Random extra ejection time, up to this (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ejection_time_jitter: Option<Spanned<GwDuration>>,
+    /// Most endpoints ejected at once, in percent of the group (default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ejection_percent: Option<Spanned<u32>>,
+    /// One endpoint may always be ejected, whatever maxEjectionPercent says (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub always_eject_one_endpoint: Option<bool>,
 }

@@ -13,11 +13,12 @@ use super::policy::{check_sections, PolicyIndex};
 use super::settings::Settings;
 use super::tls::{compile_tls, TlsSite};
 use super::{at, hostname_matches, is_valid_hostname, Cx};
+use crate::balance::outlier::OutlierSettings;
 use crate::balance::{BalancerKind, LeastRequestSettings};
 use crate::config::wire::backend::BackendSpec;
 use crate::config::wire::enums::{DestinationType, LookupFamily, Protocol, TlsMode};
 use crate::config::wire::policy::{
-    DnsPolicy, Http2Policy, LoadBalancer, TimeoutPolicy, TrafficPolicySpec,
+    DnsPolicy, HealthCheck, Http2Policy, LoadBalancer, TimeoutPolicy, TrafficPolicySpec,
 };
 use crate::config::wire::Object;
 use crate::config::{ConfigSet, Reason};
@@ -242,6 +243,9 @@ fn compile_one(
     let balancer = policies
         .backend_section(id, inline_spec, |s| s.load_balancer.as_ref())
         .map_or_else(BalancerKind::default, |lb| balancer_kind(&lb));
+    let outlier = policies
+        .backend_section(id, inline_spec, |s| s.health_check.as_ref())
+        .map_or_else(OutlierSettings::default, |hc| outlier_settings(&hc));
     let http2 = policies
         .backend_section(id, inline_spec, |s| s.http2.as_ref())
         .map_or_else(Http2Settings::default, |p| http2_settings(&p));
@@ -418,6 +422,7 @@ fn compile_one(
                     respect_ttl,
                     family,
                     balancer: balancer.key(),
+                    outlier,
                 };
                 let source = EndpointSource::Dns {
                     hostname: host.clone(),
@@ -425,9 +430,11 @@ fn compile_one(
                     refresh,
                     respect_ttl,
                 };
-                let (group, created) =
-                    registry.dns_group(key, || EndpointGroup::new_dns(source, balancer.build()));
+                let (group, created) = registry.dns_group(key, || {
+                    EndpointGroup::new_dns(source, balancer.build(), outlier)
+                });
                 if created {
+                    cx.outlier_groups.push(Arc::downgrade(&group));
                     cx.refreshers.push(RefreshPlan {
                         group: Arc::downgrade(&group),
                         template,
@@ -447,7 +454,13 @@ fn compile_one(
                         registry.endpoint(&t, SocketAddr::new(*ip, number))
                     })
                     .collect();
-                Arc::new(EndpointGroup::new_static(endpoints, balancer.build()))
+                let group = Arc::new(EndpointGroup::new_static(
+                    endpoints,
+                    balancer.build(),
+                    outlier,
+                ));
+                cx.outlier_groups.push(Arc::downgrade(&group));
+                group
             }
         };
         let rewrite = dest
@@ -540,5 +553,47 @@ fn balancer_kind(lb: &LoadBalancer) -> BalancerKind {
                     .unwrap_or(defaults.distinct_choices),
             })
         }
+    }
+}
+
+/// `healthCheck` over egressd's defaults (validated by `check_sections`).
+fn outlier_settings(hc: &HealthCheck) -> OutlierSettings {
+    let d = OutlierSettings::default();
+    let p = hc.passive.as_ref().map(|p| &p.value);
+    let duration = |v: Option<&crate::config::yaml::Spanned<crate::config::units::GwDuration>>,
+                    default: Duration| v.map_or(default, |v| v.value.0);
+    let base = duration(
+        p.and_then(|p| p.base_ejection_time.as_ref()),
+        d.base_ejection_time,
+    );
+    OutlierSettings {
+        interval: duration(p.and_then(|p| p.interval.as_ref()), d.interval),
+        // 0 turns a detector off.
+        consecutive_gateway_errors: match p.and_then(|p| p.consecutive_gateway_errors.as_ref()) {
+            Some(v) => (v.value > 0).then_some(v.value),
+            None => d.consecutive_gateway_errors,
+        },
+        consecutive_5xx: p
+            .and_then(|p| p.consecutive_5xx_errors.as_ref())
+            .and_then(|v| (v.value > 0).then_some(v.value)),
+        base_ejection_time: base,
+        max_ejection_time: duration(
+            p.and_then(|p| p.max_ejection_time.as_ref()),
+            d.max_ejection_time.max(base),
+        ),
+        max_ejection_jitter: duration(
+            p.and_then(|p| p.max_ejection_time_jitter.as_ref()),
+            d.max_ejection_jitter,
+        ),
+        max_ejection_percent: p
+            .and_then(|p| p.max_ejection_percent.as_ref())
+            .map_or(d.max_ejection_percent, |v| v.value),
+        always_eject_one: p
+            .and_then(|p| p.always_eject_one_endpoint)
+            .unwrap_or(d.always_eject_one),
+        panic_threshold: hc
+            .panic_threshold
+            .as_ref()
+            .map_or(d.panic_threshold, |v| v.value),
     }
 }

@@ -28,6 +28,8 @@ pub struct Compiled {
     pub snapshot: Snapshot,
     pub diagnostics: Vec<Diagnostic>,
     pub refreshers: Vec<RefreshPlan>,
+    /// New endpoint groups whose outlier detector needs its interval tick.
+    pub outlier_groups: Vec<std::sync::Weak<crate::upstream::EndpointGroup>>,
 }
 
 impl Compiled {
@@ -50,6 +52,7 @@ pub fn compile(
     let mut cx = Cx {
         diagnostics,
         refreshers: Vec::new(),
+        outlier_groups: Vec::new(),
         referenced: Default::default(),
     };
     let settings = settings::compile(&mut cx, &set);
@@ -82,6 +85,7 @@ pub fn compile(
         snapshot,
         diagnostics,
         refreshers: cx.refreshers,
+        outlier_groups: cx.outlier_groups,
     }
 }
 
@@ -89,6 +93,7 @@ pub fn compile(
 pub(crate) struct Cx {
     diagnostics: Vec<Diagnostic>,
     refreshers: Vec<RefreshPlan>,
+    pub(crate) outlier_groups: Vec<std::sync::Weak<crate::upstream::EndpointGroup>>,
     /// Files the config refers to (certificates, keys, CA bundles).
     referenced: std::collections::BTreeSet<std::path::PathBuf>,
 }

@@ -329,11 +329,6 @@ pub(crate) fn check_sections(
 ) {
     let pending = [
         (
-            "healthCheck",
-            spec.health_check.as_ref().map(|s| s.pos),
-            "[balance]",
-        ),
-        (
             "circuitBreaker",
             spec.circuit_breaker.as_ref().map(|s| s.pos),
             "[balance]",
@@ -374,6 +369,9 @@ pub(crate) fn check_sections(
     }
     if let Some(lb) = &spec.load_balancer {
         check_load_balancer(cx, file, id, &lb.value, prefix);
+    }
+    if let Some(hc) = &spec.health_check {
+        check_health_check(cx, file, id, &hc.value, prefix);
     }
     if let Some(t) = &spec.timeout {
         if t.tcp
@@ -538,6 +536,85 @@ fn check_load_balancer(
                 b.value
             ),
             "1.0 weighs by weight/(active+1); 0 ignores load",
+        );
+    }
+}
+
+fn check_health_check(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    hc: &crate::config::wire::policy::HealthCheck,
+    prefix: &str,
+) {
+    let field = |name: &str| format!("{prefix}.healthCheck.{name}");
+    if let Some(a) = &hc.active {
+        cx.not_yet(
+            at(file, id, a.pos, field("active")),
+            "active health checks",
+            "[balance]",
+        );
+    }
+    if let Some(t) = hc.panic_threshold.as_ref().filter(|t| t.value > 100) {
+        cx.error(
+            at(file, id, t.pos, field("panicThreshold")),
+            format!("panicThreshold {} is above 100", t.value),
+            "a percentage of healthy endpoints, 0 to 100 (0: never balance over unhealthy ones)",
+        );
+    }
+    let Some(p) = &hc.passive else {
+        return;
+    };
+    let p = &p.value;
+    for (name, v) in [
+        (
+            "consecutiveLocalOriginFailures",
+            &p.consecutive_local_origin_failures,
+        ),
+        (
+            "splitExternalLocalOriginErrors",
+            &p.split_external_local_origin_errors,
+        ),
+        ("failurePercentage", &p.failure_percentage),
+        ("successRate", &p.success_rate),
+    ] {
+        if let Some(v) = v {
+            cx.not_yet(
+                at(file, id, v.pos, field(&format!("passive.{name}"))),
+                name,
+                "[balance]",
+            );
+        }
+    }
+    for (name, v) in [
+        ("interval", &p.interval),
+        ("baseEjectionTime", &p.base_ejection_time),
+    ] {
+        if let Some(v) = v.as_ref().filter(|v| v.value.0.is_zero()) {
+            cx.error(
+                at(file, id, v.pos, field(&format!("passive.{name}"))),
+                format!("{name} must be greater than zero"),
+                "e.g. 10s",
+            );
+        }
+    }
+    if let (Some(base), Some(max)) = (&p.base_ejection_time, &p.max_ejection_time) {
+        if max.value.0 < base.value.0 {
+            cx.error(
+                at(file, id, max.pos, field("passive.maxEjectionTime")),
+                format!(
+                    "maxEjectionTime {} is shorter than baseEjectionTime {}",
+                    max.value, base.value
+                ),
+                "the longest ejection must be at least the first one",
+            );
+        }
+    }
+    if let Some(v) = p.max_ejection_percent.as_ref().filter(|v| v.value > 100) {
+        cx.error(
+            at(file, id, v.pos, field("passive.maxEjectionPercent")),
+            format!("maxEjectionPercent {} is above 100", v.value),
+            "a percentage of the Backend port's endpoints, 0 to 100",
         );
     }
 }

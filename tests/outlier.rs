@@ -1,0 +1,214 @@
+//! Outlier detection against real upstreams, with durations scaled down (interval 200 ms,
+//! base ejection 400 ms): Envoy's scenarios (`reference/balancing-and-outliers.md` §4) and
+//! egressd's own defaults.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::proxy::{eventually, get, preamble, TestProxy};
+use common::upstream::{full, Upstream};
+
+const HOST: &str = "od.test";
+
+fn backend(endpoints: &[SocketAddr], passive: &str) -> String {
+    let list: String = endpoints
+        .iter()
+        .map(|a| format!("      - {{address: {}}}\n", a.ip()))
+        .collect();
+    format!(
+        "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: api}}\nspec:\n  destination:\n    type: IP\n    ip:\n      endpoints:\n{list}    ports: [{{number: {port}}}]\n  tls: {{mode: InsecureDisable}}\n  trafficPolicy:\n    loadBalancer: {{type: RoundRobin}}\n    healthCheck:\n      passive: {{interval: 200ms, baseEjectionTime: 400ms{passive}}}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: api}}\nspec:\n  hostnames: [{HOST}]\n  rules: [{{backendRefs: [{{name: api}}]}}]\n",
+        port = endpoints[0].port()
+    )
+}
+
+/// An upstream on 127.0.0.`n`:`port` answering every request with `status`.
+async fn answering(n: u8, port: u16, status: u16) -> Upstream {
+    let addr = SocketAddr::new([127, 0, 0, n].into(), port);
+    Upstream::start_on_with(addr, move |_req| async move {
+        http::Response::builder()
+            .status(status)
+            .body(full(status.to_string()))
+            .unwrap()
+    })
+    .await
+}
+
+/// A free port on 127.0.0.1 (bound and released: another 127.0.0.x may use it too).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn endpoint_state(proxy: &TestProxy, ip: &str) -> serde_json::Value {
+    let response = get(proxy.admin, "admin", "/endpoints").await;
+    let all: serde_json::Value = serde_json::from_slice(&response.body).expect("JSON");
+    all["backends"][0]["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["address"].as_str().unwrap().starts_with(ip))
+        .cloned()
+        .expect("endpoint listed")
+}
+
+async fn is_ejected(proxy: &TestProxy, ip: &str) -> bool {
+    endpoint_state(proxy, ip).await["ejection"]["ejected"]
+        .as_bool()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn five_gateway_errors_eject_then_the_endpoint_returns_and_a_relapse_lasts_longer() {
+    let port = free_port();
+    let bad = answering(1, port, 503).await;
+    let good = answering(2, port, 200).await;
+    let proxy = TestProxy::start(&(preamble(None) + &backend(&[bad.addr, good.addr], ""))).await;
+
+    // Round robin alternates; the bad endpoint's 5th 503 ejects it.
+    let mut failures = 0;
+    for i in 0..10 {
+        let r = get(proxy.http(), HOST, &format!("/{i}")).await;
+        if r.status != 200 {
+            failures += 1;
+        }
+    }
+    assert_eq!(bad.request_count(), 5);
+    assert_eq!(
+        failures, 5,
+        "exactly consecutiveGatewayErrors failures reached clients"
+    );
+    let state = endpoint_state(&proxy, "127.0.0.1").await;
+    assert_eq!(state["ejection"]["ejected"], true, "{state}");
+    assert_eq!(state["ejection"]["multiplier"], 1);
+    assert_eq!(
+        state["ejection"]["lastReason"],
+        "consecutive_gateway_errors"
+    );
+
+    // While ejected, everything goes to the good endpoint.
+    for i in 0..10 {
+        assert_eq!(get(proxy.http(), HOST, &format!("/e{i}")).await.status, 200);
+    }
+    assert_eq!(bad.request_count(), 5);
+
+    // Back after 400 ms (on a 200 ms tick); five more 503s eject it again, for 2 × 400 ms.
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            !is_ejected(&proxy, "127.0.0.1").await
+        })
+        .await,
+        "unejected after the base ejection time"
+    );
+    for i in 0..10 {
+        let _ = get(proxy.http(), HOST, &format!("/r{i}")).await;
+    }
+    assert_eq!(bad.request_count(), 10);
+    let state = endpoint_state(&proxy, "127.0.0.1").await;
+    assert_eq!(state["ejection"]["ejected"], true, "{state}");
+    assert_eq!(state["ejection"]["multiplier"], 2);
+    let remaining = state["ejection"]["remainingMs"].as_u64().unwrap();
+    assert!(
+        remaining > 400 && remaining <= 800,
+        "second ejection lasts 800 ms: {remaining} ms left"
+    );
+}
+
+#[tokio::test]
+async fn connect_failures_count_as_gateway_errors() {
+    let port = free_port();
+    let good = answering(2, port, 200).await;
+    let dead = SocketAddr::new([127, 0, 0, 3].into(), port); // nothing listens there
+    let proxy = TestProxy::start(&(preamble(None) + &backend(&[dead, good.addr], ""))).await;
+    let mut refused = 0;
+    for i in 0..20 {
+        let r = get(proxy.http(), HOST, &format!("/{i}")).await;
+        if r.error_code() == Some("upstream_connect_failure") {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 5);
+    assert!(is_ejected(&proxy, "127.0.0.3").await);
+}
+
+#[tokio::test]
+async fn a_500_is_not_a_gateway_error_unless_consecutive_5xx_is_set() {
+    let port = free_port();
+    let erring = answering(1, port, 500).await;
+    let good = answering(2, port, 200).await;
+    let proxy = TestProxy::start(&(preamble(None) + &backend(&[erring.addr, good.addr], ""))).await;
+    for i in 0..20 {
+        let _ = get(proxy.http(), HOST, &format!("/{i}")).await;
+    }
+    assert_eq!(erring.request_count(), 10, "never ejected by default");
+    assert!(!is_ejected(&proxy, "127.0.0.1").await);
+    drop(proxy);
+
+    let proxy = TestProxy::start(
+        &(preamble(None) + &backend(&[erring.addr, good.addr], ", consecutive5XxErrors: 5")),
+    )
+    .await;
+    for i in 0..20 {
+        let _ = get(proxy.http(), HOST, &format!("/{i}")).await;
+    }
+    assert_eq!(erring.request_count(), 15, "ejected at the 5th 500");
+    let state = endpoint_state(&proxy, "127.0.0.1").await;
+    assert_eq!(state["ejection"]["lastReason"], "consecutive_5xx");
+}
+
+#[tokio::test]
+async fn max_ejection_percent_caps_ejections_and_always_eject_one_overrides_it() {
+    let port = free_port();
+    let a = answering(1, port, 503).await;
+    let b = answering(2, port, 503).await;
+    let c = answering(3, port, 503).await;
+    let addrs = [a.addr, b.addr, c.addr];
+    let ejected = |proxy: &TestProxy| {
+        let admin = proxy.admin;
+        async move {
+            let response = get(admin, "admin", "/endpoints").await;
+            let all: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
+            all["backends"][0]["endpoints"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["ejection"]["ejected"] == true)
+                .count()
+        }
+    };
+
+    // egressd's defaults (50%, alwaysEjectOneEndpoint): one of three (two would be 66.7%).
+    let proxy = TestProxy::start(&(preamble(None) + &backend(&addrs, ""))).await;
+    for i in 0..30 {
+        let _ = get(proxy.http(), HOST, &format!("/{i}")).await;
+    }
+    assert_eq!(ejected(&proxy).await, 1);
+    drop(proxy);
+
+    // Envoy's defaults since 1.28 (10%, no forced ejection): three endpoints, none ejected.
+    let proxy = TestProxy::start(
+        &(preamble(None)
+            + &backend(
+                &addrs,
+                ", maxEjectionPercent: 10, alwaysEjectOneEndpoint: false",
+            )),
+    )
+    .await;
+    for i in 0..30 {
+        let _ = get(proxy.http(), HOST, &format!("/{i}")).await;
+    }
+    assert_eq!(ejected(&proxy).await, 0);
+    drop(proxy);
+
+    // 100%: all three.
+    let proxy =
+        TestProxy::start(&(preamble(None) + &backend(&addrs, ", maxEjectionPercent: 100"))).await;
+    for i in 0..30 {
+        let _ = get(proxy.http(), HOST, &format!("/{i}")).await;
+    }
+    assert_eq!(ejected(&proxy).await, 3);
+}
