@@ -904,3 +904,55 @@ fn upstream_http2_mistakes_are_errors_at_each_value() {
         );
     }
 }
+
+#[test]
+fn load_balancer_and_health_check_mistakes_are_errors_at_each_value() {
+    let dir = fixture("health-check-mistakes");
+    let diags = diagnostics(&dir);
+    assert_eq!(diags.len(), 6, "{}", render(&diags));
+    let p = "spec.trafficPolicy";
+    let expected = [
+        (
+            ("leastRequest: {choiceCount", "{"),
+            format!("{p}.loadBalancer.leastRequest"),
+            "leastRequest settings do not apply to type RoundRobin",
+        ),
+        (
+            ("panicThreshold: 120", "120"),
+            format!("{p}.healthCheck.panicThreshold"),
+            "panicThreshold 120 is above 100",
+        ),
+        (
+            ("interval: 0s", "0s"),
+            format!("{p}.healthCheck.passive.interval"),
+            "interval must be greater than zero",
+        ),
+        (
+            ("maxEjectionTime: 10s", "10s"),
+            format!("{p}.healthCheck.passive.maxEjectionTime"),
+            "maxEjectionTime 10s is shorter than baseEjectionTime 30s",
+        ),
+        (
+            ("maxEjectionPercent: 150", "150"),
+            format!("{p}.healthCheck.passive.maxEjectionPercent"),
+            "maxEjectionPercent 150 is above 100",
+        ),
+        (
+            ("successRate: {", "{"),
+            format!("{p}.healthCheck.passive.successRate"),
+            "successRate is not supported yet",
+        ),
+    ];
+    for (d, ((context, token), field, message)) in diags.iter().zip(&expected) {
+        assert_error(
+            &dir,
+            d,
+            &Expect {
+                at: spot("backend.yaml", context, token),
+                object: Some("Backend default/flaky"),
+                field,
+                message,
+            },
+        );
+    }
+}
