@@ -212,3 +212,83 @@ async fn max_ejection_percent_caps_ejections_and_always_eject_one_overrides_it()
     }
     assert_eq!(ejected(&proxy).await, 3);
 }
+
+#[tokio::test]
+async fn a_killed_endpoint_costs_at_most_a_run_of_errors_and_returns_when_it_recovers() {
+    // Three endpoints under steady load from CLIENTS concurrent clients; one is killed. Without
+    // retries, the failures clients see are the requests in flight to it when it died plus
+    // the run of consecutiveGatewayErrors (5) that ejects it; then none.
+    const CLIENTS: usize = 4;
+    let port = free_port();
+    let a = answering(1, port, 200).await;
+    let b = answering(2, port, 200).await;
+    let c = answering(3, port, 200).await;
+    let b_addr = b.addr;
+    let yaml = preamble(None)
+        + &backend(&[a.addr, b.addr, c.addr], "")
+            .replace("{type: RoundRobin}", "{type: LeastRequest}");
+    let proxy = TestProxy::start(&yaml).await;
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = tokio::task::JoinSet::new();
+    for client in 0..CLIENTS {
+        let (addr, stop) = (proxy.http(), stop.clone());
+        load.spawn(async move {
+            let mut conn = common::proxy::Conn::open(addr).await;
+            let (mut ok, mut failed) = (0usize, 0usize);
+            // Bounded: at most 20,000 requests per client, and the test stops it sooner.
+            for i in 0..20_000 {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let request = common::proxy::request("GET", HOST, &format!("/{client}/{i}"))
+                    .body(Default::default())
+                    .unwrap();
+                if conn.fetch(request).await.status == 200 {
+                    ok += 1;
+                } else {
+                    failed += 1;
+                }
+            }
+            (ok, failed)
+        });
+    }
+    // Under load, then B dies.
+    assert!(eventually(Duration::from_secs(5), || async { b.request_count() >= 50 }).await);
+    drop(b);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            is_ejected(&proxy, "127.0.0.2").await
+        })
+        .await,
+        "the dead endpoint is ejected"
+    );
+    // Traffic goes on without it for a while.
+    let a_before = a.request_count();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            a.request_count() >= a_before + 100
+        })
+        .await
+    );
+
+    // B recovers (same address); after its ejection it gets traffic again.
+    let b = Upstream::start_on("b again", b_addr).await;
+    assert!(
+        eventually(Duration::from_secs(5), || async { b.request_count() >= 10 }).await,
+        "the recovered endpoint is used again"
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (mut ok, mut failed) = (0, 0);
+    while let Some(r) = load.join_next().await {
+        let (o, f) = r.unwrap();
+        ok += o;
+        failed += f;
+    }
+    assert!(ok > 300, "steady load: {ok} requests succeeded");
+    assert!(
+        failed <= 5 + CLIENTS,
+        "{failed} failures reached clients (bound: 5 + {CLIENTS} in flight)"
+    );
+    assert!(failed >= 1, "the kill was noticed");
+}
