@@ -113,3 +113,60 @@ async fn round_robin_and_random_split_by_weight() {
         );
     }
 }
+
+#[tokio::test]
+async fn max_parallel_requests_turns_overload_into_immediate_overflow_replies() {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let r = release.clone();
+    let slow = Upstream::start_with(move |_req| {
+        let release = r.clone();
+        async move {
+            release.notified().await;
+            http::Response::new(full("done"))
+        }
+    })
+    .await;
+    let yaml = preamble(None)
+        + &backend(
+            &[(slow.addr, 1)],
+            "{type: LeastRequest}\n    circuitBreaker: {maxParallelRequests: 2}",
+        );
+    let proxy = TestProxy::start(&yaml).await;
+
+    let held: Vec<_> = (0..2)
+        .map(|i| {
+            let addr = proxy.http();
+            tokio::spawn(async move { get(addr, HOST, &format!("/held{i}")).await })
+        })
+        .collect();
+    assert!(
+        common::proxy::eventually(Duration::from_secs(5), || async {
+            slow.request_count() == 2
+        })
+        .await
+    );
+    // The third is refused at once, without reaching the upstream.
+    let refused = tokio::time::timeout(Duration::from_secs(2), get(proxy.http(), HOST, "/third"))
+        .await
+        .expect("an immediate reply");
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert_eq!(refused.error_code(), Some("overflow"));
+    assert_eq!(slow.request_count(), 2);
+
+    // Once the held ones finish, there is room again.
+    release.notify_waiters();
+    for h in held {
+        assert_eq!(h.await.unwrap().text(), "done");
+    }
+    let again = get(proxy.http(), HOST, "/again");
+    release.notify_waiters();
+    let pending = tokio::spawn(again);
+    assert!(
+        common::proxy::eventually(Duration::from_secs(5), || async {
+            release.notify_waiters();
+            pending.is_finished()
+        })
+        .await
+    );
+    assert_eq!(pending.await.unwrap().status, 200);
+}

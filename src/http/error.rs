@@ -79,6 +79,8 @@ pub enum ProxyError {
     },
     #[error("websocket upgrades to Backend {backend} are turned off (httpUpgrade)")]
     UpgradeNotAllowed { backend: Arc<str> },
+    #[error("Backend {backend} has {limit} requests in flight (circuitBreaker.maxParallelRequests); try again later")]
+    Overflow { backend: Arc<str>, limit: u32 },
     #[error("{0} is not supported yet")]
     NotSupported(&'static str),
     #[error("this listener is being removed; retry the request")]
@@ -104,6 +106,7 @@ impl ProxyError {
             ProxyError::UpstreamTls { .. } => "upstream_tls_failure",
             ProxyError::UpstreamProtocol { .. } => "upstream_protocol_error",
             ProxyError::UpgradeNotAllowed { .. } => "upgrade_not_allowed",
+            ProxyError::Overflow { .. } => "overflow",
             ProxyError::NotSupported(_) => "not_supported",
             ProxyError::ListenerGone => "listener_draining",
         }
@@ -119,6 +122,7 @@ impl ProxyError {
             ProxyError::NoBackend { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::NoHealthyUpstream { .. }
             | ProxyError::ConnectFailure { .. }
+            | ProxyError::Overflow { .. }
             | ProxyError::ListenerGone => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::ConnectTimeout { .. }
             | ProxyError::UpstreamTimeout { .. }

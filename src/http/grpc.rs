@@ -87,6 +87,7 @@ pub fn status_of(err: &ProxyError) -> GrpcStatus {
         | ProxyError::StreamIdleTimeout { .. }
         | ProxyError::UpstreamTls { .. }
         | ProxyError::UpstreamReset { .. }
+        | ProxyError::Overflow { .. }
         | ProxyError::ListenerGone => GrpcStatus::Unavailable,
     }
 }

@@ -255,11 +255,20 @@ async fn proxy(
         upgrade.refused(target)?;
     }
     let upstream_req = prepare_request(req, &dest, target, entry, conn)?;
+    // Phase "admit": the circuit breaker, before any endpoint is bothered.
+    let admission = target
+        .port
+        .endpoints
+        .admit()
+        .ok_or_else(|| ProxyError::Overflow {
+            backend: target.backend.label.clone(),
+            limit: target.port.endpoints.max_parallel_requests(),
+        })?;
     let endpoint = pick_endpoint(target).await?;
     outcome.endpoint = Some(endpoint.addr);
     // Counted from now, not from the response headers: least-request balancing must see the
     // requests still waiting for an answer (a slow endpoint's pile-up is the signal).
-    let active = endpoint.start_request();
+    let active = endpoint.start_request().holding(admission);
     let deadline = request_deadline(target.policy.request_timeout, grpc, started);
     let sent = super::exchange::send(target, &endpoint, upstream_req, deadline).await;
     // Phase "record": outlier detection learns how the endpoint did.

@@ -52,6 +52,8 @@ pub struct DnsGroupKey {
     pub balancer: String,
     /// Outlier detection settings live in the group too.
     pub outlier: crate::balance::outlier::OutlierSettings,
+    /// `circuitBreaker.maxParallelRequests`.
+    pub max_parallel: u32,
 }
 
 /// Long-lived state shared by all snapshots.

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::group::Admission;
 use super::h2_pool::H2Pool;
 use super::pool::H1Pool;
 use crate::balance::outlier::OutlierState;
@@ -51,7 +52,7 @@ impl Endpoint {
     pub fn start_request(self: &Arc<Self>) -> ActiveRequest {
         self.active.fetch_add(1, Ordering::Relaxed);
         self.total.fetch_add(1, Ordering::Relaxed);
-        ActiveRequest(self.clone())
+        ActiveRequest(self.clone(), None)
     }
 
     /// Whether ALPN chose HTTP/1.1 on the last new connection (ports with `HTTP` over TLS).
@@ -74,9 +75,15 @@ impl Endpoint {
 
 /// A request in flight to an endpoint; decrements the active count when dropped.
 #[derive(Debug)]
-pub struct ActiveRequest(Arc<Endpoint>);
+pub struct ActiveRequest(Arc<Endpoint>, Option<Admission>);
 
 impl ActiveRequest {
+    /// Holds the request's circuit-breaker slot for as long as the request is active.
+    pub fn holding(mut self, admission: Admission) -> Self {
+        self.1 = Some(admission);
+        self
+    }
+
     pub fn endpoint(&self) -> &Arc<Endpoint> {
         &self.0
     }

@@ -80,6 +80,9 @@ pub struct EndpointGroup {
     pickable: ArcSwap<EndpointList>,
     balancer: Box<dyn Balancer>,
     outlier: OutlierSettings,
+    /// Requests in flight to this group, against `circuitBreaker.maxParallelRequests`.
+    parallel: Arc<std::sync::atomic::AtomicU32>,
+    max_parallel: u32,
     /// Serialises ejections, unejections and the rebuilds of `pickable` (rare events).
     ejections: Mutex<()>,
     /// Flips to true when the first resolution finished (success or failure).
@@ -99,6 +102,8 @@ impl EndpointGroup {
             pickable: ArcSwap::from_pointee(EndpointList::default()),
             balancer,
             outlier,
+            parallel: Arc::default(),
+            max_parallel: DEFAULT_MAX_PARALLEL_REQUESTS,
             ejections: Mutex::new(()),
             resolved_tx,
         };
@@ -119,6 +124,8 @@ impl EndpointGroup {
             pickable: ArcSwap::from_pointee(EndpointList::default()),
             balancer,
             outlier,
+            parallel: Arc::default(),
+            max_parallel: DEFAULT_MAX_PARALLEL_REQUESTS,
             ejections: Mutex::new(()),
             resolved_tx,
         }
@@ -126,6 +133,27 @@ impl EndpointGroup {
 
     pub fn outlier_settings(&self) -> &OutlierSettings {
         &self.outlier
+    }
+
+    /// Sets `circuitBreaker.maxParallelRequests` (when the group is built).
+    pub fn with_max_parallel_requests(mut self, max: u32) -> Self {
+        self.max_parallel = max.max(1);
+        self
+    }
+
+    /// Phase "admit": a slot under `maxParallelRequests`, held until the response ends; `None`
+    /// when the group is full (the request gets 503 `overflow`). Like Envoy's, the check is a
+    /// single atomic increment, so concurrent requests never exceed the limit.
+    pub fn admit(&self) -> Option<Admission> {
+        let before = self
+            .parallel
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let admission = Admission(self.parallel.clone());
+        (before < self.max_parallel).then_some(admission)
+    }
+
+    pub fn max_parallel_requests(&self) -> u32 {
+        self.max_parallel
     }
 
     /// The current endpoints.
@@ -240,6 +268,19 @@ impl EndpointGroup {
     fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
         // Guards no data of its own: poisoning means nothing here.
         self.ejections.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Envoy's default for `max_requests`.
+pub const DEFAULT_MAX_PARALLEL_REQUESTS: u32 = 1024;
+
+/// A request counted against its group's `maxParallelRequests`; dropping it frees the slot.
+#[derive(Debug)]
+pub struct Admission(Arc<std::sync::atomic::AtomicU32>);
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 

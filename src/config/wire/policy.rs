@@ -22,7 +22,7 @@ macro_rules! policy_sections {
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub health_check: Option<Spanned<HealthCheck>>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub circuit_breaker: Option<Spanned<NotYetSupported>>,
+            pub circuit_breaker: Option<Spanned<CircuitBreaker>>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub retry: Option<Spanned<NotYetSupported>>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -247,4 +247,26 @@ pub struct PassiveHealthCheck {
     /// One endpoint may always be ejected, whatever maxEjectionPercent says (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub always_eject_one_endpoint: Option<bool>,
+}
+
+/// `circuitBreaker`: limits that turn overload into fast 503s instead of queues.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CircuitBreaker {
+    /// Requests in flight to one Backend port, all endpoints together (default 1024); one
+    /// more gets 503 `overflow` at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel_requests: Option<Spanned<u32>>,
+    /// Not supported yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<Spanned<NotYetSupported>>,
+    /// Not supported yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pending_requests: Option<Spanned<NotYetSupported>>,
+    /// Not supported yet (arrives with retries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel_retries: Option<Spanned<NotYetSupported>>,
+    /// Not supported yet (arrives with retries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_budget: Option<Spanned<NotYetSupported>>,
 }

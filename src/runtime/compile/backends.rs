@@ -243,6 +243,10 @@ fn compile_one(
     let balancer = policies
         .backend_section(id, inline_spec, |s| s.load_balancer.as_ref())
         .map_or_else(BalancerKind::default, |lb| balancer_kind(&lb));
+    let max_parallel = policies
+        .backend_section(id, inline_spec, |s| s.circuit_breaker.as_ref())
+        .and_then(|cb| cb.max_parallel_requests.map(|v| v.value))
+        .unwrap_or(crate::upstream::group::DEFAULT_MAX_PARALLEL_REQUESTS);
     let outlier = policies
         .backend_section(id, inline_spec, |s| s.health_check.as_ref())
         .map_or_else(OutlierSettings::default, |hc| outlier_settings(&hc));
@@ -423,6 +427,7 @@ fn compile_one(
                     family,
                     balancer: balancer.key(),
                     outlier,
+                    max_parallel,
                 };
                 let source = EndpointSource::Dns {
                     hostname: host.clone(),
@@ -454,11 +459,10 @@ fn compile_one(
                         registry.endpoint(&t, SocketAddr::new(*ip, number))
                     })
                     .collect();
-                let group = Arc::new(EndpointGroup::new_static(
-                    endpoints,
-                    balancer.build(),
-                    outlier,
-                ));
+                let group = Arc::new(
+                    EndpointGroup::new_static(endpoints, balancer.build(), outlier)
+                        .with_max_parallel_requests(max_parallel),
+                );
                 cx.outlier_groups.push(Arc::downgrade(&group));
                 group
             }

@@ -328,11 +328,6 @@ pub(crate) fn check_sections(
     prefix: &str,
 ) {
     let pending = [
-        (
-            "circuitBreaker",
-            spec.circuit_breaker.as_ref().map(|s| s.pos),
-            "[balance]",
-        ),
         ("retry", spec.retry.as_ref().map(|s| s.pos), "[balance]"),
         (
             "tcpKeepalive",
@@ -369,6 +364,27 @@ pub(crate) fn check_sections(
     }
     if let Some(lb) = &spec.load_balancer {
         check_load_balancer(cx, file, id, &lb.value, prefix);
+    }
+    if let Some(cb) = &spec.circuit_breaker {
+        let cb = &cb.value;
+        let field = |name: &str| format!("{prefix}.circuitBreaker.{name}");
+        for (name, v) in [
+            ("maxConnections", &cb.max_connections),
+            ("maxPendingRequests", &cb.max_pending_requests),
+            ("maxParallelRetries", &cb.max_parallel_retries),
+            ("retryBudget", &cb.retry_budget),
+        ] {
+            if let Some(v) = v {
+                cx.not_yet(at(file, id, v.pos, field(name)), name, "[balance]");
+            }
+        }
+        if let Some(v) = cb.max_parallel_requests.as_ref().filter(|v| v.value == 0) {
+            cx.error(
+                at(file, id, v.pos, field("maxParallelRequests")),
+                "maxParallelRequests must be at least 1",
+                "e.g. 1024; a Backend that must take no traffic has no route to it",
+            );
+        }
     }
     if let Some(hc) = &spec.health_check {
         check_health_check(cx, file, id, &hc.value, prefix);
