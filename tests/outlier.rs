@@ -292,3 +292,117 @@ async fn a_killed_endpoint_costs_at_most_a_run_of_errors_and_returns_when_it_rec
     );
     assert!(failed >= 1, "the kill was noticed");
 }
+
+/// `backend(..)` with a `retry` section.
+fn with_retry(yaml: String, retry: &str) -> String {
+    yaml.replace(
+        "    healthCheck:",
+        &format!("    retry: {retry}\n    healthCheck:"),
+    )
+}
+
+#[tokio::test]
+async fn with_retries_a_killed_endpoint_costs_clients_nothing() {
+    const CLIENTS: usize = 4;
+    let port = free_port();
+    let a = answering(1, port, 200).await;
+    let b = answering(2, port, 200).await;
+    let c = answering(3, port, 200).await;
+    let yaml = preamble(None)
+        + &with_retry(
+            backend(&[a.addr, b.addr, c.addr], "")
+                .replace("{type: RoundRobin}", "{type: LeastRequest}"),
+            "{numRetries: 2}",
+        );
+    let proxy = TestProxy::start(&yaml).await;
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = tokio::task::JoinSet::new();
+    for client in 0..CLIENTS {
+        let (addr, stop) = (proxy.http(), stop.clone());
+        load.spawn(async move {
+            let mut conn = common::proxy::Conn::open(addr).await;
+            let (mut ok, mut failed) = (0usize, Vec::new());
+            for i in 0..20_000 {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let request = common::proxy::request("GET", HOST, &format!("/{client}/{i}"))
+                    .body(Default::default())
+                    .unwrap();
+                let response = conn.fetch(request).await;
+                if response.status == 200 {
+                    ok += 1;
+                } else {
+                    failed.push(format!("{} {}", response.status, response.text()));
+                }
+            }
+            (ok, failed)
+        });
+    }
+    assert!(eventually(Duration::from_secs(5), || async { b.request_count() >= 50 }).await);
+    drop(b);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            is_ejected(&proxy, "127.0.0.2").await
+        })
+        .await
+    );
+    let a_before = a.request_count();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            a.request_count() >= a_before + 100
+        })
+        .await
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (mut ok, mut failed) = (0, Vec::new());
+    while let Some(r) = load.join_next().await {
+        let (o, f) = r.unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    assert!(ok > 300, "steady load: {ok} requests succeeded");
+    assert!(failed.is_empty(), "{} failed: {:?}", failed.len(), failed);
+}
+
+#[tokio::test]
+async fn a_503_is_retried_on_another_endpoint_but_a_post_with_a_body_is_not() {
+    let port = free_port();
+    let bad = answering(1, port, 503).await;
+    let good = answering(2, port, 200).await;
+    let yaml = preamble(None)
+        + &with_retry(
+            backend(&[bad.addr, good.addr], ", consecutiveGatewayErrors: 0"),
+            "{numRetries: 1, perRetry: {backOff: {baseInterval: 1ms, maxInterval: 2ms}}}",
+        );
+    let proxy = TestProxy::start(&yaml).await;
+    for i in 0..10 {
+        let r = get(proxy.http(), HOST, &format!("/{i}")).await;
+        assert_eq!(
+            r.status,
+            200,
+            "GET retried on the other endpoint: {}",
+            r.text()
+        );
+    }
+    // Round robin kept sending first attempts there: each of those was retried elsewhere.
+    assert!(
+        bad.request_count() >= 3,
+        "the 503 endpoint was tried {} times",
+        bad.request_count()
+    );
+
+    // A POST with a body cannot be replayed: its 503 reaches the client.
+    let mut saw_503 = false;
+    for i in 0..4 {
+        let request = common::proxy::request("POST", HOST, &format!("/p{i}"))
+            .body(http_body_util::Full::new(bytes::Bytes::from_static(
+                b"order",
+            )))
+            .unwrap();
+        let response = common::proxy::fetch(proxy.http(), request).await;
+        saw_503 |= response.status == 503;
+    }
+    assert!(saw_503, "a POST with a body is not retried");
+}

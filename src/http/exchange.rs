@@ -332,7 +332,15 @@ fn to_http2_form(req: &mut Request<RequestBody>, transport: &Transport) {
 /// A copy of a body-less request to send again if the server refuses it, taken only while
 /// retries are left.
 fn refused_retry_copy(req: &Request<RequestBody>, refused: u32) -> Option<Request<RequestBody>> {
-    if refused >= MAX_REFUSED_RETRIES || !matches!(req.body(), RequestBody::Empty) {
+    if refused >= MAX_REFUSED_RETRIES {
+        return None;
+    }
+    replayable_copy(req)
+}
+
+/// A copy of `req` to send again, if its body can be replayed (for now: no body).
+pub(super) fn replayable_copy(req: &Request<RequestBody>) -> Option<Request<RequestBody>> {
+    if !matches!(req.body(), RequestBody::Empty) {
         return None;
     }
     let mut copy = Request::new(RequestBody::Empty);
@@ -363,7 +371,7 @@ fn refused_unprocessed(err: &hyper::Error, method: Option<&http::Method>) -> boo
 }
 
 /// RFC 9110 §9.2.2.
-fn is_idempotent(method: &http::Method) -> bool {
+pub(super) fn is_idempotent(method: &http::Method) -> bool {
     use http::Method;
     [
         Method::GET,

@@ -15,6 +15,7 @@ pub mod filters;
 pub mod grpc;
 pub mod headers;
 pub mod proxy;
+mod retry;
 pub mod router;
 pub mod tunnel;
 pub mod websocket;

@@ -254,7 +254,7 @@ async fn proxy(
         }
         upgrade.refused(target)?;
     }
-    let upstream_req = prepare_request(req, &dest, target, entry, conn)?;
+    let mut upstream_req = prepare_request(req, &dest, target, entry, conn)?;
     // Phase "admit": the circuit breaker, before any endpoint is bothered.
     let admission = target
         .port
@@ -264,31 +264,79 @@ async fn proxy(
             backend: target.backend.label.clone(),
             limit: target.port.endpoints.max_parallel_requests(),
         })?;
-    let endpoint = pick_endpoint(target).await?;
-    outcome.endpoint = Some(endpoint.addr);
-    // Counted from now, not from the response headers: least-request balancing must see the
-    // requests still waiting for an answer (a slow endpoint's pile-up is the signal).
-    let active = endpoint.start_request().holding(admission);
     let deadline = request_deadline(target.policy.request_timeout, grpc, started);
-    let sent = super::exchange::send(target, &endpoint, upstream_req, deadline).await;
-    // Phase "record": outlier detection learns how the endpoint did.
-    let outcome = match &sent {
-        Ok((response, _)) => Some(OutlierOutcome::of_status(response.status().as_u16())),
-        Err(e) => e.outlier_outcome(),
-    };
-    if let Some(outcome) = outcome {
-        target.port.endpoints.record(&endpoint, outcome);
+    let retry = target.policy.retry.as_ref();
+    let mut retries = 0u32;
+    let mut previous: Option<Arc<Endpoint>> = None;
+    loop {
+        // A copy to send again, taken only while a retry is possible (see `retry_decision`).
+        let replay = retry
+            .filter(|r| retries < r.num_retries)
+            .and_then(|_| super::exchange::replayable_copy(&upstream_req));
+        let endpoint = pick_endpoint_avoiding(target, previous.as_ref()).await?;
+        outcome.endpoint = Some(endpoint.addr);
+        // Counted from now, not from the response headers: least-request balancing must see
+        // the requests still waiting for an answer (a slow endpoint's pile-up is the signal).
+        let active = endpoint.start_request();
+        let attempt_deadline = match retry.and_then(|r| r.per_try_timeout) {
+            Some(t) => {
+                let per_try = (Instant::now() + t, t);
+                Some(deadline.map_or(per_try, |d| if d.0 <= per_try.0 { d } else { per_try }))
+            }
+            None => deadline,
+        };
+        let sent = super::exchange::send(target, &endpoint, upstream_req, attempt_deadline).await;
+        // Phase "record": outlier detection learns how the endpoint did.
+        let recorded = match &sent {
+            Ok((response, _)) => Some(OutlierOutcome::of_status(response.status().as_u16())),
+            Err(e) => e.outlier_outcome(),
+        };
+        if let Some(recorded) = recorded {
+            target.port.endpoints.record(&endpoint, recorded);
+        }
+        // Phase "retry": only what the policy names, and only when it is safe.
+        if let (Some(policy), Some(next)) = (retry, replay) {
+            let time_left = deadline.is_none_or(|(at, _)| Instant::now() < at);
+            if time_left && super::retry::should_retry(policy, &sent, next.method()) {
+                retries += 1;
+                tracing::debug!(backend = %target.backend.label, endpoint = %endpoint.addr, retries, "retrying");
+                drop(sent);
+                drop(active);
+                super::retry::back_off(policy, retries).await;
+                upstream_req = next;
+                previous = Some(endpoint);
+                continue;
+            }
+        }
+        let (response, lease) = sent?;
+        return Ok(respond(
+            response,
+            lease,
+            active.holding(admission),
+            target,
+            entry,
+            deadline,
+            grpc.is_some(),
+        ));
     }
-    let (response, lease) = sent?;
-    Ok(respond(
-        response,
-        lease,
-        active,
-        target,
-        entry,
-        deadline,
-        grpc.is_some(),
-    ))
+}
+
+/// Phase "pick endpoint" for a retry: another endpoint than the one that just failed, when
+/// the group has one.
+async fn pick_endpoint_avoiding(
+    target: &Target,
+    previous: Option<&Arc<Endpoint>>,
+) -> Result<Arc<Endpoint>, ProxyError> {
+    let mut endpoint = pick_endpoint(target).await?;
+    if let Some(previous) = previous {
+        for _ in 0..3 {
+            if !Arc::ptr_eq(&endpoint, previous) {
+                break;
+            }
+            endpoint = pick_endpoint(target).await?;
+        }
+    }
+    Ok(endpoint)
 }
 
 /// When the whole exchange must be over, and the timeout that says so: the request timeout,

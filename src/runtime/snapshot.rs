@@ -217,6 +217,39 @@ pub struct RequestPolicy {
     /// Whether websocket upgrades are relayed (`httpUpgrade`); refused upgrades reach the
     /// upstream as plain HTTP requests.
     pub websocket: bool,
+    /// `retry`, when set.
+    pub retry: Option<RetryPolicy>,
+}
+
+/// `retry`, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub num_retries: u32,
+    pub connect_failure: bool,
+    pub refused_stream: bool,
+    pub reset: bool,
+    pub gateway_error: bool,
+    /// `retriable-status-codes`: these statuses.
+    pub status_codes: Vec<u16>,
+    pub per_try_timeout: Option<Duration>,
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            num_retries: 2,
+            connect_failure: true,
+            refused_stream: true,
+            reset: true,
+            gateway_error: true,
+            status_codes: Vec::new(),
+            per_try_timeout: None,
+            backoff_base: Duration::from_millis(25),
+            backoff_max: Duration::from_millis(250),
+        }
+    }
 }
 
 impl Default for RequestPolicy {
@@ -227,6 +260,7 @@ impl Default for RequestPolicy {
             backend_request_timeout: None,
             stream_idle_timeout: Some(Duration::from_secs(300)),
             websocket: true,
+            retry: None,
         }
     }
 }

@@ -24,7 +24,7 @@ macro_rules! policy_sections {
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub circuit_breaker: Option<Spanned<CircuitBreaker>>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub retry: Option<Spanned<NotYetSupported>>,
+            pub retry: Option<Spanned<RetrySpec>>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub timeout: Option<Spanned<TimeoutPolicy>>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -269,4 +269,50 @@ pub struct CircuitBreaker {
     /// Not supported yet (arrives with retries).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_budget: Option<Spanned<NotYetSupported>>,
+}
+
+/// `retry`: sending a failed request again, when that is safe.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetrySpec {
+    /// Attempts after the first (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_retries: Option<Spanned<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_on: Option<RetryOn>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_retry: Option<PerRetry>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetryOn {
+    /// `connect-failure`, `refused-stream`, `reset`, `gateway-error`, `retriable-status-codes`
+    /// (default: the first four).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triggers: Option<Vec<Spanned<String>>>,
+    /// Statuses retried with `retriable-status-codes` (setting them turns that trigger on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status_codes: Option<Vec<Spanned<u16>>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PerRetry {
+    /// Time allowed for each attempt until the response headers (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Spanned<GwDuration>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub back_off: Option<BackOff>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackOff {
+    /// Fully jittered exponential backoff: retry n waits a random time up to
+    /// min(base × 2^(n-1), max) (defaults 25ms and 250ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_interval: Option<GwDuration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_interval: Option<GwDuration>,
 }

@@ -254,7 +254,28 @@ impl<'a> PolicyIndex<'a> {
                     .iter()
                     .find_map(|s| upgrades_of(&s.spec))
             });
-        let mut policy = RequestPolicy::default();
+        let retry_of = |s: &TrafficPolicySpec| s.retry.as_ref().map(|r| r.value.clone());
+        let retry = route
+            .and_then(|(id, _)| {
+                self.sources(Kind::HttpRoute, &id.namespace, &id.name)
+                    .iter()
+                    .find_map(|s| retry_of(&s.spec))
+            })
+            .or_else(|| inline.and_then(retry_of))
+            .or_else(|| {
+                self.sources(Kind::Backend, &backend.namespace, &backend.name)
+                    .iter()
+                    .find_map(|s| retry_of(&s.spec))
+            })
+            .or_else(|| {
+                self.sources(Kind::Gateway, &gateway.namespace, &gateway.name)
+                    .iter()
+                    .find_map(|s| retry_of(&s.spec))
+            });
+        let mut policy = RequestPolicy {
+            retry: retry.as_ref().map(retry_policy),
+            ..RequestPolicy::default()
+        };
         // Websocket upgrades are allowed unless a policy lists upgrades without it.
         if let Some(list) = upgrades {
             policy.websocket = list
@@ -327,14 +348,11 @@ pub(crate) fn check_sections(
     spec: &TrafficPolicySpec,
     prefix: &str,
 ) {
-    let pending = [
-        ("retry", spec.retry.as_ref().map(|s| s.pos), "[balance]"),
-        (
-            "tcpKeepalive",
-            spec.tcp_keepalive.as_ref().map(|s| s.pos),
-            "[balance]",
-        ),
-    ];
+    let pending = [(
+        "tcpKeepalive",
+        spec.tcp_keepalive.as_ref().map(|s| s.pos),
+        "[balance]",
+    )];
     for (name, pos, issue) in pending {
         if let Some(pos) = pos {
             cx.not_yet(at(file, id, pos, format!("{prefix}.{name}")), name, issue);
@@ -384,6 +402,24 @@ pub(crate) fn check_sections(
                 "maxParallelRequests must be at least 1",
                 "e.g. 1024; a Backend that must take no traffic has no route to it",
             );
+        }
+    }
+    if let Some(r) = &spec.retry {
+        if let Some(triggers) = r.value.retry_on.as_ref().and_then(|o| o.triggers.as_ref()) {
+            for (i, t) in triggers.iter().enumerate() {
+                if !RETRY_TRIGGERS.contains(&t.value.as_str()) {
+                    cx.error(
+                        at(
+                            file,
+                            id,
+                            t.pos,
+                            format!("{prefix}.retry.retryOn.triggers[{i}]"),
+                        ),
+                        format!("unknown retry trigger `{}`", t.value),
+                        format!("one of {}", RETRY_TRIGGERS.join(", ")),
+                    );
+                }
+            }
         }
     }
     if let Some(hc) = &spec.health_check {
@@ -633,4 +669,46 @@ fn check_health_check(
             "a percentage of the Backend port's endpoints, 0 to 100",
         );
     }
+}
+
+const RETRY_TRIGGERS: [&str; 5] = [
+    "connect-failure",
+    "refused-stream",
+    "reset",
+    "gateway-error",
+    "retriable-status-codes",
+];
+
+/// `retry` over the defaults (triggers validated by `check_sections`).
+fn retry_policy(
+    spec: &crate::config::wire::policy::RetrySpec,
+) -> crate::runtime::snapshot::RetryPolicy {
+    let mut p = crate::runtime::snapshot::RetryPolicy::default();
+    if let Some(n) = &spec.num_retries {
+        p.num_retries = n.value;
+    }
+    if let Some(on) = &spec.retry_on {
+        if let Some(triggers) = &on.triggers {
+            let has = |name: &str| triggers.iter().any(|t| t.value == name);
+            p.connect_failure = has("connect-failure");
+            p.refused_stream = has("refused-stream");
+            p.reset = has("reset");
+            p.gateway_error = has("gateway-error");
+        }
+        if let Some(codes) = &on.http_status_codes {
+            p.status_codes = codes.iter().map(|c| c.value).collect();
+        }
+    }
+    if let Some(per) = &spec.per_retry {
+        p.per_try_timeout = per.timeout.as_ref().map(|t| t.value.0);
+        if let Some(b) = &per.back_off {
+            if let Some(base) = b.base_interval {
+                p.backoff_base = base.0;
+            }
+            if let Some(max) = b.max_interval {
+                p.backoff_max = max.0;
+            }
+        }
+    }
+    p
 }

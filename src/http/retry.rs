@@ -1,0 +1,55 @@
+//! Phase "retry": whether a failed attempt is sent again, and how long to wait first.
+//!
+//! Safe means: the request can be replayed (this build replays requests without a body; a
+//! bounded replay buffer for bodies is still to come), and either the upstream provably did not
+//! process it (connect failure) or the method is idempotent (RFC 9110 §9.2.2) for failures
+//! after the request may have arrived (reset, per-try timeout, 502/503/504, listed statuses).
+//! A retry never happens after response bytes went downstream: the decision is taken on the
+//! response headers, before anything is sent to the client. Refused HTTP/2 streams are resent
+//! inside the exchange (`exchange.rs`) whatever the policy, since the server did not see them.
+
+use std::time::Duration;
+
+use http::{Method, Response};
+use hyper::body::Incoming;
+
+use super::body::Lease;
+use super::error::ProxyError;
+use super::exchange::is_idempotent;
+use crate::runtime::snapshot::RetryPolicy;
+
+pub(super) fn should_retry(
+    policy: &RetryPolicy,
+    attempt: &Result<(Response<Incoming>, Lease), ProxyError>,
+    method: &Method,
+) -> bool {
+    let idempotent = is_idempotent(method);
+    match attempt {
+        Err(ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. }) => {
+            policy.connect_failure
+        }
+        Err(ProxyError::UpstreamReset { .. }) => policy.reset && idempotent,
+        Err(ProxyError::UpstreamTimeout { .. }) => policy.gateway_error && idempotent,
+        Err(_) => false,
+        Ok((response, _)) => {
+            let status = response.status().as_u16();
+            idempotent
+                && ((policy.gateway_error && (502..=504).contains(&status))
+                    || policy.status_codes.contains(&status))
+        }
+    }
+}
+
+/// Fully jittered exponential backoff: retry `n` (1-based) waits a random time up to
+/// `min(base × 2^(n-1), max)`, so retries of many clients spread out instead of arriving
+/// together.
+pub(super) async fn back_off(policy: &RetryPolicy, retry: u32) {
+    let ceiling = policy
+        .backoff_base
+        .saturating_mul(1u32 << (retry.saturating_sub(1)).min(16))
+        .min(policy.backoff_max);
+    let wait = Duration::from_micros(fastrand::u64(..=ceiling.as_micros() as u64));
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
+}
