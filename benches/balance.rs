@@ -71,11 +71,33 @@ fn bench_picks(c: &mut Criterion) {
     }
 }
 
+/// Recording a result on the hot path: a success (loads only) and a failure (increments).
+fn bench_record(c: &mut Criterion) {
+    use egressd::balance::outlier::{Outcome, OutlierSettings};
+    let (list, _held) = endpoints(10, false);
+    let group = egressd::upstream::EndpointGroup::new_static(
+        list.clone(),
+        Box::new(LeastRequest::new(LeastRequestSettings::default())),
+        OutlierSettings {
+            consecutive_gateway_errors: None,
+            ..OutlierSettings::default()
+        },
+    );
+    let mut g = c.benchmark_group("record");
+    g.bench_function("success", |b| {
+        b.iter(|| group.record(black_box(&list[3]), Outcome::Success))
+    });
+    g.bench_function("gateway_error", |b| {
+        b.iter(|| group.record(black_box(&list[3]), Outcome::GatewayError))
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
-    targets = bench_picks
+    targets = bench_picks, bench_record
 }
 criterion_main!(benches);

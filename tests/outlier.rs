@@ -56,6 +56,14 @@ async fn endpoint_state(proxy: &TestProxy, ip: &str) -> serde_json::Value {
         .expect("endpoint listed")
 }
 
+/// The value of one Prometheus series from `/metrics` (0 when absent).
+async fn metric(proxy: &TestProxy, series: &str) -> f64 {
+    let body = get(proxy.admin, "admin", "/metrics").await.text();
+    body.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
 async fn is_ejected(proxy: &TestProxy, ip: &str) -> bool {
     endpoint_state(proxy, ip).await["ejection"]["ejected"]
         .as_bool()
@@ -386,6 +394,14 @@ async fn a_503_is_retried_on_another_endpoint_but_a_post_with_a_body_is_not() {
             r.text()
         );
     }
+    assert!(
+        metric(
+            &proxy,
+            r#"egressd_upstream_retries_total{backend="default/api"}"#
+        )
+        .await
+            >= 3.0
+    );
     // Round robin kept sending first attempts there: each of those was retried elsewhere.
     assert!(
         bad.request_count() >= 3,

@@ -291,14 +291,29 @@ async fn proxy(
             Ok((response, _)) => Some(OutlierOutcome::of_status(response.status().as_u16())),
             Err(e) => e.outlier_outcome(),
         };
-        if let Some(recorded) = recorded {
-            target.port.endpoints.record(&endpoint, recorded);
+        if let Some(reason) = recorded.and_then(|r| target.port.endpoints.record(&endpoint, r)) {
+            // Rare: the label lookup is fine here.
+            shared
+                .metrics
+                .outlier_ejections
+                .get_or_create(&crate::telemetry::metrics::BackendReasonLabel {
+                    backend: target.backend.label.to_string(),
+                    reason: reason.as_str(),
+                })
+                .inc();
         }
         // Phase "retry": only what the policy names, and only when it is safe.
         if let (Some(policy), Some(next)) = (retry, replay) {
             let time_left = deadline.is_none_or(|(at, _)| Instant::now() < at);
             if time_left && super::retry::should_retry(policy, &sent, next.method()) {
                 retries += 1;
+                shared
+                    .metrics
+                    .retries
+                    .get_or_create(&crate::telemetry::metrics::BackendLabel {
+                        backend: target.backend.label.to_string(),
+                    })
+                    .inc();
                 tracing::debug!(backend = %target.backend.label, endpoint = %endpoint.addr, retries, "retrying");
                 drop(sent);
                 drop(active);

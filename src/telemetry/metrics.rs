@@ -34,6 +34,12 @@ pub struct BackendDirectionLabel {
     pub direction: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendReasonLabel {
+    pub backend: String,
+    pub reason: &'static str,
+}
+
 /// Every metric egressd exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -51,6 +57,8 @@ pub struct Metrics {
     pub tls_passthrough_rejected: Family<CauseLabel, Counter>,
     pub websockets_active: Family<BackendLabel, Gauge>,
     pub websocket_bytes: Family<BackendDirectionLabel, Counter>,
+    pub outlier_ejections: Family<BackendReasonLabel, Counter>,
+    pub retries: Family<BackendLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -130,7 +138,21 @@ impl Default for Metrics {
             "Bytes relayed by closed websockets, by Backend and direction",
             websocket_bytes.clone(),
         );
+        let outlier_ejections = Family::<BackendReasonLabel, Counter>::default();
+        registry.register(
+            "outlier_ejections",
+            "Endpoints ejected by outlier detection, by Backend and reason",
+            outlier_ejections.clone(),
+        );
+        let retries = Family::<BackendLabel, Counter>::default();
+        registry.register(
+            "upstream_retries",
+            "Requests sent again by the retry policy, by Backend",
+            retries.clone(),
+        );
         Metrics {
+            outlier_ejections,
+            retries,
             websockets_active,
             websocket_bytes,
             tls_passthrough_rejected,

@@ -186,14 +186,13 @@ impl EndpointGroup {
     }
 
     /// Records how an exchange with `endpoint` went; ejects it when that completes a run of
-    /// failures.
-    pub fn record(&self, endpoint: &Endpoint, outcome: Outcome) {
-        if let Some(reason) = endpoint.outlier.record(outcome, &self.outlier) {
-            self.eject(endpoint, reason);
-        }
+    /// failures, and then says why.
+    pub fn record(&self, endpoint: &Endpoint, outcome: Outcome) -> Option<EjectReason> {
+        let reason = endpoint.outlier.record(outcome, &self.outlier)?;
+        self.eject(endpoint, reason).then_some(reason)
     }
 
-    fn eject(&self, endpoint: &Endpoint, reason: EjectReason) {
+    fn eject(&self, endpoint: &Endpoint, reason: EjectReason) -> bool {
         let _serial = self.lock();
         let list = self.list.load();
         let ejected_now = list
@@ -215,6 +214,7 @@ impl EndpointGroup {
         } else if !endpoint.outlier.is_ejected() {
             tracing::debug!(endpoint = %endpoint.addr, reason = reason.as_str(), ejected_now, "ejection skipped: maxEjectionPercent reached");
         }
+        ejected
     }
 
     /// The interval tick: unejects endpoints whose time is up, decays multipliers.
