@@ -422,3 +422,21 @@ async fn a_503_is_retried_on_another_endpoint_but_a_post_with_a_body_is_not() {
     }
     assert!(saw_503, "a POST with a body is not retried");
 }
+
+#[tokio::test]
+async fn an_httproute_retry_maps_onto_the_retry_policy() {
+    let port = free_port();
+    let bad = answering(1, port, 503).await;
+    let good = answering(2, port, 200).await;
+    let yaml = preamble(None)
+        + &backend(&[bad.addr, good.addr], ", consecutiveGatewayErrors: 0").replace(
+            "rules: [{backendRefs: [{name: api}]}]",
+            "rules: [{backendRefs: [{name: api}], retry: {attempts: 1, codes: [503], backoff: 1ms}}]",
+        );
+    let proxy = TestProxy::start(&yaml).await;
+    for i in 0..10 {
+        let r = get(proxy.http(), HOST, &format!("/{i}")).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert!(bad.request_count() >= 3);
+}

@@ -36,7 +36,7 @@ pub struct HttpRouteRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeouts: Option<Spanned<HttpRouteTimeouts>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry: Option<Spanned<NotYetSupported>>,
+    pub retry: Option<Spanned<HttpRouteRetry>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_persistence: Option<Spanned<NotYetSupported>>,
 }
@@ -148,4 +148,19 @@ pub struct HttpRouteTimeouts {
     /// One attempt to a backend, until the end of its response.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend_request: Option<GwDuration>,
+}
+
+/// Gateway API `HTTPRouteRetry` (GEP-1731), mapped onto the `retry` policy.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpRouteRetry {
+    /// Retries after the first attempt (egressd's `numRetries`; default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+    /// Base of the jittered exponential backoff (default 25ms; the cap is 10 × this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<GwDuration>,
+    /// Statuses retried (idempotent methods); when set, 502/503/504 are retried only if listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codes: Option<Vec<u16>>,
 }

@@ -208,19 +208,17 @@ impl<'a> PolicyIndex<'a> {
     }
 
     /// The request policy for a request to `backend`, routed by `route` (if any) on `gateway`.
+    /// Route rule fields (timeouts, retry) come first, then policies by precedence.
     pub fn request_policy(
         &self,
-        route: Option<(
-            &ObjectId,
-            Option<&crate::config::wire::route::HttpRouteTimeouts>,
-        )>,
+        route: Option<RouteSettings<'_>>,
         backend: &ObjectId,
         inline: Option<&TrafficPolicySpec>,
         gateway: &ObjectId,
     ) -> RequestPolicy {
         let timeout_of = |s: &TrafficPolicySpec| s.timeout.as_ref().map(|t| t.value.clone());
         let timeout: Option<TimeoutPolicy> = route
-            .and_then(|(id, _)| {
+            .and_then(|RouteSettings { id, .. }| {
                 self.sources(Kind::HttpRoute, &id.namespace, &id.name)
                     .iter()
                     .find_map(|s| timeout_of(&s.spec))
@@ -238,7 +236,7 @@ impl<'a> PolicyIndex<'a> {
             });
         let upgrades_of = |s: &TrafficPolicySpec| s.http_upgrade.as_ref().map(|u| u.value.clone());
         let upgrades = route
-            .and_then(|(id, _)| {
+            .and_then(|RouteSettings { id, .. }| {
                 self.sources(Kind::HttpRoute, &id.namespace, &id.name)
                     .iter()
                     .find_map(|s| upgrades_of(&s.spec))
@@ -255,8 +253,10 @@ impl<'a> PolicyIndex<'a> {
                     .find_map(|s| upgrades_of(&s.spec))
             });
         let retry_of = |s: &TrafficPolicySpec| s.retry.as_ref().map(|r| r.value.clone());
+        let rule_retry = route.and_then(|r| r.retry).map(route_retry);
         let retry = route
-            .and_then(|(id, _)| {
+            .and_then(|r| {
+                let id = r.id;
                 self.sources(Kind::HttpRoute, &id.namespace, &id.name)
                     .iter()
                     .find_map(|s| retry_of(&s.spec))
@@ -273,7 +273,7 @@ impl<'a> PolicyIndex<'a> {
                     .find_map(|s| retry_of(&s.spec))
             });
         let mut policy = RequestPolicy {
-            retry: retry.as_ref().map(retry_policy),
+            retry: rule_retry.or_else(|| retry.as_ref().map(retry_policy)),
             ..RequestPolicy::default()
         };
         // Websocket upgrades are allowed unless a policy lists upgrades without it.
@@ -296,7 +296,11 @@ impl<'a> PolicyIndex<'a> {
             }
         }
         // HTTPRoute rule fields outrank every policy.
-        if let Some((_, Some(rule))) = route {
+        if let Some(RouteSettings {
+            timeouts: Some(rule),
+            ..
+        }) = route
+        {
             if let Some(d) = rule.request {
                 policy.request_timeout = nonzero(d.into());
             }
@@ -709,6 +713,33 @@ fn retry_policy(
                 p.backoff_max = max.0;
             }
         }
+    }
+    p
+}
+
+/// What a matched HTTPRoute rule says itself.
+#[derive(Clone, Copy)]
+pub struct RouteSettings<'a> {
+    pub id: &'a ObjectId,
+    pub timeouts: Option<&'a crate::config::wire::route::HttpRouteTimeouts>,
+    pub retry: Option<&'a crate::config::wire::route::HttpRouteRetry>,
+}
+
+/// Gateway API `HTTPRouteRetry` onto egressd's retry policy.
+fn route_retry(
+    r: &crate::config::wire::route::HttpRouteRetry,
+) -> crate::runtime::snapshot::RetryPolicy {
+    let mut p = crate::runtime::snapshot::RetryPolicy::default();
+    if let Some(n) = r.attempts {
+        p.num_retries = n;
+    }
+    if let Some(base) = r.backoff {
+        p.backoff_base = base.0;
+        p.backoff_max = (base.0 * 10).max(p.backoff_max);
+    }
+    if let Some(codes) = &r.codes {
+        p.gateway_error = false;
+        p.status_codes = codes.clone();
     }
     p
 }

@@ -44,11 +44,15 @@ pub(super) fn check_route<'a>(
     for (ri, rule) in route.spec.rules.iter().enumerate() {
         let field = format!("spec.rules[{ri}]");
         if let Some(v) = &rule.retry {
-            cx.not_yet(
-                at(file, id, v.pos, format!("{field}.retry")),
-                "retry",
-                "[balance]",
-            );
+            for code in v.value.codes.iter().flatten() {
+                if !(400..=599).contains(code) {
+                    cx.error(
+                        at(file, id, v.pos, format!("{field}.retry.codes")),
+                        format!("retry code {code} is not an error status"),
+                        "list 4xx or 5xx statuses, e.g. [503]",
+                    );
+                }
+            }
         }
         if let Some(v) = &rule.session_persistence {
             cx.not_yet(

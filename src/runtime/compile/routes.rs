@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::backends::{BackendEntry, Backends};
 use super::listeners::CompiledListener;
 use super::policy::PolicyIndex;
+use super::policy::RouteSettings;
 use super::route_rules::{check_route, CheckedRule};
 use super::{at, hostname_matches, Cx};
 use crate::config::wire::common::ParentRef;
@@ -379,6 +380,7 @@ fn build_action(
     gateway: &ObjectId,
 ) -> RouteAction {
     let timeouts = rule.rule.timeouts.as_ref().map(|t| &t.value);
+    let retry = rule.rule.retry.as_ref().map(|r| &r.value);
     let mut total = 0u64;
     let targets = rule
         .refs
@@ -386,8 +388,16 @@ fn build_action(
         .filter(|(_, _, _, w)| *w > 0)
         .map(|(backend, inline, port_index, weight)| {
             total += u64::from(*weight);
-            let policy =
-                policies.request_policy(Some((&route.id, timeouts)), &backend.id, *inline, gateway);
+            let policy = policies.request_policy(
+                Some(RouteSettings {
+                    id: &route.id,
+                    timeouts,
+                    retry,
+                }),
+                &backend.id,
+                *inline,
+                gateway,
+            );
             WeightedTarget {
                 target: Arc::new(Target {
                     backend: backend.clone(),
