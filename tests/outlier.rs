@@ -409,7 +409,7 @@ async fn a_503_is_retried_on_another_endpoint_but_a_post_with_a_body_is_not() {
         bad.request_count()
     );
 
-    // A POST with a body cannot be replayed: its 503 reaches the client.
+    // A POST is not idempotent: after a 503 it may have been processed, so it is not retried.
     let mut saw_503 = false;
     for i in 0..4 {
         let request = common::proxy::request("POST", HOST, &format!("/p{i}"))
@@ -420,7 +420,34 @@ async fn a_503_is_retried_on_another_endpoint_but_a_post_with_a_body_is_not() {
         let response = common::proxy::fetch(proxy.http(), request).await;
         saw_503 |= response.status == 503;
     }
-    assert!(saw_503, "a POST with a body is not retried");
+    assert!(saw_503, "a POST is not retried after a 503");
+}
+
+#[tokio::test]
+async fn a_put_body_is_read_ahead_and_sent_again_intact() {
+    let port = free_port();
+    let bad = answering(1, port, 503).await;
+    let good = Upstream::start_on("good", SocketAddr::new([127, 0, 0, 2].into(), port)).await;
+    let yaml = preamble(None)
+        + &with_retry(
+            backend(&[bad.addr, good.addr], ", consecutiveGatewayErrors: 0"),
+            "{numRetries: 1, perRetry: {backOff: {baseInterval: 1ms, maxInterval: 2ms}}}",
+        );
+    let proxy = TestProxy::start(&yaml).await;
+    let body = vec![b'x'; 10_000];
+    for i in 0..6 {
+        let request = common::proxy::request("PUT", HOST, &format!("/doc{i}"))
+            .body(http_body_util::Full::new(bytes::Bytes::from(body.clone())))
+            .unwrap();
+        let response = common::proxy::fetch(proxy.http(), request).await;
+        assert_eq!(response.status, 200, "{}", response.text());
+    }
+    assert!(bad.request_count() >= 2, "some first attempts failed");
+    assert!(
+        good.requests().iter().all(|r| r.body_len == 10_000),
+        "bodies arrive whole"
+    );
+    assert_eq!(good.request_count(), 6);
 }
 
 #[tokio::test]

@@ -25,6 +25,9 @@ pub enum RequestBody {
     /// No body: a request without one can be sent again as is (a stream refused by an
     /// HTTP/2 server, a connection that went away before the request was written).
     Empty,
+    /// A small body read ahead so the request can be retried (`retry.replayBodyLimit`); the
+    /// `Option` empties as it is sent, and a copy is taken before each attempt.
+    Buffered(Option<Bytes>),
 }
 
 impl RequestBody {
@@ -49,6 +52,7 @@ impl Body for RequestBody {
         match self.get_mut() {
             RequestBody::Client(body) => Pin::new(body).poll_frame(cx),
             RequestBody::Empty => Poll::Ready(None),
+            RequestBody::Buffered(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
         }
     }
 
@@ -56,6 +60,7 @@ impl Body for RequestBody {
         match self {
             RequestBody::Client(body) => body.is_end_stream(),
             RequestBody::Empty => true,
+            RequestBody::Buffered(bytes) => bytes.is_none(),
         }
     }
 
@@ -63,6 +68,9 @@ impl Body for RequestBody {
         match self {
             RequestBody::Client(body) => body.size_hint(),
             RequestBody::Empty => SizeHint::with_exact(0),
+            RequestBody::Buffered(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
         }
     }
 }

@@ -338,12 +338,14 @@ fn refused_retry_copy(req: &Request<RequestBody>, refused: u32) -> Option<Reques
     replayable_copy(req)
 }
 
-/// A copy of `req` to send again, if its body can be replayed (for now: no body).
+/// A copy of `req` to send again, if its body can be replayed (none, or read ahead).
 pub(super) fn replayable_copy(req: &Request<RequestBody>) -> Option<Request<RequestBody>> {
-    if !matches!(req.body(), RequestBody::Empty) {
-        return None;
-    }
-    let mut copy = Request::new(RequestBody::Empty);
+    let body = match req.body() {
+        RequestBody::Empty => RequestBody::Empty,
+        RequestBody::Buffered(Some(bytes)) => RequestBody::Buffered(Some(bytes.clone())),
+        _ => return None,
+    };
+    let mut copy = Request::new(body);
     *copy.method_mut() = req.method().clone();
     *copy.uri_mut() = req.uri().clone();
     *copy.version_mut() = req.version();

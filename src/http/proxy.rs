@@ -266,6 +266,14 @@ async fn proxy(
         })?;
     let deadline = request_deadline(target.policy.request_timeout, grpc, started);
     let retry = target.policy.retry.as_ref();
+    if let Some(policy) = retry {
+        upstream_req = super::retry::read_ahead(
+            upstream_req,
+            policy.replay_body_limit,
+            target.policy.stream_idle_timeout,
+        )
+        .await?;
+    }
     let mut retries = 0u32;
     let mut previous: Option<Arc<Endpoint>> = None;
     loop {

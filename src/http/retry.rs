@@ -1,7 +1,7 @@
 //! Phase "retry": whether a failed attempt is sent again, and how long to wait first.
 //!
-//! Safe means: the request can be replayed (this build replays requests without a body; a
-//! bounded replay buffer for bodies is still to come), and either the upstream provably did not
+//! Safe means: the request can be replayed (no body, or a body of known length within
+//! `replayBodyLimit`, read ahead before the first attempt), and either the upstream provably did not
 //! process it (connect failure) or the method is idempotent (RFC 9110 §9.2.2) for failures
 //! after the request may have arrived (reset, per-try timeout, 502/503/504, listed statuses).
 //! A retry never happens after response bytes went downstream: the decision is taken on the
@@ -10,10 +10,11 @@
 
 use std::time::Duration;
 
-use http::{Method, Response};
+use http::{Method, Request, Response};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use super::body::Lease;
+use super::body::{Lease, RequestBody};
 use super::error::ProxyError;
 use super::exchange::is_idempotent;
 use crate::runtime::snapshot::RetryPolicy;
@@ -52,4 +53,36 @@ pub(super) async fn back_off(policy: &RetryPolicy, retry: u32) {
     if !wait.is_zero() {
         tokio::time::sleep(wait).await;
     }
+}
+
+/// Reads a small request body ahead (its declared length within `limit`), so the request can
+/// be sent again. Bodies without a known length, or larger, stream as usual and are sent once.
+pub(super) async fn read_ahead(
+    req: Request<RequestBody>,
+    limit: u64,
+    idle: Option<Duration>,
+) -> Result<Request<RequestBody>, ProxyError> {
+    let fits = matches!(req.body(), RequestBody::Client(_))
+        && http_body::Body::size_hint(req.body())
+            .exact()
+            .is_some_and(|len| len <= limit);
+    if !fits {
+        return Ok(req);
+    }
+    let (parts, body) = req.into_parts();
+    // A client that stops sending is bounded like a silent upstream.
+    let collect = body.collect();
+    let collected = match idle {
+        Some(t) => tokio::time::timeout(t, collect).await.map_err(|_| {
+            ProxyError::InvalidRequest(format!("the request body did not arrive within {t:?}"))
+        })?,
+        None => collect.await,
+    };
+    let bytes = collected
+        .map_err(|e| ProxyError::InvalidRequest(format!("request body: {e}")))?
+        .to_bytes();
+    Ok(Request::from_parts(
+        parts,
+        RequestBody::Buffered(Some(bytes)),
+    ))
 }

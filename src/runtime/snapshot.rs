@@ -234,6 +234,9 @@ pub struct RetryPolicy {
     pub per_try_timeout: Option<Duration>,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
+    /// Request bodies up to this size (with a known length) are read ahead so they can be
+    /// sent again; larger or streamed ones are sent once.
+    pub replay_body_limit: u64,
 }
 
 impl Default for RetryPolicy {
@@ -248,6 +251,7 @@ impl Default for RetryPolicy {
             per_try_timeout: None,
             backoff_base: Duration::from_millis(25),
             backoff_max: Duration::from_millis(250),
+            replay_body_limit: 64 << 10,
         }
     }
 }

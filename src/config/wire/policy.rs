@@ -282,6 +282,10 @@ pub struct RetrySpec {
     pub retry_on: Option<RetryOn>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_retry: Option<PerRetry>,
+    /// Request bodies up to this size, with a known length, are held so they can be sent
+    /// again (default 64Ki; 0: only body-less requests are retried).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_body_limit: Option<Quantity>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]

@@ -691,6 +691,9 @@ fn retry_policy(
     if let Some(n) = &spec.num_retries {
         p.num_retries = n.value;
     }
+    if let Some(limit) = spec.replay_body_limit {
+        p.replay_body_limit = limit.0;
+    }
     if let Some(on) = &spec.retry_on {
         if let Some(triggers) = &on.triggers {
             let has = |name: &str| triggers.iter().any(|t| t.value == name);
