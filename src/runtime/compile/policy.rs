@@ -207,6 +207,30 @@ impl<'a> PolicyIndex<'a> {
             .map(|s| s.value.clone())
     }
 
+    /// A request-level section by precedence: policy targeting the HTTPRoute >
+    /// `Backend.spec.trafficPolicy` > policy targeting the Backend > policy targeting the
+    /// Gateway.
+    fn request_section<T: Clone>(
+        &self,
+        route: Option<&ObjectId>,
+        backend: &ObjectId,
+        inline: Option<&TrafficPolicySpec>,
+        gateway: &ObjectId,
+        get: impl Fn(&TrafficPolicySpec) -> Option<&Spanned<T>>,
+    ) -> Option<T> {
+        let from = |kind: Kind, id: &ObjectId| {
+            self.sources(kind, &id.namespace, &id.name)
+                .iter()
+                .find_map(|s| get(&s.spec))
+        };
+        route
+            .and_then(|id| from(Kind::HttpRoute, id))
+            .or_else(|| inline.and_then(&get))
+            .or_else(|| from(Kind::Backend, backend))
+            .or_else(|| from(Kind::Gateway, gateway))
+            .map(|s| s.value.clone())
+    }
+
     /// The request policy for a request to `backend`, routed by `route` (if any) on `gateway`.
     /// Route rule fields (timeouts, retry) come first, then policies by precedence.
     pub fn request_policy(
@@ -216,62 +240,14 @@ impl<'a> PolicyIndex<'a> {
         inline: Option<&TrafficPolicySpec>,
         gateway: &ObjectId,
     ) -> RequestPolicy {
-        let timeout_of = |s: &TrafficPolicySpec| s.timeout.as_ref().map(|t| t.value.clone());
-        let timeout: Option<TimeoutPolicy> = route
-            .and_then(|RouteSettings { id, .. }| {
-                self.sources(Kind::HttpRoute, &id.namespace, &id.name)
-                    .iter()
-                    .find_map(|s| timeout_of(&s.spec))
-            })
-            .or_else(|| inline.and_then(timeout_of))
-            .or_else(|| {
-                self.sources(Kind::Backend, &backend.namespace, &backend.name)
-                    .iter()
-                    .find_map(|s| timeout_of(&s.spec))
-            })
-            .or_else(|| {
-                self.sources(Kind::Gateway, &gateway.namespace, &gateway.name)
-                    .iter()
-                    .find_map(|s| timeout_of(&s.spec))
-            });
-        let upgrades_of = |s: &TrafficPolicySpec| s.http_upgrade.as_ref().map(|u| u.value.clone());
-        let upgrades = route
-            .and_then(|RouteSettings { id, .. }| {
-                self.sources(Kind::HttpRoute, &id.namespace, &id.name)
-                    .iter()
-                    .find_map(|s| upgrades_of(&s.spec))
-            })
-            .or_else(|| inline.and_then(upgrades_of))
-            .or_else(|| {
-                self.sources(Kind::Backend, &backend.namespace, &backend.name)
-                    .iter()
-                    .find_map(|s| upgrades_of(&s.spec))
-            })
-            .or_else(|| {
-                self.sources(Kind::Gateway, &gateway.namespace, &gateway.name)
-                    .iter()
-                    .find_map(|s| upgrades_of(&s.spec))
-            });
-        let retry_of = |s: &TrafficPolicySpec| s.retry.as_ref().map(|r| r.value.clone());
+        let route_id = route.map(|r| r.id);
+        let timeout: Option<TimeoutPolicy> =
+            self.request_section(route_id, backend, inline, gateway, |s| s.timeout.as_ref());
+        let upgrades = self.request_section(route_id, backend, inline, gateway, |s| {
+            s.http_upgrade.as_ref()
+        });
         let rule_retry = route.and_then(|r| r.retry).map(route_retry);
-        let retry = route
-            .and_then(|r| {
-                let id = r.id;
-                self.sources(Kind::HttpRoute, &id.namespace, &id.name)
-                    .iter()
-                    .find_map(|s| retry_of(&s.spec))
-            })
-            .or_else(|| inline.and_then(retry_of))
-            .or_else(|| {
-                self.sources(Kind::Backend, &backend.namespace, &backend.name)
-                    .iter()
-                    .find_map(|s| retry_of(&s.spec))
-            })
-            .or_else(|| {
-                self.sources(Kind::Gateway, &gateway.namespace, &gateway.name)
-                    .iter()
-                    .find_map(|s| retry_of(&s.spec))
-            });
+        let retry = self.request_section(route_id, backend, inline, gateway, |s| s.retry.as_ref());
         let mut policy = RequestPolicy {
             retry: rule_retry.or_else(|| retry.as_ref().map(retry_policy)),
             ..RequestPolicy::default()
