@@ -6,6 +6,7 @@ mod backends;
 mod downstream;
 mod listeners;
 mod policy;
+mod policy_checks;
 mod route_rules;
 mod routes;
 mod settings;

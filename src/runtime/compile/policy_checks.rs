@@ -1,0 +1,346 @@
+//! Validation of the policy sections, wherever a policy is written (standalone
+//! `BackendTrafficPolicy` or inline `Backend.spec.trafficPolicy`): values out of range are
+//! positioned errors, parts of the model this build does not implement are "not supported yet".
+
+use super::{at, Cx};
+use crate::config::wire::policy::TrafficPolicySpec;
+use crate::config::ObjectId;
+
+/// Reports sections and values this build does not implement, wherever a policy is written.
+pub(crate) fn check_sections(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    spec: &TrafficPolicySpec,
+    prefix: &str,
+) {
+    let pending = [(
+        "tcpKeepalive",
+        spec.tcp_keepalive.as_ref().map(|s| s.pos),
+        "[balance]",
+    )];
+    for (name, pos, issue) in pending {
+        if let Some(pos) = pos {
+            cx.not_yet(at(file, id, pos, format!("{prefix}.{name}")), name, issue);
+        }
+    }
+    if let Some(h2) = &spec.http2 {
+        check_http2(cx, file, id, &h2.value, prefix);
+    }
+    if let Some(upgrades) = &spec.http_upgrade {
+        for (i, u) in upgrades.value.iter().enumerate() {
+            if !u.kind.value.eq_ignore_ascii_case("websocket") {
+                cx.not_yet(
+                    at(
+                        file,
+                        id,
+                        u.kind.pos,
+                        format!("{prefix}.httpUpgrade[{i}].type"),
+                    ),
+                    &format!(
+                        "upgrade type `{}` (this build relays websocket)",
+                        u.kind.value
+                    ),
+                    "[h2]",
+                );
+            }
+        }
+    }
+    if let Some(lb) = &spec.load_balancer {
+        check_load_balancer(cx, file, id, &lb.value, prefix);
+    }
+    if let Some(cb) = &spec.circuit_breaker {
+        let cb = &cb.value;
+        let field = |name: &str| format!("{prefix}.circuitBreaker.{name}");
+        for (name, v) in [
+            ("maxConnections", &cb.max_connections),
+            ("maxPendingRequests", &cb.max_pending_requests),
+            ("maxParallelRetries", &cb.max_parallel_retries),
+            ("retryBudget", &cb.retry_budget),
+        ] {
+            if let Some(v) = v {
+                cx.not_yet(at(file, id, v.pos, field(name)), name, "[balance]");
+            }
+        }
+        if let Some(v) = cb.max_parallel_requests.as_ref().filter(|v| v.value == 0) {
+            cx.error(
+                at(file, id, v.pos, field("maxParallelRequests")),
+                "maxParallelRequests must be at least 1",
+                "e.g. 1024; a Backend that must take no traffic has no route to it",
+            );
+        }
+    }
+    if let Some(r) = &spec.retry {
+        if let Some(triggers) = r.value.retry_on.as_ref().and_then(|o| o.triggers.as_ref()) {
+            for (i, t) in triggers.iter().enumerate() {
+                if !RETRY_TRIGGERS.contains(&t.value.as_str()) {
+                    cx.error(
+                        at(
+                            file,
+                            id,
+                            t.pos,
+                            format!("{prefix}.retry.retryOn.triggers[{i}]"),
+                        ),
+                        format!("unknown retry trigger `{}`", t.value),
+                        format!("one of {}", RETRY_TRIGGERS.join(", ")),
+                    );
+                }
+            }
+        }
+    }
+    if let Some(hc) = &spec.health_check {
+        check_health_check(cx, file, id, &hc.value, prefix);
+    }
+    if let Some(t) = &spec.timeout {
+        if t.tcp
+            .as_ref()
+            .and_then(|tcp| tcp.connect_timeout)
+            .is_some_and(|d| d.0.is_zero())
+        {
+            cx.error(
+                at(
+                    file,
+                    id,
+                    t.pos,
+                    format!("{prefix}.timeout.tcp.connectTimeout"),
+                ),
+                "connectTimeout must be greater than zero",
+                "e.g. 10s",
+            );
+        }
+    }
+}
+
+/// Largest HTTP/2 flow-control window (RFC 9113 §6.9.1).
+const MAX_WINDOW: u64 = (1 << 31) - 1;
+
+fn check_http2(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    h2: &crate::config::wire::policy::Http2Policy,
+    prefix: &str,
+) {
+    if let Some(v) = h2.max_concurrent_streams.as_ref().filter(|v| v.value == 0) {
+        cx.error(
+            at(
+                file,
+                id,
+                v.pos,
+                format!("{prefix}.http2.maxConcurrentStreams"),
+            ),
+            "maxConcurrentStreams must be at least 1",
+            "e.g. 100; leave it out to follow the server's own limit",
+        );
+    }
+    for (name, value) in [
+        ("initialStreamWindowSize", &h2.initial_stream_window_size),
+        (
+            "initialConnectionWindowSize",
+            &h2.initial_connection_window_size,
+        ),
+    ] {
+        if let Some(v) = value
+            .as_ref()
+            .filter(|v| v.value.0 < 65_535 || v.value.0 > MAX_WINDOW)
+        {
+            cx.error(
+                at(file, id, v.pos, format!("{prefix}.http2.{name}")),
+                format!(
+                    "{name} {} is out of range (65535 to 2147483647 bytes)",
+                    v.value
+                ),
+                "HTTP/2 windows are at least 64Ki-1 and below 2Gi, e.g. 1Mi",
+            );
+        }
+    }
+    if let Some(k) = &h2.connection_keepalive {
+        if k.interval.value.0.is_zero() {
+            cx.error(
+                at(
+                    file,
+                    id,
+                    k.interval.pos,
+                    format!("{prefix}.http2.connectionKeepalive.interval"),
+                ),
+                "keepalive interval must be greater than zero",
+                "e.g. 30s, or remove connectionKeepalive to send no PINGs",
+            );
+        }
+    }
+}
+
+fn check_load_balancer(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    lb: &crate::config::wire::policy::LoadBalancer,
+    prefix: &str,
+) {
+    use crate::config::wire::enums::LoadBalancerType;
+    if lb.kind.value == LoadBalancerType::ConsistentHash {
+        cx.not_yet(
+            at(file, id, lb.kind.pos, format!("{prefix}.loadBalancer.type")),
+            "loadBalancer type ConsistentHash",
+            "[balance]",
+        );
+    }
+    for (name, v) in [
+        ("slowStart", &lb.slow_start),
+        ("consistentHash", &lb.consistent_hash),
+    ] {
+        if let Some(v) = v {
+            cx.not_yet(
+                at(file, id, v.pos, format!("{prefix}.loadBalancer.{name}")),
+                name,
+                "[balance]",
+            );
+        }
+    }
+    let Some(lr) = &lb.least_request else {
+        return;
+    };
+    if lb.kind.value != LoadBalancerType::LeastRequest {
+        cx.error(
+            at(
+                file,
+                id,
+                lr.pos,
+                format!("{prefix}.loadBalancer.leastRequest"),
+            ),
+            format!(
+                "leastRequest settings do not apply to type {}",
+                lb.kind.value
+            ),
+            "remove leastRequest, or set type: LeastRequest",
+        );
+    }
+    if let Some(c) = lr
+        .value
+        .choice_count
+        .as_ref()
+        .filter(|c| !(2..=crate::balance::MAX_CHOICES as u32).contains(&c.value))
+    {
+        cx.error(
+            at(
+                file,
+                id,
+                c.pos,
+                format!("{prefix}.loadBalancer.leastRequest.choiceCount"),
+            ),
+            format!(
+                "choiceCount {} is out of range (2 to {})",
+                c.value,
+                crate::balance::MAX_CHOICES
+            ),
+            "2 (power of two choices) balances well; more choices approach a full scan",
+        );
+    }
+    if let Some(b) = lr
+        .value
+        .active_request_bias
+        .as_ref()
+        .filter(|b| !b.value.is_finite() || b.value < 0.0)
+    {
+        cx.error(
+            at(
+                file,
+                id,
+                b.pos,
+                format!("{prefix}.loadBalancer.leastRequest.activeRequestBias"),
+            ),
+            format!(
+                "activeRequestBias {} must be a number of at least 0",
+                b.value
+            ),
+            "1.0 weighs by weight/(active+1); 0 ignores load",
+        );
+    }
+}
+
+fn check_health_check(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    hc: &crate::config::wire::policy::HealthCheck,
+    prefix: &str,
+) {
+    let field = |name: &str| format!("{prefix}.healthCheck.{name}");
+    if let Some(a) = &hc.active {
+        cx.not_yet(
+            at(file, id, a.pos, field("active")),
+            "active health checks",
+            "[balance]",
+        );
+    }
+    if let Some(t) = hc.panic_threshold.as_ref().filter(|t| t.value > 100) {
+        cx.error(
+            at(file, id, t.pos, field("panicThreshold")),
+            format!("panicThreshold {} is above 100", t.value),
+            "a percentage of healthy endpoints, 0 to 100 (0: never balance over unhealthy ones)",
+        );
+    }
+    let Some(p) = &hc.passive else {
+        return;
+    };
+    let p = &p.value;
+    for (name, v) in [
+        (
+            "consecutiveLocalOriginFailures",
+            &p.consecutive_local_origin_failures,
+        ),
+        (
+            "splitExternalLocalOriginErrors",
+            &p.split_external_local_origin_errors,
+        ),
+        ("failurePercentage", &p.failure_percentage),
+        ("successRate", &p.success_rate),
+    ] {
+        if let Some(v) = v {
+            cx.not_yet(
+                at(file, id, v.pos, field(&format!("passive.{name}"))),
+                name,
+                "[balance]",
+            );
+        }
+    }
+    for (name, v) in [
+        ("interval", &p.interval),
+        ("baseEjectionTime", &p.base_ejection_time),
+    ] {
+        if let Some(v) = v.as_ref().filter(|v| v.value.0.is_zero()) {
+            cx.error(
+                at(file, id, v.pos, field(&format!("passive.{name}"))),
+                format!("{name} must be greater than zero"),
+                "e.g. 10s",
+            );
+        }
+    }
+    if let (Some(base), Some(max)) = (&p.base_ejection_time, &p.max_ejection_time) {
+        if max.value.0 < base.value.0 {
+            cx.error(
+                at(file, id, max.pos, field("passive.maxEjectionTime")),
+                format!(
+                    "maxEjectionTime {} is shorter than baseEjectionTime {}",
+                    max.value, base.value
+                ),
+                "the longest ejection must be at least the first one",
+            );
+        }
+    }
+    if let Some(v) = p.max_ejection_percent.as_ref().filter(|v| v.value > 100) {
+        cx.error(
+            at(file, id, v.pos, field("passive.maxEjectionPercent")),
+            format!("maxEjectionPercent {} is above 100", v.value),
+            "a percentage of the Backend port's endpoints, 0 to 100",
+        );
+    }
+}
+
+pub(super) const RETRY_TRIGGERS: [&str; 5] = [
+    "connect-failure",
+    "refused-stream",
+    "reset",
+    "gateway-error",
+    "retriable-status-codes",
+];
