@@ -221,6 +221,55 @@ async fn max_ejection_percent_caps_ejections_and_always_eject_one_overrides_it()
     assert_eq!(ejected(&proxy).await, 3);
 }
 
+/// `clients` keep-alive clients sending GETs one after another until stopped (at most 20,000
+/// each), counting successes and keeping the failures.
+struct SteadyLoad {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    clients: tokio::task::JoinSet<(usize, Vec<String>)>,
+}
+
+impl SteadyLoad {
+    fn start(addr: SocketAddr, clients: usize) -> SteadyLoad {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut set = tokio::task::JoinSet::new();
+        for client in 0..clients {
+            let stop = stop.clone();
+            set.spawn(async move {
+                let mut conn = common::proxy::Conn::open(addr).await;
+                let (mut ok, mut failed) = (0usize, Vec::new());
+                for i in 0..20_000 {
+                    if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        break;
+                    }
+                    let request = common::proxy::request("GET", HOST, &format!("/{client}/{i}"))
+                        .body(Default::default())
+                        .unwrap();
+                    let response = conn.fetch(request).await;
+                    if response.status == 200 {
+                        ok += 1;
+                    } else {
+                        failed.push(format!("{} {}", response.status, response.text()));
+                    }
+                }
+                (ok, failed)
+            });
+        }
+        SteadyLoad { stop, clients: set }
+    }
+
+    /// Stops the clients; the requests that succeeded and the failures.
+    async fn stop(mut self) -> (usize, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let (mut ok, mut failed) = (0, Vec::new());
+        while let Some(r) = self.clients.join_next().await {
+            let (o, f) = r.unwrap();
+            ok += o;
+            failed.extend(f);
+        }
+        (ok, failed)
+    }
+}
+
 #[tokio::test]
 async fn a_killed_endpoint_costs_at_most_a_run_of_errors_and_returns_when_it_recovers() {
     // Three endpoints under steady load from CLIENTS concurrent clients; one is killed. Without
@@ -237,30 +286,7 @@ async fn a_killed_endpoint_costs_at_most_a_run_of_errors_and_returns_when_it_rec
             .replace("{type: RoundRobin}", "{type: LeastRequest}");
     let proxy = TestProxy::start(&yaml).await;
 
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut load = tokio::task::JoinSet::new();
-    for client in 0..CLIENTS {
-        let (addr, stop) = (proxy.http(), stop.clone());
-        load.spawn(async move {
-            let mut conn = common::proxy::Conn::open(addr).await;
-            let (mut ok, mut failed) = (0usize, 0usize);
-            // Bounded: at most 20,000 requests per client, and the test stops it sooner.
-            for i in 0..20_000 {
-                if stop.load(std::sync::atomic::Ordering::SeqCst) {
-                    break;
-                }
-                let request = common::proxy::request("GET", HOST, &format!("/{client}/{i}"))
-                    .body(Default::default())
-                    .unwrap();
-                if conn.fetch(request).await.status == 200 {
-                    ok += 1;
-                } else {
-                    failed += 1;
-                }
-            }
-            (ok, failed)
-        });
-    }
+    let load = SteadyLoad::start(proxy.http(), CLIENTS);
     // Under load, then B dies.
     assert!(eventually(Duration::from_secs(5), || async { b.request_count() >= 50 }).await);
     drop(b);
@@ -286,13 +312,8 @@ async fn a_killed_endpoint_costs_at_most_a_run_of_errors_and_returns_when_it_rec
         eventually(Duration::from_secs(5), || async { b.request_count() >= 10 }).await,
         "the recovered endpoint is used again"
     );
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let (mut ok, mut failed) = (0, 0);
-    while let Some(r) = load.join_next().await {
-        let (o, f) = r.unwrap();
-        ok += o;
-        failed += f;
-    }
+    let (ok, failures) = load.stop().await;
+    let failed = failures.len();
     assert!(ok > 300, "steady load: {ok} requests succeeded");
     assert!(
         failed <= 5 + CLIENTS,
@@ -324,30 +345,7 @@ async fn with_retries_a_killed_endpoint_costs_clients_nothing() {
         );
     let proxy = TestProxy::start(&yaml).await;
 
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut load = tokio::task::JoinSet::new();
-    for client in 0..CLIENTS {
-        let (addr, stop) = (proxy.http(), stop.clone());
-        load.spawn(async move {
-            let mut conn = common::proxy::Conn::open(addr).await;
-            let (mut ok, mut failed) = (0usize, Vec::new());
-            for i in 0..20_000 {
-                if stop.load(std::sync::atomic::Ordering::SeqCst) {
-                    break;
-                }
-                let request = common::proxy::request("GET", HOST, &format!("/{client}/{i}"))
-                    .body(Default::default())
-                    .unwrap();
-                let response = conn.fetch(request).await;
-                if response.status == 200 {
-                    ok += 1;
-                } else {
-                    failed.push(format!("{} {}", response.status, response.text()));
-                }
-            }
-            (ok, failed)
-        });
-    }
+    let load = SteadyLoad::start(proxy.http(), CLIENTS);
     assert!(eventually(Duration::from_secs(5), || async { b.request_count() >= 50 }).await);
     drop(b);
     assert!(
@@ -363,13 +361,7 @@ async fn with_retries_a_killed_endpoint_costs_clients_nothing() {
         })
         .await
     );
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let (mut ok, mut failed) = (0, Vec::new());
-    while let Some(r) = load.join_next().await {
-        let (o, f) = r.unwrap();
-        ok += o;
-        failed.extend(f);
-    }
+    let (ok, failed) = load.stop().await;
     assert!(ok > 300, "steady load: {ok} requests succeeded");
     assert!(failed.is_empty(), "{} failed: {:?}", failed.len(), failed);
 }

@@ -10,8 +10,6 @@ use common::proxy::{ip_backend, preamble, TestProxy};
 use common::websocket::EchoServer;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
 fn route(host: &str) -> String {
@@ -44,38 +42,7 @@ async fn text_binary_ping_and_close_code_pass_through() {
     let (proxy, _upstream) = setup().await;
     let mut ws = open(&proxy).await;
 
-    ws.send(Message::text("hello")).await.unwrap();
-    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("hello"));
-
-    // 16 MiB binary message, both ways.
-    let big: Vec<u8> = (0..16 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
-    ws.send(Message::binary(big.clone())).await.unwrap();
-    match ws.next().await.unwrap().unwrap() {
-        Message::Binary(data) => assert!(data[..] == big[..], "16 MiB echoed intact"),
-        other => panic!("expected binary, got {other:?}"),
-    }
-
-    ws.send(Message::Ping(b"are you there".to_vec().into()))
-        .await
-        .unwrap();
-    assert_eq!(
-        ws.next().await.unwrap().unwrap(),
-        Message::Pong(b"are you there".to_vec().into())
-    );
-
-    ws.send(Message::Close(Some(CloseFrame {
-        code: CloseCode::Library(4001),
-        reason: "bye".into(),
-    })))
-    .await
-    .unwrap();
-    match ws.next().await.unwrap().unwrap() {
-        Message::Close(Some(frame)) => {
-            assert_eq!(frame.code, CloseCode::Library(4001));
-            assert_eq!(frame.reason.as_str(), "bye");
-        }
-        other => panic!("expected the close echoed, got {other:?}"),
-    }
+    common::websocket::echo_text_binary_ping_and_close(&mut ws).await;
 }
 
 #[tokio::test]

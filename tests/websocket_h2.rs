@@ -18,8 +18,7 @@ use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
+use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
@@ -124,38 +123,7 @@ async fn text_binary_ping_and_close_code_pass_through_over_http2() {
         );
     }
 
-    ws.send(Message::text("hello")).await.unwrap();
-    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("hello"));
-
-    // 16 MiB binary message, both ways (through HTTP/2 flow control downstream).
-    let big: Vec<u8> = (0..16 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
-    ws.send(Message::binary(big.clone())).await.unwrap();
-    match ws.next().await.unwrap().unwrap() {
-        Message::Binary(data) => assert!(data[..] == big[..], "16 MiB echoed intact"),
-        other => panic!("expected binary, got {other:?}"),
-    }
-
-    ws.send(Message::Ping(b"are you there".to_vec().into()))
-        .await
-        .unwrap();
-    assert_eq!(
-        ws.next().await.unwrap().unwrap(),
-        Message::Pong(b"are you there".to_vec().into())
-    );
-
-    ws.send(Message::Close(Some(CloseFrame {
-        code: CloseCode::Library(4001),
-        reason: "bye".into(),
-    })))
-    .await
-    .unwrap();
-    match ws.next().await.unwrap().unwrap() {
-        Message::Close(Some(frame)) => {
-            assert_eq!(frame.code, CloseCode::Library(4001));
-            assert_eq!(frame.reason.as_str(), "bye");
-        }
-        other => panic!("expected the close echoed, got {other:?}"),
-    }
+    common::websocket::echo_text_binary_ping_and_close(&mut ws).await;
 }
 
 #[tokio::test]

@@ -91,3 +91,46 @@ impl Drop for EchoServer {
         self.accept.abort();
     }
 }
+
+/// Through an echo server: a text message, a 16 MiB binary message (both ways), a ping
+/// answered by a pong, and close code 4001 with its reason echoed back.
+pub async fn echo_text_binary_ping_and_close<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    use tokio_tungstenite::tungstenite::Message;
+
+    ws.send(Message::text("hello")).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("hello"));
+
+    let big: Vec<u8> = (0..16 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
+    ws.send(Message::binary(big.clone())).await.unwrap();
+    match ws.next().await.unwrap().unwrap() {
+        Message::Binary(data) => assert!(data[..] == big[..], "16 MiB echoed intact"),
+        other => panic!("expected binary, got {other:?}"),
+    }
+
+    ws.send(Message::Ping(b"are you there".to_vec().into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        ws.next().await.unwrap().unwrap(),
+        Message::Pong(b"are you there".to_vec().into())
+    );
+
+    ws.send(Message::Close(Some(CloseFrame {
+        code: CloseCode::Library(4001),
+        reason: "bye".into(),
+    })))
+    .await
+    .unwrap();
+    match ws.next().await.unwrap().unwrap() {
+        Message::Close(Some(frame)) => {
+            assert_eq!(frame.code, CloseCode::Library(4001));
+            assert_eq!(frame.reason.as_str(), "bye");
+        }
+        other => panic!("expected the close echoed, got {other:?}"),
+    }
+}
