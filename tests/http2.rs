@@ -217,23 +217,21 @@ async fn http2_client_reaches_an_http1_backend() {
     assert_eq!(seen.headers.get("via").unwrap(), "2 egressd");
 }
 
-#[tokio::test]
-async fn a_thousand_concurrent_streams_share_one_upstream_connection() {
-    const STREAMS: usize = 1000;
-    // Every handler waits until all 1,000 requests are in flight at the upstream at once.
+/// An h2c upstream advertising `max_streams` whose handlers all wait until `n` requests are
+/// in flight at once, then answer: a test passes only if the requests really were concurrent.
+async fn held_until_all_arrive(n: usize, max_streams: u32) -> H2Upstream {
     let arrived = Arc::new(AtomicUsize::new(0));
     let all_in = Arc::new(tokio::sync::Notify::new());
-    let (a, n) = (arrived.clone(), all_in.clone());
-    let upstream = H2Upstream::start(
+    H2Upstream::start(
         H2Options {
-            max_concurrent_streams: 2000,
+            max_concurrent_streams: max_streams,
             ..H2Options::default()
         },
         move |request| {
-            let (arrived, all_in) = (a.clone(), n.clone());
+            let (arrived, all_in) = (arrived.clone(), all_in.clone());
             async move {
                 let waiting = all_in.notified();
-                if arrived.fetch_add(1, Ordering::SeqCst) + 1 == STREAMS {
+                if arrived.fetch_add(1, Ordering::SeqCst) + 1 == n {
                     all_in.notify_waiters();
                 } else {
                     waiting.await;
@@ -242,7 +240,14 @@ async fn a_thousand_concurrent_streams_share_one_upstream_connection() {
             }
         },
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn a_thousand_concurrent_streams_share_one_upstream_connection() {
+    const STREAMS: usize = 1000;
+    // Every handler waits until all 1,000 requests are in flight at the upstream at once.
+    let upstream = held_until_all_arrive(STREAMS, 2000).await;
     // One client connection carrying all 1,000 streams at once (egressd admits that many).
     let yaml = preamble(None).replace(
         "  accessLog:",
@@ -281,28 +286,7 @@ async fn a_thousand_concurrent_streams_share_one_upstream_connection() {
 async fn a_full_connection_makes_egressd_open_another() {
     // The server admits 10 streams per connection; 30 requests held at once need three.
     const STREAMS: usize = 30;
-    let arrived = Arc::new(AtomicUsize::new(0));
-    let all_in = Arc::new(tokio::sync::Notify::new());
-    let (a, n) = (arrived.clone(), all_in.clone());
-    let upstream = H2Upstream::start(
-        H2Options {
-            max_concurrent_streams: 10,
-            ..H2Options::default()
-        },
-        move |request| {
-            let (arrived, all_in) = (a.clone(), n.clone());
-            async move {
-                let waiting = all_in.notified();
-                if arrived.fetch_add(1, Ordering::SeqCst) + 1 == STREAMS {
-                    all_in.notify_waiters();
-                } else {
-                    waiting.await;
-                }
-                echo_version(request).await
-            }
-        },
-    )
-    .await;
+    let upstream = held_until_all_arrive(STREAMS, 10).await;
     let proxy = proxy_to(&backend(upstream.addr, "H2C", PLAINTEXT, "")).await;
     let client = h2peer::client(proxy.http()).await;
     let mut calls = tokio::task::JoinSet::new();

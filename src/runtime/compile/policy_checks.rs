@@ -111,9 +111,6 @@ pub(crate) fn check_sections(
     }
 }
 
-/// Largest HTTP/2 flow-control window (RFC 9113 §6.9.1).
-const MAX_WINDOW: u64 = (1 << 31) - 1;
-
 fn check_http2(
     cx: &mut Cx,
     file: &std::path::Path,
@@ -140,10 +137,12 @@ fn check_http2(
             &h2.initial_connection_window_size,
         ),
     ] {
-        if let Some(v) = value
-            .as_ref()
-            .filter(|v| v.value.0 < 65_535 || v.value.0 > MAX_WINDOW)
-        {
+        if let Some(v) = value.as_ref().filter(|v| {
+            // The same bounds as the downstream settings (RFC 9113 §6.9.1, §6.9.2).
+            use crate::runtime::snapshot::Http2ServerSettings as H2;
+            v.value.0 < u64::from(H2::SPEC_CONNECTION_WINDOW_SIZE)
+                || v.value.0 > u64::from(H2::MAX_WINDOW_SIZE)
+        }) {
             cx.error(
                 at(file, id, v.pos, format!("{prefix}.http2.{name}")),
                 format!(
