@@ -909,7 +909,7 @@ fn upstream_http2_mistakes_are_errors_at_each_value() {
 fn load_balancer_and_health_check_mistakes_are_errors_at_each_value() {
     let dir = fixture("health-check-mistakes");
     let diags = diagnostics(&dir);
-    assert_eq!(diags.len(), 6, "{}", render(&diags));
+    assert_eq!(diags.len(), 7, "{}", render(&diags));
     let p = "spec.trafficPolicy";
     let expected = [
         (
@@ -938,9 +938,14 @@ fn load_balancer_and_health_check_mistakes_are_errors_at_each_value() {
             "maxEjectionPercent 150 is above 100",
         ),
         (
-            ("successRate: {", "{"),
-            format!("{p}.healthCheck.passive.successRate"),
-            "successRate is not supported yet",
+            ("consecutiveLocalOriginFailures: 3", "3"),
+            format!("{p}.healthCheck.passive.consecutiveLocalOriginFailures"),
+            "consecutiveLocalOriginFailures applies only when local-origin errors are split out",
+        ),
+        (
+            ("{threshold: 101}", "101"),
+            format!("{p}.healthCheck.passive.failurePercentage.threshold"),
+            "threshold 101 is above 100",
         ),
     ];
     for (d, ((context, token), field, message)) in diags.iter().zip(&expected) {

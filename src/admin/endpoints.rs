@@ -25,7 +25,7 @@ pub(super) fn endpoints(snapshot: &Snapshot) -> Value {
                                 .saturating_duration_since(now)
                                 .as_millis() as u64
                         });
-                        let (gateway, server) = e.outlier.consecutive();
+                        let (gateway, server, local) = e.outlier.consecutive();
                         json!({
                             "address": e.addr.to_string(),
                             "weight": e.weight,
@@ -41,6 +41,7 @@ pub(super) fn endpoints(snapshot: &Snapshot) -> Value {
                             },
                             "consecutiveGatewayErrors": gateway,
                             "consecutive5xx": server,
+                            "consecutiveLocalOriginFailures": local,
                             "http2Connections": e.h2.connection_count(),
                             "idleHttp1Connections": e.pool.idle_count(),
                         })

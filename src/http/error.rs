@@ -143,7 +143,8 @@ impl ProxyError {
     }
 
     /// How this failure counts for outlier detection: failures of the endpoint itself
-    /// (no connection, no answer, a broken answer) are gateway errors; failures egressd
+    /// (no connection, no answer, a broken answer) are local-origin failures (gateway errors
+    /// unless split out); failures egressd
     /// decided on its own (routing, policy) do not count.
     pub fn outlier_outcome(&self) -> Option<crate::balance::outlier::Outcome> {
         match self {
@@ -154,7 +155,7 @@ impl ProxyError {
             | ProxyError::UpstreamTls { .. }
             | ProxyError::UpstreamReset { .. }
             | ProxyError::UpstreamProtocol { .. } => {
-                Some(crate::balance::outlier::Outcome::GatewayError)
+                Some(crate::balance::outlier::Outcome::LocalOriginFailure)
             }
             _ => None,
         }

@@ -299,16 +299,8 @@ async fn proxy(
             Ok((response, _)) => Some(OutlierOutcome::of_status(response.status().as_u16())),
             Err(e) => e.outlier_outcome(),
         };
-        if let Some(reason) = recorded.and_then(|r| target.port.endpoints.record(&endpoint, r)) {
-            // Rare: the label lookup is fine here.
-            shared
-                .metrics
-                .outlier_ejections
-                .get_or_create(&crate::telemetry::metrics::BackendReasonLabel {
-                    backend: target.backend.label.to_string(),
-                    reason: reason.as_str(),
-                })
-                .inc();
+        if let Some(d) = recorded.and_then(|r| target.port.endpoints.record(&endpoint, r)) {
+            shared.metrics.outlier_detection(&target.backend.label, d);
         }
         // Phase "retry": only what the policy names, and only when it is safe.
         if let (Some(policy), Some(next)) = (retry, replay) {

@@ -162,8 +162,10 @@ impl Reloader {
         for plan in compiled.refreshers {
             tokio::spawn(refresh_loop(plan, self.registry.clone()));
         }
-        for group in compiled.outlier_groups {
-            tokio::spawn(crate::upstream::group::outlier_ticks(group));
+        for (group, backend) in compiled.outlier_groups {
+            let shared = self.shared.clone();
+            let sink = Box::new(move |d| shared.metrics.outlier_detection(&backend, d));
+            tokio::spawn(crate::upstream::group::outlier_ticks(group, sink));
         }
         let _ = tokio::time::timeout(FIRST_RESOLUTION_WAIT, async {
             for g in &groups {

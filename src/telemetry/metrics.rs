@@ -40,6 +40,14 @@ pub struct BackendReasonLabel {
     pub reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DetectionLabel {
+    pub backend: String,
+    pub reason: &'static str,
+    /// `ejected`, `not_enforced`, `over_max_ejection_percent`, `already_ejected`.
+    pub verdict: &'static str,
+}
+
 /// Every metric egressd exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -58,6 +66,7 @@ pub struct Metrics {
     pub websockets_active: Family<BackendLabel, Gauge>,
     pub websocket_bytes: Family<BackendDirectionLabel, Counter>,
     pub outlier_ejections: Family<BackendReasonLabel, Counter>,
+    pub outlier_detections: Family<DetectionLabel, Counter>,
     pub retries: Family<BackendLabel, Counter>,
 }
 
@@ -144,6 +153,12 @@ impl Default for Metrics {
             "Endpoints ejected by outlier detection, by Backend and reason",
             outlier_ejections.clone(),
         );
+        let outlier_detections = Family::<DetectionLabel, Counter>::default();
+        registry.register(
+            "outlier_detections",
+            "Outlier detectors that fired, by Backend, reason and what was done (ejected, or why not)",
+            outlier_detections.clone(),
+        );
         let retries = Family::<BackendLabel, Counter>::default();
         registry.register(
             "upstream_retries",
@@ -152,6 +167,7 @@ impl Default for Metrics {
         );
         Metrics {
             outlier_ejections,
+            outlier_detections,
             retries,
             websockets_active,
             websocket_bytes,
@@ -172,6 +188,25 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts an outlier detection (rare: the label lookups are fine here).
+    pub fn outlier_detection(&self, backend: &str, d: crate::balance::outlier::Detection) {
+        self.outlier_detections
+            .get_or_create(&DetectionLabel {
+                backend: backend.to_owned(),
+                reason: d.reason.as_str(),
+                verdict: d.verdict.as_str(),
+            })
+            .inc();
+        if d.verdict == crate::balance::outlier::Verdict::Ejected {
+            self.outlier_ejections
+                .get_or_create(&BackendReasonLabel {
+                    backend: backend.to_owned(),
+                    reason: d.reason.as_str(),
+                })
+                .inc();
+        }
+    }
+
     /// The Prometheus text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();

@@ -13,7 +13,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::Endpoint;
-use crate::balance::outlier::{EjectReason, Outcome, OutlierSettings};
+use crate::balance::outlier::{
+    rate_outliers, Detection, EjectReason, Outcome, OutlierSettings, Verdict,
+};
 use crate::balance::Balancer;
 
 /// Where a group's endpoints come from.
@@ -185,40 +187,61 @@ impl EndpointGroup {
         self.balancer.pick(&list.endpoints, list.weights).cloned()
     }
 
-    /// Records how an exchange with `endpoint` went; ejects it when that completes a run of
-    /// failures, and then says why.
-    pub fn record(&self, endpoint: &Endpoint, outcome: Outcome) -> Option<EjectReason> {
+    /// Records how an exchange with `endpoint` went; when that completes a run of failures,
+    /// says which detector fired and what became of it (ejected, or why not).
+    pub fn record(&self, endpoint: &Endpoint, outcome: Outcome) -> Option<Detection> {
         let reason = endpoint.outlier.record(outcome, &self.outlier)?;
-        self.eject(endpoint, reason).then_some(reason)
+        Some(Detection {
+            reason,
+            verdict: self.eject(endpoint, reason),
+        })
     }
 
-    fn eject(&self, endpoint: &Endpoint, reason: EjectReason) -> bool {
+    fn eject(&self, endpoint: &Endpoint, reason: EjectReason) -> Verdict {
         let _serial = self.lock();
         let list = self.list.load();
+        let verdict = self.eject_locked(&list, endpoint, reason, Instant::now());
+        if verdict == Verdict::Ejected {
+            self.rebuild_pickable_locked(&list);
+        }
+        verdict
+    }
+
+    fn eject_locked(
+        &self,
+        list: &EndpointList,
+        endpoint: &Endpoint,
+        reason: EjectReason,
+        now: Instant,
+    ) -> Verdict {
         let ejected_now = list
             .endpoints
             .iter()
             .filter(|e| e.outlier.is_ejected())
             .count();
-        let ejected = endpoint.outlier.try_eject(
+        let verdict = endpoint.outlier.try_eject(
             reason,
             &self.outlier,
             ejected_now,
             list.endpoints.len(),
-            Instant::now(),
+            now,
         );
-        if ejected {
-            let e = endpoint.outlier.ejection();
-            tracing::info!(endpoint = %endpoint.addr, reason = reason.as_str(), duration = ?e.duration, ejections = e.ejections, "endpoint ejected");
-            self.rebuild_pickable_locked(&list);
-        } else if !endpoint.outlier.is_ejected() {
-            tracing::debug!(endpoint = %endpoint.addr, reason = reason.as_str(), ejected_now, "ejection skipped: maxEjectionPercent reached");
+        match verdict {
+            Verdict::Ejected => {
+                let e = endpoint.outlier.ejection();
+                tracing::info!(endpoint = %endpoint.addr, reason = reason.as_str(), duration = ?e.duration, ejections = e.ejections, "endpoint ejected");
+            }
+            Verdict::AlreadyEjected => {}
+            other => {
+                tracing::debug!(endpoint = %endpoint.addr, reason = reason.as_str(), verdict = other.as_str(), ejected_now, "outlier detected, not ejected");
+            }
         }
-        ejected
+        verdict
     }
 
-    /// The interval tick: unejects endpoints whose time is up, decays multipliers.
-    pub fn outlier_tick(&self) {
+    /// The interval tick: unejects endpoints whose time is up, decays multipliers, then runs
+    /// rate-based detection over the interval that just ended. Returns its detections.
+    pub fn outlier_tick(&self) -> Vec<Detection> {
         let _serial = self.lock();
         let list = self.list.load();
         let now = Instant::now();
@@ -229,9 +252,26 @@ impl EndpointGroup {
                 changed = true;
             }
         }
+        let mut detections = Vec::new();
+        if self.outlier.counts_rates() {
+            let counts: Vec<_> = list
+                .endpoints
+                .iter()
+                .map(|e| {
+                    let counts = e.outlier.take_interval_counts();
+                    (!e.outlier.is_ejected()).then_some(counts)
+                })
+                .collect();
+            for (i, reason) in rate_outliers(&counts, &self.outlier) {
+                let verdict = self.eject_locked(&list, &list.endpoints[i], reason, now);
+                changed |= verdict == Verdict::Ejected;
+                detections.push(Detection { reason, verdict });
+            }
+        }
         if changed {
             self.rebuild_pickable_locked(&list);
         }
+        detections
     }
 
     fn rebuild_pickable(&self) {
@@ -284,9 +324,12 @@ impl Drop for Admission {
     }
 }
 
+/// Where detections made off the request path (on the interval tick) are reported.
+pub type DetectionSink = Box<dyn Fn(Detection) + Send + Sync>;
+
 /// Runs the outlier detector's interval tick for `group` until the group is dropped (its last
 /// snapshot is gone).
-pub async fn outlier_ticks(group: Weak<EndpointGroup>) {
+pub async fn outlier_ticks(group: Weak<EndpointGroup>, detections: DetectionSink) {
     let Some(interval) = group.upgrade().map(|g| g.outlier.interval) else {
         return;
     };
@@ -296,7 +339,11 @@ pub async fn outlier_ticks(group: Weak<EndpointGroup>) {
     loop {
         tick.tick().await;
         match group.upgrade() {
-            Some(group) => group.outlier_tick(),
+            Some(group) => {
+                for detection in group.outlier_tick() {
+                    detections(detection);
+                }
+            }
             None => return,
         }
     }

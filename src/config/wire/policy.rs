@@ -213,25 +213,29 @@ pub struct PassiveHealthCheck {
     /// enforced; 0 turns it off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consecutive_gateway_errors: Option<Spanned<u32>>,
-    /// Consecutive 5xx (and the failures above) that eject; enforced only when set.
+    /// Consecutive 5xx (and the failures above) that eject; detected at 5 and enforced only
+    /// when set (0 turns detection off).
     #[serde(
         default,
         rename = "consecutive5XxErrors",
         skip_serializing_if = "Option::is_none"
     )]
     pub consecutive_5xx_errors: Option<Spanned<u32>>,
-    /// Not supported yet.
+    /// Consecutive local-origin failures (connect failures, resets, timeouts, TLS and
+    /// protocol errors) that eject, when `splitExternalLocalOriginErrors` is on (default 5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub consecutive_local_origin_failures: Option<Spanned<NotYetSupported>>,
-    /// Not supported yet.
+    pub consecutive_local_origin_failures: Option<Spanned<u32>>,
+    /// Count failures egressd saw itself apart from HTTP statuses (default false: they count
+    /// as gateway errors).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub split_external_local_origin_errors: Option<Spanned<NotYetSupported>>,
-    /// Not supported yet.
+    pub split_external_local_origin_errors: Option<bool>,
+    /// Eject endpoints failing at least `threshold` percent of an interval's requests
+    /// (off unless set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_percentage: Option<Spanned<NotYetSupported>>,
-    /// Not supported yet.
+    pub failure_percentage: Option<Spanned<FailurePercentageConfig>>,
+    /// Eject endpoints whose success rate is far below the group's mean (off unless set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub success_rate: Option<Spanned<NotYetSupported>>,
+    pub success_rate: Option<Spanned<SuccessRateConfig>>,
     /// First ejection's length; the n-th consecutive one lasts n times this (default 30s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_ejection_time: Option<Spanned<GwDuration>>,
@@ -247,6 +251,36 @@ pub struct PassiveHealthCheck {
     /// One endpoint may always be ejected, whatever maxEjectionPercent says (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub always_eject_one_endpoint: Option<bool>,
+}
+
+/// `healthCheck.passive.failurePercentage`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FailurePercentageConfig {
+    /// Failure percentage (0-100) at which an endpoint is ejected (default 85).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<Spanned<u32>>,
+    /// Endpoints with enough requests needed before anything is ejected (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum_hosts: Option<Spanned<u32>>,
+    /// Requests in the interval for an endpoint to be judged (default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_volume: Option<Spanned<u32>>,
+}
+
+/// `healthCheck.passive.successRate`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SuccessRateConfig {
+    /// Ejected below `mean - stdevFactor/1000 × stdev` (default 1900).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdev_factor: Option<Spanned<u32>>,
+    /// Endpoints with enough requests needed before anything is ejected (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum_hosts: Option<Spanned<u32>>,
+    /// Requests in the interval for an endpoint to be judged (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_volume: Option<Spanned<u32>>,
 }
 
 /// `circuitBreaker`: limits that turn overload into fast 503s instead of queues.

@@ -13,7 +13,7 @@ use super::policy::{check_sections, PolicyIndex};
 use super::settings::Settings;
 use super::tls::{compile_tls, TlsSite};
 use super::{at, hostname_matches, is_valid_hostname, Cx};
-use crate::balance::outlier::OutlierSettings;
+use crate::balance::outlier::{FailurePercentageSettings, OutlierSettings, SuccessRateSettings};
 use crate::balance::{BalancerKind, LeastRequestSettings};
 use crate::config::wire::backend::BackendSpec;
 use crate::config::wire::enums::{DestinationType, LookupFamily, Protocol, TlsMode};
@@ -21,6 +21,7 @@ use crate::config::wire::policy::{
     DnsPolicy, HealthCheck, Http2Policy, LoadBalancer, TimeoutPolicy, TrafficPolicySpec,
 };
 use crate::config::wire::Object;
+use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, Reason};
 use crate::runtime::registry::{DnsGroupKey, EndpointTemplate, StateRegistry};
 use crate::runtime::snapshot::{Backend, BackendPort};
@@ -232,6 +233,7 @@ fn compile_one(
         );
     }
 
+    let label: Arc<str> = format!("{}/{}", id.namespace, id.name).into();
     // Connection-level policy.
     let inline_spec = inline.map(|p| &p.value);
     let dns: DnsPolicy = policies
@@ -437,9 +439,11 @@ fn compile_one(
                 };
                 let (group, created) = registry.dns_group(key, || {
                     EndpointGroup::new_dns(source, balancer.build(), outlier)
+                        .with_max_parallel_requests(max_parallel)
                 });
                 if created {
-                    cx.outlier_groups.push(Arc::downgrade(&group));
+                    cx.outlier_groups
+                        .push((Arc::downgrade(&group), label.clone()));
                     cx.refreshers.push(RefreshPlan {
                         group: Arc::downgrade(&group),
                         template,
@@ -463,7 +467,8 @@ fn compile_one(
                     EndpointGroup::new_static(endpoints, balancer.build(), outlier)
                         .with_max_parallel_requests(max_parallel),
                 );
-                cx.outlier_groups.push(Arc::downgrade(&group));
+                cx.outlier_groups
+                    .push((Arc::downgrade(&group), label.clone()));
                 group
             }
         };
@@ -504,7 +509,7 @@ fn compile_one(
         return None;
     }
     Some(Arc::new(Backend {
-        label: format!("{}/{}", id.namespace, id.name).into(),
+        label,
         id: id.clone(),
         hostname,
         ports,
@@ -577,9 +582,37 @@ fn outlier_settings(hc: &HealthCheck) -> OutlierSettings {
             Some(v) => (v.value > 0).then_some(v.value),
             None => d.consecutive_gateway_errors,
         },
+        // Unset: detected at Envoy's 5, not enforced; 0: not even detected.
         consecutive_5xx: p
             .and_then(|p| p.consecutive_5xx_errors.as_ref())
-            .and_then(|v| (v.value > 0).then_some(v.value)),
+            .map_or(d.consecutive_5xx, |v| v.value),
+        enforce_5xx: p
+            .and_then(|p| p.consecutive_5xx_errors.as_ref())
+            .is_some_and(|v| v.value > 0),
+        split_local_origin: p
+            .and_then(|p| p.split_external_local_origin_errors)
+            .unwrap_or(d.split_local_origin),
+        consecutive_local_origin: p
+            .and_then(|p| p.consecutive_local_origin_failures.as_ref())
+            .map_or(d.consecutive_local_origin, |v| v.value),
+        success_rate: p.and_then(|p| p.success_rate.as_ref()).map(|sr| {
+            let d = SuccessRateSettings::default();
+            let v = |f: &Option<Spanned<u32>>, default| f.as_ref().map_or(default, |v| v.value);
+            SuccessRateSettings {
+                stdev_factor: v(&sr.value.stdev_factor, d.stdev_factor),
+                minimum_hosts: v(&sr.value.minimum_hosts, d.minimum_hosts),
+                request_volume: v(&sr.value.request_volume, d.request_volume),
+            }
+        }),
+        failure_percentage: p.and_then(|p| p.failure_percentage.as_ref()).map(|fp| {
+            let d = FailurePercentageSettings::default();
+            let v = |f: &Option<Spanned<u32>>, default| f.as_ref().map_or(default, |v| v.value);
+            FailurePercentageSettings {
+                threshold: v(&fp.value.threshold, d.threshold),
+                minimum_hosts: v(&fp.value.minimum_hosts, d.minimum_hosts),
+                request_volume: v(&fp.value.request_volume, d.request_volume),
+            }
+        }),
         base_ejection_time: base,
         max_ejection_time: duration(
             p.and_then(|p| p.max_ejection_time.as_ref()),

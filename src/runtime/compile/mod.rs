@@ -23,6 +23,10 @@ use crate::runtime::snapshot::Snapshot;
 use crate::runtime::status::StatusReport;
 use crate::upstream::dns::RefreshPlan;
 
+/// A new endpoint group whose outlier detector needs its interval tick, and the label of the
+/// Backend it belongs to (for the metrics of ejections made on the tick).
+pub type OutlierGroup = (std::sync::Weak<crate::upstream::EndpointGroup>, Arc<str>);
+
 /// The result of compiling: a snapshot (usable only when there are no errors), every
 /// diagnostic, and the DNS refreshers to start if the snapshot is accepted.
 pub struct Compiled {
@@ -30,7 +34,7 @@ pub struct Compiled {
     pub diagnostics: Vec<Diagnostic>,
     pub refreshers: Vec<RefreshPlan>,
     /// New endpoint groups whose outlier detector needs its interval tick.
-    pub outlier_groups: Vec<std::sync::Weak<crate::upstream::EndpointGroup>>,
+    pub outlier_groups: Vec<OutlierGroup>,
 }
 
 impl Compiled {
@@ -94,7 +98,7 @@ pub fn compile(
 pub(crate) struct Cx {
     diagnostics: Vec<Diagnostic>,
     refreshers: Vec<RefreshPlan>,
-    pub(crate) outlier_groups: Vec<std::sync::Weak<crate::upstream::EndpointGroup>>,
+    pub(crate) outlier_groups: Vec<OutlierGroup>,
     /// Files the config refers to (certificates, keys, CA bundles).
     referenced: std::collections::BTreeSet<std::path::PathBuf>,
 }

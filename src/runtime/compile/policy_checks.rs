@@ -284,26 +284,6 @@ fn check_health_check(
     };
     let p = &p.value;
     for (name, v) in [
-        (
-            "consecutiveLocalOriginFailures",
-            &p.consecutive_local_origin_failures,
-        ),
-        (
-            "splitExternalLocalOriginErrors",
-            &p.split_external_local_origin_errors,
-        ),
-        ("failurePercentage", &p.failure_percentage),
-        ("successRate", &p.success_rate),
-    ] {
-        if let Some(v) = v {
-            cx.not_yet(
-                at(file, id, v.pos, field(&format!("passive.{name}"))),
-                name,
-                "[balance]",
-            );
-        }
-    }
-    for (name, v) in [
         ("interval", &p.interval),
         ("baseEjectionTime", &p.base_ejection_time),
     ] {
@@ -332,6 +312,38 @@ fn check_health_check(
             at(file, id, v.pos, field("passive.maxEjectionPercent")),
             format!("maxEjectionPercent {} is above 100", v.value),
             "a percentage of the Backend port's endpoints, 0 to 100",
+        );
+    }
+    if let Some(v) = &p.consecutive_local_origin_failures {
+        if p.split_external_local_origin_errors != Some(true) {
+            cx.error(
+                at(
+                    file,
+                    id,
+                    v.pos,
+                    field("passive.consecutiveLocalOriginFailures"),
+                ),
+                "consecutiveLocalOriginFailures applies only when local-origin errors are split out",
+                "add `splitExternalLocalOriginErrors: true`, or remove it (connect failures, \
+                 resets and timeouts then count as gateway errors)",
+            );
+        }
+    }
+    if let Some(t) = p
+        .failure_percentage
+        .as_ref()
+        .and_then(|f| f.value.threshold.as_ref())
+        .filter(|t| t.value > 100)
+    {
+        cx.error(
+            at(
+                file,
+                id,
+                t.pos,
+                field("passive.failurePercentage.threshold"),
+            ),
+            format!("threshold {} is above 100", t.value),
+            "a percentage of an endpoint's requests that failed, 0 to 100",
         );
     }
 }
