@@ -7,68 +7,9 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::outlier::{answering, backend, endpoint_state, free_port, is_ejected, metric, HOST};
 use common::proxy::{eventually, get, preamble, TestProxy};
-use common::upstream::{full, Upstream};
-
-const HOST: &str = "od.test";
-
-fn backend(endpoints: &[SocketAddr], passive: &str) -> String {
-    let list: String = endpoints
-        .iter()
-        .map(|a| format!("      - {{address: {}}}\n", a.ip()))
-        .collect();
-    format!(
-        "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: api}}\nspec:\n  destination:\n    type: IP\n    ip:\n      endpoints:\n{list}    ports: [{{number: {port}}}]\n  tls: {{mode: InsecureDisable}}\n  trafficPolicy:\n    loadBalancer: {{type: RoundRobin}}\n    healthCheck:\n      passive: {{interval: 200ms, baseEjectionTime: 400ms{passive}}}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: api}}\nspec:\n  hostnames: [{HOST}]\n  rules: [{{backendRefs: [{{name: api}}]}}]\n",
-        port = endpoints[0].port()
-    )
-}
-
-/// An upstream on 127.0.0.`n`:`port` answering every request with `status`.
-async fn answering(n: u8, port: u16, status: u16) -> Upstream {
-    let addr = SocketAddr::new([127, 0, 0, n].into(), port);
-    Upstream::start_on_with(addr, move |_req| async move {
-        http::Response::builder()
-            .status(status)
-            .body(full(status.to_string()))
-            .unwrap()
-    })
-    .await
-}
-
-/// A free port on 127.0.0.1 (bound and released: another 127.0.0.x may use it too).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn endpoint_state(proxy: &TestProxy, ip: &str) -> serde_json::Value {
-    let response = get(proxy.admin, "admin", "/endpoints").await;
-    let all: serde_json::Value = serde_json::from_slice(&response.body).expect("JSON");
-    all["backends"][0]["endpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["address"].as_str().unwrap().starts_with(ip))
-        .cloned()
-        .expect("endpoint listed")
-}
-
-/// The value of one Prometheus series from `/metrics` (0 when absent).
-async fn metric(proxy: &TestProxy, series: &str) -> f64 {
-    let body = get(proxy.admin, "admin", "/metrics").await.text();
-    body.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or(0.0)
-}
-
-async fn is_ejected(proxy: &TestProxy, ip: &str) -> bool {
-    endpoint_state(proxy, ip).await["ejection"]["ejected"]
-        .as_bool()
-        .unwrap()
-}
+use common::upstream::Upstream;
 
 #[tokio::test]
 async fn five_gateway_errors_eject_then_the_endpoint_returns_and_a_relapse_lasts_longer() {

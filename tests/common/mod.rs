@@ -10,6 +10,7 @@
 //! | `tls` | a test CA minting certificates (rcgen), and a TLS upstream |
 //! | `grpc` | a real gRPC Echo server and client (tonic over hyper's HTTP/2) |
 //! | `h2frames` | hand-written HTTP/2 frames, for clients no HTTP/2 library would be |
+//! | `outlier` | Backends of 127.0.0.x endpoints, scripted upstreams, `/endpoints` readers |
 //! | `websocket` | a websocket echo server that records its handshakes |
 #![allow(dead_code)]
 
@@ -18,6 +19,7 @@ pub mod dns;
 pub mod grpc;
 pub mod h2;
 pub mod h2frames;
+pub mod outlier;
 pub mod proxy;
 pub mod tls;
 pub mod upstream;
