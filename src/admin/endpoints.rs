@@ -47,9 +47,20 @@ pub(super) fn endpoints(snapshot: &Snapshot) -> Value {
                         })
                     })
                     .collect();
+                let [connections, requests, retries, pending] = group.breaker().usage();
+                let limits = group.breaker().settings();
                 json!({
                     "backend": backend.label.as_ref(),
                     "port": port.number,
+                    "circuitBreaker": {
+                        "connections": connections,
+                        "maxConnections": limits.max_connections,
+                        "parallelRequests": requests,
+                        "maxParallelRequests": limits.max_parallel_requests,
+                        "pendingRequests": pending,
+                        "maxPendingRequests": limits.max_pending_requests,
+                        "parallelRetries": retries,
+                    },
                     "resolved": list.resolved,
                     "lastError": list.last_error,
                     "endpoints": endpoints,

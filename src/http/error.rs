@@ -79,8 +79,12 @@ pub enum ProxyError {
     },
     #[error("websocket upgrades to Backend {backend} are turned off (httpUpgrade)")]
     UpgradeNotAllowed { backend: Arc<str> },
-    #[error("Backend {backend} has {limit} requests in flight (circuitBreaker.maxParallelRequests); try again later")]
-    Overflow { backend: Arc<str>, limit: u32 },
+    #[error("Backend {backend} is at its circuitBreaker limit {} ({max}); try again later", limit.field())]
+    Overflow {
+        backend: Arc<str>,
+        limit: crate::upstream::breaker::Limit,
+        max: u32,
+    },
     #[error("{0} is not supported yet")]
     NotSupported(&'static str),
     #[error("this listener is being removed; retry the request")]

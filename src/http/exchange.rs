@@ -23,6 +23,7 @@ use super::body::{Lease, RequestBody};
 use super::error::ProxyError;
 use super::proxy::{connect_error, error_chain};
 use crate::runtime::snapshot::Target;
+use crate::upstream::breaker::{ConnectionSlot, Limit, PendingSlot};
 use crate::upstream::connect::{connect_http, ConnectError, HttpConnection, HttpWire, Transport};
 use crate::upstream::h2_pool::{Attempt, Checkout, H2Stream};
 use crate::upstream::pool::H1Sender;
@@ -112,9 +113,13 @@ async fn exchange_http1(
     let backend = &target.backend.label;
     let addr = endpoint.addr;
     loop {
-        let (mut sender, fresh) = match endpoint.pool.checkout() {
-            Some(sender) => (sender, false),
-            None => match connect(target, endpoint)
+        let slot = match endpoint.pool.checkout() {
+            Some(sender) => Err(sender),
+            None => h1_connection_slot(target, endpoint).await?,
+        };
+        let (mut sender, fresh) = match slot {
+            Err(sender) => (sender, false),
+            Ok(slot) => match connect(target, endpoint, slot)
                 .await
                 .map_err(|e| connect_error(&e, backend, addr))?
             {
@@ -187,27 +192,32 @@ async fn exchange_http2(
                 }
                 continue;
             }
-            Checkout::Connect(ticket) => match connect(target, endpoint).await {
-                Err(e) => {
-                    let e = Arc::new(e);
-                    ticket.finish(Attempt::Failed(e.clone()));
-                    return Err(connect_error(&e, &target.backend.label, endpoint.addr));
-                }
-                Ok(HttpConnection::Http2(conn)) => {
-                    let stream = endpoint.h2.add(conn);
-                    ticket.finish(Attempt::Done);
-                    match stream {
-                        Some(stream) => stream,
-                        None => continue,
+            Checkout::Connect(ticket) => match h2_connection_slot(target, endpoint).await? {
+                // At maxConnections: share the least busy connection (the stream waits
+                // inside it for a free slot).
+                Err(stream) => stream,
+                Ok(slot) => match connect(target, endpoint, slot).await {
+                    Err(e) => {
+                        let e = Arc::new(e);
+                        ticket.finish(Attempt::Failed(e.clone()));
+                        return Err(connect_error(&e, &target.backend.label, endpoint.addr));
                     }
-                }
-                // ALPN chose HTTP/1.1: remember it, and let waiters look again (they will
-                // take the HTTP/1.1 path).
-                Ok(HttpConnection::Http1(sender)) => {
-                    endpoint.set_negotiated_http1(true);
-                    ticket.finish(Attempt::Done);
-                    return send_http1_once(target, endpoint, sender, req).await;
-                }
+                    Ok(HttpConnection::Http2(conn)) => {
+                        let stream = endpoint.h2.add(conn);
+                        ticket.finish(Attempt::Done);
+                        match stream {
+                            Some(stream) => stream,
+                            None => continue,
+                        }
+                    }
+                    // ALPN chose HTTP/1.1: remember it, and let waiters look again (they will
+                    // take the HTTP/1.1 path).
+                    Ok(HttpConnection::Http1(sender)) => {
+                        endpoint.set_negotiated_http1(true);
+                        ticket.finish(Attempt::Done);
+                        return send_http1_once(target, endpoint, sender, req).await;
+                    }
+                },
             },
         };
         let replay = refused_retry_copy(&req, refused);
@@ -277,9 +287,80 @@ async fn try_send_http2(
     }
 }
 
+/// A circuit-breaker slot for a new HTTP/1.1 connection, or (`Err`) a pooled connection
+/// that came back while waiting for one. At `maxConnections` the request waits, counted
+/// against `maxPendingRequests`, until a connection of this endpoint is checked in or one of
+/// the group closes; idle connections of other endpoints are closed to make room.
+async fn h1_connection_slot(
+    target: &Target,
+    endpoint: &Arc<Endpoint>,
+) -> Result<Result<ConnectionSlot, H1Sender>, ProxyError> {
+    let breaker = target.port.endpoints.breaker();
+    if let Some(slot) = breaker.connection() {
+        return Ok(Ok(slot));
+    }
+    let _pending = pending(target)?;
+    let checkin = endpoint.pool.wait_for_checkin();
+    loop {
+        let closed = breaker.connection_closed();
+        let returned = checkin.notified();
+        tokio::pin!(closed, returned);
+        closed.as_mut().enable();
+        returned.as_mut().enable();
+        if let Some(sender) = endpoint.pool.checkout() {
+            return Ok(Err(sender));
+        }
+        if let Some(slot) = breaker.connection() {
+            return Ok(Ok(slot));
+        }
+        target.port.endpoints.close_an_idle_connection();
+        tokio::select! {
+            _ = closed => {}
+            _ = returned => {}
+        }
+    }
+}
+
+/// A circuit-breaker slot for a new HTTP/2 connection, or (`Err`) a stream on the least busy
+/// existing one when the group is at `maxConnections`. With no connection to share, the
+/// request waits (counted as pending) for a connection of the group to close.
+async fn h2_connection_slot(
+    target: &Target,
+    endpoint: &Arc<Endpoint>,
+) -> Result<Result<ConnectionSlot, H2Stream>, ProxyError> {
+    let breaker = target.port.endpoints.breaker();
+    if let Some(slot) = breaker.connection() {
+        return Ok(Ok(slot));
+    }
+    let _pending = pending(target)?;
+    loop {
+        let closed = breaker.connection_closed();
+        tokio::pin!(closed);
+        closed.as_mut().enable();
+        if let Some(stream) = endpoint.h2.claim_least_busy() {
+            return Ok(Err(stream));
+        }
+        if let Some(slot) = breaker.connection() {
+            return Ok(Ok(slot));
+        }
+        target.port.endpoints.close_an_idle_connection();
+        closed.await;
+    }
+}
+
+fn pending(target: &Target) -> Result<PendingSlot, ProxyError> {
+    let breaker = target.port.endpoints.breaker();
+    breaker.pending().ok_or_else(|| ProxyError::Overflow {
+        backend: target.backend.label.clone(),
+        limit: Limit::PendingRequests,
+        max: breaker.settings().max_pending_requests,
+    })
+}
+
 async fn connect(
     target: &Target,
     endpoint: &Arc<Endpoint>,
+    slot: ConnectionSlot,
 ) -> Result<HttpConnection, ConnectError> {
     let port = &target.port;
     // Boxed: TCP, TLS and HTTP/1.1 or HTTP/2 handshake futures are large, and a request that
@@ -290,6 +371,7 @@ async fn connect(
         &port.transport,
         port.wire,
         &port.http2,
+        Some(slot),
     ))
     .await
 }

@@ -138,6 +138,9 @@ pub async fn handle(
                 if err.status().is_server_error() {
                     tracing::debug!(error = %err, code, "local reply");
                 }
+                if let ProxyError::Overflow { backend, limit, .. } = &err {
+                    shared.metrics.overflow(backend, *limit);
+                }
                 let cause = err.cause();
                 if let Some(cause) = cause {
                     shared
@@ -262,7 +265,13 @@ async fn proxy(
         .admit()
         .ok_or_else(|| ProxyError::Overflow {
             backend: target.backend.label.clone(),
-            limit: target.port.endpoints.max_parallel_requests(),
+            limit: crate::upstream::breaker::Limit::ParallelRequests,
+            max: target
+                .port
+                .endpoints
+                .breaker()
+                .settings()
+                .max_parallel_requests,
         })?;
     let deadline = request_deadline(target.policy.request_timeout, grpc, started);
     let retry = target.policy.retry.as_ref();
@@ -275,6 +284,7 @@ async fn proxy(
         .await?;
     }
     let mut retries = 0u32;
+    let mut retry_slot = None;
     let mut previous: Option<Arc<Endpoint>> = None;
     loop {
         // A copy to send again, taken only while a retry is possible (see `retry_decision`).
@@ -305,7 +315,15 @@ async fn proxy(
         // Phase "retry": only what the policy names, and only when it is safe.
         if let (Some(policy), Some(next)) = (retry, replay) {
             let time_left = deadline.is_none_or(|(at, _)| Instant::now() < at);
-            if time_left && super::retry::should_retry(policy, &sent, next.method()) {
+            let slot = (time_left && super::retry::should_retry(policy, &sent, next.method()))
+                .then(|| target.port.endpoints.breaker().admit_retry());
+            if let Some(Err(limit)) = slot {
+                // The circuit breaker's retry limit: this attempt's answer is final.
+                shared.metrics.overflow(&target.backend.label, limit);
+            }
+            if let Some(Ok(slot)) = slot {
+                // Held until the retried attempt has its answer (the next loop round).
+                retry_slot = Some(slot);
                 retries += 1;
                 shared
                     .metrics
@@ -323,6 +341,7 @@ async fn proxy(
                 continue;
             }
         }
+        drop(retry_slot);
         let (response, lease) = sent?;
         return Ok(respond(
             response,

@@ -52,8 +52,8 @@ pub struct DnsGroupKey {
     pub balancer: String,
     /// Outlier detection settings live in the group too.
     pub outlier: crate::balance::outlier::OutlierSettings,
-    /// `circuitBreaker.maxParallelRequests`.
-    pub max_parallel: u32,
+    /// `circuitBreaker` limits.
+    pub breaker: crate::upstream::breaker::BreakerSettings,
 }
 
 /// Long-lived state shared by all snapshots.

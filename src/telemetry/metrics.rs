@@ -67,6 +67,7 @@ pub struct Metrics {
     pub websocket_bytes: Family<BackendDirectionLabel, Counter>,
     pub outlier_ejections: Family<BackendReasonLabel, Counter>,
     pub outlier_detections: Family<DetectionLabel, Counter>,
+    pub overflows: Family<BackendReasonLabel, Counter>,
     pub retries: Family<BackendLabel, Counter>,
 }
 
@@ -159,6 +160,12 @@ impl Default for Metrics {
             "Outlier detectors that fired, by Backend, reason and what was done (ejected, or why not)",
             outlier_detections.clone(),
         );
+        let overflows = Family::<BackendReasonLabel, Counter>::default();
+        registry.register(
+            "circuit_breaker_overflows",
+            "Requests (or retries) turned away by a circuit breaker, by Backend and limit",
+            overflows.clone(),
+        );
         let retries = Family::<BackendLabel, Counter>::default();
         registry.register(
             "upstream_retries",
@@ -168,6 +175,7 @@ impl Default for Metrics {
         Metrics {
             outlier_ejections,
             outlier_detections,
+            overflows,
             retries,
             websockets_active,
             websocket_bytes,
@@ -188,6 +196,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts a request or retry a circuit breaker turned away (`reason` is the limit).
+    pub fn overflow(&self, backend: &str, limit: crate::upstream::breaker::Limit) {
+        self.overflows
+            .get_or_create(&BackendReasonLabel {
+                backend: backend.to_owned(),
+                reason: limit.as_str(),
+            })
+            .inc();
+    }
+
     /// Counts an outlier detection (rare: the label lookups are fine here).
     pub fn outlier_detection(&self, backend: &str, d: crate::balance::outlier::Detection) {
         self.outlier_detections

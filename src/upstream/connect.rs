@@ -9,6 +9,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+use super::breaker::ConnectionSlot;
 use super::h2_frames::{FrameWatch, INITIAL_MAX_STREAMS};
 use super::h2_pool::H2Conn;
 use super::pool::H1Sender;
@@ -140,22 +141,24 @@ pub enum HttpConnection {
 }
 
 /// Opens an HTTP connection (TLS when the transport says so) and spawns its driver on the
-/// current runtime. The TLS handshake gets its own `timeout`, after the TCP connect's.
+/// current runtime. The TLS handshake gets its own `timeout`, after the TCP connect's. `slot`
+/// (the circuit breaker's count of open connections) is held until the connection closes.
 pub async fn connect_http(
     addr: SocketAddr,
     timeout: Duration,
     transport: &Transport,
     wire: HttpWire,
     h2: &Http2Options,
+    slot: Option<ConnectionSlot>,
 ) -> Result<HttpConnection, ConnectError> {
     let stream = connect_tcp(addr, timeout).await?;
     match transport {
         Transport::Plain => match wire {
             HttpWire::Http2 => Ok(HttpConnection::Http2(
-                handshake_http2(addr, stream, timeout, h2).await?,
+                handshake_http2(addr, stream, timeout, h2, slot).await?,
             )),
             HttpWire::Http1 | HttpWire::Negotiated => Ok(HttpConnection::Http1(
-                handshake_http1(addr, stream, false).await?,
+                handshake_http1(addr, stream, false, slot).await?,
             )),
         },
         Transport::Tls(tls) => {
@@ -169,11 +172,11 @@ pub async fn connect_http(
             };
             if http2 {
                 Ok(HttpConnection::Http2(
-                    handshake_http2(addr, stream, timeout, h2).await?,
+                    handshake_http2(addr, stream, timeout, h2, slot).await?,
                 ))
             } else {
                 Ok(HttpConnection::Http1(
-                    handshake_http1(addr, stream, false).await?,
+                    handshake_http1(addr, stream, false, slot).await?,
                 ))
             }
         }
@@ -190,10 +193,10 @@ pub async fn connect_http1_upgradable(
 ) -> Result<H1Sender, ConnectError> {
     let stream = connect_tcp(addr, timeout).await?;
     match transport {
-        Transport::Plain => handshake_http1(addr, stream, true).await,
+        Transport::Plain => handshake_http1(addr, stream, true, None).await,
         Transport::Tls(tls) => {
             let stream = tls_handshake(addr, stream, timeout, tls, &tls.http1_config).await?;
-            handshake_http1(addr, stream, true).await
+            handshake_http1(addr, stream, true, None).await
         }
     }
 }
@@ -229,6 +232,7 @@ async fn handshake_http1<S>(
     addr: SocketAddr,
     stream: S,
     upgrades: bool,
+    slot: Option<ConnectionSlot>,
 ) -> Result<H1Sender, ConnectError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -246,6 +250,7 @@ where
         if let Err(e) = result {
             tracing::debug!(%addr, error = %e, "upstream connection closed with error");
         }
+        drop(slot);
     });
     Ok(sender)
 }
@@ -257,6 +262,7 @@ async fn handshake_http2<S>(
     stream: S,
     timeout: Duration,
     options: &Http2Options,
+    slot: Option<ConnectionSlot>,
 ) -> Result<H2Conn, ConnectError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -271,6 +277,7 @@ where
         if let Err(e) = conn.await {
             tracing::debug!(%addr, error = %e, "upstream HTTP/2 connection closed with error");
         }
+        drop(slot);
     });
     // The server's SETTINGS come first (RFC 9113 §3.4); waiting for them (one round trip,
     // once per connection) means a burst of requests sees the real stream limit and does not

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::group::Admission;
+use super::breaker::Admission;
 use super::h2_pool::H2Pool;
 use super::pool::H1Pool;
 use crate::balance::outlier::OutlierState;

@@ -12,6 +12,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::breaker::{Admission, Breaker, BreakerSettings};
 use super::Endpoint;
 use crate::balance::outlier::{
     rate_outliers, Detection, EjectReason, Outcome, OutlierSettings, Verdict,
@@ -82,9 +83,8 @@ pub struct EndpointGroup {
     pickable: ArcSwap<EndpointList>,
     balancer: Box<dyn Balancer>,
     outlier: OutlierSettings,
-    /// Requests in flight to this group, against `circuitBreaker.maxParallelRequests`.
-    parallel: Arc<std::sync::atomic::AtomicU32>,
-    max_parallel: u32,
+    /// `circuitBreaker` limits and counts.
+    breaker: Breaker,
     /// Serialises ejections, unejections and the rebuilds of `pickable` (rare events).
     ejections: Mutex<()>,
     /// Flips to true when the first resolution finished (success or failure).
@@ -104,8 +104,7 @@ impl EndpointGroup {
             pickable: ArcSwap::from_pointee(EndpointList::default()),
             balancer,
             outlier,
-            parallel: Arc::default(),
-            max_parallel: DEFAULT_MAX_PARALLEL_REQUESTS,
+            breaker: Breaker::new(BreakerSettings::default()),
             ejections: Mutex::new(()),
             resolved_tx,
         };
@@ -126,8 +125,7 @@ impl EndpointGroup {
             pickable: ArcSwap::from_pointee(EndpointList::default()),
             balancer,
             outlier,
-            parallel: Arc::default(),
-            max_parallel: DEFAULT_MAX_PARALLEL_REQUESTS,
+            breaker: Breaker::new(BreakerSettings::default()),
             ejections: Mutex::new(()),
             resolved_tx,
         }
@@ -137,25 +135,31 @@ impl EndpointGroup {
         &self.outlier
     }
 
-    /// Sets `circuitBreaker.maxParallelRequests` (when the group is built).
-    pub fn with_max_parallel_requests(mut self, max: u32) -> Self {
-        self.max_parallel = max.max(1);
+    /// Sets the `circuitBreaker` limits (when the group is built).
+    pub fn with_breaker(mut self, settings: BreakerSettings) -> Self {
+        self.breaker = Breaker::new(settings);
         self
     }
 
     /// Phase "admit": a slot under `maxParallelRequests`, held until the response ends; `None`
-    /// when the group is full (the request gets 503 `overflow`). Like Envoy's, the check is a
-    /// single atomic increment, so concurrent requests never exceed the limit.
+    /// when the group is full (the request gets 503 `overflow`).
     pub fn admit(&self) -> Option<Admission> {
-        let before = self
-            .parallel
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        let admission = Admission(self.parallel.clone());
-        (before < self.max_parallel).then_some(admission)
+        self.breaker.admit()
     }
 
-    pub fn max_parallel_requests(&self) -> u32 {
-        self.max_parallel
+    pub fn breaker(&self) -> &Breaker {
+        &self.breaker
+    }
+
+    /// Closes one idle HTTP/1.1 connection of the group (the oldest of the first endpoint
+    /// that has one): at `maxConnections`, its slot is worth more to a waiting request.
+    pub fn close_an_idle_connection(&self) {
+        let list = self.list.load();
+        for endpoint in list.endpoints.iter() {
+            if endpoint.pool.close_oldest_idle() {
+                return;
+            }
+        }
     }
 
     /// The current endpoints.
@@ -308,19 +312,6 @@ impl EndpointGroup {
     fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
         // Guards no data of its own: poisoning means nothing here.
         self.ejections.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// Envoy's default for `max_requests`.
-pub const DEFAULT_MAX_PARALLEL_REQUESTS: u32 = 1024;
-
-/// A request counted against its group's `maxParallelRequests`; dropping it frees the slot.
-#[derive(Debug)]
-pub struct Admission(Arc<std::sync::atomic::AtomicU32>);
-
-impl Drop for Admission {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 

@@ -1,5 +1,6 @@
 //! Upstream side: endpoints and their state, connection pools, connecting, DNS.
 
+pub mod breaker;
 pub mod connect;
 pub mod dns;
 pub mod endpoint;

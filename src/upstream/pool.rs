@@ -5,10 +5,12 @@
 //! least likely to have been closed by the server — connection is reused first, and surplus
 //! connections age out. The lock is held only to push or pop, never across an `.await`.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use hyper::client::conn::http1::SendRequest;
+use tokio::sync::Notify;
 
 use crate::http::body::RequestBody;
 
@@ -42,6 +44,10 @@ struct Idle {
 pub struct H1Pool {
     settings: PoolSettings,
     idle: Mutex<Vec<Idle>>,
+    /// Requests waiting for a connection of this endpoint (at `circuitBreaker.maxConnections`);
+    /// only then does a checkin wake anyone, so the common checkin touches no `Notify`.
+    waiting: AtomicU32,
+    returned: Notify,
 }
 
 impl std::fmt::Debug for H1Pool {
@@ -58,6 +64,8 @@ impl H1Pool {
         H1Pool {
             settings,
             idle: Mutex::new(Vec::new()),
+            waiting: AtomicU32::new(0),
+            returned: Notify::new(),
         }
     }
 
@@ -81,13 +89,37 @@ impl H1Pool {
         if sender.is_closed() {
             return;
         }
-        let mut idle = self.lock();
-        if idle.len() < self.settings.max_idle {
+        {
+            let mut idle = self.lock();
+            if idle.len() >= self.settings.max_idle {
+                return;
+            }
             idle.push(Idle {
                 sender,
                 since: Instant::now(),
             });
         }
+        if self.waiting.load(Ordering::Acquire) > 0 {
+            self.returned.notify_waiters();
+        }
+    }
+
+    /// Registers a request waiting for a connection to be checked in; the guard's `notified`
+    /// resolves at the next checkin. Enable it before looking at the pool again.
+    pub fn wait_for_checkin(&self) -> CheckinWait<'_> {
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        CheckinWait { pool: self }
+    }
+
+    /// Closes the oldest idle connection, if there is one (its circuit-breaker slot is wanted
+    /// by a request to another endpoint). Returns whether one was closed.
+    pub fn close_oldest_idle(&self) -> bool {
+        let mut idle = self.lock();
+        if idle.is_empty() {
+            return false;
+        }
+        drop(idle.remove(0));
+        true
     }
 
     /// Closes idle connections that expired or were closed by the server.
@@ -108,5 +140,22 @@ impl H1Pool {
         self.idle
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A request waiting for a checkin (see `H1Pool::wait_for_checkin`).
+pub struct CheckinWait<'a> {
+    pool: &'a H1Pool,
+}
+
+impl CheckinWait<'_> {
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.pool.returned.notified()
+    }
+}
+
+impl Drop for CheckinWait<'_> {
+    fn drop(&mut self) {
+        self.pool.waiting.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -291,18 +291,32 @@ pub struct CircuitBreaker {
     /// more gets 503 `overflow` at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_parallel_requests: Option<Spanned<u32>>,
-    /// Not supported yet.
+    /// Connections open to the Backend port's endpoints at once (default 1024). At the limit
+    /// a request without a free pooled connection waits for one (or for a connection to close).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_connections: Option<Spanned<NotYetSupported>>,
-    /// Not supported yet.
+    pub max_connections: Option<Spanned<u32>>,
+    /// Requests waiting for a connection at once (default 1024); one more gets 503 `overflow`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_pending_requests: Option<Spanned<NotYetSupported>>,
-    /// Not supported yet (arrives with retries).
+    pub max_pending_requests: Option<Spanned<u32>>,
+    /// Retries in progress at once (default 1024; Envoy's is 3); past it, the failed attempt's
+    /// answer is final.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_parallel_retries: Option<Spanned<NotYetSupported>>,
-    /// Not supported yet (arrives with retries).
+    pub max_parallel_retries: Option<Spanned<u32>>,
+    /// Retries in progress as a share of the requests in flight; replaces
+    /// `maxParallelRetries` when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_budget: Option<Spanned<NotYetSupported>>,
+    pub retry_budget: Option<Spanned<RetryBudgetConfig>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetryBudgetConfig {
+    /// Percent of the requests in flight that may be retries (default 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<Spanned<f64>>,
+    /// Retries always allowed, however few requests are in flight (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_retry_concurrency: Option<Spanned<u32>>,
 }
 
 /// `retry`: sending a failed request again, when that is safe.

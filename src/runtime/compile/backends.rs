@@ -18,13 +18,15 @@ use crate::balance::{BalancerKind, LeastRequestSettings};
 use crate::config::wire::backend::BackendSpec;
 use crate::config::wire::enums::{DestinationType, LookupFamily, Protocol, TlsMode};
 use crate::config::wire::policy::{
-    DnsPolicy, HealthCheck, Http2Policy, LoadBalancer, TimeoutPolicy, TrafficPolicySpec,
+    CircuitBreaker, DnsPolicy, HealthCheck, Http2Policy, LoadBalancer, TimeoutPolicy,
+    TrafficPolicySpec,
 };
 use crate::config::wire::Object;
 use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, Reason};
 use crate::runtime::registry::{DnsGroupKey, EndpointTemplate, StateRegistry};
 use crate::runtime::snapshot::{Backend, BackendPort};
+use crate::upstream::breaker::{BreakerSettings, RetryBudget};
 use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, Transport};
 use crate::upstream::dns::{is_denied_address, RefreshPlan};
 use crate::upstream::pool::PoolSettings;
@@ -245,10 +247,9 @@ fn compile_one(
     let balancer = policies
         .backend_section(id, inline_spec, |s| s.load_balancer.as_ref())
         .map_or_else(BalancerKind::default, |lb| balancer_kind(&lb));
-    let max_parallel = policies
+    let breaker = policies
         .backend_section(id, inline_spec, |s| s.circuit_breaker.as_ref())
-        .and_then(|cb| cb.max_parallel_requests.map(|v| v.value))
-        .unwrap_or(crate::upstream::group::DEFAULT_MAX_PARALLEL_REQUESTS);
+        .map_or_else(BreakerSettings::default, |cb| breaker_settings(&cb));
     let outlier = policies
         .backend_section(id, inline_spec, |s| s.health_check.as_ref())
         .map_or_else(OutlierSettings::default, |hc| outlier_settings(&hc));
@@ -429,7 +430,7 @@ fn compile_one(
                     family,
                     balancer: balancer.key(),
                     outlier,
-                    max_parallel,
+                    breaker,
                 };
                 let source = EndpointSource::Dns {
                     hostname: host.clone(),
@@ -438,8 +439,7 @@ fn compile_one(
                     respect_ttl,
                 };
                 let (group, created) = registry.dns_group(key, || {
-                    EndpointGroup::new_dns(source, balancer.build(), outlier)
-                        .with_max_parallel_requests(max_parallel)
+                    EndpointGroup::new_dns(source, balancer.build(), outlier).with_breaker(breaker)
                 });
                 if created {
                     cx.outlier_groups
@@ -465,7 +465,7 @@ fn compile_one(
                     .collect();
                 let group = Arc::new(
                     EndpointGroup::new_static(endpoints, balancer.build(), outlier)
-                        .with_max_parallel_requests(max_parallel),
+                        .with_breaker(breaker),
                 );
                 cx.outlier_groups
                     .push((Arc::downgrade(&group), label.clone()));
@@ -562,6 +562,29 @@ fn balancer_kind(lb: &LoadBalancer) -> BalancerKind {
                     .unwrap_or(defaults.distinct_choices),
             })
         }
+    }
+}
+
+/// `circuitBreaker` over Envoy's defaults (validated by `check_sections`).
+fn breaker_settings(cb: &CircuitBreaker) -> BreakerSettings {
+    let d = BreakerSettings::default();
+    let v = |f: &Option<Spanned<u32>>, default: u32| f.as_ref().map_or(default, |v| v.value);
+    BreakerSettings {
+        max_parallel_requests: v(&cb.max_parallel_requests, d.max_parallel_requests),
+        max_connections: v(&cb.max_connections, d.max_connections),
+        max_pending_requests: v(&cb.max_pending_requests, d.max_pending_requests),
+        max_parallel_retries: v(&cb.max_parallel_retries, d.max_parallel_retries),
+        retry_budget: cb.retry_budget.as_ref().map(|b| {
+            let d = RetryBudget::default();
+            RetryBudget {
+                milli_percent: b
+                    .value
+                    .percent
+                    .as_ref()
+                    .map_or(d.milli_percent, |p| (p.value * 1000.0).round() as u32),
+                min_concurrency: v(&b.value.min_retry_concurrency, d.min_concurrency),
+            }
+        }),
     }
 }
 

@@ -53,20 +53,27 @@ pub(crate) fn check_sections(
         let cb = &cb.value;
         let field = |name: &str| format!("{prefix}.circuitBreaker.{name}");
         for (name, v) in [
+            ("maxParallelRequests", &cb.max_parallel_requests),
             ("maxConnections", &cb.max_connections),
-            ("maxPendingRequests", &cb.max_pending_requests),
-            ("maxParallelRetries", &cb.max_parallel_retries),
-            ("retryBudget", &cb.retry_budget),
         ] {
-            if let Some(v) = v {
-                cx.not_yet(at(file, id, v.pos, field(name)), name, "[balance]");
+            if let Some(v) = v.as_ref().filter(|v| v.value == 0) {
+                cx.error(
+                    at(file, id, v.pos, field(name)),
+                    format!("{name} must be at least 1"),
+                    "e.g. 1024; a Backend that must take no traffic has no route to it",
+                );
             }
         }
-        if let Some(v) = cb.max_parallel_requests.as_ref().filter(|v| v.value == 0) {
+        if let Some(p) = cb
+            .retry_budget
+            .as_ref()
+            .and_then(|b| b.value.percent.as_ref())
+            .filter(|p| !(0.0..=100.0).contains(&p.value))
+        {
             cx.error(
-                at(file, id, v.pos, field("maxParallelRequests")),
-                "maxParallelRequests must be at least 1",
-                "e.g. 1024; a Backend that must take no traffic has no route to it",
+                at(file, id, p.pos, field("retryBudget.percent")),
+                format!("percent {} is not between 0 and 100", p.value),
+                "a share of the requests in flight, e.g. 20",
             );
         }
     }
