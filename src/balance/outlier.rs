@@ -8,7 +8,7 @@
 //! one endpoint always may be (`alwaysEjectOneEndpoint`). An ejection lasts
 //! `min(base × multiplier, max) + jitter`; the multiplier grows with each ejection and shrinks
 //! by one for each interval an endpoint stays healthy after its return. Unejection happens on
-//! the interval tick.
+//! the interval tick, or at once when an active health check passes (see `health`).
 //!
 //! Hot path: recording a result is a relaxed atomic increment or a reset of two counters.
 //! Ejecting and unejecting take the group's mutex (rare) and publish a new list of pickable
@@ -216,6 +216,19 @@ impl OutlierState {
         detail.reason = Some(reason);
         detail.ejections += 1;
         self.ejected.store(true, Ordering::Relaxed);
+        self.reset_counters();
+        true
+    }
+
+    /// Ends an ejection now (a passing active health check); the multiplier is kept, so a
+    /// relapse still lasts longer. Returns whether it was ejected. Call under the group lock.
+    pub(crate) fn uneject(&self, now: Instant) -> bool {
+        if !self.is_ejected() {
+            return false;
+        }
+        let mut detail = lock(&self.detail);
+        self.ejected.store(false, Ordering::Relaxed);
+        detail.last_unejected = Some(now);
         self.reset_counters();
         true
     }

@@ -40,6 +40,13 @@ pub struct BackendReasonLabel {
     pub reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendResultLabel {
+    pub backend: String,
+    /// `pass` or `fail`.
+    pub result: &'static str,
+}
+
 /// Every metric egressd exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -59,6 +66,7 @@ pub struct Metrics {
     pub websocket_bytes: Family<BackendDirectionLabel, Counter>,
     pub outlier_ejections: Family<BackendReasonLabel, Counter>,
     pub retries: Family<BackendLabel, Counter>,
+    pub health_checks: Family<BackendResultLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -150,7 +158,14 @@ impl Default for Metrics {
             "Requests sent again by the retry policy, by Backend",
             retries.clone(),
         );
+        let health_checks = Family::<BackendResultLabel, Counter>::default();
+        registry.register(
+            "health_checks",
+            "Active health checks, by Backend and result (pass, fail)",
+            health_checks.clone(),
+        );
         Metrics {
+            health_checks,
             outlier_ejections,
             retries,
             websockets_active,
@@ -172,6 +187,25 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The pass and fail counters of one Backend's health checks.
+    pub fn health_check_counters(
+        &self,
+        backend: &str,
+    ) -> crate::upstream::health_check::CheckCounters {
+        let counter = |result| {
+            self.health_checks
+                .get_or_create(&BackendResultLabel {
+                    backend: backend.to_owned(),
+                    result,
+                })
+                .clone()
+        };
+        crate::upstream::health_check::CheckCounters {
+            pass: counter("pass"),
+            fail: counter("fail"),
+        }
+    }
+
     /// The Prometheus text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();

@@ -1,9 +1,9 @@
 //! Endpoint groups: the addresses of one Backend port, and what picks among them.
 //!
 //! For FQDN destinations the list is replaced by the DNS refresher, for IP destinations it is
-//! fixed. Picks read `pickable`: the endpoints that are not ejected (or all of them when too
-//! few are healthy, Envoy's panic mode), rebuilt whenever the list or an ejection changes,
-//! never per request.
+//! fixed. Picks read `pickable`: the endpoints that are neither ejected nor failing active
+//! health checks (or all of them when too few are healthy, Envoy's panic mode), rebuilt
+//! whenever the list, an ejection or an endpoint's health changes, never per request.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::Endpoint;
+use crate::balance::health::{ActiveSettings, CheckResult, Transition};
 use crate::balance::outlier::{EjectReason, Outcome, OutlierSettings};
 use crate::balance::Balancer;
 
@@ -76,10 +77,14 @@ impl Weights {
 pub struct EndpointGroup {
     pub source: EndpointSource,
     list: ArcSwap<EndpointList>,
-    /// What picks choose from: `list` without ejected endpoints (or all, in panic).
+    /// What picks choose from: `list` without ejected and unhealthy endpoints (or all, in
+    /// panic).
     pickable: ArcSwap<EndpointList>,
     balancer: Box<dyn Balancer>,
     outlier: OutlierSettings,
+    /// `healthCheck.active`; without it the endpoints' active health is ignored (it may be
+    /// left over from a config that had checks).
+    active: Option<ActiveSettings>,
     /// Requests in flight to this group, against `circuitBreaker.maxParallelRequests`.
     parallel: Arc<std::sync::atomic::AtomicU32>,
     max_parallel: u32,
@@ -102,6 +107,7 @@ impl EndpointGroup {
             pickable: ArcSwap::from_pointee(EndpointList::default()),
             balancer,
             outlier,
+            active: None,
             parallel: Arc::default(),
             max_parallel: DEFAULT_MAX_PARALLEL_REQUESTS,
             ejections: Mutex::new(()),
@@ -124,6 +130,7 @@ impl EndpointGroup {
             pickable: ArcSwap::from_pointee(EndpointList::default()),
             balancer,
             outlier,
+            active: None,
             parallel: Arc::default(),
             max_parallel: DEFAULT_MAX_PARALLEL_REQUESTS,
             ejections: Mutex::new(()),
@@ -133,6 +140,16 @@ impl EndpointGroup {
 
     pub fn outlier_settings(&self) -> &OutlierSettings {
         &self.outlier
+    }
+
+    /// Sets `healthCheck.active` (when the group is built).
+    pub fn with_active_checks(mut self, active: Option<ActiveSettings>) -> Self {
+        self.active = active;
+        self
+    }
+
+    pub fn active_settings(&self) -> Option<&ActiveSettings> {
+        self.active.as_ref()
     }
 
     /// Sets `circuitBreaker.maxParallelRequests` (when the group is built).
@@ -234,7 +251,43 @@ impl EndpointGroup {
         }
     }
 
-    fn rebuild_pickable(&self) {
+    /// Records an active check of `endpoint`: a change of health, or a pass that ends an
+    /// outlier ejection (Envoy's `successful_active_health_check_uneject_host`: the multiplier
+    /// is kept), rebuilds `pickable`. Returns the health change, if any.
+    pub fn record_check(&self, endpoint: &Endpoint, result: &CheckResult) -> Option<Transition> {
+        let Some(active) = &self.active else {
+            return None;
+        };
+        let _serial = self.lock();
+        let transition = endpoint
+            .health
+            .record(result, active, std::time::SystemTime::now());
+        let unejected = result == &CheckResult::Pass
+            && active.uneject_on_pass
+            && !endpoint.health.is_unhealthy()
+            && endpoint.outlier.uneject(Instant::now());
+        match transition {
+            Some(Transition::BecameUnhealthy) => {
+                tracing::warn!(endpoint = %endpoint.addr, reason = ?result, "endpoint failed active health checks: unhealthy")
+            }
+            Some(Transition::BecameHealthy) => {
+                tracing::info!(endpoint = %endpoint.addr, "endpoint passed active health checks: healthy")
+            }
+            None => {}
+        }
+        if unejected {
+            tracing::info!(endpoint = %endpoint.addr, "endpoint back from ejection: active health check passed");
+        }
+        if transition.is_some() || unejected {
+            let list = self.list.load();
+            self.rebuild_pickable_locked(&list);
+        }
+        transition
+    }
+
+    /// Rebuilds `pickable` from the endpoints' current state (a new health checker does this
+    /// once, in case a check of the previous config's checker changed health meanwhile).
+    pub fn rebuild_pickable(&self) {
         let _serial = self.lock();
         let list = self.list.load();
         self.rebuild_pickable_locked(&list);
@@ -244,7 +297,7 @@ impl EndpointGroup {
         let healthy: Vec<Arc<Endpoint>> = list
             .endpoints
             .iter()
-            .filter(|e| !e.outlier.is_ejected())
+            .filter(|e| self.is_pickable(e))
             .cloned()
             .collect();
         let total = list.endpoints.len();
@@ -263,6 +316,12 @@ impl EndpointGroup {
         let mut pickable = EndpointList::resolved(healthy);
         pickable.last_error = list.last_error.clone();
         self.pickable.store(Arc::new(pickable));
+    }
+
+    /// Neither ejected nor (when active checks are on) unhealthy.
+    fn is_pickable(&self, endpoint: &Endpoint) -> bool {
+        let unhealthy = self.active.is_some() && endpoint.health.is_unhealthy();
+        !endpoint.outlier.is_ejected() && !unhealthy
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
