@@ -334,3 +334,151 @@ async fn the_checks_of_a_group_are_spread_over_the_interval() {
         latest.duration_since(*earliest)
     );
 }
+
+#[tokio::test]
+async fn health_survives_a_reload_and_the_new_checker_carries_on() {
+    let port = free_port();
+    let a = Switchable::start(1, port).await;
+    let b = Switchable::start(2, port).await;
+    a.health.store(503, Ordering::SeqCst);
+    let active = "{type: HTTP, interval: 100ms, timeout: 500ms, unhealthyThreshold: 2, healthyThreshold: 3, http: {path: /healthz}}";
+    let yaml = preamble(None) + &backend(&[a.addr(), b.addr()], active, "{}");
+    let proxy = TestProxy::start(&yaml).await;
+    assert!(
+        eventually(WITHIN, || async {
+            active_state(&proxy, "127.0.0.1").await == "unhealthy"
+        })
+        .await
+    );
+
+    // Another config with the same Backend: the endpoint keeps its health.
+    proxy.rewrite(&(yaml.clone() + "# reloaded\n"));
+    proxy.reload().await;
+    let state = endpoint_state(&proxy, "127.0.0.1").await;
+    assert_eq!(state["activeHealth"]["state"], "unhealthy", "{state}");
+    let a_traffic = a.traffic_count();
+    for i in 0..6 {
+        assert_eq!(get(proxy.http(), HOST, &format!("/{i}")).await.status, 200);
+    }
+    assert_eq!(a.traffic_count(), a_traffic, "still out of rotation");
+
+    // The new config's checker brings it back.
+    a.health.store(200, Ordering::SeqCst);
+    assert!(
+        eventually(WITHIN, || async {
+            active_state(&proxy, "127.0.0.1").await == "healthy"
+        })
+        .await,
+        "healthy after healthyThreshold passes under the new config"
+    );
+    let metric = metric(
+        &proxy,
+        r#"egressd_health_checks_total{backend="default/api",result="pass"}"#,
+    )
+    .await;
+    assert!(metric >= 3.0, "{metric} passes counted");
+}
+
+#[tokio::test]
+async fn addresses_a_dns_refresh_adds_are_checked() {
+    let port = free_port();
+    let a = Switchable::start(1, port).await;
+    let b = Switchable::start(2, port).await;
+    let dns = common::dns::TestDns::start().await;
+    dns.set("api.hc.test", &[[127, 0, 0, 1].into()], 1);
+    let yaml = preamble(Some(dns.addr))
+        + &common::proxy::fqdn_backend(
+            "api",
+            "api.hc.test",
+            &[port],
+            "  trafficPolicy:\n    healthCheck:\n      active: {type: HTTP, interval: 100ms, timeout: 500ms, http: {path: /healthz}}\n",
+        );
+    let proxy = TestProxy::start(&yaml).await;
+    assert!(eventually(WITHIN, || async { a.check_count() >= 1 }).await);
+    dns.set(
+        "api.hc.test",
+        &[[127, 0, 0, 1].into(), [127, 0, 0, 2].into()],
+        1,
+    );
+    assert!(
+        eventually(WITHIN, || async { b.check_count() >= 1 }).await,
+        "the new address is checked"
+    );
+    let recorded = b
+        .upstream
+        .requests()
+        .into_iter()
+        .find(|r| r.uri == "/healthz")
+        .expect("check recorded");
+    assert_eq!(
+        recorded.headers.get(http::header::HOST).unwrap(),
+        &format!("api.hc.test:{port}"),
+        "Host is the Backend's hostname"
+    );
+    assert!(
+        eventually(WITHIN, || async {
+            active_state(&proxy, "127.0.0.2").await == "healthy"
+        })
+        .await
+    );
+}
+
+#[tokio::test]
+async fn http_checks_use_the_backend_tls_settings_and_http2() {
+    use common::tls::{San, TestCa, TlsOptions, TlsUpstream};
+    let dns = common::dns::TestDns::start().await;
+    dns.set("api.hc.test", &[[127, 0, 0, 1].into()], 60);
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("trusted");
+    let ca_file = ca.write_pem(dir.path());
+    let upstream = TlsUpstream::start(
+        "api",
+        ca.server_cert(&[San::dns("api.hc.test")]),
+        TlsOptions::default(),
+    )
+    .await;
+    let backend = |ca: &std::path::Path| {
+        format!(
+            "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: api}}\nspec:\n  destination:\n    type: FQDN\n    fqdn: {{hostname: api.hc.test}}\n    ports: [{{number: {port}}}]\n  tls:\n    mode: Simple\n    validation: {{caCertificateFiles: [\"{ca}\"]}}\n  trafficPolicy:\n    healthCheck:\n      active: {{type: HTTP, interval: 100ms, timeout: 1s, unhealthyThreshold: 1, http: {{path: /healthz}}}}\n",
+            port = upstream.addr.port(),
+            ca = ca.display()
+        )
+    };
+    let proxy = TestProxy::start(&(preamble(Some(dns.addr)) + &backend(&ca_file))).await;
+    assert!(
+        eventually(WITHIN, || async {
+            endpoint_state(&proxy, "127.0.0.1").await["activeHealth"]["lastResult"] == "pass"
+        })
+        .await,
+        "the check passes over verified TLS"
+    );
+    let check = upstream
+        .requests()
+        .into_iter()
+        .find(|r| r.uri.ends_with("/healthz"))
+        .expect("check reached the upstream");
+    assert_eq!(check.version, http::Version::HTTP_2, "ALPN chose h2");
+    assert!(
+        upstream
+            .snis()
+            .iter()
+            .all(|s| s.as_deref() == Some("api.hc.test")),
+        "SNI from the Backend"
+    );
+    drop(proxy);
+
+    // A CA that did not sign the upstream's certificate: the check fails, naming why.
+    let stranger = TestCa::new("stranger");
+    let stranger_file = dir.path().join("stranger.pem");
+    std::fs::write(&stranger_file, stranger.pem()).unwrap();
+    let proxy = TestProxy::start(&(preamble(Some(dns.addr)) + &backend(&stranger_file))).await;
+    assert!(
+        eventually(WITHIN, || async {
+            active_state(&proxy, "127.0.0.1").await == "unhealthy"
+        })
+        .await
+    );
+    let state = endpoint_state(&proxy, "127.0.0.1").await;
+    let failure = state["activeHealth"]["lastFailure"].as_str().unwrap();
+    assert!(failure.contains("unknown_ca"), "{failure}");
+}
