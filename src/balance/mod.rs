@@ -13,7 +13,7 @@ pub mod outlier;
 mod random;
 mod round_robin;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 
 pub use least_request::{LeastRequest, LeastRequestSettings, MAX_CHOICES};
 pub use random::Random;

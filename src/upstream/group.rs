@@ -360,3 +360,108 @@ pub async fn outlier_ticks(group: Weak<EndpointGroup>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balance::health::CheckKind;
+    use crate::balance::test_support::endpoint;
+    use crate::balance::RoundRobin;
+
+    fn active(uneject_on_pass: bool) -> ActiveSettings {
+        ActiveSettings {
+            kind: CheckKind::Tcp,
+            interval: Duration::from_secs(1),
+            interval_jitter: Duration::ZERO,
+            timeout: Duration::from_millis(100),
+            unhealthy_threshold: 1,
+            healthy_threshold: 1,
+            uneject_on_pass,
+        }
+    }
+
+    fn group(n: u16, active: Option<ActiveSettings>) -> EndpointGroup {
+        let endpoints = (1..=n).map(|port| endpoint(port, 1)).collect();
+        let outlier = OutlierSettings {
+            max_ejection_percent: 100,
+            ..OutlierSettings::default()
+        };
+        EndpointGroup::new_static(endpoints, Box::new(RoundRobin::new()), outlier)
+            .with_active_checks(active)
+    }
+
+    fn pickable_ports(g: &EndpointGroup) -> Vec<u16> {
+        g.pickable
+            .load()
+            .endpoints
+            .iter()
+            .map(|e| e.addr.port())
+            .collect()
+    }
+
+    fn fail() -> CheckResult {
+        CheckResult::Fail("refused".into())
+    }
+
+    #[test]
+    fn an_unhealthy_endpoint_leaves_pickable_and_returns_when_it_passes() {
+        let g = group(3, Some(active(true)));
+        let first = g.list().endpoints[0].clone();
+        assert_eq!(
+            g.record_check(&first, &fail()),
+            Some(Transition::BecameUnhealthy)
+        );
+        assert_eq!(pickable_ports(&g), vec![2, 3]);
+        assert_eq!(
+            g.record_check(&first, &CheckResult::Pass),
+            Some(Transition::BecameHealthy)
+        );
+        assert_eq!(pickable_ports(&g), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn unhealthy_and_ejected_endpoints_count_together_for_the_panic_threshold() {
+        let g = group(4, Some(active(true)));
+        let list = g.list().endpoints.clone();
+        g.record_check(&list[0], &fail());
+        for _ in 0..5 {
+            g.record(&list[1], Outcome::GatewayError);
+        }
+        assert_eq!(pickable_ports(&g), vec![3, 4], "2 of 4 healthy: no panic");
+        g.record_check(&list[2], &fail());
+        assert_eq!(pickable_ports(&g), vec![1, 2, 3, 4], "1 of 4: panic");
+    }
+
+    #[test]
+    fn a_pass_unejects_at_once_keeping_the_multiplier_unless_turned_off() {
+        for uneject in [true, false] {
+            let g = group(2, Some(active(uneject)));
+            let first = g.list().endpoints[0].clone();
+            for _ in 0..5 {
+                g.record(&first, Outcome::GatewayError);
+            }
+            assert!(first.outlier.is_ejected());
+            g.record_check(&first, &CheckResult::Pass);
+            assert_eq!(first.outlier.is_ejected(), !uneject);
+            assert_eq!(first.outlier.ejection().multiplier, 1);
+            let expected = if uneject { vec![1, 2] } else { vec![2] };
+            assert_eq!(pickable_ports(&g), expected);
+        }
+    }
+
+    #[test]
+    fn without_active_checks_health_left_over_is_ignored() {
+        let checked = group(2, Some(active(true)));
+        let first = checked.list().endpoints[0].clone();
+        checked.record_check(&first, &fail());
+        assert!(first.health.is_unhealthy());
+        // The same endpoint in a group of a config without active checks.
+        let unchecked = EndpointGroup::new_static(
+            checked.list().endpoints.clone(),
+            Box::new(RoundRobin::new()),
+            OutlierSettings::default(),
+        );
+        assert_eq!(pickable_ports(&unchecked), vec![1, 2]);
+        assert_eq!(unchecked.record_check(&first, &CheckResult::Pass), None);
+    }
+}

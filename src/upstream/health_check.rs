@@ -233,3 +233,137 @@ async fn http_check(
         Err(CheckError::Status(status.as_u16()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balance::outlier::OutlierSettings;
+    use crate::balance::test_support::endpoint;
+    use crate::balance::RoundRobin;
+
+    fn settings(kind: CheckKind) -> ActiveSettings {
+        ActiveSettings {
+            kind,
+            interval: Duration::from_millis(20),
+            interval_jitter: Duration::ZERO,
+            timeout: Duration::from_millis(500),
+            unhealthy_threshold: 1,
+            healthy_threshold: 1,
+            uneject_on_pass: true,
+        }
+    }
+
+    fn plan(group: &Arc<EndpointGroup>) -> CheckPlan {
+        CheckPlan {
+            group: Arc::downgrade(group),
+            backend: "default/api".into(),
+            host: None,
+            transport: Transport::Plain,
+            wire: HttpWire::Http1,
+            http2: Http2Options::default(),
+        }
+    }
+
+    /// A group whose one endpoint is a listener on 127.0.0.1 that accepts and counts.
+    async fn listening_group() -> (Arc<EndpointGroup>, tokio::net::TcpListener) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let group = Arc::new(
+            EndpointGroup::new_static(
+                vec![endpoint(port, 1)],
+                Box::new(RoundRobin::new()),
+                OutlierSettings::default(),
+            )
+            .with_active_checks(Some(settings(CheckKind::Tcp))),
+        );
+        (group, listener)
+    }
+
+    const LIMIT: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn a_checker_stops_when_a_newer_config_starts_its_own() {
+        let (group, listener) = listening_group().await;
+        let epoch = watch::Sender::new(1u64);
+        let counters = CheckCounters::default();
+        let task = tokio::spawn(run(plan(&group), epoch.subscribe(), counters.clone()));
+        // It checks (the listener sees connects)...
+        tokio::time::timeout(LIMIT, listener.accept())
+            .await
+            .expect("a check within the limit")
+            .unwrap();
+        // ...and ends once the epoch moves on.
+        epoch.send_replace(2);
+        tokio::time::timeout(LIMIT, task)
+            .await
+            .expect("the checker ended")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_checker_stops_when_its_group_is_dropped() {
+        let (group, listener) = listening_group().await;
+        let epoch = watch::Sender::new(1u64);
+        let task = tokio::spawn(run(
+            plan(&group),
+            epoch.subscribe(),
+            CheckCounters::default(),
+        ));
+        tokio::time::timeout(LIMIT, listener.accept())
+            .await
+            .expect("a check within the limit")
+            .unwrap();
+        drop(group);
+        tokio::time::timeout(LIMIT, task)
+            .await
+            .expect("the checker ended")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_tcp_check_of_a_closed_port_fails_and_marks_the_endpoint_unhealthy() {
+        let (group, listener) = listening_group().await;
+        drop(listener);
+        let epoch = watch::Sender::new(1u64);
+        let counters = CheckCounters::default();
+        let _task = tokio::spawn(run(plan(&group), epoch.subscribe(), counters.clone()));
+        let endpoint = group.list().endpoints[0].clone();
+        tokio::time::timeout(LIMIT, async {
+            while !endpoint.health.is_unhealthy() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("unhealthy within the limit");
+        assert!(counters.fail.get() >= 1);
+        assert!(group.pick().is_some(), "panic mode: the only endpoint");
+    }
+
+    #[tokio::test]
+    async fn an_http_check_without_an_answer_fails_at_the_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let group = Arc::new(EndpointGroup::new_static(
+            vec![],
+            Box::new(RoundRobin::new()),
+            OutlierSettings::default(),
+        ));
+        let s = ActiveSettings {
+            timeout: Duration::from_millis(100),
+            ..settings(CheckKind::Http(HttpCheck {
+                path: "/healthz".into(),
+                method: http::Method::GET,
+                host: None,
+                expected_statuses: vec![200],
+            }))
+        };
+        // The listener accepts (the kernel does) but never answers.
+        let result = probe(addr, &s, &plan(&group)).await;
+        assert_eq!(
+            result,
+            CheckResult::Fail("no answer within 100ms".into()),
+            "{result:?}"
+        );
+        drop(listener);
+    }
+}
