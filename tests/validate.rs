@@ -961,7 +961,7 @@ fn load_balancer_and_health_check_mistakes_are_errors_at_each_value() {
 fn active_health_check_mistakes_are_errors_at_each_value() {
     let dir = fixture("active-health-check-mistakes");
     let diags = diagnostics(&dir);
-    assert_eq!(diags.len(), 7, "{}", render(&diags));
+    assert_eq!(diags.len(), 8, "{}", render(&diags));
     let p = "spec.trafficPolicy.healthCheck.active";
     let checked = Some("Backend default/checked");
     let expected = [
@@ -1006,6 +1006,12 @@ fn active_health_check_mistakes_are_errors_at_each_value() {
             Some("Backend default/pinged"),
             format!("{p}.type"),
             "active health check type MCP (ping) is not supported yet",
+        ),
+        (
+            ("443, protocol: TCP", "TCP"),
+            Some("Backend default/tunnelled"),
+            "spec.destination.ports[0].protocol".to_owned(),
+            "port 443 carries TCP, so healthCheck.active type HTTP cannot check it",
         ),
     ];
     for (d, ((context, token), object, field, message)) in diags.iter().zip(&expected) {

@@ -268,7 +268,11 @@ impl EndpointGroup {
             && endpoint.outlier.uneject(Instant::now());
         match transition {
             Some(Transition::BecameUnhealthy) => {
-                tracing::warn!(endpoint = %endpoint.addr, reason = ?result, "endpoint failed active health checks: unhealthy")
+                let reason = match result {
+                    CheckResult::Fail(reason) => reason.as_str(),
+                    CheckResult::Pass => "",
+                };
+                tracing::warn!(endpoint = %endpoint.addr, reason, "endpoint failed active health checks: unhealthy")
             }
             Some(Transition::BecameHealthy) => {
                 tracing::info!(endpoint = %endpoint.addr, "endpoint passed active health checks: healthy")
