@@ -961,3 +961,74 @@ fn load_balancer_and_health_check_mistakes_are_errors_at_each_value() {
         );
     }
 }
+
+#[test]
+fn active_health_check_mistakes_are_errors_at_each_value() {
+    let dir = fixture("active-health-check-mistakes");
+    let diags = diagnostics(&dir);
+    assert_eq!(diags.len(), 8, "{}", render(&diags));
+    let p = "spec.trafficPolicy.healthCheck.active";
+    let checked = Some("Backend default/checked");
+    let expected = [
+        (
+            ("interval: 0s", "0s"),
+            checked,
+            format!("{p}.interval"),
+            "interval must be greater than zero",
+        ),
+        (
+            ("timeout: 0s", "0s"),
+            checked,
+            format!("{p}.timeout"),
+            "timeout must be greater than zero",
+        ),
+        (
+            ("unhealthyThreshold: 0", "0"),
+            checked,
+            format!("{p}.unhealthyThreshold"),
+            "unhealthyThreshold must be at least 1",
+        ),
+        (
+            (" healthyThreshold: 0", "0"),
+            checked,
+            format!("{p}.healthyThreshold"),
+            "healthyThreshold must be at least 1",
+        ),
+        (
+            ("path: healthz", "healthz"),
+            checked,
+            format!("{p}.http.path"),
+            "path `healthz` is not an absolute request path",
+        ),
+        (
+            ("[200, 700]", "700"),
+            checked,
+            format!("{p}.http.expectedStatuses[1]"),
+            "expected status 700 is not an HTTP status (100 to 599)",
+        ),
+        (
+            ("{type: MCP", "MCP"),
+            Some("Backend default/pinged"),
+            format!("{p}.type"),
+            "active health check type MCP (ping) is not supported yet",
+        ),
+        (
+            ("443, protocol: TCP", "TCP"),
+            Some("Backend default/tunnelled"),
+            "spec.destination.ports[0].protocol".to_owned(),
+            "port 443 carries TCP, so healthCheck.active type HTTP cannot check it",
+        ),
+    ];
+    for (d, ((context, token), object, field, message)) in diags.iter().zip(&expected) {
+        assert_error(
+            &dir,
+            d,
+            &Expect {
+                at: spot("backend.yaml", context, token),
+                object: *object,
+                field,
+                message,
+            },
+        );
+    }
+}

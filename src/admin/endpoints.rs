@@ -1,9 +1,12 @@
-//! `/endpoints`: per Backend port and endpoint, what balancing and outlier detection see.
+//! `/endpoints`: per Backend port and endpoint, what balancing, outlier detection and active
+//! health checks see.
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use crate::balance::health::HealthState;
 use crate::runtime::snapshot::Snapshot;
+use crate::telemetry::time::rfc3339;
 
 pub(super) fn endpoints(snapshot: &Snapshot) -> Value {
     let now = Instant::now();
@@ -26,10 +29,20 @@ pub(super) fn endpoints(snapshot: &Snapshot) -> Value {
                                 .as_millis() as u64
                         });
                         let (gateway, server, local) = e.outlier.consecutive();
+                        let checked = group.active_settings().is_some();
+                        let unhealthy = checked && e.health.is_unhealthy();
+                        let health = if ejected {
+                            "ejected"
+                        } else if unhealthy {
+                            "unhealthy"
+                        } else {
+                            "healthy"
+                        };
                         json!({
                             "address": e.addr.to_string(),
                             "weight": e.weight,
-                            "health": if ejected { "ejected" } else { "healthy" },
+                            "health": health,
+                            "activeHealth": checked.then(|| active_health(&e.health)),
                             "activeRequests": e.active_requests(),
                             "totalRequests": e.total_requests(),
                             "ejection": {
@@ -69,4 +82,23 @@ pub(super) fn endpoints(snapshot: &Snapshot) -> Value {
         })
         .collect();
     json!({ "generation": snapshot.generation, "backends": backends })
+}
+
+/// An endpoint's active health: `unknown` until its first check, then `healthy`/`unhealthy`
+/// (which the first check leaves as it was: endpoints start healthy).
+fn active_health(health: &HealthState) -> Value {
+    let d = health.detail();
+    let state = match (d.last_check, health.is_unhealthy()) {
+        (None, _) => "unknown",
+        (Some(_), true) => "unhealthy",
+        (Some(_), false) => "healthy",
+    };
+    json!({
+        "state": state,
+        "lastCheck": d.last_check.map(rfc3339),
+        "lastResult": d.last_pass.map(|pass| if pass { "pass" } else { "fail" }),
+        "lastFailure": d.last_failure,
+        "consecutivePasses": d.consecutive_passes,
+        "consecutiveFailures": d.consecutive_failures,
+    })
 }

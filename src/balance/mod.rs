@@ -3,15 +3,17 @@
 //! [`Balancer`] is what an endpoint group picks with: [`LeastRequest`] (the default),
 //! [`RoundRobin`] and [`Random`]. Each pick reads the endpoints' atomic active-request counters;
 //! the weighted schedules are short mutex-guarded heaps or score lists, rebuilt when the
-//! endpoint list they were built for is replaced.
+//! endpoint list they were built for is replaced. [`outlier`] (passive) and [`health`] (active)
+//! decide which endpoints are pickable.
 
 mod edf;
+pub mod health;
 mod least_request;
 pub mod outlier;
 mod random;
 mod round_robin;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 
 pub use least_request::{LeastRequest, LeastRequestSettings, MAX_CHOICES};
 pub use random::Random;

@@ -13,7 +13,8 @@
 //! `maxEjectionPercent` (50) of a group is ejected at once, but one endpoint always may be
 //! (`alwaysEjectOneEndpoint`). An ejection lasts `min(base × multiplier, max) + jitter`; the
 //! multiplier grows with each ejection and shrinks by one for each interval an endpoint stays
-//! healthy after its return. Unejection happens on the interval tick.
+//! healthy after its return. Unejection happens on the interval tick, or at once when an
+//! active health check passes (see `health`).
 //!
 //! Hot path: recording a result is a relaxed atomic increment or a reset of the counters (plus
 //! two increments when rate detection is on). Ejecting and unejecting take the group's mutex
@@ -378,6 +379,19 @@ impl OutlierState {
         self.ejected.store(true, Ordering::Relaxed);
         self.reset_counters();
         Verdict::Ejected
+    }
+
+    /// Ends an ejection now (a passing active health check); the multiplier is kept, so a
+    /// relapse still lasts longer. Returns whether it was ejected. Call under the group lock.
+    pub(crate) fn uneject(&self, now: Instant) -> bool {
+        if !self.is_ejected() {
+            return false;
+        }
+        let mut detail = lock(&self.detail);
+        self.ejected.store(false, Ordering::Relaxed);
+        detail.last_unejected = Some(now);
+        self.reset_counters();
+        true
     }
 
     /// The interval tick for this endpoint: unejects when its time is up, and takes one step

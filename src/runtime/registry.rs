@@ -52,6 +52,8 @@ pub struct DnsGroupKey {
     pub balancer: String,
     /// Outlier detection settings live in the group too.
     pub outlier: crate::balance::outlier::OutlierSettings,
+    /// Active health check settings live in the group too.
+    pub active: Option<crate::balance::health::ActiveSettings>,
     /// `circuitBreaker` limits.
     pub breaker: crate::upstream::breaker::BreakerSettings,
 }

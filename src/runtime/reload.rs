@@ -41,6 +41,8 @@ pub struct Reloader {
     inner: Mutex<Inner>,
     generation: AtomicU64,
     admin_override: Option<SocketAddr>,
+    /// Bumped when an accepted config starts its health checkers: the previous ones stop.
+    health_epoch: tokio::sync::watch::Sender<u64>,
 }
 
 struct Inner {
@@ -74,6 +76,7 @@ impl Reloader {
             }),
             generation: AtomicU64::new(0),
             admin_override,
+            health_epoch: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -166,6 +169,17 @@ impl Reloader {
             let shared = self.shared.clone();
             let sink = Box::new(move |d| shared.metrics.outlier_detection(&backend, d));
             tokio::spawn(crate::upstream::group::outlier_ticks(group, sink));
+        }
+        // Every group with active checks gets a checker of this config (kept DNS groups too, so
+        // that the checks use this config's TLS material); the previous ones stop.
+        self.health_epoch.send_modify(|epoch| *epoch += 1);
+        for plan in compiled.health_checks {
+            let counters = self.shared.metrics.health_check_counters(&plan.backend);
+            tokio::spawn(crate::upstream::health_check::run(
+                plan,
+                self.health_epoch.subscribe(),
+                counters,
+            ));
         }
         let _ = tokio::time::timeout(FIRST_RESOLUTION_WAIT, async {
             for g in &groups {

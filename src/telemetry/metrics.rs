@@ -48,6 +48,13 @@ pub struct DetectionLabel {
     pub verdict: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendResultLabel {
+    pub backend: String,
+    /// `pass` or `fail`.
+    pub result: &'static str,
+}
+
 /// Every metric egressd exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -69,6 +76,7 @@ pub struct Metrics {
     pub outlier_detections: Family<DetectionLabel, Counter>,
     pub overflows: Family<BackendReasonLabel, Counter>,
     pub retries: Family<BackendLabel, Counter>,
+    pub health_checks: Family<BackendResultLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -172,7 +180,14 @@ impl Default for Metrics {
             "Requests sent again by the retry policy, by Backend",
             retries.clone(),
         );
+        let health_checks = Family::<BackendResultLabel, Counter>::default();
+        registry.register(
+            "health_checks",
+            "Active health checks, by Backend and result (pass, fail)",
+            health_checks.clone(),
+        );
         Metrics {
+            health_checks,
             outlier_ejections,
             outlier_detections,
             overflows,
@@ -222,6 +237,25 @@ impl Metrics {
                     reason: d.reason.as_str(),
                 })
                 .inc();
+        }
+    }
+
+    /// The pass and fail counters of one Backend's health checks.
+    pub fn health_check_counters(
+        &self,
+        backend: &str,
+    ) -> crate::upstream::health_check::CheckCounters {
+        let counter = |result| {
+            self.health_checks
+                .get_or_create(&BackendResultLabel {
+                    backend: backend.to_owned(),
+                    result,
+                })
+                .clone()
+        };
+        crate::upstream::health_check::CheckCounters {
+            pass: counter("pass"),
+            fail: counter("fail"),
         }
     }
 

@@ -1,8 +1,8 @@
 //! Endpoints: one upstream address and the state that belongs to it.
 //!
 //! An `Endpoint` outlives reloads while its identity (backend, port, address, transport) is
-//! unchanged: its connection pools, counters and outlier state are found again in the state
-//! registry.
+//! unchanged: its connection pools, counters, outlier and active health state are found again
+//! in the state registry.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::breaker::Admission;
 use super::h2_pool::H2Pool;
 use super::pool::H1Pool;
+use crate::balance::health::HealthState;
 use crate::balance::outlier::OutlierState;
 
 /// One upstream address and the state that belongs to it.
@@ -23,6 +24,8 @@ pub struct Endpoint {
     pub pool: H1Pool,
     /// Outlier detection state (consecutive failures, ejection).
     pub outlier: OutlierState,
+    /// Active health check state (healthy flag, runs of results, last check).
+    pub health: HealthState,
     /// HTTP/2 connections to this address.
     pub h2: Arc<H2Pool>,
     /// For ports whose version is negotiated by ALPN: the last connection came out HTTP/1.1,
@@ -42,6 +45,7 @@ impl Endpoint {
             pool,
             h2: Arc::new(h2),
             outlier: OutlierState::default(),
+            health: HealthState::default(),
             negotiated_http1: AtomicBool::new(false),
             active: AtomicU64::new(0),
             total: AtomicU64::new(0),

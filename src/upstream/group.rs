@@ -1,9 +1,9 @@
 //! Endpoint groups: the addresses of one Backend port, and what picks among them.
 //!
 //! For FQDN destinations the list is replaced by the DNS refresher, for IP destinations it is
-//! fixed. Picks read `pickable`: the endpoints that are not ejected (or all of them when too
-//! few are healthy, Envoy's panic mode), rebuilt whenever the list or an ejection changes,
-//! never per request.
+//! fixed. Picks read `pickable`: the endpoints that are neither ejected nor failing active
+//! health checks (or all of them when too few are healthy, Envoy's panic mode), rebuilt
+//! whenever the list, an ejection or an endpoint's health changes, never per request.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::breaker::{Admission, Breaker, BreakerSettings};
 use super::Endpoint;
+use crate::balance::health::{ActiveSettings, CheckResult, Transition};
 use crate::balance::outlier::{
     rate_outliers, Detection, EjectReason, Outcome, OutlierSettings, Verdict,
 };
@@ -79,12 +80,16 @@ impl Weights {
 pub struct EndpointGroup {
     pub source: EndpointSource,
     list: ArcSwap<EndpointList>,
-    /// What picks choose from: `list` without ejected endpoints (or all, in panic).
+    /// What picks choose from: `list` without ejected and unhealthy endpoints (or all, in
+    /// panic).
     pickable: ArcSwap<EndpointList>,
     balancer: Box<dyn Balancer>,
     outlier: OutlierSettings,
     /// `circuitBreaker` limits and counts.
     breaker: Breaker,
+    /// `healthCheck.active`; without it the endpoints' active health is ignored (it may be
+    /// left over from a config that had checks).
+    active: Option<ActiveSettings>,
     /// Serialises ejections, unejections and the rebuilds of `pickable` (rare events).
     ejections: Mutex<()>,
     /// Flips to true when the first resolution finished (success or failure).
@@ -104,6 +109,7 @@ impl EndpointGroup {
             pickable: ArcSwap::from_pointee(EndpointList::default()),
             balancer,
             outlier,
+            active: None,
             breaker: Breaker::new(BreakerSettings::default()),
             ejections: Mutex::new(()),
             resolved_tx,
@@ -125,6 +131,7 @@ impl EndpointGroup {
             pickable: ArcSwap::from_pointee(EndpointList::default()),
             balancer,
             outlier,
+            active: None,
             breaker: Breaker::new(BreakerSettings::default()),
             ejections: Mutex::new(()),
             resolved_tx,
@@ -133,6 +140,16 @@ impl EndpointGroup {
 
     pub fn outlier_settings(&self) -> &OutlierSettings {
         &self.outlier
+    }
+
+    /// Sets `healthCheck.active` (when the group is built).
+    pub fn with_active_checks(mut self, active: Option<ActiveSettings>) -> Self {
+        self.active = active;
+        self
+    }
+
+    pub fn active_settings(&self) -> Option<&ActiveSettings> {
+        self.active.as_ref()
     }
 
     /// Sets the `circuitBreaker` limits (when the group is built).
@@ -278,7 +295,47 @@ impl EndpointGroup {
         detections
     }
 
-    fn rebuild_pickable(&self) {
+    /// Records an active check of `endpoint`: a change of health, or a pass that ends an
+    /// outlier ejection (Envoy's `successful_active_health_check_uneject_host`: the multiplier
+    /// is kept), rebuilds `pickable`. Returns the health change, if any.
+    pub fn record_check(&self, endpoint: &Endpoint, result: &CheckResult) -> Option<Transition> {
+        let Some(active) = &self.active else {
+            return None;
+        };
+        let _serial = self.lock();
+        let transition = endpoint
+            .health
+            .record(result, active, std::time::SystemTime::now());
+        let unejected = result == &CheckResult::Pass
+            && active.uneject_on_pass
+            && !endpoint.health.is_unhealthy()
+            && endpoint.outlier.uneject(Instant::now());
+        match transition {
+            Some(Transition::BecameUnhealthy) => {
+                let reason = match result {
+                    CheckResult::Fail(reason) => reason.as_str(),
+                    CheckResult::Pass => "",
+                };
+                tracing::warn!(endpoint = %endpoint.addr, reason, "endpoint failed active health checks: unhealthy")
+            }
+            Some(Transition::BecameHealthy) => {
+                tracing::info!(endpoint = %endpoint.addr, "endpoint passed active health checks: healthy")
+            }
+            None => {}
+        }
+        if unejected {
+            tracing::info!(endpoint = %endpoint.addr, "endpoint back from ejection: active health check passed");
+        }
+        if transition.is_some() || unejected {
+            let list = self.list.load();
+            self.rebuild_pickable_locked(&list);
+        }
+        transition
+    }
+
+    /// Rebuilds `pickable` from the endpoints' current state (a new health checker does this
+    /// once, in case a check of the previous config's checker changed health meanwhile).
+    pub fn rebuild_pickable(&self) {
         let _serial = self.lock();
         let list = self.list.load();
         self.rebuild_pickable_locked(&list);
@@ -288,7 +345,7 @@ impl EndpointGroup {
         let healthy: Vec<Arc<Endpoint>> = list
             .endpoints
             .iter()
-            .filter(|e| !e.outlier.is_ejected())
+            .filter(|e| self.is_pickable(e))
             .cloned()
             .collect();
         let total = list.endpoints.len();
@@ -307,6 +364,12 @@ impl EndpointGroup {
         let mut pickable = EndpointList::resolved(healthy);
         pickable.last_error = list.last_error.clone();
         self.pickable.store(Arc::new(pickable));
+    }
+
+    /// Neither ejected nor (when active checks are on) unhealthy.
+    fn is_pickable(&self, endpoint: &Endpoint) -> bool {
+        let unhealthy = self.active.is_some() && endpoint.health.is_unhealthy();
+        !endpoint.outlier.is_ejected() && !unhealthy
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
@@ -337,5 +400,110 @@ pub async fn outlier_ticks(group: Weak<EndpointGroup>, detections: DetectionSink
             }
             None => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balance::health::CheckKind;
+    use crate::balance::test_support::endpoint;
+    use crate::balance::RoundRobin;
+
+    fn active(uneject_on_pass: bool) -> ActiveSettings {
+        ActiveSettings {
+            kind: CheckKind::Tcp,
+            interval: Duration::from_secs(1),
+            interval_jitter: Duration::ZERO,
+            timeout: Duration::from_millis(100),
+            unhealthy_threshold: 1,
+            healthy_threshold: 1,
+            uneject_on_pass,
+        }
+    }
+
+    fn group(n: u16, active: Option<ActiveSettings>) -> EndpointGroup {
+        let endpoints = (1..=n).map(|port| endpoint(port, 1)).collect();
+        let outlier = OutlierSettings {
+            max_ejection_percent: 100,
+            ..OutlierSettings::default()
+        };
+        EndpointGroup::new_static(endpoints, Box::new(RoundRobin::new()), outlier)
+            .with_active_checks(active)
+    }
+
+    fn pickable_ports(g: &EndpointGroup) -> Vec<u16> {
+        g.pickable
+            .load()
+            .endpoints
+            .iter()
+            .map(|e| e.addr.port())
+            .collect()
+    }
+
+    fn fail() -> CheckResult {
+        CheckResult::Fail("refused".into())
+    }
+
+    #[test]
+    fn an_unhealthy_endpoint_leaves_pickable_and_returns_when_it_passes() {
+        let g = group(3, Some(active(true)));
+        let first = g.list().endpoints[0].clone();
+        assert_eq!(
+            g.record_check(&first, &fail()),
+            Some(Transition::BecameUnhealthy)
+        );
+        assert_eq!(pickable_ports(&g), vec![2, 3]);
+        assert_eq!(
+            g.record_check(&first, &CheckResult::Pass),
+            Some(Transition::BecameHealthy)
+        );
+        assert_eq!(pickable_ports(&g), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn unhealthy_and_ejected_endpoints_count_together_for_the_panic_threshold() {
+        let g = group(4, Some(active(true)));
+        let list = g.list().endpoints.clone();
+        g.record_check(&list[0], &fail());
+        for _ in 0..5 {
+            g.record(&list[1], Outcome::GatewayError);
+        }
+        assert_eq!(pickable_ports(&g), vec![3, 4], "2 of 4 healthy: no panic");
+        g.record_check(&list[2], &fail());
+        assert_eq!(pickable_ports(&g), vec![1, 2, 3, 4], "1 of 4: panic");
+    }
+
+    #[test]
+    fn a_pass_unejects_at_once_keeping_the_multiplier_unless_turned_off() {
+        for uneject in [true, false] {
+            let g = group(2, Some(active(uneject)));
+            let first = g.list().endpoints[0].clone();
+            for _ in 0..5 {
+                g.record(&first, Outcome::GatewayError);
+            }
+            assert!(first.outlier.is_ejected());
+            g.record_check(&first, &CheckResult::Pass);
+            assert_eq!(first.outlier.is_ejected(), !uneject);
+            assert_eq!(first.outlier.ejection().multiplier, 1);
+            let expected = if uneject { vec![1, 2] } else { vec![2] };
+            assert_eq!(pickable_ports(&g), expected);
+        }
+    }
+
+    #[test]
+    fn without_active_checks_health_left_over_is_ignored() {
+        let checked = group(2, Some(active(true)));
+        let first = checked.list().endpoints[0].clone();
+        checked.record_check(&first, &fail());
+        assert!(first.health.is_unhealthy());
+        // The same endpoint in a group of a config without active checks.
+        let unchecked = EndpointGroup::new_static(
+            checked.list().endpoints.clone(),
+            Box::new(RoundRobin::new()),
+            OutlierSettings::default(),
+        );
+        assert_eq!(pickable_ports(&unchecked), vec![1, 2]);
+        assert_eq!(unchecked.record_check(&first, &CheckResult::Pass), None);
     }
 }

@@ -1,4 +1,5 @@
-//! Upstream side: endpoints and their state, connection pools, connecting, DNS.
+//! Upstream side: endpoints and their state, connection pools, connecting, DNS, active health
+//! checks.
 
 pub mod breaker;
 pub mod connect;
@@ -7,6 +8,7 @@ pub mod endpoint;
 pub mod group;
 pub mod h2_frames;
 pub mod h2_pool;
+pub mod health_check;
 pub mod pem;
 pub mod pool;
 pub mod tls;

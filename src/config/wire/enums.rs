@@ -264,6 +264,15 @@ wire_enum! {
 }
 
 wire_enum! {
+    /// What an active health check sends (`healthCheck.active.type`).
+    pub enum HealthCheckType {
+        Http = "HTTP",
+        Tcp = "TCP",
+        Mcp = "MCP",
+    }
+}
+
+wire_enum! {
     /// Address families to resolve.
     pub enum LookupFamily {
         IPv4Only = "IPv4Only" | "V4_ONLY",

@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{NotYetSupported, PolicyTargetRef};
-use super::enums::{LoadBalancerType, LookupFamily};
+use super::enums::{HealthCheckType, LoadBalancerType, LookupFamily};
 use crate::config::units::{GwDuration, Quantity};
 use crate::config::yaml::Spanned;
 
@@ -197,9 +197,58 @@ pub struct HealthCheck {
         alias = "outlierDetection"
     )]
     pub passive: Option<Spanned<PassiveHealthCheck>>,
-    /// Active checks (not supported yet).
+    /// Active checks: egressd probes every endpoint on a timer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub active: Option<Spanned<NotYetSupported>>,
+    pub active: Option<Spanned<ActiveHealthCheck>>,
+}
+
+/// `healthCheck.active`. See README for defaults and semantics.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ActiveHealthCheck {
+    /// `HTTP` (a request over a new connection made as the Backend port says) or `TCP` (a
+    /// connect); `MCP` is not supported yet.
+    #[serde(rename = "type")]
+    pub kind: Spanned<HealthCheckType>,
+    /// Time between two checks of one endpoint (default 10s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Spanned<GwDuration>>,
+    /// Random extra time added to each interval, up to this (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_jitter: Option<Spanned<GwDuration>>,
+    /// A check without a passing answer within this time fails (default 1s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Spanned<GwDuration>>,
+    /// Failed checks in a row that mark a healthy endpoint unhealthy (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unhealthy_threshold: Option<Spanned<u32>>,
+    /// Passed checks in a row that mark an unhealthy endpoint healthy (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy_threshold: Option<Spanned<u32>>,
+    /// A passing check ends an outlier ejection at once (default true, as in Envoy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uneject_on_pass: Option<bool>,
+    /// The request of `type: HTTP`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<Spanned<HttpHealthCheck>>,
+}
+
+/// `healthCheck.active.http`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpHealthCheck {
+    /// Path (and query) requested (default `/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<Spanned<String>>,
+    /// Method (default GET).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<Spanned<String>>,
+    /// `Host` sent (default: the Backend's hostname, or the endpoint address for IP Backends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<Spanned<String>>,
+    /// Statuses that pass (default [200], as in Envoy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_statuses: Option<Vec<Spanned<u16>>>,
 }
 
 /// `healthCheck.passive` (outlier detection). See README for defaults and semantics.

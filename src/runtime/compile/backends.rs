@@ -13,6 +13,7 @@ use super::policy::{check_sections, PolicyIndex};
 use super::settings::Settings;
 use super::tls::{compile_tls, TlsSite};
 use super::{at, hostname_matches, is_valid_hostname, Cx};
+use crate::balance::health::CheckKind;
 use crate::balance::outlier::{FailurePercentageSettings, OutlierSettings, SuccessRateSettings};
 use crate::balance::{BalancerKind, LeastRequestSettings};
 use crate::config::wire::backend::BackendSpec;
@@ -29,6 +30,7 @@ use crate::runtime::snapshot::{Backend, BackendPort};
 use crate::upstream::breaker::{BreakerSettings, RetryBudget};
 use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, Transport};
 use crate::upstream::dns::{is_denied_address, RefreshPlan};
+use crate::upstream::health_check::CheckPlan;
 use crate::upstream::pool::PoolSettings;
 use crate::upstream::{EndpointGroup, EndpointSource};
 
@@ -250,9 +252,13 @@ fn compile_one(
     let breaker = policies
         .backend_section(id, inline_spec, |s| s.circuit_breaker.as_ref())
         .map_or_else(BreakerSettings::default, |cb| breaker_settings(&cb));
-    let outlier = policies
-        .backend_section(id, inline_spec, |s| s.health_check.as_ref())
-        .map_or_else(OutlierSettings::default, |hc| outlier_settings(&hc));
+    let health_check = policies.backend_section(id, inline_spec, |s| s.health_check.as_ref());
+    let outlier = health_check
+        .as_ref()
+        .map_or_else(OutlierSettings::default, outlier_settings);
+    let active = health_check
+        .as_ref()
+        .and_then(|hc| super::health::active_settings(hc.active.as_ref()));
     let http2 = policies
         .backend_section(id, inline_spec, |s| s.http2.as_ref())
         .map_or_else(Http2Settings::default, |p| http2_settings(&p));
@@ -327,6 +333,20 @@ fn compile_one(
                 "use protocol TCP (or omit protocol)",
             ),
             _ => {}
+        }
+        // An HTTP check needs an HTTP port; on raw TCP only a connect can be checked.
+        if protocol_value == Protocol::Tcp
+            && active
+                .as_ref()
+                .is_some_and(|a| matches!(a.kind, CheckKind::Http(_)))
+        {
+            cx.error(
+                at(file, id, protocol_pos, protocol_field.clone()),
+                format!(
+                    "port {number} carries TCP, so healthCheck.active type HTTP cannot check it"
+                ),
+                "use healthCheck.active type: TCP for this Backend",
+            );
         }
         let tls_field = if port.tls.is_some() {
             format!("{field}.tls")
@@ -430,6 +450,7 @@ fn compile_one(
                     family,
                     balancer: balancer.key(),
                     outlier,
+                    active: active.clone(),
                     breaker,
                 };
                 let source = EndpointSource::Dns {
@@ -439,7 +460,9 @@ fn compile_one(
                     respect_ttl,
                 };
                 let (group, created) = registry.dns_group(key, || {
-                    EndpointGroup::new_dns(source, balancer.build(), outlier).with_breaker(breaker)
+                    EndpointGroup::new_dns(source, balancer.build(), outlier)
+                        .with_active_checks(active.clone())
+                        .with_breaker(breaker)
                 });
                 if created {
                     cx.outlier_groups
@@ -465,6 +488,7 @@ fn compile_one(
                     .collect();
                 let group = Arc::new(
                     EndpointGroup::new_static(endpoints, balancer.build(), outlier)
+                        .with_active_checks(active.clone())
                         .with_breaker(breaker),
                 );
                 cx.outlier_groups
@@ -492,6 +516,16 @@ fn compile_one(
             }
             _ => None,
         };
+        if active.is_some() {
+            cx.health_checks.push(CheckPlan {
+                group: Arc::downgrade(&group),
+                backend: format!("{}/{}", id.namespace, id.name).into(),
+                host: check_host(health_check.as_ref(), hostname.as_deref(), number, mode),
+                transport: transport.clone(),
+                wire,
+                http2: Http2Options::new(&http2),
+            });
+        }
         ports.push(Arc::new(BackendPort {
             passthrough: mode == Some(TlsMode::Passthrough),
             transport,
@@ -514,6 +548,36 @@ fn compile_one(
         hostname,
         ports,
     }))
+}
+
+/// `Host` of HTTP health checks: `http.host`, else the Backend's hostname (with the port when
+/// it is not the default one of the port's scheme); `None` for IP Backends (the endpoint
+/// address is used).
+fn check_host(
+    hc: Option<&HealthCheck>,
+    hostname: Option<&str>,
+    port: u16,
+    mode: Option<TlsMode>,
+) -> Option<HeaderValue> {
+    let configured = hc
+        .and_then(|hc| hc.active.as_ref())
+        .and_then(|a| a.value.http.as_ref())
+        .and_then(|h| h.value.host.as_ref())
+        .map(|h| h.value.clone());
+    let value = configured.or_else(|| {
+        let host = hostname?;
+        let default_port = if mode == Some(TlsMode::InsecureDisable) {
+            80
+        } else {
+            443
+        };
+        Some(if port == default_port {
+            host.to_owned()
+        } else {
+            format!("{host}:{port}")
+        })
+    })?;
+    HeaderValue::from_str(&value).ok()
 }
 
 /// The `http2` section over the defaults (values were range-checked by `check_sections`).

@@ -4,6 +4,7 @@
 
 mod backends;
 mod downstream;
+mod health;
 mod listeners;
 mod policy;
 mod policy_checks;
@@ -35,6 +36,9 @@ pub struct Compiled {
     pub refreshers: Vec<RefreshPlan>,
     /// New endpoint groups whose outlier detector needs its interval tick.
     pub outlier_groups: Vec<OutlierGroup>,
+    /// Every endpoint group with active health checks (new or kept): each gets a checker of
+    /// this config when it is accepted, replacing the previous config's checkers.
+    pub health_checks: Vec<crate::upstream::health_check::CheckPlan>,
 }
 
 impl Compiled {
@@ -58,6 +62,7 @@ pub fn compile(
         diagnostics,
         refreshers: Vec::new(),
         outlier_groups: Vec::new(),
+        health_checks: Vec::new(),
         referenced: Default::default(),
     };
     let settings = settings::compile(&mut cx, &set);
@@ -91,6 +96,7 @@ pub fn compile(
         diagnostics,
         refreshers: cx.refreshers,
         outlier_groups: cx.outlier_groups,
+        health_checks: cx.health_checks,
     }
 }
 
@@ -99,6 +105,7 @@ pub(crate) struct Cx {
     diagnostics: Vec<Diagnostic>,
     refreshers: Vec<RefreshPlan>,
     pub(crate) outlier_groups: Vec<OutlierGroup>,
+    pub(crate) health_checks: Vec<crate::upstream::health_check::CheckPlan>,
     /// Files the config refers to (certificates, keys, CA bundles).
     referenced: std::collections::BTreeSet<std::path::PathBuf>,
 }

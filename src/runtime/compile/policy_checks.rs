@@ -273,11 +273,7 @@ fn check_health_check(
 ) {
     let field = |name: &str| format!("{prefix}.healthCheck.{name}");
     if let Some(a) = &hc.active {
-        cx.not_yet(
-            at(file, id, a.pos, field("active")),
-            "active health checks",
-            "[balance]",
-        );
+        super::health::check_active(cx, file, id, &a.value, prefix);
     }
     if let Some(t) = hc.panic_threshold.as_ref().filter(|t| t.value > 100) {
         cx.error(

@@ -1,0 +1,371 @@
+//! The active health checker: one task per endpoint group, probing each endpoint every
+//! `interval` over a fresh connection made exactly as the Backend port says (TLS mode, SNI,
+//! verification, HTTP version), and reporting the results to the group.
+//!
+//! Scheduling: the group's endpoints start at offsets spread evenly over one interval from a
+//! random phase (`health::start_offset`), so checks are never fired all at once; afterwards
+//! each endpoint is checked `interval` (+ jitter) after its previous check ended. The next due
+//! time is kept in the endpoint, so the checker a reload starts carries on the schedule of the
+//! one it replaces, and endpoints a DNS refresh adds are picked up on the next round.
+//!
+//! Lifetime: a checker stops when its group is dropped (it holds a `Weak`, like the outlier
+//! tick) or when a newer config started checkers of its own (the epoch changed): the new
+//! snapshot's groups own the endpoints' health from then on, and a result of the old checker
+//! that arrives late is dropped instead of being counted twice.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use http::header::{HOST, USER_AGENT};
+use http::HeaderValue;
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::connect::{connect_http, connect_tcp, ConnectError, Http2Options, HttpConnection};
+use super::connect::{HttpWire, Transport};
+use super::{Endpoint, EndpointGroup};
+use crate::balance::health::{start_offset, ActiveSettings, CheckKind, CheckResult, HttpCheck};
+use crate::http::body::RequestBody;
+
+/// What a checker needs besides the group's settings: how to reach the endpoints.
+#[derive(Clone, Debug)]
+pub struct CheckPlan {
+    pub group: Weak<EndpointGroup>,
+    /// `namespace/name`, for the metric and the logs.
+    pub backend: Arc<str>,
+    /// `Host` for HTTP checks: `http.host`, else the Backend's hostname (with the port when it
+    /// is not the scheme's default); `None` for IP Backends: the endpoint's address.
+    pub host: Option<HeaderValue>,
+    pub transport: Transport,
+    pub wire: HttpWire,
+    pub http2: Http2Options,
+}
+
+/// `egressd_health_checks_total{backend,result}` for one Backend, resolved once per checker.
+#[derive(Clone, Debug, Default)]
+pub struct CheckCounters {
+    pub pass: Counter,
+    pub fail: Counter,
+}
+
+/// Why an HTTP check failed.
+#[derive(Debug, thiserror::Error)]
+enum CheckError {
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("request failed: {0}")]
+    Request(#[source] hyper::Error),
+    #[error("cannot build the check request: {0}")]
+    Build(#[source] http::Error),
+    #[error("HTTP/2 connection has no stream available")]
+    NoStream,
+    #[error("status {0} is not an expected status")]
+    Status(u16),
+}
+
+/// Runs the checks of `plan`'s group until the group is dropped or `epoch` moves on.
+pub async fn run(plan: CheckPlan, mut epoch: watch::Receiver<u64>, counters: CheckCounters) {
+    let mine = *epoch.borrow_and_update();
+    let Some(settings) = plan
+        .group
+        .upgrade()
+        .and_then(|g| g.active_settings().cloned())
+    else {
+        return;
+    };
+    if let Some(group) = plan.group.upgrade() {
+        group.rebuild_pickable();
+    }
+    let phase = Duration::from_nanos(fastrand::u64(
+        ..u64::try_from(settings.interval.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1),
+    ));
+    let plan = Arc::new(plan);
+    let settings = Arc::new(settings);
+    loop {
+        let Some(group) = plan.group.upgrade() else {
+            return;
+        };
+        if *epoch.borrow() != mine {
+            return;
+        }
+        let now = Instant::now();
+        let list = group.list();
+        let n = list.endpoints.len();
+        let mut wake = now + settings.interval;
+        for (i, endpoint) in list.endpoints.iter().enumerate() {
+            let first = now + start_offset(i, n, settings.interval, phase);
+            let due = endpoint.health.due_or(first);
+            if due > now {
+                wake = wake.min(due);
+                continue;
+            }
+            // Not due again before this check can have ended; the check sets the real time.
+            let until = now + settings.timeout + settings.interval;
+            endpoint.health.set_next_due(until);
+            wake = wake.min(until);
+            tokio::spawn(check_one(
+                plan.clone(),
+                settings.clone(),
+                endpoint.clone(),
+                (epoch.clone(), mine),
+                counters.clone(),
+            ));
+        }
+        drop(list);
+        drop(group);
+        tokio::select! {
+            () = tokio::time::sleep_until(wake) => {}
+            changed = epoch.changed() => if changed.is_err() || *epoch.borrow() != mine {
+                return;
+            },
+        }
+    }
+}
+
+/// One check of one endpoint, recorded in its group unless the checker was replaced meanwhile.
+async fn check_one(
+    plan: Arc<CheckPlan>,
+    settings: Arc<ActiveSettings>,
+    endpoint: Arc<Endpoint>,
+    (epoch, mine): (watch::Receiver<u64>, u64),
+    counters: CheckCounters,
+) {
+    let result = probe(endpoint.addr, &settings, &plan).await;
+    endpoint
+        .health
+        .set_next_due(Instant::now() + settings.next_interval());
+    let Some(group) = plan.group.upgrade() else {
+        return;
+    };
+    if *epoch.borrow() != mine {
+        return;
+    }
+    match &result {
+        CheckResult::Pass => {
+            counters.pass.inc();
+        }
+        CheckResult::Fail(reason) => {
+            counters.fail.inc();
+            tracing::debug!(backend = %plan.backend, endpoint = %endpoint.addr, reason, "active health check failed");
+        }
+    }
+    group.record_check(&endpoint, &result);
+}
+
+/// Probes `addr` once, within `settings.timeout`.
+pub async fn probe(addr: SocketAddr, settings: &ActiveSettings, plan: &CheckPlan) -> CheckResult {
+    let timeout = settings.timeout;
+    let attempt = async {
+        match &settings.kind {
+            CheckKind::Tcp => connect_tcp(addr, timeout)
+                .await
+                .map(drop)
+                .map_err(CheckError::from),
+            CheckKind::Http(http) => http_check(addr, timeout, http, plan).await,
+        }
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Err(_) => CheckResult::Fail(format!("no answer within {timeout:?}")),
+        Ok(Ok(())) => CheckResult::Pass,
+        Ok(Err(e)) => CheckResult::Fail(e.to_string()),
+    }
+}
+
+/// One request over a new connection (never a pooled one: the check is about whether a new
+/// connection works, and must not take a connection from traffic).
+async fn http_check(
+    addr: SocketAddr,
+    timeout: Duration,
+    check: &HttpCheck,
+    plan: &CheckPlan,
+) -> Result<(), CheckError> {
+    let host = match &plan.host {
+        Some(host) => host.clone(),
+        None => {
+            HeaderValue::from_str(&addr.to_string()).map_err(|e| CheckError::Build(e.into()))?
+        }
+    };
+    let request = |absolute: bool| {
+        let mut builder = http::Request::builder()
+            .method(check.method.clone())
+            .header(USER_AGENT, "egressd-health-check");
+        builder = if absolute {
+            // HTTP/2 carries the target in :scheme/:authority/:path (RFC 9113 §8.3.1).
+            let scheme = match plan.transport {
+                Transport::Plain => "http",
+                Transport::Tls(_) => "https",
+            };
+            let authority = host.to_str().unwrap_or_default();
+            builder.uri(format!("{scheme}://{authority}{}", check.path))
+        } else {
+            builder.uri(check.path.as_str()).header(HOST, host.clone())
+        };
+        builder.body(RequestBody::Empty).map_err(CheckError::Build)
+    };
+    // Not counted against circuitBreaker.maxConnections: a check must not wait behind traffic.
+    let connection =
+        connect_http(addr, timeout, &plan.transport, plan.wire, &plan.http2, None).await?;
+    let status = match connection {
+        HttpConnection::Http1(mut sender) => {
+            sender.ready().await.map_err(CheckError::Request)?;
+            sender
+                .send_request(request(false)?)
+                .await
+                .map_err(CheckError::Request)?
+                .status()
+        }
+        HttpConnection::Http2(conn) => {
+            let stream = Arc::new(conn).try_claim().ok_or(CheckError::NoStream)?;
+            stream
+                .sender()
+                .send_request(request(true)?)
+                .await
+                .map_err(CheckError::Request)?
+                .status()
+        }
+    };
+    // The body is not read: dropping the response and the connection's last sender closes it.
+    if check.expected_statuses.contains(&status.as_u16()) {
+        Ok(())
+    } else {
+        Err(CheckError::Status(status.as_u16()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balance::outlier::OutlierSettings;
+    use crate::balance::test_support::endpoint;
+    use crate::balance::RoundRobin;
+
+    fn settings(kind: CheckKind) -> ActiveSettings {
+        ActiveSettings {
+            kind,
+            interval: Duration::from_millis(20),
+            interval_jitter: Duration::ZERO,
+            timeout: Duration::from_millis(500),
+            unhealthy_threshold: 1,
+            healthy_threshold: 1,
+            uneject_on_pass: true,
+        }
+    }
+
+    fn plan(group: &Arc<EndpointGroup>) -> CheckPlan {
+        CheckPlan {
+            group: Arc::downgrade(group),
+            backend: "default/api".into(),
+            host: None,
+            transport: Transport::Plain,
+            wire: HttpWire::Http1,
+            http2: Http2Options::default(),
+        }
+    }
+
+    /// A group whose one endpoint is a listener on 127.0.0.1 that accepts and counts.
+    async fn listening_group() -> (Arc<EndpointGroup>, tokio::net::TcpListener) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let group = Arc::new(
+            EndpointGroup::new_static(
+                vec![endpoint(port, 1)],
+                Box::new(RoundRobin::new()),
+                OutlierSettings::default(),
+            )
+            .with_active_checks(Some(settings(CheckKind::Tcp))),
+        );
+        (group, listener)
+    }
+
+    const LIMIT: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn a_checker_stops_when_a_newer_config_starts_its_own() {
+        let (group, listener) = listening_group().await;
+        let epoch = watch::Sender::new(1u64);
+        let counters = CheckCounters::default();
+        let task = tokio::spawn(run(plan(&group), epoch.subscribe(), counters.clone()));
+        // It checks (the listener sees connects)...
+        tokio::time::timeout(LIMIT, listener.accept())
+            .await
+            .expect("a check within the limit")
+            .unwrap();
+        // ...and ends once the epoch moves on.
+        epoch.send_replace(2);
+        tokio::time::timeout(LIMIT, task)
+            .await
+            .expect("the checker ended")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_checker_stops_when_its_group_is_dropped() {
+        let (group, listener) = listening_group().await;
+        let epoch = watch::Sender::new(1u64);
+        let task = tokio::spawn(run(
+            plan(&group),
+            epoch.subscribe(),
+            CheckCounters::default(),
+        ));
+        tokio::time::timeout(LIMIT, listener.accept())
+            .await
+            .expect("a check within the limit")
+            .unwrap();
+        drop(group);
+        tokio::time::timeout(LIMIT, task)
+            .await
+            .expect("the checker ended")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_tcp_check_of_a_closed_port_fails_and_marks_the_endpoint_unhealthy() {
+        let (group, listener) = listening_group().await;
+        drop(listener);
+        let epoch = watch::Sender::new(1u64);
+        let counters = CheckCounters::default();
+        let _task = tokio::spawn(run(plan(&group), epoch.subscribe(), counters.clone()));
+        let endpoint = group.list().endpoints[0].clone();
+        tokio::time::timeout(LIMIT, async {
+            while !endpoint.health.is_unhealthy() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("unhealthy within the limit");
+        assert!(counters.fail.get() >= 1);
+        assert!(group.pick().is_some(), "panic mode: the only endpoint");
+    }
+
+    #[tokio::test]
+    async fn an_http_check_without_an_answer_fails_at_the_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let group = Arc::new(EndpointGroup::new_static(
+            vec![],
+            Box::new(RoundRobin::new()),
+            OutlierSettings::default(),
+        ));
+        let s = ActiveSettings {
+            timeout: Duration::from_millis(100),
+            ..settings(CheckKind::Http(HttpCheck {
+                path: "/healthz".into(),
+                method: http::Method::GET,
+                host: None,
+                expected_statuses: vec![200],
+            }))
+        };
+        // The listener accepts (the kernel does) but never answers.
+        let result = probe(addr, &s, &plan(&group)).await;
+        assert_eq!(
+            result,
+            CheckResult::Fail("no answer within 100ms".into()),
+            "{result:?}"
+        );
+        drop(listener);
+    }
+}
