@@ -108,13 +108,47 @@ pub struct RouteAction {
     pub backends: Vec<WeightedTarget>,
     /// Sum of the backends' weights (0: the rule has no usable backend).
     pub total_weight: u64,
+    /// backendRefs to Backends with `fallback: true`: used only while no primary Backend has
+    /// a healthy endpoint.
+    pub fallbacks: Vec<WeightedTarget>,
 }
 
 impl RouteAction {
-    /// Picks a backend by weight.
+    /// Picks a backend by weight. With fallbacks: among the primaries that have a healthy
+    /// endpoint; when none has, among the fallbacks that have one; when those have none
+    /// either, among all primaries (whose panic mode then applies).
     pub fn pick(&self) -> Option<&Arc<Target>> {
-        pick_weighted(&self.backends, self.total_weight)
+        if self.fallbacks.is_empty() {
+            return pick_weighted(&self.backends, self.total_weight);
+        }
+        let healthy = |b: &&WeightedTarget| b.target.port.endpoints.has_healthy();
+        pick_weighted_filtered(&self.backends, healthy)
+            .or_else(|| pick_weighted_filtered(&self.fallbacks, healthy))
+            .or_else(|| pick_weighted(&self.backends, self.total_weight))
     }
+}
+
+/// `pick_weighted` over the backends `keep` accepts (the rare path: computed per pick).
+fn pick_weighted_filtered<'a>(
+    backends: &'a [WeightedTarget],
+    keep: impl Fn(&&WeightedTarget) -> bool,
+) -> Option<&'a Arc<Target>> {
+    let total: u64 = backends
+        .iter()
+        .filter(&keep)
+        .map(|b| u64::from(b.weight))
+        .sum();
+    if total == 0 {
+        return None;
+    }
+    let mut slot = fastrand::u64(..total);
+    for b in backends.iter().filter(&keep) {
+        if slot < u64::from(b.weight) {
+            return Some(&b.target);
+        }
+        slot -= u64::from(b.weight);
+    }
+    None
 }
 
 /// Picks one of `backends` with probability proportional to its weight; None when `total`

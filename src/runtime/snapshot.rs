@@ -169,6 +169,8 @@ pub struct Backend {
     /// The FQDN destination, if any.
     pub hostname: Option<String>,
     pub ports: Vec<Arc<BackendPort>>,
+    /// `spec.fallback`: in a route's backendRefs, used only when the others are unhealthy.
+    pub fallback: bool,
 }
 
 impl Backend {

@@ -87,6 +87,9 @@ pub struct EndpointGroup {
     outlier: OutlierSettings,
     /// `circuitBreaker` limits and counts.
     breaker: Breaker,
+    /// Some endpoint is neither ejected nor unhealthy (or the group has not resolved yet):
+    /// routes send traffic to `fallback` Backends only when this is false for every primary.
+    has_healthy: std::sync::atomic::AtomicBool,
     /// `healthCheck.active`; without it the endpoints' active health is ignored (it may be
     /// left over from a config that had checks).
     active: Option<ActiveSettings>,
@@ -111,6 +114,7 @@ impl EndpointGroup {
             outlier,
             active: None,
             breaker: Breaker::new(BreakerSettings::default()),
+            has_healthy: std::sync::atomic::AtomicBool::new(true),
             ejections: Mutex::new(()),
             resolved_tx,
         };
@@ -133,6 +137,7 @@ impl EndpointGroup {
             outlier,
             active: None,
             breaker: Breaker::new(BreakerSettings::default()),
+            has_healthy: std::sync::atomic::AtomicBool::new(true),
             ejections: Mutex::new(()),
             resolved_tx,
         }
@@ -162,6 +167,12 @@ impl EndpointGroup {
     /// when the group is full (the request gets 503 `overflow`).
     pub fn admit(&self) -> Option<Admission> {
         self.breaker.admit()
+    }
+
+    /// Whether some endpoint can take traffic without panic mode (true until the first DNS
+    /// answer: a group still resolving is not a failed one).
+    pub fn has_healthy(&self) -> bool {
+        self.has_healthy.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn breaker(&self) -> &Breaker {
@@ -349,6 +360,8 @@ impl EndpointGroup {
             .cloned()
             .collect();
         let total = list.endpoints.len();
+        self.has_healthy
+            .store(!healthy.is_empty(), std::sync::atomic::Ordering::Relaxed);
         let panic = 100 * healthy.len() < self.outlier.panic_threshold as usize * total;
         if healthy.len() == total || panic {
             if panic {

@@ -108,13 +108,6 @@ fn compile_one(
             "[ops]",
         );
     }
-    if let Some(v) = spec.fallback.as_ref().filter(|f| f.value) {
-        cx.not_yet(
-            at(file, id, v.pos, "spec.fallback"),
-            "fallback",
-            "[balance]",
-        );
-    }
     let inline = spec.traffic_policy.as_ref();
     if let Some(p) = inline {
         check_sections(cx, file, id, &p.value, "spec.trafficPolicy");
@@ -547,6 +540,7 @@ fn compile_one(
         id: id.clone(),
         hostname,
         ports,
+        fallback: spec.fallback.as_ref().is_some_and(|f| f.value),
     }))
 }
 

@@ -381,13 +381,11 @@ fn build_action(
 ) -> RouteAction {
     let timeouts = rule.rule.timeouts.as_ref().map(|t| &t.value);
     let retry = rule.rule.retry.as_ref().map(|r| &r.value);
-    let mut total = 0u64;
-    let targets = rule
+    let targets: Vec<WeightedTarget> = rule
         .refs
         .iter()
         .filter(|(_, _, _, w)| *w > 0)
         .map(|(backend, inline, port_index, weight)| {
-            total += u64::from(*weight);
             let policy = policies.request_policy(
                 Some(RouteSettings {
                     id: &route.id,
@@ -409,6 +407,15 @@ fn build_action(
             }
         })
         .collect();
+    // A rule whose backends are all fallbacks has no primary to fall back from: they are
+    // its primaries.
+    let (fallbacks, targets): (Vec<_>, Vec<_>) =
+        if targets.iter().all(|t| t.target.backend.fallback) {
+            (Vec::new(), targets)
+        } else {
+            targets.into_iter().partition(|t| t.target.backend.fallback)
+        };
+    let total = targets.iter().map(|t| u64::from(t.weight)).sum();
     RouteAction {
         name: format!(
             "HTTPRoute {}/{} rule {rule_index}",
@@ -418,6 +425,7 @@ fn build_action(
         filters: rule.filters.clone(),
         backends: targets,
         total_weight: total,
+        fallbacks,
     }
 }
 

@@ -1,0 +1,92 @@
+//! `fallback: true` Backends: among a route's backendRefs, used only while no primary Backend
+//! has a healthy endpoint (all ejected or failing active checks), and left again when one
+//! recovers.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::outlier::{answering, free_port, HOST};
+use common::proxy::{eventually, get, preamble, TestProxy};
+use common::upstream::Upstream;
+
+fn backend(name: &str, addr: SocketAddr, fallback: bool) -> String {
+    format!(
+        "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: {name}}}\nspec:\n  destination:\n    type: IP\n    ip: {{endpoints: [{{address: {ip}}}]}}\n    ports: [{{number: {port}}}]\n  tls: {{mode: InsecureDisable}}\n  fallback: {fallback}\n  trafficPolicy:\n    healthCheck:\n      passive: {{interval: 100ms, baseEjectionTime: 300ms}}\n",
+        ip = addr.ip(),
+        port = addr.port()
+    )
+}
+
+fn route(refs: &[&str]) -> String {
+    let refs: Vec<String> = refs.iter().map(|r| format!("{{name: {r}}}")).collect();
+    format!(
+        "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: api}}\nspec:\n  hostnames: [{HOST}]\n  rules: [{{backendRefs: [{}]}}]\n",
+        refs.join(", ")
+    )
+}
+
+async fn send(proxy: &TestProxy, n: usize) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    for i in 0..n {
+        statuses.push(
+            get(proxy.http(), HOST, &format!("/{i}"))
+                .await
+                .status
+                .as_u16(),
+        );
+    }
+    statuses
+}
+
+#[tokio::test]
+async fn traffic_moves_to_the_fallback_while_the_primary_is_down_and_back_after() {
+    let port = free_port();
+    let primary = answering(1, port, 200).await;
+    let spare = answering(2, port, 200).await;
+    let primary_addr = primary.addr;
+    let yaml = preamble(None)
+        + &backend("primary", primary.addr, false)
+        + &backend("spare", spare.addr, true)
+        + &route(&["primary", "spare"]);
+    let proxy = TestProxy::start(&yaml).await;
+
+    assert!(send(&proxy, 20).await.iter().all(|s| *s == 200));
+    assert_eq!(primary.request_count(), 20);
+    assert_eq!(
+        spare.request_count(),
+        0,
+        "the fallback is idle while the primary is healthy"
+    );
+
+    // The primary dies: its 5 connect failures eject it, then the fallback takes over.
+    drop(primary);
+    let statuses = send(&proxy, 25).await;
+    let failed = statuses.iter().filter(|s| **s != 200).count();
+    assert_eq!(failed, 5, "{statuses:?}");
+    assert_eq!(spare.request_count(), 20);
+
+    // The primary comes back: once its ejection ends, traffic returns to it.
+    let primary = Upstream::start_on("primary again", primary_addr).await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            send(&proxy, 5).await;
+            primary.request_count() > 0
+        })
+        .await
+    );
+    let spare_before = spare.request_count();
+    assert!(send(&proxy, 10).await.iter().all(|s| *s == 200));
+    assert_eq!(spare.request_count(), spare_before, "back on the primary");
+}
+
+#[tokio::test]
+async fn a_rule_of_fallbacks_only_uses_them_as_primaries() {
+    let port = free_port();
+    let spare = answering(2, port, 200).await;
+    let yaml = preamble(None) + &backend("spare", spare.addr, true) + &route(&["spare"]);
+    let proxy = TestProxy::start(&yaml).await;
+    assert!(send(&proxy, 5).await.iter().all(|s| *s == 200));
+    assert_eq!(spare.request_count(), 5);
+}
