@@ -129,10 +129,10 @@ impl RouteAction {
 }
 
 /// `pick_weighted` over the backends `keep` accepts (the rare path: computed per pick).
-fn pick_weighted_filtered<'a>(
-    backends: &'a [WeightedTarget],
+fn pick_weighted_filtered(
+    backends: &[WeightedTarget],
     keep: impl Fn(&&WeightedTarget) -> bool,
-) -> Option<&'a Arc<Target>> {
+) -> Option<&Arc<Target>> {
     let total: u64 = backends
         .iter()
         .filter(&keep)
