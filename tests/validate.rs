@@ -1032,3 +1032,40 @@ fn active_health_check_mistakes_are_errors_at_each_value() {
         );
     }
 }
+
+#[test]
+fn circuit_breaker_mistakes_are_errors_at_each_value() {
+    let dir = fixture("circuit-breaker-mistakes");
+    let diags = diagnostics(&dir);
+    assert_eq!(diags.len(), 3, "{}", render(&diags));
+    let p = "spec.trafficPolicy.circuitBreaker";
+    let expected = [
+        (
+            ("maxConnections: 0", "0"),
+            format!("{p}.maxConnections"),
+            "maxConnections must be at least 1",
+        ),
+        (
+            ("maxParallelRequests: 0", "0"),
+            format!("{p}.maxParallelRequests"),
+            "maxParallelRequests must be at least 1",
+        ),
+        (
+            ("{percent: 150}", "150"),
+            format!("{p}.retryBudget.percent"),
+            "percent 150 is not between 0 and 100",
+        ),
+    ];
+    for (d, ((context, token), field, message)) in diags.iter().zip(&expected) {
+        assert_error(
+            &dir,
+            d,
+            &Expect {
+                at: spot("backend.yaml", context, token),
+                object: Some("Backend default/busy"),
+                field,
+                message,
+            },
+        );
+    }
+}
