@@ -252,3 +252,31 @@ async fn drain_waits_for_an_open_tunnel() {
         "drain must finish cleanly after the tunnel closed"
     );
 }
+
+#[tokio::test]
+async fn an_unreachable_tunnel_endpoint_is_ejected_and_tunnels_go_to_the_other() {
+    // Tunnels feed outlier detection with what they see: whether the endpoint could be
+    // reached. 127.0.0.2 refuses; after 5 refusals it is ejected.
+    let port = common::outlier::free_port();
+    let up = Upstream::start_on("up", SocketAddr::new([127, 0, 0, 1].into(), port)).await;
+    let dns = TestDns::start().await;
+    dns.set(API, &[Ipv4Addr::LOCALHOST, Ipv4Addr::new(127, 0, 0, 2)], 60);
+    let proxy = TestProxy::start(
+        &(preamble(Some(dns.addr)) + &tcp_backend("plain", API, port, "InsecureDisable")),
+    )
+    .await;
+    let mut refused = 0;
+    for _ in 0..30 {
+        let (status, _, _) = connect(proxy.http(), &format!("{API}:{port}")).await;
+        refused += usize::from(status != 200);
+    }
+    assert_eq!(refused, 5, "a run of 5 refusals ejects the endpoint");
+    let endpoints = common::proxy::get(proxy.admin, "admin", "/endpoints")
+        .await
+        .text();
+    assert!(
+        endpoints.contains("consecutive_gateway_errors"),
+        "{endpoints}"
+    );
+    drop(up);
+}

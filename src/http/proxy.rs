@@ -197,7 +197,7 @@ async fn proxy(
     // CONNECT is a tunnel to host:port.
     let upgrade = Upgrade::of(&req)?;
     if req.method() == Method::CONNECT && upgrade.is_none() {
-        return tunnel(router, &dest, req, conn, outcome).await;
+        return tunnel(shared, router, &dest, req, conn, outcome).await;
     }
 
     // Route: HTTPRoute rules first, then the implicit route to an FQDN Backend.
@@ -253,7 +253,21 @@ async fn proxy(
 
     if let Some(upgrade) = upgrade {
         if target.policy.websocket {
-            return super::websocket::proxy(shared, req, &dest, target, entry, conn, outcome).await;
+            let result =
+                super::websocket::proxy(shared, req, &dest, target, entry, conn, outcome).await;
+            // The upgrade's answer (or failure) tells outlier detection about the endpoint.
+            let seen = match &result {
+                Ok(response) => Some(OutlierOutcome::of_status(response.status().as_u16())),
+                Err(e) => e.outlier_outcome(),
+            };
+            let endpoint = outcome.endpoint.and_then(|addr| {
+                let list = target.port.endpoints.list();
+                list.endpoints.iter().find(|e| e.addr == addr).cloned()
+            });
+            if let (Some(seen), Some(endpoint)) = (seen, endpoint) {
+                record_outcome(shared, target, &endpoint, seen);
+            }
+            return result;
         }
         upgrade.refused(target)?;
     }
@@ -309,8 +323,8 @@ async fn proxy(
             Ok((response, _)) => Some(OutlierOutcome::of_status(response.status().as_u16())),
             Err(e) => e.outlier_outcome(),
         };
-        if let Some(d) = recorded.and_then(|r| target.port.endpoints.record(&endpoint, r)) {
-            shared.metrics.outlier_detection(&target.backend.label, d);
+        if let Some(r) = recorded {
+            record_outcome(shared, target, &endpoint, r);
         }
         // Phase "retry": only what the policy names, and only when it is safe.
         if let (Some(policy), Some(next)) = (retry, replay) {
@@ -352,6 +366,18 @@ async fn proxy(
             deadline,
             grpc.is_some(),
         ));
+    }
+}
+
+/// Phase "record": outlier detection learns how `endpoint` did.
+pub(crate) fn record_outcome(
+    shared: &Shared,
+    target: &Target,
+    endpoint: &Endpoint,
+    seen: OutlierOutcome,
+) {
+    if let Some(d) = target.port.endpoints.record(endpoint, seen) {
+        shared.metrics.outlier_detection(&target.backend.label, d);
     }
 }
 
@@ -441,6 +467,7 @@ fn destination(req: &Request<Incoming>, tls: bool) -> Result<Destination, ProxyE
 /// the client's bytes then go to the endpoint untouched (for Passthrough, the client's own TLS
 /// with the endpoint's own certificate).
 async fn tunnel(
+    shared: &Shared,
     router: &crate::http::router::HttpRouter,
     dest: &Destination,
     req: Request<Incoming>,
@@ -460,9 +487,14 @@ async fn tunnel(
     let endpoint = pick_endpoint(target).await?;
     outcome.endpoint = Some(endpoint.addr);
     let backend = &target.backend.label;
-    let upstream = connect_tcp(endpoint.addr, target.policy.connect_timeout)
-        .await
-        .map_err(|e| connect_error(&e, backend, endpoint.addr))?;
+    let connected = connect_tcp(endpoint.addr, target.policy.connect_timeout).await;
+    // A tunnel's only signal about the endpoint is whether it could be reached.
+    let seen = match &connected {
+        Ok(_) => OutlierOutcome::Success,
+        Err(_) => OutlierOutcome::LocalOriginFailure,
+    };
+    record_outcome(shared, target, &endpoint, seen);
+    let upstream = connected.map_err(|e| connect_error(&e, backend, endpoint.addr))?;
     let idle = target.policy.stream_idle_timeout;
     let active = endpoint.start_request();
     let open = conn.tracker.as_ref().map(|t| t.enter());

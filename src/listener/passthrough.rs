@@ -77,7 +77,16 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
         );
     };
     let active = endpoint.start_request();
-    let mut upstream = match connect_tcp(endpoint.addr, target.policy.connect_timeout).await {
+    let connected = connect_tcp(endpoint.addr, target.policy.connect_timeout).await;
+    // Passthrough sees nothing but whether the endpoint could be reached.
+    let seen = match &connected {
+        Ok(_) => crate::balance::outlier::Outcome::Success,
+        Err(_) => crate::balance::outlier::Outcome::LocalOriginFailure,
+    };
+    if let Some(d) = group.record(&endpoint, seen) {
+        shared.metrics.outlier_detection(&target.backend.label, d);
+    }
+    let mut upstream = match connected {
         Ok(stream) => stream,
         Err(e) => {
             tracing::info!(listener = %info.listener, client = %info.client, sni, backend = %target.backend.label, error = %e, "passthrough: upstream connect failed");
