@@ -38,6 +38,10 @@ async fn five_gateway_errors_eject_then_the_endpoint_returns_and_a_relapse_lasts
         state["ejection"]["lastReason"],
         "consecutive_gateway_errors"
     );
+    assert_eq!(
+        state["lastFailure"]["detail"], "answered 503 Service Unavailable",
+        "{state}"
+    );
 
     // While ejected, everything goes to the good endpoint.
     for i in 0..10 {
@@ -81,7 +85,13 @@ async fn connect_failures_count_as_gateway_errors() {
         }
     }
     assert_eq!(refused, 5);
-    assert!(is_ejected(&proxy, "127.0.0.3").await);
+    let state = endpoint_state(&proxy, "127.0.0.3").await;
+    assert_eq!(state["ejection"]["ejected"], true);
+    let failure = state["lastFailure"]["detail"].as_str().unwrap();
+    assert!(
+        failure.starts_with("upstream_connect_failure: "),
+        "{failure}"
+    );
 }
 
 #[tokio::test]

@@ -44,6 +44,10 @@ pub(super) fn endpoints(snapshot: &Snapshot) -> Value {
                             "health": health,
                             "activeHealth": checked.then(|| active_health(&e.health)),
                             "activeRequests": e.active_requests(),
+                            "lastFailure": e.last_failure().map(|f| json!({
+                                "at": rfc3339(f.at),
+                                "detail": f.detail,
+                            })),
                             "totalRequests": e.total_requests(),
                             "ejection": {
                                 "ejected": ejected,

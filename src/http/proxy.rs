@@ -326,6 +326,13 @@ async fn proxy(
         if let Some(r) = recorded {
             record_outcome(shared, target, &endpoint, r);
         }
+        match &sent {
+            Err(e) if e.endpoint().is_some() => endpoint.note_failure(format!("{}: {e}", e.code())),
+            Ok((response, _)) if response.status().is_server_error() => {
+                endpoint.note_failure(format!("answered {}", response.status()))
+            }
+            _ => {}
+        }
         // Phase "retry": only what the policy names, and only when it is safe.
         if let (Some(policy), Some(next)) = (retry, replay) {
             let time_left = deadline.is_none_or(|(at, _)| Instant::now() < at);
@@ -494,7 +501,10 @@ async fn tunnel(
         Err(_) => OutlierOutcome::LocalOriginFailure,
     };
     record_outcome(shared, target, &endpoint, seen);
-    let upstream = connected.map_err(|e| connect_error(&e, backend, endpoint.addr))?;
+    let upstream = connected.map_err(|e| {
+        endpoint.note_failure(format!("tunnel: {e}"));
+        connect_error(&e, backend, endpoint.addr)
+    })?;
     let idle = target.policy.stream_idle_timeout;
     let active = endpoint.start_request();
     let open = conn.tracker.as_ref().map(|t| t.enter());

@@ -35,6 +35,16 @@ pub struct Endpoint {
     active: AtomicU64,
     /// Requests ever sent (for `/status`).
     total: AtomicU64,
+    /// The last failure seen talking to this endpoint, for `/endpoints` (written on failures
+    /// only).
+    last_failure: std::sync::Mutex<Option<LastFailure>>,
+}
+
+/// When and how an exchange with an endpoint last failed.
+#[derive(Clone, Debug)]
+pub struct LastFailure {
+    pub at: std::time::SystemTime,
+    pub detail: String,
 }
 
 impl Endpoint {
@@ -49,6 +59,7 @@ impl Endpoint {
             negotiated_http1: AtomicBool::new(false),
             active: AtomicU64::new(0),
             total: AtomicU64::new(0),
+            last_failure: std::sync::Mutex::new(None),
         }
     }
 
@@ -70,6 +81,23 @@ impl Endpoint {
 
     pub fn active_requests(&self) -> u64 {
         self.active.load(Ordering::Relaxed)
+    }
+
+    /// Remembers a failure (a local-origin error or a 5xx) for `/endpoints`.
+    pub fn note_failure(&self, detail: String) {
+        let failure = LastFailure {
+            at: std::time::SystemTime::now(),
+            detail,
+        };
+        // Plain data: a poisoned lock still holds a valid value.
+        *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(failure);
+    }
+
+    pub fn last_failure(&self) -> Option<LastFailure> {
+        self.last_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn total_requests(&self) -> u64 {
