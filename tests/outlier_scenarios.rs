@@ -356,3 +356,50 @@ async fn with_panic_off_and_nothing_healthy_requests_get_503_no_healthy_upstream
     assert_eq!(r.error_code(), Some("no_healthy_upstream"));
     assert_eq!(a.request_count(), 5);
 }
+
+#[tokio::test]
+async fn an_endpoint_back_from_ejection_ramps_up_under_slow_start() {
+    // Two endpoints, least request, a 2 s window. Once B is past its own slow start (every
+    // endpoint starts in one), A fails 5 times and is ejected; back after 400 ms, it gets the
+    // slow-start share (10% floor at first), not half the traffic.
+    let port = free_port();
+    let seq = script(&[]);
+    let a = scripted(1, port, seq.clone()).await;
+    let b = answering(2, port, 200).await;
+    let yaml = (preamble(None) + &backend(&[a.addr, b.addr], "")).replace(
+        "loadBalancer: {type: RoundRobin}",
+        "loadBalancer: {type: LeastRequest, slowStart: {window: 2s}}",
+    );
+    let proxy = TestProxy::start(&yaml).await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            endpoint_state(&proxy, "127.0.0.2").await["readyForMs"]
+                .as_u64()
+                .unwrap()
+                > 2_000
+        })
+        .await
+    );
+    seq.lock().unwrap().extend([503; 5]);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            send(&proxy, 5).await;
+            is_ejected(&proxy, "127.0.0.1").await
+        })
+        .await
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            !is_ejected(&proxy, "127.0.0.1").await
+        })
+        .await
+    );
+    let before = a.request_count();
+    assert_eq!(send(&proxy, 100).await, 100);
+    let share = (a.request_count() - before) as f64 / 100.0;
+    assert!(
+        share > 0.0 && share < 0.35,
+        "the returning endpoint got {:.0}% of the traffic",
+        share * 100.0
+    );
+}

@@ -909,13 +909,33 @@ fn upstream_http2_mistakes_are_errors_at_each_value() {
 fn load_balancer_and_health_check_mistakes_are_errors_at_each_value() {
     let dir = fixture("health-check-mistakes");
     let diags = diagnostics(&dir);
-    assert_eq!(diags.len(), 7, "{}", render(&diags));
+    assert_eq!(diags.len(), 11, "{}", render(&diags));
     let p = "spec.trafficPolicy";
     let expected = [
         (
             ("leastRequest: {choiceCount", "{"),
             format!("{p}.loadBalancer.leastRequest"),
             "leastRequest settings do not apply to type RoundRobin",
+        ),
+        (
+            ("slowStart: {window", "{"),
+            format!("{p}.loadBalancer.slowStart"),
+            "slowStart is not supported with type RoundRobin",
+        ),
+        (
+            ("window: 0s", "0s"),
+            format!("{p}.loadBalancer.slowStart.window"),
+            "window must be greater than zero",
+        ),
+        (
+            ("aggression: -1.5", "-1.5"),
+            format!("{p}.loadBalancer.slowStart.aggression"),
+            "aggression -1.5 must be a number above 0",
+        ),
+        (
+            ("minWeightPercent: 101", "101"),
+            format!("{p}.loadBalancer.slowStart.minWeightPercent"),
+            "minWeightPercent 101 is above 100",
         ),
         (
             ("panicThreshold: 120", "120"),

@@ -44,6 +44,9 @@ pub(super) fn endpoints(snapshot: &Snapshot) -> Value {
                             "health": health,
                             "activeHealth": checked.then(|| active_health(&e.health)),
                             "activeRequests": e.active_requests(),
+                            // Slow start counts from here (created, back from ejection, healthy).
+                            "readyForMs": crate::balance::slow_start::now_ms()
+                                .saturating_sub(e.ready_since_ms()),
                             "lastFailure": e.last_failure().map(|f| json!({
                                 "at": rfc3339(f.at),
                                 "detail": f.detail,

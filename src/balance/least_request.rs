@@ -12,6 +12,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::edf::Edf;
+use super::slow_start::{now_ms, SlowStartSettings, SlowStartWatch};
 use super::Balancer;
 use crate::upstream::group::Weights;
 use crate::upstream::Endpoint;
@@ -31,6 +32,8 @@ pub struct LeastRequestSettings {
     pub bias_explicit: bool,
     /// Sample distinct endpoints (egressd) or with replacement (Envoy).
     pub distinct_choices: bool,
+    /// `loadBalancer.slowStart`.
+    pub slow_start: Option<SlowStartSettings>,
 }
 
 impl Default for LeastRequestSettings {
@@ -40,14 +43,19 @@ impl Default for LeastRequestSettings {
             active_request_bias: 1.0,
             bias_explicit: false,
             distinct_choices: true,
+            slow_start: None,
         }
     }
 }
+
+/// Slow-start settings and the time of the pick, while some endpoint is in slow start.
+type Ramp<'s> = Option<(&'s SlowStartSettings, u64)>;
 
 #[derive(Debug)]
 pub struct LeastRequest {
     settings: LeastRequestSettings,
     schedule: Mutex<Option<Schedule>>,
+    slow_start: SlowStartWatch,
 }
 
 /// The weighted schedule for one endpoint list, identified by the list's address and length.
@@ -63,11 +71,17 @@ impl LeastRequest {
         LeastRequest {
             settings,
             schedule: Mutex::new(None),
+            slow_start: SlowStartWatch::default(),
         }
     }
 
-    fn effective_weight(&self, endpoint: &Endpoint) -> f64 {
-        let weight = f64::from(endpoint.weight);
+    /// `weight / (active + 1)^bias`, times the slow-start factor while `ramp` (settings and
+    /// the time of this pick) says some endpoint is in slow start.
+    fn effective_weight(&self, endpoint: &Endpoint, ramp: Ramp) -> f64 {
+        let mut weight = f64::from(endpoint.weight);
+        if let Some((slow, now)) = ramp {
+            weight *= slow.factor(endpoint.ready_since_ms(), now);
+        }
         let active = endpoint.active_requests() as f64 + 1.0;
         let bias = self.settings.active_request_bias;
         if bias == 1.0 {
@@ -79,9 +93,13 @@ impl LeastRequest {
         }
     }
 
-    fn pick_weighted<'a>(&self, endpoints: &'a [Arc<Endpoint>]) -> Option<&'a Arc<Endpoint>> {
+    fn pick_weighted<'a>(
+        &self,
+        endpoints: &'a [Arc<Endpoint>],
+        ramp: Ramp,
+    ) -> Option<&'a Arc<Endpoint>> {
         let id = endpoints.as_ptr() as usize;
-        let weight = |i: usize| self.effective_weight(&endpoints[i]);
+        let weight = |i: usize| self.effective_weight(&endpoints[i], ramp);
         // A panic while holding this lock can only come from a heap push/pop, which leaves the
         // heap valid: the schedule is still usable.
         let mut guard = self.schedule.lock().unwrap_or_else(|p| p.into_inner());
@@ -155,11 +173,21 @@ impl Balancer for LeastRequest {
         endpoints: &'a [Arc<Endpoint>],
         weights: Weights,
     ) -> Option<&'a Arc<Endpoint>> {
-        match endpoints.len() {
-            0 => None,
-            1 => endpoints.first(),
-            _ if self.settings.bias_explicit || !weights.uniform => self.pick_weighted(endpoints),
-            _ => self.pick_choices(endpoints),
+        if endpoints.len() < 2 {
+            return endpoints.first();
+        }
+        // While some endpoint ramps up, its weight differs from the others': the weighted
+        // schedule, as in Envoy.
+        let ramp = self.settings.slow_start.as_ref().and_then(|slow| {
+            let now = now_ms();
+            self.slow_start
+                .active(slow, endpoints, now)
+                .then_some((slow, now))
+        });
+        if ramp.is_some() || self.settings.bias_explicit || !weights.uniform {
+            self.pick_weighted(endpoints, ramp)
+        } else {
+            self.pick_choices(endpoints)
         }
     }
 }
@@ -290,5 +318,39 @@ mod tests {
         assert!(lr.pick(&eps, Weights::of(&eps)).is_some());
         let more = vec![endpoint(1, 1), endpoint(2, 3), endpoint(3, 4)];
         assert_shares(&shares(&lr, &more, PICKS), &[0.125, 0.375, 0.5], TOLERANCE);
+    }
+
+    #[test]
+    fn a_ramping_endpoint_gets_its_slow_start_share() {
+        // Ready 1 s into a 10 s window: factor 0.1 (the floor); the other is past its window.
+        let slow = SlowStartSettings {
+            window: std::time::Duration::from_secs(10),
+            ..SlowStartSettings::default()
+        };
+        let lr = LeastRequest::new(LeastRequestSettings {
+            slow_start: Some(slow),
+            ..LeastRequestSettings::default()
+        });
+        let eps = vec![endpoint(1, 1), endpoint(2, 1)];
+        let now = 100_000;
+        eps[0].set_ready_since_ms(0);
+        eps[1].set_ready_since_ms(now - 1_000);
+        assert!(lr.slow_start.active(&slow, &eps, now));
+        let mut counts = [0usize; 2];
+        for _ in 0..11_000 {
+            let picked = lr.pick_weighted(&eps, Some((&slow, now))).unwrap();
+            counts[usize::from(Arc::ptr_eq(picked, &eps[1]))] += 1;
+        }
+        assert!((9_800..=10_200).contains(&counts[0]), "{counts:?}");
+        // Half way through: factor 0.5, a third of the traffic.
+        eps[1].set_ready_since_ms(now - 5_000);
+        let mut counts = [0usize; 2];
+        for _ in 0..9_000 {
+            let picked = lr.pick_weighted(&eps, Some((&slow, now))).unwrap();
+            counts[usize::from(Arc::ptr_eq(picked, &eps[1]))] += 1;
+        }
+        assert!((2_900..=3_100).contains(&counts[1]), "{counts:?}");
+        // Past the window for both: no slow start.
+        assert!(!lr.slow_start.active(&slow, &eps, now + 20_000));
     }
 }

@@ -12,6 +12,7 @@ mod least_request;
 pub mod outlier;
 mod random;
 mod round_robin;
+pub mod slow_start;
 #[cfg(test)]
 pub(crate) mod test_support;
 

@@ -35,6 +35,9 @@ pub struct Endpoint {
     active: AtomicU64,
     /// Requests ever sent (for `/status`).
     total: AtomicU64,
+    /// When the endpoint last became ready (created, back from an ejection, healthy again),
+    /// in `slow_start::now_ms` milliseconds: slow start counts from here.
+    ready_since_ms: AtomicU64,
     /// The last failure seen talking to this endpoint, for `/endpoints` (written on failures
     /// only).
     last_failure: std::sync::Mutex<Option<LastFailure>>,
@@ -60,6 +63,7 @@ impl Endpoint {
             active: AtomicU64::new(0),
             total: AtomicU64::new(0),
             last_failure: std::sync::Mutex::new(None),
+            ready_since_ms: AtomicU64::new(crate::balance::slow_start::now_ms()),
         }
     }
 
@@ -81,6 +85,21 @@ impl Endpoint {
 
     pub fn active_requests(&self) -> u64 {
         self.active.load(Ordering::Relaxed)
+    }
+
+    /// Starts slow start over: the endpoint is back in rotation after being out of it.
+    pub fn mark_ready(&self) {
+        self.ready_since_ms
+            .store(crate::balance::slow_start::now_ms(), Ordering::Relaxed);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_ready_since_ms(&self, ms: u64) {
+        self.ready_since_ms.store(ms, Ordering::Relaxed);
+    }
+
+    pub fn ready_since_ms(&self) -> u64 {
+        self.ready_since_ms.load(Ordering::Relaxed)
     }
 
     /// Remembers a failure (a local-origin error or a 5xx) for `/endpoints`.

@@ -281,6 +281,7 @@ impl EndpointGroup {
         for endpoint in &list.endpoints {
             if endpoint.outlier.tick(&self.outlier, now) {
                 tracing::info!(endpoint = %endpoint.addr, "endpoint back from ejection");
+                endpoint.mark_ready();
                 changed = true;
             }
         }
@@ -330,11 +331,13 @@ impl EndpointGroup {
                 tracing::warn!(endpoint = %endpoint.addr, reason, "endpoint failed active health checks: unhealthy")
             }
             Some(Transition::BecameHealthy) => {
+                endpoint.mark_ready();
                 tracing::info!(endpoint = %endpoint.addr, "endpoint passed active health checks: healthy")
             }
             None => {}
         }
         if unejected {
+            endpoint.mark_ready();
             tracing::info!(endpoint = %endpoint.addr, "endpoint back from ejection: active health check passed");
         }
         if transition.is_some() || unejected {
@@ -371,7 +374,12 @@ impl EndpointGroup {
                     "too few healthy endpoints: balancing over all of them (panic threshold)"
                 );
             }
-            self.pickable.store(list.clone());
+            // A fresh allocation even when it holds the same endpoints: balancers tell lists
+            // apart by identity, and an endpoint's return (slow start) must look like a change.
+            let mut all = EndpointList::resolved(list.endpoints.clone());
+            all.resolved = list.resolved;
+            all.last_error = list.last_error.clone();
+            self.pickable.store(Arc::new(all));
             return;
         }
         let mut pickable = EndpointList::resolved(healthy);

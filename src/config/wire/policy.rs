@@ -76,7 +76,7 @@ pub struct LoadBalancer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub least_request: Option<Spanned<LeastRequestConfig>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slow_start: Option<Spanned<NotYetSupported>>,
+    pub slow_start: Option<Spanned<SlowStartConfig>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consistent_hash: Option<Spanned<NotYetSupported>>,
 }
@@ -163,6 +163,20 @@ pub struct Http2Keepalive {
     /// How long to wait for the PING's answer before closing the connection (default 20s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<GwDuration>,
+}
+
+/// `loadBalancer.slowStart`: endpoints that just became ready get a growing share of traffic.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SlowStartConfig {
+    /// How long the ramp lasts (required).
+    pub window: Spanned<GwDuration>,
+    /// Shape of the ramp: 1.0 linear, larger ramps up faster at first (default 1.0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggression: Option<Spanned<f64>>,
+    /// The smallest share, in percent of the full weight (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_weight_percent: Option<Spanned<u32>>,
 }
 
 /// `loadBalancer.leastRequest`.

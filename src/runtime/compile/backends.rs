@@ -15,6 +15,7 @@ use super::tls::{compile_tls, TlsSite};
 use super::{at, hostname_matches, is_valid_hostname, Cx};
 use crate::balance::health::CheckKind;
 use crate::balance::outlier::{FailurePercentageSettings, OutlierSettings, SuccessRateSettings};
+use crate::balance::slow_start::SlowStartSettings;
 use crate::balance::{BalancerKind, LeastRequestSettings};
 use crate::config::wire::backend::BackendSpec;
 use crate::config::wire::enums::{DestinationType, LookupFamily, Protocol, TlsMode};
@@ -618,6 +619,22 @@ fn balancer_kind(lb: &LoadBalancer) -> BalancerKind {
                 distinct_choices: lr
                     .and_then(|l| l.distinct_choices)
                     .unwrap_or(defaults.distinct_choices),
+                slow_start: lb.slow_start.as_ref().map(|s| {
+                    let d = SlowStartSettings::default();
+                    SlowStartSettings {
+                        window: s.value.window.value.0,
+                        aggression: s
+                            .value
+                            .aggression
+                            .as_ref()
+                            .map_or(d.aggression, |a| a.value),
+                        min_factor: s
+                            .value
+                            .min_weight_percent
+                            .as_ref()
+                            .map_or(d.min_factor, |m| f64::from(m.value) / 100.0),
+                    }
+                }),
             })
         }
     }

@@ -191,17 +191,20 @@ fn check_load_balancer(
             "[balance]",
         );
     }
-    for (name, v) in [
-        ("slowStart", &lb.slow_start),
-        ("consistentHash", &lb.consistent_hash),
-    ] {
-        if let Some(v) = v {
-            cx.not_yet(
-                at(file, id, v.pos, format!("{prefix}.loadBalancer.{name}")),
-                name,
-                "[balance]",
-            );
-        }
+    if let Some(v) = &lb.consistent_hash {
+        cx.not_yet(
+            at(
+                file,
+                id,
+                v.pos,
+                format!("{prefix}.loadBalancer.consistentHash"),
+            ),
+            "consistentHash",
+            "[balance]",
+        );
+    }
+    if let Some(slow) = &lb.slow_start {
+        check_slow_start(cx, file, id, lb, slow, prefix);
     }
     let Some(lr) = &lb.least_request else {
         return;
@@ -260,6 +263,51 @@ fn check_load_balancer(
                 b.value
             ),
             "1.0 weighs by weight/(active+1); 0 ignores load",
+        );
+    }
+}
+
+fn check_slow_start(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    lb: &crate::config::wire::policy::LoadBalancer,
+    slow: &crate::config::yaml::Spanned<crate::config::wire::policy::SlowStartConfig>,
+    prefix: &str,
+) {
+    use crate::config::wire::enums::LoadBalancerType;
+    let field = |name: &str| format!("{prefix}.loadBalancer.slowStart{name}");
+    if lb.kind.value != LoadBalancerType::LeastRequest {
+        cx.error(
+            at(file, id, slow.pos, field("")),
+            format!("slowStart is not supported with type {}", lb.kind.value),
+            "use type: LeastRequest, or remove slowStart",
+        );
+    }
+    let s = &slow.value;
+    if s.window.value.0.is_zero() {
+        cx.error(
+            at(file, id, s.window.pos, field(".window")),
+            "window must be greater than zero",
+            "e.g. 30s",
+        );
+    }
+    if let Some(a) = s
+        .aggression
+        .as_ref()
+        .filter(|a| !a.value.is_finite() || a.value <= 0.0)
+    {
+        cx.error(
+            at(file, id, a.pos, field(".aggression")),
+            format!("aggression {} must be a number above 0", a.value),
+            "1.0 ramps up linearly; larger values ramp up faster at first",
+        );
+    }
+    if let Some(m) = s.min_weight_percent.as_ref().filter(|m| m.value > 100) {
+        cx.error(
+            at(file, id, m.pos, field(".minWeightPercent")),
+            format!("minWeightPercent {} is above 100", m.value),
+            "a percentage of the full weight, 0 to 100",
         );
     }
 }
