@@ -90,3 +90,39 @@ async fn a_rule_of_fallbacks_only_uses_them_as_primaries() {
     assert!(send(&proxy, 5).await.iter().all(|s| *s == 200));
     assert_eq!(spare.request_count(), 5);
 }
+
+#[tokio::test]
+async fn a_lower_priority_endpoint_takes_traffic_only_while_the_first_level_is_down() {
+    // Endpoint priorities inside one Backend: 127.0.0.2 (priority 1) idles while 127.0.0.1
+    // (priority 0) is healthy, takes over while it is ejected, and idles again after.
+    let port = free_port();
+    let first = answering(1, port, 200).await;
+    let standby = answering(2, port, 200).await;
+    let first_addr = first.addr;
+    let yaml = (preamble(None) + &common::outlier::backend(&[first.addr, standby.addr], ""))
+        .replace("{address: 127.0.0.2}", "{address: 127.0.0.2, priority: 1}");
+    let proxy = TestProxy::start(&yaml).await;
+    assert!(send(&proxy, 20).await.iter().all(|s| *s == 200));
+    assert_eq!(standby.request_count(), 0, "priority 1 idles");
+
+    drop(first);
+    let statuses = send(&proxy, 25).await;
+    assert_eq!(
+        statuses.iter().filter(|s| **s != 200).count(),
+        5,
+        "{statuses:?}"
+    );
+    assert_eq!(standby.request_count(), 20);
+
+    let first = Upstream::start_on("first again", first_addr).await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            send(&proxy, 5).await;
+            first.request_count() > 0
+        })
+        .await
+    );
+    let before = standby.request_count();
+    send(&proxy, 10).await;
+    assert_eq!(standby.request_count(), before, "back on priority 0");
+}

@@ -32,6 +32,7 @@ pub struct EndpointTemplate {
     pub transport: u64,
     pub pool: PoolSettings,
     pub weight: u32,
+    pub priority: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -95,6 +96,7 @@ impl StateRegistry {
                 H1Pool::new(template.pool),
                 H2Pool::new(template.pool.idle_timeout),
             )
+            .with_priority(template.priority)
         })
         .0
     }

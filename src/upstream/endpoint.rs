@@ -20,6 +20,8 @@ pub struct Endpoint {
     pub addr: SocketAddr,
     /// Relative weight for balancing.
     pub weight: u32,
+    /// Priority level (0 first; higher levels take load only as lower ones lose health).
+    pub priority: u32,
     /// Idle HTTP/1.1 connections to this address.
     pub pool: H1Pool,
     /// Outlier detection state (consecutive failures, ejection).
@@ -55,6 +57,7 @@ impl Endpoint {
         Endpoint {
             addr,
             weight,
+            priority: 0,
             pool,
             h2: Arc::new(h2),
             outlier: OutlierState::default(),
@@ -65,6 +68,12 @@ impl Endpoint {
             last_failure: std::sync::Mutex::new(None),
             ready_since_ms: AtomicU64::new(crate::balance::slow_start::now_ms()),
         }
+    }
+
+    /// Sets the priority level (when the endpoint is built).
+    pub fn with_priority(mut self, priority: u32) -> Self {
+        self.priority = priority;
+        self
     }
 
     /// Marks a request as started; the guard marks it finished when dropped.

@@ -75,6 +75,39 @@ impl Weights {
     }
 }
 
+/// What picks choose from: one list per priority level that takes load (usually one).
+#[derive(Debug)]
+pub struct Pickable {
+    pub levels: Vec<Level>,
+}
+
+impl Default for Pickable {
+    fn default() -> Self {
+        Pickable {
+            levels: vec![Level::default()],
+        }
+    }
+}
+
+/// One priority level's pickable endpoints and its share of the load.
+#[derive(Debug, Default)]
+pub struct Level {
+    /// Cumulative load (percent) up to and including this level: a pick rolling below it
+    /// (and not below the previous level's) uses this level.
+    pub load_end: u32,
+    /// The level's rank among the group's priorities (selects its balancer).
+    pub rank: usize,
+    pub list: Arc<EndpointList>,
+}
+
+/// The distinct priorities of `endpoints`, ascending (0 is the most preferred).
+fn priorities(endpoints: &[Arc<Endpoint>]) -> Vec<u32> {
+    let mut p: Vec<u32> = endpoints.iter().map(|e| e.priority).collect();
+    p.sort_unstable();
+    p.dedup();
+    p
+}
+
 /// The endpoints of one Backend port, and the balancer that picks among them.
 #[derive(Debug)]
 pub struct EndpointGroup {
@@ -82,8 +115,10 @@ pub struct EndpointGroup {
     list: ArcSwap<EndpointList>,
     /// What picks choose from: `list` without ejected and unhealthy endpoints (or all, in
     /// panic).
-    pickable: ArcSwap<EndpointList>,
-    balancer: Box<dyn Balancer>,
+    pickable: ArcSwap<Pickable>,
+    /// One balancer per priority level (index: the level's rank among the group's
+    /// priorities; one for DNS groups and groups without priorities).
+    balancers: Vec<Box<dyn Balancer>>,
     outlier: OutlierSettings,
     /// `circuitBreaker` limits and counts.
     breaker: Breaker,
@@ -109,8 +144,8 @@ impl EndpointGroup {
         let group = EndpointGroup {
             source: EndpointSource::Static,
             list: ArcSwap::from_pointee(EndpointList::resolved(endpoints)),
-            pickable: ArcSwap::from_pointee(EndpointList::default()),
-            balancer,
+            pickable: ArcSwap::from_pointee(Pickable::default()),
+            balancers: vec![balancer],
             outlier,
             active: None,
             breaker: Breaker::new(BreakerSettings::default()),
@@ -132,8 +167,8 @@ impl EndpointGroup {
         EndpointGroup {
             source,
             list: ArcSwap::from_pointee(EndpointList::default()),
-            pickable: ArcSwap::from_pointee(EndpointList::default()),
-            balancer,
+            pickable: ArcSwap::from_pointee(Pickable::default()),
+            balancers: vec![balancer],
             outlier,
             active: None,
             breaker: Breaker::new(BreakerSettings::default()),
@@ -213,10 +248,34 @@ impl EndpointGroup {
         let _ = tokio::time::timeout(limit, rx.wait_for(|resolved| *resolved)).await;
     }
 
+    /// Gives each priority level beyond the first its own balancer (static groups whose
+    /// endpoints have priorities), so that weighted schedules are not rebuilt as picks move
+    /// between levels.
+    pub fn with_level_balancers(mut self, make: impl Fn() -> Box<dyn Balancer>) -> Self {
+        let levels = priorities(&self.list.load().endpoints).len();
+        while self.balancers.len() < levels {
+            self.balancers.push(make());
+        }
+        self
+    }
+
     /// Picks the endpoint for the next request.
     pub fn pick(&self) -> Option<Arc<Endpoint>> {
-        let list = self.pickable.load();
-        self.balancer.pick(&list.endpoints, list.weights).cloned()
+        let pickable = self.pickable.load();
+        let level = match pickable.levels.as_slice() {
+            [only] => only,
+            levels => {
+                let roll = fastrand::u32(..100);
+                levels
+                    .iter()
+                    .find(|l| roll < l.load_end)
+                    .or(levels.last())?
+            }
+        };
+        let balancer = self.balancers.get(level.rank).or(self.balancers.first())?;
+        balancer
+            .pick(&level.list.endpoints, level.list.weights)
+            .cloned()
     }
 
     /// Records how an exchange with `endpoint` went; when that completes a run of failures,
@@ -355,35 +414,104 @@ impl EndpointGroup {
         self.rebuild_pickable_locked(&list);
     }
 
+    /// Splits the endpoints into priority levels and gives each its share of the load
+    /// (Envoy's priority load with overprovisioning 1.4, `reference/...` §1.7): a level takes
+    /// `min(100, 1.4 × healthy%)` of what the levels before it left. Below 100% in total, a
+    /// level under `panicThreshold`% healthy picks from all of its endpoints; when every level
+    /// is in panic, load follows endpoint counts. With one level this is: the healthy
+    /// endpoints, or all of them below the panic threshold (which never bites above 71.4%).
     fn rebuild_pickable_locked(&self, list: &Arc<EndpointList>) {
-        let healthy: Vec<Arc<Endpoint>> = list
-            .endpoints
-            .iter()
-            .filter(|e| self.is_pickable(e))
-            .cloned()
-            .collect();
-        let total = list.endpoints.len();
-        self.has_healthy
-            .store(!healthy.is_empty(), std::sync::atomic::Ordering::Relaxed);
-        let panic = 100 * healthy.len() < self.outlier.panic_threshold as usize * total;
-        if healthy.len() == total || panic {
-            if panic {
-                tracing::warn!(
-                    healthy = healthy.len(),
-                    total,
-                    "too few healthy endpoints: balancing over all of them (panic threshold)"
-                );
+        let ranks = priorities(&list.endpoints);
+        let mut levels: Vec<(Vec<Arc<Endpoint>>, Vec<Arc<Endpoint>>)> =
+            vec![(Vec::new(), Vec::new()); ranks.len().max(1)];
+        for e in &list.endpoints {
+            let rank = ranks.binary_search(&e.priority).unwrap_or(0);
+            levels[rank].0.push(e.clone());
+            if self.is_pickable(e) {
+                levels[rank].1.push(e.clone());
             }
-            // A fresh allocation even when it holds the same endpoints: balancers tell lists
-            // apart by identity, and an endpoint's return (slow start) must look like a change.
-            let mut all = EndpointList::resolved(list.endpoints.clone());
-            all.resolved = list.resolved;
-            all.last_error = list.last_error.clone();
-            self.pickable.store(Arc::new(all));
-            return;
         }
-        let mut pickable = EndpointList::resolved(healthy);
-        pickable.last_error = list.last_error.clone();
+        let any_healthy = levels.iter().any(|(_, healthy)| !healthy.is_empty());
+        self.has_healthy
+            .store(any_healthy, std::sync::atomic::Ordering::Relaxed);
+
+        let health: Vec<u64> = levels
+            .iter()
+            .map(|(all, healthy)| match all.len() {
+                0 => 0,
+                n => (140 * healthy.len() as u64 / n as u64).min(100),
+            })
+            .collect();
+        let total_health = health.iter().sum::<u64>().min(100);
+        let threshold = u64::from(self.outlier.panic_threshold);
+        let panic: Vec<bool> = levels
+            .iter()
+            .map(|(all, healthy)| {
+                total_health < 100 && 100 * (healthy.len() as u64) < threshold * all.len() as u64
+            })
+            .collect();
+        let loads: Vec<u64> = if panic.iter().all(|p| *p) {
+            let hosts = list.endpoints.len().max(1) as u64;
+            levels
+                .iter()
+                .map(|(all, _)| 100 * all.len() as u64 / hosts)
+                .collect()
+        } else if total_health == 0 {
+            // Nothing healthy and panic off: the first level, empty (503 no_healthy_upstream).
+            let mut loads = vec![0; levels.len()];
+            loads[0] = 100;
+            loads
+        } else {
+            // In order of priority: each level takes its availability, scaled so that the
+            // levels together take 100, from what the levels before it left.
+            let mut remaining = 100u64;
+            health
+                .iter()
+                .map(|h| {
+                    let load = (h * 100 / total_health).min(remaining);
+                    remaining -= load;
+                    load
+                })
+                .collect()
+        };
+        // Rounding leftovers go to the first level that takes load.
+        let mut loads = loads;
+        let leftover = 100u64.saturating_sub(loads.iter().sum());
+        if let Some(first) = loads.iter_mut().find(|l| **l > 0) {
+            *first += leftover;
+        }
+
+        if panic.iter().any(|p| *p) {
+            let healthy: usize = levels.iter().map(|(_, h)| h.len()).sum();
+            tracing::warn!(
+                healthy,
+                total = list.endpoints.len(),
+                "too few healthy endpoints: balancing over unhealthy ones too (panic threshold)"
+            );
+        }
+        let mut pickable = Pickable { levels: Vec::new() };
+        let mut load_end = 0u32;
+        for (rank, ((all, healthy), load)) in levels.into_iter().zip(loads).enumerate() {
+            if load == 0 {
+                continue;
+            }
+            load_end += load as u32;
+            let endpoints = if panic[rank] { all } else { healthy };
+            // A fresh allocation even when it holds the same endpoints as before: balancers
+            // tell lists apart by identity, and an endpoint's return (slow start) must look
+            // like a change.
+            let mut level = EndpointList::resolved(endpoints);
+            level.resolved = list.resolved;
+            level.last_error = list.last_error.clone();
+            pickable.levels.push(Level {
+                load_end,
+                rank,
+                list: Arc::new(level),
+            });
+        }
+        if pickable.levels.is_empty() {
+            pickable.levels.push(Level::default());
+        }
         self.pickable.store(Arc::new(pickable));
     }
 
@@ -456,9 +584,9 @@ mod tests {
     fn pickable_ports(g: &EndpointGroup) -> Vec<u16> {
         g.pickable
             .load()
-            .endpoints
+            .levels
             .iter()
-            .map(|e| e.addr.port())
+            .flat_map(|l| l.list.endpoints.iter().map(|e| e.addr.port()))
             .collect()
     }
 
@@ -526,5 +654,81 @@ mod tests {
         );
         assert_eq!(pickable_ports(&unchecked), vec![1, 2]);
         assert_eq!(unchecked.record_check(&first, &CheckResult::Pass), None);
+    }
+
+    /// Ports 1..=n at priority 0, then n+1..=n+m at priority 1; active checks fail at once.
+    fn two_levels(n: u16, m: u16) -> EndpointGroup {
+        let endpoints = (1..=n + m)
+            .map(|port| {
+                let e = Arc::try_unwrap(endpoint(port, 1)).unwrap();
+                Arc::new(e.with_priority(u32::from(port > n)))
+            })
+            .collect();
+        EndpointGroup::new_static(
+            endpoints,
+            Box::new(RoundRobin::new()),
+            OutlierSettings::default(),
+        )
+        .with_level_balancers(|| Box::new(RoundRobin::new()))
+        .with_active_checks(Some(active(true)))
+    }
+
+    fn fail_ports(g: &EndpointGroup, ports: &[u16]) {
+        for e in g.list().endpoints.iter() {
+            if ports.contains(&e.addr.port()) {
+                g.record_check(e, &fail());
+            }
+        }
+    }
+
+    /// (load share in percent, ports) per level that takes load.
+    fn levels(g: &EndpointGroup) -> Vec<(u32, Vec<u16>)> {
+        let mut previous = 0;
+        g.pickable
+            .load()
+            .levels
+            .iter()
+            .map(|l| {
+                let share = l.load_end - previous;
+                previous = l.load_end;
+                (
+                    share,
+                    l.list.endpoints.iter().map(|e| e.addr.port()).collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn priority_levels_take_load_as_the_ones_before_lose_health() {
+        let g = two_levels(4, 2);
+        assert_eq!(levels(&g), vec![(100, vec![1, 2, 3, 4])]);
+        // One of four down: 1.4 × 75% ≥ 100%, all still on P0.
+        fail_ports(&g, &[1]);
+        assert_eq!(levels(&g), vec![(100, vec![2, 3, 4])]);
+        // Two of four down: P0 is 70% available, P1 takes the other 30%.
+        fail_ports(&g, &[2]);
+        assert_eq!(levels(&g), vec![(70, vec![3, 4]), (30, vec![5, 6])]);
+        // P0 gone: everything on P1.
+        fail_ports(&g, &[3, 4]);
+        assert_eq!(levels(&g), vec![(100, vec![5, 6])]);
+        // Picks follow the split.
+        let g = two_levels(4, 2);
+        fail_ports(&g, &[1, 2]);
+        let on_p1 = (0..10_000)
+            .filter(|_| g.pick().unwrap().priority == 1)
+            .count();
+        assert!((2_800..=3_200).contains(&on_p1), "{on_p1}");
+    }
+
+    #[test]
+    fn when_every_level_is_in_panic_load_follows_endpoint_counts() {
+        // Envoy's docs: P0 and P1 each 25% healthy → both in panic → 50/50, all endpoints.
+        let g = two_levels(4, 4);
+        fail_ports(&g, &[1, 2, 3, 5, 6, 7]);
+        assert_eq!(
+            levels(&g),
+            vec![(50, vec![1, 2, 3, 4]), (50, vec![5, 6, 7, 8])]
+        );
     }
 }

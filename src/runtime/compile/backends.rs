@@ -116,7 +116,7 @@ fn compile_one(
 
     // Destination.
     let mut hostname = None;
-    let mut ips: Vec<(IpAddr, u32)> = Vec::new();
+    let mut ips: Vec<(IpAddr, u32, u32)> = Vec::new();
     match dest.kind.value {
         DestinationType::Fqdn => {
             if dest.ip.is_some() {
@@ -189,7 +189,7 @@ fn compile_one(
                         let field = format!("spec.destination.ip.endpoints[{i}]");
                         match ep.address.value.parse::<IpAddr>() {
                             Ok(addr) if is_denied_address(&addr) => cx.error(at(file, id, ep.address.pos, format!("{field}.address")), format!("address {addr} is link-local or unspecified and never a destination"), "use the service's real address"),
-                            Ok(addr) => ips.push((addr, ep.weight.unwrap_or(1))),
+                            Ok(addr) => ips.push((addr, ep.weight.unwrap_or(1), ep.priority.as_ref().map_or(0, |p| p.value))),
                             Err(_) => cx.error(at(file, id, ep.address.pos, format!("{field}.address")), format!("invalid IP address `{}`", ep.address.value), "write an IPv4 or IPv6 address without port"),
                         }
                         if ep.weight == Some(0) {
@@ -197,13 +197,6 @@ fn compile_one(
                                 at(file, id, ep.pos, format!("{field}.weight")),
                                 "weight must be at least 1",
                                 "remove the endpoint to stop sending it traffic",
-                            );
-                        }
-                        if let Some(p) = ep.priority.as_ref().filter(|p| p.value != 0) {
-                            cx.not_yet(
-                                at(file, id, p.pos, format!("{field}.priority")),
-                                "endpoint priority",
-                                "[balance]",
                             );
                         }
                         if let Some(h) = &ep.hostname {
@@ -391,7 +384,7 @@ fn compile_one(
             let known = hostname.is_some() || !ips.is_empty();
             let loopback = match &hostname {
                 Some(h) => h == "localhost",
-                None => ips.iter().all(|(ip, _)| ip.is_loopback()),
+                None => ips.iter().all(|(ip, _, _)| ip.is_loopback()),
             };
             if known && !loopback {
                 cx.warn(
@@ -428,6 +421,7 @@ fn compile_one(
             transport: fingerprint.finish(),
             pool,
             weight: 1,
+            priority: 0,
         };
         let group = match &hostname {
             Some(host) => {
@@ -472,9 +466,10 @@ fn compile_one(
             None => {
                 let endpoints = ips
                     .iter()
-                    .map(|(ip, weight)| {
+                    .map(|(ip, weight, priority)| {
                         let t = EndpointTemplate {
                             weight: *weight,
+                            priority: *priority,
                             ..template.clone()
                         };
                         registry.endpoint(&t, SocketAddr::new(*ip, number))
@@ -482,6 +477,7 @@ fn compile_one(
                     .collect();
                 let group = Arc::new(
                     EndpointGroup::new_static(endpoints, balancer.build(), outlier)
+                        .with_level_balancers(|| balancer.build())
                         .with_active_checks(active.clone())
                         .with_breaker(breaker),
                 );
