@@ -422,7 +422,9 @@ impl EndpointGroup {
     /// endpoints, or all of them below the panic threshold (which never bites above 71.4%).
     fn rebuild_pickable_locked(&self, list: &Arc<EndpointList>) {
         let ranks = priorities(&list.endpoints);
-        let mut levels: Vec<(Vec<Arc<Endpoint>>, Vec<Arc<Endpoint>>)> =
+        // Per level: (all endpoints, pickable ones).
+        type Endpoints = Vec<Arc<Endpoint>>;
+        let mut levels: Vec<(Endpoints, Endpoints)> =
             vec![(Vec::new(), Vec::new()); ranks.len().max(1)];
         for e in &list.endpoints {
             let rank = ranks.binary_search(&e.priority).unwrap_or(0);
