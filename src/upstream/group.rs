@@ -179,10 +179,16 @@ impl EndpointGroup {
         let _ = tokio::time::timeout(limit, rx.wait_for(|resolved| *resolved)).await;
     }
 
-    /// Picks the endpoint for the next request.
-    pub fn pick(&self) -> Option<Arc<Endpoint>> {
+    /// Picks the endpoint for the next request; `hash` is the request's hash under
+    /// [`EndpointGroup::hash_key`] (`None` for balancers without one, or no key in the request).
+    pub fn pick(&self, hash: Option<u64>) -> Option<Arc<Endpoint>> {
         let list = self.pickable.load();
-        self.balancer.pick(&list.endpoints, list.weights).cloned()
+        self.balancer.pick(&list, hash).cloned()
+    }
+
+    /// What requests to this group are hashed by (consistent hashing only).
+    pub fn hash_key(&self) -> Option<&crate::balance::HashKey> {
+        self.balancer.hash_key()
     }
 
     /// Records how an exchange with `endpoint` went; ejects it when that completes a run of

@@ -177,25 +177,14 @@ fn check_load_balancer(
     prefix: &str,
 ) {
     use crate::config::wire::enums::LoadBalancerType;
-    if lb.kind.value == LoadBalancerType::ConsistentHash {
+    if let Some(v) = &lb.slow_start {
         cx.not_yet(
-            at(file, id, lb.kind.pos, format!("{prefix}.loadBalancer.type")),
-            "loadBalancer type ConsistentHash",
+            at(file, id, v.pos, format!("{prefix}.loadBalancer.slowStart")),
+            "slowStart",
             "[balance]",
         );
     }
-    for (name, v) in [
-        ("slowStart", &lb.slow_start),
-        ("consistentHash", &lb.consistent_hash),
-    ] {
-        if let Some(v) = v {
-            cx.not_yet(
-                at(file, id, v.pos, format!("{prefix}.loadBalancer.{name}")),
-                name,
-                "[balance]",
-            );
-        }
-    }
+    super::consistent_hash::check(cx, file, id, lb, prefix);
     let Some(lr) = &lb.least_request else {
         return;
     };
