@@ -103,6 +103,18 @@ fn bench_consistent_hash(c: &mut Criterion) {
         }
         group.finish();
     }
+    // Building for a new endpoint list (done by the first pick that sees it).
+    let mut group = c.benchmark_group("build/ConsistentHash");
+    for n in [10, 100, 1000] {
+        let (list, _held) = endpoints(n, false);
+        group.bench_with_input(BenchmarkId::new("RingHash", n), &list, |b, list| {
+            b.iter(|| egressd::balance::ring_hash::Ring::build(list, 1024, 8 << 20).len())
+        });
+        group.bench_with_input(BenchmarkId::new("Maglev", n), &list, |b, list| {
+            b.iter(|| egressd::balance::maglev::Maglev::build(list, 65537).pick(1))
+        });
+    }
+    group.finish();
     // Hashing the key of a request with a dozen headers.
     let mut headers = http::HeaderMap::new();
     for i in 0..10 {

@@ -269,6 +269,48 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn an_ejected_endpoint_loses_only_its_own_keys() {
+        use crate::balance::outlier::{Outcome, OutlierSettings};
+        use crate::upstream::EndpointGroup;
+        for table in [HashTable::default(), HashTable::Maglev { size: 65537 }] {
+            let eps: Vec<_> = (1..=5).map(|p| endpoint(p, 1)).collect();
+            let settings = ConsistentHashSettings {
+                key: HashKey::SourceIp,
+                table,
+            };
+            let group = EndpointGroup::new_static(
+                eps.clone(),
+                Box::new(ConsistentHash::new(settings)),
+                OutlierSettings::default(),
+            );
+            let place = || -> Vec<u16> {
+                (0..10_000)
+                    .map(|k| group.pick(Some(key(k))).unwrap().addr.port())
+                    .collect()
+            };
+            let before = place();
+            while group.record(&eps[1], Outcome::GatewayError).is_none() {}
+            let during = place();
+            for (b, d) in before.iter().zip(&during) {
+                assert_ne!(*d, 2, "{table:?}: a key went to the ejected endpoint");
+                if *b != 2 && table == HashTable::default() {
+                    assert_eq!(b, d, "{table:?}: a survivor's key moved");
+                }
+            }
+            let kept = before
+                .iter()
+                .zip(&during)
+                .filter(|(b, d)| **b != 2 && b == d)
+                .count();
+            let survivors = before.iter().filter(|&&b| b != 2).count();
+            assert!(
+                kept as f64 / survivors as f64 > 0.97,
+                "{table:?}: kept {kept}"
+            );
+        }
+    }
+
     #[test]
     fn empty_and_single_lists() {
         let ch = ring();
