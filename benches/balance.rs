@@ -4,15 +4,20 @@
 //!
 //! Endpoints carry a spread of active requests (0..8), as under load; the weighted variants
 //! give every endpoint a different weight, which switches LeastRequest to its EDF schedule.
+//! Consistent-hash picks get a different request hash each time (the ring or table is built by
+//! the first pick, before measuring); `hash_key` measures hashing a request's key.
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use egressd::balance::{Balancer, LeastRequest, LeastRequestSettings, Random, RoundRobin};
+use egressd::balance::{
+    Balancer, ConsistentHash, ConsistentHashSettings, HashKey, HashTable, LeastRequest,
+    LeastRequestSettings, Random, RoundRobin,
+};
 use egressd::upstream::endpoint::ActiveRequest;
-use egressd::upstream::group::Weights;
+use egressd::upstream::group::EndpointList;
 use egressd::upstream::h2_pool::H2Pool;
 use egressd::upstream::pool::H1Pool;
 use egressd::upstream::Endpoint;
@@ -62,13 +67,82 @@ fn bench_picks(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("pick/{name}"));
         for n in SIZES {
             let (list, _held) = endpoints(n, *weighted);
-            let weights = Weights::of(&list);
+            let list = Arc::new(EndpointList::resolved(list));
             group.bench_with_input(BenchmarkId::from_parameter(n), &list, |b, list| {
-                b.iter(|| black_box(balancer.pick(black_box(list), weights)).map(|e| e.weight))
+                b.iter(|| black_box(balancer.pick(black_box(list), None)).map(|e| e.weight))
             });
         }
         group.finish();
     }
+}
+
+fn bench_consistent_hash(c: &mut Criterion) {
+    let tables = [
+        ("RingHash", HashTable::default()),
+        ("Maglev", HashTable::Maglev { size: 65537 }),
+    ];
+    for (name, table) in tables {
+        let balancer = ConsistentHash::new(ConsistentHashSettings {
+            key: HashKey::SourceIp,
+            table,
+        });
+        let mut group = c.benchmark_group(format!("pick/ConsistentHash/{name}"));
+        for n in SIZES {
+            let (list, _held) = endpoints(n, false);
+            let list = Arc::new(EndpointList::resolved(list));
+            // Built here, not in the measurement.
+            balancer.pick(&list, Some(0));
+            let mut hash = 0u64;
+            group.bench_with_input(BenchmarkId::from_parameter(n), &list, |b, list| {
+                b.iter(|| {
+                    // A different point each time (odd constant: visits every u64).
+                    hash = hash.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                    black_box(balancer.pick(black_box(list), Some(hash))).map(|e| e.weight)
+                })
+            });
+        }
+        group.finish();
+    }
+    // Building for a new endpoint list (done by the first pick that sees it).
+    let mut group = c.benchmark_group("build/ConsistentHash");
+    for n in [10, 100, 1000] {
+        let (list, _held) = endpoints(n, false);
+        group.bench_with_input(BenchmarkId::new("RingHash", n), &list, |b, list| {
+            b.iter(|| egressd::balance::ring_hash::Ring::build(list, 1024, 8 << 20).len())
+        });
+        group.bench_with_input(BenchmarkId::new("Maglev", n), &list, |b, list| {
+            b.iter(|| egressd::balance::maglev::Maglev::build(list, 65537).pick(1))
+        });
+    }
+    group.finish();
+    // Hashing the key of a request with a dozen headers.
+    let mut headers = http::HeaderMap::new();
+    for i in 0..10 {
+        headers.insert(
+            http::HeaderName::from_bytes(format!("x-h{i}").as_bytes()).unwrap(),
+            http::HeaderValue::from_static("some value"),
+        );
+    }
+    headers.insert("x-user", http::HeaderValue::from_static("user-1234567"));
+    headers.insert(
+        http::header::COOKIE,
+        http::HeaderValue::from_static("theme=dark; lang=en; session=0123456789abcdef; x=y"),
+    );
+    let client = std::net::IpAddr::from([10, 1, 2, 3]);
+    let mut group = c.benchmark_group("hash_key");
+    for (name, key) in [
+        (
+            "Header",
+            HashKey::Header(http::HeaderName::from_static("x-user")),
+        ),
+        ("Cookie", HashKey::Cookie("session".into())),
+        ("SourceIP", HashKey::SourceIp),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| key.hash(black_box(&headers), black_box(client)))
+        });
+    }
+    group.finish();
 }
 
 /// Recording a result on the hot path: a success (loads only) and a failure (increments).
@@ -98,6 +172,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
-    targets = bench_picks, bench_record
+    targets = bench_picks, bench_consistent_hash, bench_record
 }
 criterion_main!(benches);

@@ -906,6 +906,71 @@ fn upstream_http2_mistakes_are_errors_at_each_value() {
 }
 
 #[test]
+fn consistent_hash_mistakes_are_errors_at_each_value() {
+    let dir = fixture("consistent-hash-mistakes");
+    let diags = diagnostics(&dir);
+    assert_eq!(diags.len(), 7, "{}", render(&diags));
+    let lb = "spec.trafficPolicy.loadBalancer";
+    let ch = format!("{lb}.consistentHash");
+    let expected = [
+        (
+            ("tableSize: 65536", "65536"),
+            "Backend default/maglev",
+            format!("{ch}.maglev.tableSize"),
+            "tableSize 65536 is not a prime number",
+        ),
+        (
+            ("{type: Header}", "Header"),
+            "Backend default/no-header",
+            format!("{ch}.type"),
+            "type Header needs the header's name",
+        ),
+        (
+            ("ttl: 1h", "1h"),
+            "Backend default/ring",
+            format!("{ch}.cookie.ttl"),
+            "cookie.ttl (generating the cookie) is not supported yet",
+        ),
+        (
+            ("minimumRingSize: 4096", "4096"),
+            "Backend default/ring",
+            format!("{ch}.ringHash.minimumRingSize"),
+            "minimumRingSize 4096 is above maximumRingSize 2048",
+        ),
+        (
+            ("maglev: {}", "{"),
+            "Backend default/ring",
+            format!("{ch}.maglev"),
+            "ringHash and maglev are exclusive",
+        ),
+        (
+            ("consistentHash: {type: SourceIP}", "{"),
+            "Backend default/stray",
+            ch.clone(),
+            "consistentHash settings do not apply to type RoundRobin",
+        ),
+        (
+            ("ConsistentHash  # and nothing", "ConsistentHash"),
+            "Backend default/missing",
+            format!("{lb}.type"),
+            "type ConsistentHash needs consistentHash settings (what to hash)",
+        ),
+    ];
+    for (d, ((context, token), object, field, message)) in diags.iter().zip(&expected) {
+        assert_error(
+            &dir,
+            d,
+            &Expect {
+                at: spot("backends.yaml", context, token),
+                object: Some(object),
+                field,
+                message,
+            },
+        );
+    }
+}
+
+#[test]
 fn load_balancer_and_health_check_mistakes_are_errors_at_each_value() {
     let dir = fixture("health-check-mistakes");
     let diags = diagnostics(&dir);

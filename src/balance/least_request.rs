@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use super::edf::Edf;
 use super::slow_start::{now_ms, SlowStartSettings, SlowStartWatch};
 use super::Balancer;
-use crate::upstream::group::Weights;
+use crate::upstream::group::EndpointList;
 use crate::upstream::Endpoint;
 
 /// The largest `choiceCount` accepted.
@@ -170,9 +170,10 @@ impl LeastRequest {
 impl Balancer for LeastRequest {
     fn pick<'a>(
         &self,
-        endpoints: &'a [Arc<Endpoint>],
-        weights: Weights,
+        list: &'a Arc<EndpointList>,
+        _hash: Option<u64>,
     ) -> Option<&'a Arc<Endpoint>> {
+        let (endpoints, weights) = (&list.endpoints[..], list.weights);
         if endpoints.len() < 2 {
             return endpoints.first();
         }
@@ -194,7 +195,7 @@ impl Balancer for LeastRequest {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{assert_shares, endpoint, shares};
+    use super::super::test_support::{assert_shares, endpoint, list, shares};
     use super::*;
 
     const PICKS: usize = 100_000;
@@ -314,8 +315,8 @@ mod tests {
     #[test]
     fn a_new_endpoint_list_gets_a_new_schedule() {
         let lr = egressd();
-        let eps = vec![endpoint(1, 1), endpoint(2, 3)];
-        assert!(lr.pick(&eps, Weights::of(&eps)).is_some());
+        let eps = list(vec![endpoint(1, 1), endpoint(2, 3)]);
+        assert!(lr.pick(&eps, None).is_some());
         let more = vec![endpoint(1, 1), endpoint(2, 3), endpoint(3, 4)];
         assert_shares(&shares(&lr, &more, PICKS), &[0.125, 0.375, 0.5], TOLERANCE);
     }

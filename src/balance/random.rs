@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::Balancer;
-use crate::upstream::group::Weights;
+use crate::upstream::group::EndpointList;
 use crate::upstream::Endpoint;
 
 #[derive(Debug, Default)]
@@ -12,9 +12,10 @@ pub struct Random;
 impl Balancer for Random {
     fn pick<'a>(
         &self,
-        endpoints: &'a [Arc<Endpoint>],
-        weights: Weights,
+        list: &'a Arc<EndpointList>,
+        _hash: Option<u64>,
     ) -> Option<&'a Arc<Endpoint>> {
+        let (endpoints, weights) = (&list.endpoints[..], list.weights);
         if endpoints.is_empty() {
             return None;
         }

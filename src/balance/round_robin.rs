@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::Balancer;
-use crate::upstream::group::Weights;
+use crate::upstream::group::EndpointList;
 use crate::upstream::Endpoint;
 
 /// Round robin over endpoints. Equal weights take turns (one atomic counter). Unequal weights
@@ -66,9 +66,10 @@ impl RoundRobin {
 impl Balancer for RoundRobin {
     fn pick<'a>(
         &self,
-        endpoints: &'a [Arc<Endpoint>],
-        weights: Weights,
+        list: &'a Arc<EndpointList>,
+        _hash: Option<u64>,
     ) -> Option<&'a Arc<Endpoint>> {
+        let (endpoints, weights) = (&list.endpoints[..], list.weights);
         match endpoints.len() {
             0 => None,
             1 => endpoints.first(),
@@ -83,16 +84,16 @@ impl Balancer for RoundRobin {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{endpoint, shares};
+    use super::super::test_support::{endpoint, list, shares};
     use super::*;
 
     #[test]
     fn equal_weights_take_turns() {
-        let eps = vec![endpoint(1, 1), endpoint(2, 1), endpoint(3, 1)];
+        let eps = list(vec![endpoint(1, 1), endpoint(2, 1), endpoint(3, 1)]);
         let rr = RoundRobin::new();
         let mut counts = [0; 3];
         for _ in 0..300 {
-            let e = rr.pick(&eps, Weights::of(&eps)).unwrap();
+            let e = rr.pick(&eps, None).unwrap();
             counts[(e.addr.port() - 1) as usize] += 1;
         }
         assert_eq!(counts, [100, 100, 100]);
@@ -100,31 +101,31 @@ mod tests {
 
     #[test]
     fn weights_are_respected() {
-        let eps = vec![endpoint(1, 3), endpoint(2, 1)];
+        let eps = list(vec![endpoint(1, 3), endpoint(2, 1)]);
         let rr = RoundRobin::new();
         let mut counts = [0; 2];
         for _ in 0..400 {
-            counts[(rr.pick(&eps, Weights::of(&eps)).unwrap().addr.port() - 1) as usize] += 1;
+            counts[(rr.pick(&eps, None).unwrap().addr.port() - 1) as usize] += 1;
         }
         assert_eq!(counts, [300, 100]);
-        assert_eq!(shares(&RoundRobin::new(), &eps, 4000), vec![0.75, 0.25]);
+        assert_eq!(
+            shares(&RoundRobin::new(), &eps.endpoints, 4000),
+            vec![0.75, 0.25]
+        );
     }
 
     #[test]
     fn weighted_turns_are_interleaved_smoothly() {
-        let eps = vec![endpoint(1, 5), endpoint(2, 1), endpoint(3, 1)];
+        let eps = list(vec![endpoint(1, 5), endpoint(2, 1), endpoint(3, 1)]);
         let rr = RoundRobin::new();
         let picks: String = (0..7)
-            .map(|_| {
-                ["a", "b", "c"]
-                    [(rr.pick(&eps, Weights::of(&eps)).unwrap().addr.port() - 1) as usize]
-            })
+            .map(|_| ["a", "b", "c"][(rr.pick(&eps, None).unwrap().addr.port() - 1) as usize])
             .collect();
         assert_eq!(picks, "aabacaa");
     }
 
     #[test]
     fn empty_has_no_pick() {
-        assert!(RoundRobin::new().pick(&[], Weights::default()).is_none());
+        assert!(RoundRobin::new().pick(&list(Vec::new()), None).is_none());
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Balancer;
-use crate::upstream::group::Weights;
+use crate::upstream::group::EndpointList;
 use crate::upstream::h2_pool::H2Pool;
 use crate::upstream::pool::H1Pool;
 use crate::upstream::Endpoint;
@@ -19,12 +19,17 @@ pub fn endpoint(port: u16, weight: u32) -> Arc<Endpoint> {
     ))
 }
 
+/// An endpoint list as a group publishes it.
+pub fn list(endpoints: Vec<Arc<Endpoint>>) -> Arc<EndpointList> {
+    Arc::new(EndpointList::resolved(endpoints))
+}
+
 /// The share of `picks` picks each endpoint got, in endpoint order.
 pub fn shares(balancer: &dyn Balancer, endpoints: &[Arc<Endpoint>], picks: usize) -> Vec<f64> {
     let mut counts = vec![0usize; endpoints.len()];
-    let weights = Weights::of(endpoints);
+    let published = list(endpoints.to_vec());
     for _ in 0..picks {
-        let picked = balancer.pick(endpoints, weights).expect("a pick");
+        let picked = balancer.pick(&published, None).expect("a pick");
         let i = endpoints
             .iter()
             .position(|e| Arc::ptr_eq(e, picked))

@@ -271,6 +271,8 @@ async fn proxy(
         }
         upgrade.refused(target)?;
     }
+    // Taken from the client's request, before the headers are rewritten for the upstream.
+    let hash = request_hash(target, req.headers(), conn);
     let mut upstream_req = prepare_request(req, &dest, target, entry, conn)?;
     // Phase "admit": the circuit breaker, before any endpoint is bothered.
     let admission = target
@@ -305,7 +307,7 @@ async fn proxy(
         let replay = retry
             .filter(|r| retries < r.num_retries)
             .and_then(|_| super::exchange::replayable_copy(&upstream_req));
-        let endpoint = pick_endpoint_avoiding(target, previous.as_ref()).await?;
+        let endpoint = pick_endpoint_avoiding(target, previous.as_ref(), hash).await?;
         outcome.endpoint = Some(endpoint.addr);
         // Counted from now, not from the response headers: least-request balancing must see
         // the requests still waiting for an answer (a slow endpoint's pile-up is the signal).
@@ -393,17 +395,35 @@ pub(crate) fn record_outcome(
 async fn pick_endpoint_avoiding(
     target: &Target,
     previous: Option<&Arc<Endpoint>>,
+    hash: Option<u64>,
 ) -> Result<Arc<Endpoint>, ProxyError> {
-    let mut endpoint = pick_endpoint(target).await?;
+    let mut endpoint = pick_endpoint(target, hash).await?;
     if let Some(previous) = previous {
-        for _ in 0..3 {
+        for attempt in 1..=3u64 {
             if !Arc::ptr_eq(&endpoint, previous) {
                 break;
             }
-            endpoint = pick_endpoint(target).await?;
+            // The same hash would find the same endpoint: move it far away, as Envoy's Maglev
+            // does for retries (most bits flipped).
+            let moved = hash.map(|h| h ^ (u64::MAX - attempt + 1));
+            endpoint = pick_endpoint(target, moved).await?;
         }
     }
     Ok(endpoint)
+}
+
+/// The request's consistent-hash key hashed, when the Backend balances by one (nothing is
+/// computed for the other balancers).
+pub(super) fn request_hash(
+    target: &Target,
+    headers: &http::HeaderMap,
+    conn: &ConnInfo,
+) -> Option<u64> {
+    target
+        .port
+        .endpoints
+        .hash_key()?
+        .hash(headers, conn.client.ip())
 }
 
 /// When the whole exchange must be over, and the timeout that says so: the request timeout,
@@ -491,7 +511,13 @@ async fn tunnel(
                 host: format!("{}:{port}", dest.host()),
             })?;
     outcome.backend = Some(target.backend.label.clone());
-    let endpoint = pick_endpoint(target).await?;
+    // A tunnel has no request headers of its own to hash: only SourceIP applies.
+    let hash = target
+        .port
+        .endpoints
+        .hash_key()
+        .and_then(|k| k.hash_connection(conn.client.ip()));
+    let endpoint = pick_endpoint(target, hash).await?;
     outcome.endpoint = Some(endpoint.addr);
     let backend = &target.backend.label;
     let connected = connect_tcp(endpoint.addr, target.policy.connect_timeout).await;
@@ -590,12 +616,16 @@ pub(super) fn prepare_request(
 
 /// Phase "pick endpoint". A DNS Backend that has not resolved yet is waited for (bounded by the
 /// connect timeout) rather than failed.
-pub(super) async fn pick_endpoint(target: &Target) -> Result<Arc<Endpoint>, ProxyError> {
+/// `hash`: the request's consistent-hash key hashed (see [`request_hash`]).
+pub(super) async fn pick_endpoint(
+    target: &Target,
+    hash: Option<u64>,
+) -> Result<Arc<Endpoint>, ProxyError> {
     let group = &target.port.endpoints;
     if !group.is_resolved() {
         group.wait_resolved(target.policy.connect_timeout).await;
     }
-    group.pick().ok_or_else(|| {
+    group.pick(hash).ok_or_else(|| {
         let list = group.list();
         let detail = match &list.last_error {
             Some(e) => format!(": {e}"),

@@ -67,7 +67,11 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
     if !group.is_resolved() {
         group.wait_resolved(target.policy.connect_timeout).await;
     }
-    let Some(endpoint) = group.pick() else {
+    // Only the client's address can be hashed here (the bytes are the client's own TLS).
+    let hash = group
+        .hash_key()
+        .and_then(|k| k.hash_connection(info.client.ip()));
+    let Some(endpoint) = group.pick(hash) else {
         return refuse(
             shared,
             info,

@@ -259,8 +259,9 @@ impl EndpointGroup {
         self
     }
 
-    /// Picks the endpoint for the next request.
-    pub fn pick(&self) -> Option<Arc<Endpoint>> {
+    /// Picks the endpoint for the next request; `hash` is the request's hash under
+    /// [`EndpointGroup::hash_key`] (`None` for balancers without one, or no key in the request).
+    pub fn pick(&self, hash: Option<u64>) -> Option<Arc<Endpoint>> {
         let pickable = self.pickable.load();
         let level = match pickable.levels.as_slice() {
             [only] => only,
@@ -273,9 +274,12 @@ impl EndpointGroup {
             }
         };
         let balancer = self.balancers.get(level.rank).or(self.balancers.first())?;
-        balancer
-            .pick(&level.list.endpoints, level.list.weights)
-            .cloned()
+        balancer.pick(&level.list, hash).cloned()
+    }
+
+    /// What requests to this group are hashed by (consistent hashing only).
+    pub fn hash_key(&self) -> Option<&crate::balance::HashKey> {
+        self.balancers.first()?.hash_key()
     }
 
     /// Records how an exchange with `endpoint` went; when that completes a run of failures,
@@ -718,7 +722,7 @@ mod tests {
         let g = two_levels(4, 2);
         fail_ports(&g, &[1, 2]);
         let on_p1 = (0..10_000)
-            .filter(|_| g.pick().unwrap().priority == 1)
+            .filter(|_| g.pick(None).unwrap().priority == 1)
             .count();
         assert!((2_800..=3_200).contains(&on_p1), "{on_p1}");
     }

@@ -338,7 +338,7 @@ mod tests {
         .await
         .expect("unhealthy within the limit");
         assert!(counters.fail.get() >= 1);
-        assert!(group.pick().is_some(), "panic mode: the only endpoint");
+        assert!(group.pick(None).is_some(), "panic mode: the only endpoint");
     }
 
     #[tokio::test]

@@ -273,6 +273,15 @@ wire_enum! {
 }
 
 wire_enum! {
+    /// What consistent hashing hashes.
+    pub enum ConsistentHashType {
+        Header = "Header" | "HEADER",
+        Cookie = "Cookie" | "COOKIE",
+        SourceIp = "SourceIP" | "SOURCE_IP",
+    }
+}
+
+wire_enum! {
     /// Address families to resolve.
     pub enum LookupFamily {
         IPv4Only = "IPv4Only" | "V4_ONLY",

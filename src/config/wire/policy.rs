@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{NotYetSupported, PolicyTargetRef};
-use super::enums::{HealthCheckType, LoadBalancerType, LookupFamily};
+use super::enums::{ConsistentHashType, HealthCheckType, LoadBalancerType, LookupFamily};
 use crate::config::units::{GwDuration, Quantity};
 use crate::config::yaml::Spanned;
 
@@ -78,7 +78,65 @@ pub struct LoadBalancer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slow_start: Option<Spanned<SlowStartConfig>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub consistent_hash: Option<Spanned<NotYetSupported>>,
+    pub consistent_hash: Option<Spanned<ConsistentHashConfig>>,
+}
+
+/// `loadBalancer.consistentHash` (type `ConsistentHash`): what requests are hashed by, and
+/// the ring or table that maps hashes to endpoints (`ringHash` when neither is given).
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConsistentHashConfig {
+    /// `Header`, `Cookie` or `SourceIP`.
+    #[serde(rename = "type")]
+    pub kind: Spanned<ConsistentHashType>,
+    /// The header whose (first) value is hashed, for type `Header`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<Spanned<HashHeader>>,
+    /// The cookie whose value is hashed, for type `Cookie`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<Spanned<HashCookie>>,
+    /// Ring hash (Envoy's `RING_HASH`), the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring_hash: Option<Spanned<RingHashConfig>>,
+    /// Maglev (Envoy's `MAGLEV`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maglev: Option<Spanned<MaglevConfig>>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HashHeader {
+    pub name: Spanned<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HashCookie {
+    pub name: Spanned<String>,
+    /// Generating the cookie when the request has none (Envoy's `ttl`): not supported yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<Spanned<NotYetSupported>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attributes: Option<Spanned<NotYetSupported>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RingHashConfig {
+    /// Fewest points on the ring (default 1024; at most 8Mi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum_ring_size: Option<Spanned<u64>>,
+    /// Most points on the ring (default and largest 8Mi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maximum_ring_size: Option<Spanned<u64>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MaglevConfig {
+    /// Slots in the lookup table: a prime, at most 5000011 (default 65537).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_size: Option<Spanned<u64>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]

@@ -21,8 +21,8 @@ use hyper_util::rt::TokioIo;
 use super::body::ProxyBody;
 use super::error::ProxyError;
 use super::proxy::{
-    clean_response_headers, connect_error, error_chain, pick_endpoint, prepare_request, ConnInfo,
-    Destination, Outcome,
+    clean_response_headers, connect_error, error_chain, pick_endpoint, prepare_request,
+    request_hash, ConnInfo, Destination, Outcome,
 };
 use super::router::RouteEntry;
 use super::tunnel::TunnelEnd;
@@ -122,6 +122,7 @@ pub(super) async fn proxy(
     // RFC 8441 §5: the CONNECT stands for the GET of an HTTP/1.1 handshake, to the same
     // authority and path.
     *req.method_mut() = Method::GET;
+    let hash = request_hash(target, req.headers(), conn);
     let mut upstream_req = prepare_request(req, dest, target, entry, conn)?;
     // prepare_request removed the hop-by-hop headers; these two are the point of the request.
     set_upgrade_headers(upstream_req.headers_mut());
@@ -139,7 +140,7 @@ pub(super) async fn proxy(
             .insert(handshake::SEC_WEBSOCKET_KEY, key.clone());
     }
 
-    let endpoint = pick_endpoint(target).await?;
+    let endpoint = pick_endpoint(target, hash).await?;
     outcome.endpoint = Some(endpoint.addr);
     let backend = &target.backend.label;
     let addr = endpoint.addr;

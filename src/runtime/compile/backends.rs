@@ -596,13 +596,19 @@ fn http2_settings(p: &Http2Policy) -> Http2Settings {
     }
 }
 
-/// The `loadBalancer` section (validated by `check_sections`; ConsistentHash is refused there).
+/// The `loadBalancer` section (validated by `check_sections`).
 fn balancer_kind(lb: &LoadBalancer) -> BalancerKind {
     use crate::config::wire::enums::LoadBalancerType;
     match lb.kind.value {
         LoadBalancerType::RoundRobin => BalancerKind::RoundRobin,
         LoadBalancerType::Random => BalancerKind::Random,
-        LoadBalancerType::LeastRequest | LoadBalancerType::ConsistentHash => {
+        LoadBalancerType::ConsistentHash => lb
+            .consistent_hash
+            .as_ref()
+            .and_then(|c| super::consistent_hash::settings(&c.value))
+            // Only a config with errors (never used) has no settings here.
+            .map_or_else(BalancerKind::default, BalancerKind::ConsistentHash),
+        LoadBalancerType::LeastRequest => {
             let defaults = LeastRequestSettings::default();
             let lr = lb.least_request.as_ref().map(|l| &l.value);
             let bias = lr.and_then(|l| l.active_request_bias.as_ref());

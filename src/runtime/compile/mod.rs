@@ -3,6 +3,7 @@
 //! `egressd validate` runs exactly this.
 
 mod backends;
+mod consistent_hash;
 mod downstream;
 mod health;
 mod listeners;

@@ -184,25 +184,7 @@ fn check_load_balancer(
     prefix: &str,
 ) {
     use crate::config::wire::enums::LoadBalancerType;
-    if lb.kind.value == LoadBalancerType::ConsistentHash {
-        cx.not_yet(
-            at(file, id, lb.kind.pos, format!("{prefix}.loadBalancer.type")),
-            "loadBalancer type ConsistentHash",
-            "[balance]",
-        );
-    }
-    if let Some(v) = &lb.consistent_hash {
-        cx.not_yet(
-            at(
-                file,
-                id,
-                v.pos,
-                format!("{prefix}.loadBalancer.consistentHash"),
-            ),
-            "consistentHash",
-            "[balance]",
-        );
-    }
+    super::consistent_hash::check(cx, file, id, lb, prefix);
     if let Some(slow) = &lb.slow_start {
         check_slow_start(cx, file, id, lb, slow, prefix);
     }

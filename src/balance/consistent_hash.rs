@@ -1,0 +1,321 @@
+//! Consistent hashing: requests with the same key (header, cookie, client IP) go to the same
+//! endpoint for as long as it stays pickable, and when endpoints come and go only the keys
+//! of those endpoints move.
+//!
+//! The ring or table is built for one endpoint list (the group's `pickable` list: ejected
+//! endpoints are left out, so their keys move to the others and come back when they return).
+//! It is built by the first pick that sees a new list, under a mutex that only builders take,
+//! and published with arc-swap: every other pick is a lock-free load, a hash lookup and a
+//! pointer comparison. The table remembers its list by a `Weak`, which keeps the list's
+//! allocation from being reused, so a new list can never be mistaken for the old one.
+
+use std::sync::{Arc, Mutex, Weak};
+
+use arc_swap::ArcSwapOption;
+
+use super::hash_key::HashKey;
+use super::maglev::Maglev;
+use super::ring_hash::Ring;
+use super::Balancer;
+use crate::upstream::group::EndpointList;
+use crate::upstream::Endpoint;
+
+/// `loadBalancer.consistentHash`, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsistentHashSettings {
+    pub key: HashKey,
+    pub table: HashTable,
+}
+
+/// Which structure maps hashes to endpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HashTable {
+    /// Ring hash with this many points at least and at most.
+    RingHash { min_size: u64, max_size: u64 },
+    /// Maglev with this (prime) number of slots.
+    Maglev { size: u64 },
+}
+
+impl Default for HashTable {
+    fn default() -> Self {
+        HashTable::RingHash {
+            min_size: super::ring_hash::DEFAULT_MIN_RING_SIZE,
+            max_size: super::ring_hash::DEFAULT_MAX_RING_SIZE,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct ConsistentHash {
+    settings: ConsistentHashSettings,
+    built: ArcSwapOption<Built>,
+    /// Taken only to build: concurrent first picks of a new list build it once.
+    building: Mutex<()>,
+}
+
+/// A ring or table, and the list it was built for.
+#[derive(Debug)]
+struct Built {
+    list: Weak<EndpointList>,
+    lookup: Lookup,
+}
+
+#[derive(Debug)]
+enum Lookup {
+    Ring(Ring),
+    Maglev(Maglev),
+}
+
+impl Built {
+    fn is_for(&self, list: &Arc<EndpointList>) -> bool {
+        std::ptr::eq(self.list.as_ptr(), Arc::as_ptr(list))
+    }
+
+    fn pick(&self, hash: u64) -> Option<usize> {
+        match &self.lookup {
+            Lookup::Ring(r) => r.pick(hash),
+            Lookup::Maglev(m) => m.pick(hash),
+        }
+    }
+}
+
+impl ConsistentHash {
+    pub fn new(settings: ConsistentHashSettings) -> Self {
+        ConsistentHash {
+            settings,
+            built: ArcSwapOption::empty(),
+            building: Mutex::new(()),
+        }
+    }
+
+    fn build(&self, list: &Arc<EndpointList>) -> Arc<Built> {
+        // Only building happens under this lock; a panic there leaves nothing half-published.
+        let _building = self.building.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(built) = self.built.load_full().filter(|b| b.is_for(list)) {
+            return built;
+        }
+        let lookup = match self.settings.table {
+            HashTable::RingHash { min_size, max_size } => {
+                Lookup::Ring(Ring::build(&list.endpoints, min_size, max_size))
+            }
+            HashTable::Maglev { size } => Lookup::Maglev(Maglev::build(&list.endpoints, size)),
+        };
+        let built = Arc::new(Built {
+            list: Arc::downgrade(list),
+            lookup,
+        });
+        self.built.store(Some(built.clone()));
+        built
+    }
+}
+
+impl Balancer for ConsistentHash {
+    fn pick<'a>(
+        &self,
+        list: &'a Arc<EndpointList>,
+        hash: Option<u64>,
+    ) -> Option<&'a Arc<Endpoint>> {
+        let endpoints = &list.endpoints;
+        if endpoints.len() <= 1 {
+            return endpoints.first();
+        }
+        // No key: a random point, as Envoy does (shares then follow the weights).
+        let hash = hash.unwrap_or_else(|| fastrand::u64(..));
+        let index = {
+            let current = self.built.load();
+            match current.as_deref().filter(|b| b.is_for(list)) {
+                Some(built) => built.pick(hash),
+                None => {
+                    drop(current);
+                    self.build(list).pick(hash)
+                }
+            }
+        };
+        endpoints.get(index?)
+    }
+
+    fn hash_key(&self) -> Option<&HashKey> {
+        Some(&self.settings.key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::hash_key::hash_bytes;
+    use super::super::test_support::{assert_shares, endpoint, list};
+    use super::*;
+
+    const KEYS: u64 = 100_000;
+
+    fn ring() -> ConsistentHash {
+        ConsistentHash::new(ConsistentHashSettings {
+            key: HashKey::SourceIp,
+            table: HashTable::default(),
+        })
+    }
+
+    fn maglev() -> ConsistentHash {
+        ConsistentHash::new(ConsistentHashSettings {
+            key: HashKey::SourceIp,
+            table: HashTable::Maglev {
+                size: super::super::maglev::DEFAULT_TABLE_SIZE,
+            },
+        })
+    }
+
+    fn key(k: u64) -> u64 {
+        hash_bytes(format!("user-{k}").as_bytes())
+    }
+
+    /// Where each of `KEYS` keys goes (endpoint port per key).
+    fn placement(ch: &ConsistentHash, l: &Arc<EndpointList>) -> Vec<u16> {
+        (0..KEYS)
+            .map(|k| ch.pick(l, Some(key(k))).expect("a pick").addr.port())
+            .collect()
+    }
+
+    fn key_shares(ch: &ConsistentHash, l: &Arc<EndpointList>) -> Vec<f64> {
+        let mut counts = vec![0usize; l.endpoints.len()];
+        for port in placement(ch, l) {
+            counts[usize::from(port) - 1] += 1;
+        }
+        counts.iter().map(|&c| c as f64 / KEYS as f64).collect()
+    }
+
+    #[test]
+    fn the_same_key_always_reaches_the_same_endpoint() {
+        for ch in [ring(), maglev()] {
+            let l = list((1..=5).map(|p| endpoint(p, 1)).collect());
+            for k in 0..100 {
+                let first = ch.pick(&l, Some(key(k))).unwrap().addr;
+                assert!((0..10).all(|_| ch.pick(&l, Some(key(k))).unwrap().addr == first));
+            }
+            // The same addresses in another list (a reload, another replica): same answers.
+            let again = list((1..=5).rev().map(|p| endpoint(p, 1)).collect());
+            assert_eq!(placement(&ch, &l), placement(&ch, &again));
+        }
+    }
+
+    #[test]
+    fn keys_spread_by_weight() {
+        for (name, ch, tolerance) in [("ring", ring(), 0.03), ("maglev", maglev(), 0.01)] {
+            let equal = list((1..=4).map(|p| endpoint(p, 1)).collect());
+            let got = key_shares(&ch, &equal);
+            eprintln!("{name} equal: {got:?}");
+            assert_shares(&got, &[0.25; 4], tolerance);
+            let weighted = list(vec![endpoint(1, 1), endpoint(2, 3)]);
+            let got = key_shares(&ch, &weighted);
+            eprintln!("{name} 1:3: {got:?}");
+            assert_shares(&got, &[0.25, 0.75], tolerance);
+        }
+    }
+
+    #[test]
+    fn requests_without_a_key_spread_by_weight() {
+        for ch in [ring(), maglev()] {
+            let l = list(vec![endpoint(1, 1), endpoint(2, 3)]);
+            let mut counts = [0usize; 2];
+            for _ in 0..KEYS {
+                counts[usize::from(ch.pick(&l, None).unwrap().addr.port()) - 1] += 1;
+            }
+            let light = counts[0] as f64 / KEYS as f64;
+            assert!((light - 0.25).abs() < 0.03, "{light}");
+        }
+    }
+
+    #[test]
+    fn removing_one_of_n_endpoints_moves_about_a_nth_of_the_keys() {
+        const N: u16 = 10;
+        for (name, ch) in [("ring", ring()), ("maglev", maglev())] {
+            let all = list((1..=N).map(|p| endpoint(p, 1)).collect());
+            let before = placement(&ch, &all);
+            let gone = 4;
+            let rest = list(
+                (1..=N)
+                    .filter(|&p| p != gone)
+                    .map(|p| endpoint(p, 1))
+                    .collect(),
+            );
+            let after = placement(&ch, &rest);
+            let moved = before.iter().zip(&after).filter(|(b, a)| b != a).count();
+            let moved_share = moved as f64 / KEYS as f64;
+            let survivors = before.iter().filter(|&&p| p != gone).count();
+            let kept = before
+                .iter()
+                .zip(&after)
+                .filter(|(b, a)| **b != gone && b == a)
+                .count();
+            let kept_share = kept as f64 / survivors as f64;
+            eprintln!("{name}: moved {moved_share:.4}, survivors' keys kept {kept_share:.4}");
+            assert!(
+                moved_share < 1.5 / f64::from(N),
+                "{name}: moved {moved_share}"
+            );
+            assert!(after.iter().all(|&p| p != gone));
+            // Ring hash keeps every key of a survivor; Maglev nearly every one.
+            assert!(kept_share > 0.97, "{name}: kept {kept_share}");
+        }
+    }
+
+    #[test]
+    fn a_new_list_gets_a_new_table() {
+        for ch in [ring(), maglev()] {
+            let two = list(vec![endpoint(1, 1), endpoint(2, 1)]);
+            assert!(ch.pick(&two, Some(1)).is_some());
+            let three = list(vec![endpoint(1, 1), endpoint(2, 1), endpoint(3, 1)]);
+            let ports: std::collections::HashSet<u16> =
+                placement(&ch, &three).into_iter().collect();
+            assert_eq!(ports.len(), 3);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_ejected_endpoint_loses_only_its_own_keys() {
+        use crate::balance::outlier::{Outcome, OutlierSettings};
+        use crate::upstream::EndpointGroup;
+        for table in [HashTable::default(), HashTable::Maglev { size: 65537 }] {
+            let eps: Vec<_> = (1..=5).map(|p| endpoint(p, 1)).collect();
+            let settings = ConsistentHashSettings {
+                key: HashKey::SourceIp,
+                table,
+            };
+            let group = EndpointGroup::new_static(
+                eps.clone(),
+                Box::new(ConsistentHash::new(settings)),
+                OutlierSettings::default(),
+            );
+            let place = || -> Vec<u16> {
+                (0..10_000)
+                    .map(|k| group.pick(Some(key(k))).unwrap().addr.port())
+                    .collect()
+            };
+            let before = place();
+            while group.record(&eps[1], Outcome::GatewayError).is_none() {}
+            let during = place();
+            for (b, d) in before.iter().zip(&during) {
+                assert_ne!(*d, 2, "{table:?}: a key went to the ejected endpoint");
+                if *b != 2 && table == HashTable::default() {
+                    assert_eq!(b, d, "{table:?}: a survivor's key moved");
+                }
+            }
+            let kept = before
+                .iter()
+                .zip(&during)
+                .filter(|(b, d)| **b != 2 && b == d)
+                .count();
+            let survivors = before.iter().filter(|&&b| b != 2).count();
+            assert!(
+                kept as f64 / survivors as f64 > 0.97,
+                "{table:?}: kept {kept}"
+            );
+        }
+    }
+
+    #[test]
+    fn empty_and_single_lists() {
+        let ch = ring();
+        assert!(ch.pick(&list(Vec::new()), Some(7)).is_none());
+        let one = list(vec![endpoint(9, 1)]);
+        assert_eq!(ch.pick(&one, Some(7)).unwrap().addr.port(), 9);
+    }
+}
