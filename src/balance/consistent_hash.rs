@@ -137,6 +137,13 @@ impl Balancer for ConsistentHash {
     fn hash_key(&self) -> Option<&HashKey> {
         Some(&self.settings.key)
     }
+
+    /// The ring or table is built when the list is published, not by the first pick after.
+    fn prepare(&self, list: &Arc<EndpointList>) {
+        if list.endpoints.len() > 1 {
+            self.build(list);
+        }
+    }
 }
 
 #[cfg(test)]

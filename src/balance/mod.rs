@@ -48,6 +48,10 @@ pub trait Balancer: Send + Sync + Debug {
     fn hash_key(&self) -> Option<&HashKey> {
         None
     }
+
+    /// Builds whatever `list` needs before it is published, so that picks do not (called
+    /// under the group's lock whenever its pickable lists are rebuilt; rare).
+    fn prepare(&self, _list: &Arc<EndpointList>) {}
 }
 
 /// Which balancer a Backend port uses (`loadBalancer`), comparable so that an unchanged setting

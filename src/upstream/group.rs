@@ -253,8 +253,12 @@ impl EndpointGroup {
     /// between levels.
     pub fn with_level_balancers(mut self, make: impl Fn() -> Box<dyn Balancer>) -> Self {
         let levels = priorities(&self.list.load().endpoints).len();
-        while self.balancers.len() < levels {
-            self.balancers.push(make());
+        if self.balancers.len() < levels {
+            while self.balancers.len() < levels {
+                self.balancers.push(make());
+            }
+            // Prepared for their own balancers (consistent-hash tables).
+            self.rebuild_pickable();
         }
         self
     }
@@ -509,10 +513,14 @@ impl EndpointGroup {
             let mut level = EndpointList::resolved(endpoints);
             level.resolved = list.resolved;
             level.last_error = list.last_error.clone();
+            let level = Arc::new(level);
+            if let Some(balancer) = self.balancers.get(rank).or(self.balancers.first()) {
+                balancer.prepare(&level);
+            }
             pickable.levels.push(Level {
                 load_end,
                 rank,
-                list: Arc::new(level),
+                list: level,
             });
         }
         if pickable.levels.is_empty() {
