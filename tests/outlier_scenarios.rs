@@ -394,6 +394,14 @@ async fn an_endpoint_back_from_ejection_ramps_up_under_slow_start() {
         })
         .await
     );
+    let returning = endpoint_state(&proxy, "127.0.0.1").await["effectiveWeight"]
+        .as_f64()
+        .unwrap();
+    assert!(returning < 1.0, "ramping: effective weight {returning}");
+    assert_eq!(
+        endpoint_state(&proxy, "127.0.0.2").await["effectiveWeight"],
+        1.0
+    );
     let before = a.request_count();
     assert_eq!(send(&proxy, 100).await, 100);
     let share = (a.request_count() - before) as f64 / 100.0;

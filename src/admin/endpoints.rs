@@ -41,6 +41,8 @@ pub(super) fn endpoints(snapshot: &Snapshot) -> Value {
                         json!({
                             "address": e.addr.to_string(),
                             "weight": e.weight,
+                            "effectiveWeight": group.effective_weight(e),
+                            "priority": e.priority,
                             "health": health,
                             "activeHealth": checked.then(|| active_health(&e.health)),
                             "activeRequests": e.active_requests(),

@@ -168,6 +168,14 @@ impl LeastRequest {
 }
 
 impl Balancer for LeastRequest {
+    fn effective_weight(&self, endpoint: &Endpoint) -> f64 {
+        let weight = f64::from(endpoint.weight);
+        match &self.settings.slow_start {
+            Some(slow) => weight * slow.factor(endpoint.ready_since_ms(), now_ms()),
+            None => weight,
+        }
+    }
+
     fn pick<'a>(
         &self,
         list: &'a Arc<EndpointList>,

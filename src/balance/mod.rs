@@ -52,6 +52,12 @@ pub trait Balancer: Send + Sync + Debug {
     /// Builds whatever `list` needs before it is published, so that picks do not (called
     /// under the group's lock whenever its pickable lists are rebuilt; rare).
     fn prepare(&self, _list: &Arc<EndpointList>) {}
+
+    /// The weight `endpoint` is balanced with now (its configured weight, reduced during slow
+    /// start), for `/endpoints`.
+    fn effective_weight(&self, endpoint: &Endpoint) -> f64 {
+        f64::from(endpoint.weight)
+    }
 }
 
 /// Which balancer a Backend port uses (`loadBalancer`), comparable so that an unchanged setting

@@ -281,6 +281,13 @@ impl EndpointGroup {
         balancer.pick(&level.list, hash).cloned()
     }
 
+    /// The weight `endpoint` is balanced with now (slow start lowers it), for `/endpoints`.
+    pub fn effective_weight(&self, endpoint: &Endpoint) -> f64 {
+        self.balancers
+            .first()
+            .map_or(f64::from(endpoint.weight), |b| b.effective_weight(endpoint))
+    }
+
     /// What requests to this group are hashed by (consistent hashing only).
     pub fn hash_key(&self) -> Option<&crate::balance::HashKey> {
         self.balancers.first()?.hash_key()
