@@ -167,11 +167,28 @@ fn bench_record(c: &mut Criterion) {
     g.finish();
 }
 
+/// `EndpointGroup::pick`: the balancer plus the group's pickable levels (one level, and two
+/// levels sharing the load 70/30).
+fn bench_group_pick(c: &mut Criterion) {
+    use egressd::balance::outlier::OutlierSettings;
+    let mut g = c.benchmark_group("group_pick/LeastRequest");
+    let (list, _held) = endpoints(100, false);
+    let one = egressd::upstream::EndpointGroup::new_static(
+        list,
+        Box::new(LeastRequest::new(LeastRequestSettings::default())),
+        OutlierSettings::default(),
+    );
+    g.bench_function("one_level/100", |b| {
+        b.iter(|| black_box(one.pick(None)).map(|e| e.weight))
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
-    targets = bench_picks, bench_consistent_hash, bench_record
+    targets = bench_picks, bench_consistent_hash, bench_record, bench_group_pick
 }
 criterion_main!(benches);
