@@ -411,3 +411,35 @@ async fn an_endpoint_back_from_ejection_ramps_up_under_slow_start() {
         share * 100.0
     );
 }
+
+#[tokio::test]
+async fn timeouts_count_as_gateway_errors() {
+    // OD-local-origin mapping: a timeout without a response is a 504 for outlier detection.
+    let port = free_port();
+    let hanging = Upstream::start_on_with(
+        std::net::SocketAddr::new([127, 0, 0, 1].into(), port),
+        |_req| async {
+            std::future::pending::<()>().await;
+            unreachable!()
+        },
+    )
+    .await;
+    let good = answering(2, port, 200).await;
+    let yaml = (preamble(None) + &backend(&[hanging.addr, good.addr], "")).replace(
+        "    healthCheck:",
+        "    timeout: {http: {requestTimeout: 150ms}}\n    healthCheck:",
+    );
+    let proxy = TestProxy::start(&yaml).await;
+    let mut timed_out = 0;
+    for i in 0..20 {
+        let r = get(proxy.http(), HOST, &format!("/{i}")).await;
+        timed_out += usize::from(r.error_code() == Some("upstream_timeout"));
+    }
+    assert_eq!(timed_out, 5, "five timeouts eject");
+    let state = endpoint_state(&proxy, "127.0.0.1").await;
+    assert_eq!(state["ejection"]["ejected"], true, "{state}");
+    assert_eq!(
+        state["ejection"]["lastReason"],
+        "consecutive_gateway_errors"
+    );
+}
