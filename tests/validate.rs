@@ -1122,7 +1122,7 @@ fn active_health_check_mistakes_are_errors_at_each_value() {
 fn circuit_breaker_mistakes_are_errors_at_each_value() {
     let dir = fixture("circuit-breaker-mistakes");
     let diags = diagnostics(&dir);
-    assert_eq!(diags.len(), 3, "{}", render(&diags));
+    assert_eq!(diags.len(), 5, "{}", render(&diags));
     let p = "spec.trafficPolicy.circuitBreaker";
     let expected = [
         (
@@ -1139,6 +1139,16 @@ fn circuit_breaker_mistakes_are_errors_at_each_value() {
             ("{percent: 150}", "150"),
             format!("{p}.retryBudget.percent"),
             "percent 150 is not between 0 and 100",
+        ),
+        (
+            ("idleTime: 500ms", "500ms"),
+            "spec.trafficPolicy.tcpKeepalive.idleTime".to_owned(),
+            "idleTime 500ms is below 1s (the kernel counts whole seconds)",
+        ),
+        (
+            ("probes: 0", "0"),
+            "spec.trafficPolicy.tcpKeepalive.probes".to_owned(),
+            "probes must be at least 1",
         ),
     ];
     for (d, ((context, token), field, message)) in diags.iter().zip(&expected) {

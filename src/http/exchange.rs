@@ -372,6 +372,7 @@ async fn connect(
         port.wire,
         &port.http2,
         Some(slot),
+        port.tcp_keepalive.as_ref(),
     ))
     .await
 }

@@ -23,7 +23,7 @@ use crate::config::wire::enums::Protocol;
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{Snapshot, Target};
 use crate::telemetry::access_log::{self, AccessRecord};
-use crate::upstream::connect::{connect_tcp, ConnectError};
+use crate::upstream::connect::{connect_tcp_keepalive, ConnectError};
 use crate::upstream::endpoint::ActiveRequest;
 use crate::upstream::Endpoint;
 
@@ -520,7 +520,12 @@ async fn tunnel(
     let endpoint = pick_endpoint(target, hash).await?;
     outcome.endpoint = Some(endpoint.addr);
     let backend = &target.backend.label;
-    let connected = connect_tcp(endpoint.addr, target.policy.connect_timeout).await;
+    let connected = connect_tcp_keepalive(
+        endpoint.addr,
+        target.policy.connect_timeout,
+        target.port.tcp_keepalive.as_ref(),
+    )
+    .await;
     // A tunnel's only signal about the endpoint is whether it could be reached.
     let seen = match &connected {
         Ok(_) => OutlierOutcome::Success,

@@ -51,6 +51,46 @@ pub enum ConnectError {
     },
 }
 
+/// `tcpKeepalive`: probes that notice a dead peer (and keep NAT and firewall state alive)
+/// on connections idle for `idle`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TcpKeepalive {
+    pub idle: Duration,
+    pub interval: Duration,
+    pub probes: u32,
+}
+
+impl Default for TcpKeepalive {
+    /// Linux's defaults (CONFIG.md): 7200s idle, 75s between probes, 9 probes.
+    fn default() -> Self {
+        TcpKeepalive {
+            idle: Duration::from_secs(7200),
+            interval: Duration::from_secs(75),
+            probes: 9,
+        }
+    }
+}
+
+/// Opens a TCP connection like [`connect_tcp`], with keepalive probes when asked for.
+pub async fn connect_tcp_keepalive(
+    addr: SocketAddr,
+    timeout: Duration,
+    keepalive: Option<&TcpKeepalive>,
+) -> Result<TcpStream, ConnectError> {
+    let stream = connect_tcp(addr, timeout).await?;
+    if let Some(k) = keepalive {
+        let params = socket2::TcpKeepalive::new()
+            .with_time(k.idle)
+            .with_interval(k.interval)
+            .with_retries(k.probes);
+        // Not fatal: the connection works without probes.
+        if let Err(e) = socket2::SockRef::from(&stream).set_tcp_keepalive(&params) {
+            tracing::debug!(%addr, error = %e, "could not set TCP keepalive");
+        }
+    }
+    Ok(stream)
+}
+
 /// Opens a TCP connection with a deadline, with Nagle disabled (requests are written whole).
 pub async fn connect_tcp(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, ConnectError> {
     let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
@@ -150,8 +190,9 @@ pub async fn connect_http(
     wire: HttpWire,
     h2: &Http2Options,
     slot: Option<ConnectionSlot>,
+    keepalive: Option<&TcpKeepalive>,
 ) -> Result<HttpConnection, ConnectError> {
-    let stream = connect_tcp(addr, timeout).await?;
+    let stream = connect_tcp_keepalive(addr, timeout, keepalive).await?;
     match transport {
         Transport::Plain => match wire {
             HttpWire::Http2 => Ok(HttpConnection::Http2(
@@ -190,8 +231,9 @@ pub async fn connect_http1_upgradable(
     addr: SocketAddr,
     timeout: Duration,
     transport: &Transport,
+    keepalive: Option<&TcpKeepalive>,
 ) -> Result<H1Sender, ConnectError> {
-    let stream = connect_tcp(addr, timeout).await?;
+    let stream = connect_tcp_keepalive(addr, timeout, keepalive).await?;
     match transport {
         Transport::Plain => handshake_http1(addr, stream, true, None).await,
         Transport::Tls(tls) => {

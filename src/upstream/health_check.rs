@@ -207,8 +207,16 @@ async fn http_check(
         builder.body(RequestBody::Empty).map_err(CheckError::Build)
     };
     // Not counted against circuitBreaker.maxConnections: a check must not wait behind traffic.
-    let connection =
-        connect_http(addr, timeout, &plan.transport, plan.wire, &plan.http2, None).await?;
+    let connection = connect_http(
+        addr,
+        timeout,
+        &plan.transport,
+        plan.wire,
+        &plan.http2,
+        None,
+        None,
+    )
+    .await?;
     let status = match connection {
         HttpConnection::Http1(mut sender) => {
             sender.ready().await.map_err(CheckError::Request)?;

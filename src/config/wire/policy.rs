@@ -28,7 +28,7 @@ macro_rules! policy_sections {
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub timeout: Option<Spanned<TimeoutPolicy>>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub tcp_keepalive: Option<Spanned<NotYetSupported>>,
+            pub tcp_keepalive: Option<Spanned<TcpKeepaliveConfig>>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub dns: Option<Spanned<DnsPolicy>>,
             #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -221,6 +221,21 @@ pub struct Http2Keepalive {
     /// How long to wait for the PING's answer before closing the connection (default 20s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<GwDuration>,
+}
+
+/// `tcpKeepalive`: TCP keepalive probes on upstream connections (connection level).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TcpKeepaliveConfig {
+    /// Idle time before the first probe (default 7200s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_time: Option<Spanned<GwDuration>>,
+    /// Time between probes (default 75s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Spanned<GwDuration>>,
+    /// Unanswered probes before the connection is dropped (default 9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<Spanned<u32>>,
 }
 
 /// `loadBalancer.slowStart`: endpoints that just became ready get a growing share of traffic.

@@ -144,10 +144,14 @@ pub(super) async fn proxy(
     outcome.endpoint = Some(endpoint.addr);
     let backend = &target.backend.label;
     let addr = endpoint.addr;
-    let mut sender =
-        connect_http1_upgradable(addr, target.policy.connect_timeout, &target.port.transport)
-            .await
-            .map_err(|e| connect_error(&e, backend, addr))?;
+    let mut sender = connect_http1_upgradable(
+        addr,
+        target.policy.connect_timeout,
+        &target.port.transport,
+        target.port.tcp_keepalive.as_ref(),
+    )
+    .await
+    .map_err(|e| connect_error(&e, backend, addr))?;
     let wait = async {
         sender.ready().await?;
         sender.send_request(upstream_req).await

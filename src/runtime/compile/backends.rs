@@ -29,7 +29,7 @@ use crate::config::{ConfigSet, Reason};
 use crate::runtime::registry::{DnsGroupKey, EndpointTemplate, StateRegistry};
 use crate::runtime::snapshot::{Backend, BackendPort};
 use crate::upstream::breaker::{BreakerSettings, RetryBudget};
-use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, Transport};
+use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, TcpKeepalive, Transport};
 use crate::upstream::dns::{is_denied_address, RefreshPlan};
 use crate::upstream::health_check::CheckPlan;
 use crate::upstream::pool::PoolSettings;
@@ -246,6 +246,16 @@ fn compile_one(
     let active = health_check
         .as_ref()
         .and_then(|hc| super::health::active_settings(hc.active.as_ref()));
+    let tcp_keepalive = policies
+        .backend_section(id, inline_spec, |s| s.tcp_keepalive.as_ref())
+        .map(|k| {
+            let d = TcpKeepalive::default();
+            TcpKeepalive {
+                idle: k.idle_time.as_ref().map_or(d.idle, |v| v.value.0),
+                interval: k.interval.as_ref().map_or(d.interval, |v| v.value.0),
+                probes: k.probes.as_ref().map_or(d.probes, |v| v.value),
+            }
+        });
     let http2 = policies
         .backend_section(id, inline_spec, |s| s.http2.as_ref())
         .map_or_else(Http2Settings::default, |p| http2_settings(&p));
@@ -517,6 +527,7 @@ fn compile_one(
             });
         }
         ports.push(Arc::new(BackendPort {
+            tcp_keepalive,
             passthrough: mode == Some(TlsMode::Passthrough),
             transport,
             wire,

@@ -81,7 +81,7 @@ pub(super) fn check(
                     cx.not_yet(
                         at(file, id, v.pos, field(&format!("cookie.{what}"))),
                         &format!("cookie.{what} (generating the cookie)"),
-                        "[balance]",
+                        "",
                     );
                 }
             }

@@ -88,7 +88,7 @@ impl<'a> PolicyIndex<'a> {
                     cx.not_yet(
                         at(file, id, t.pos, format!("{field}.sectionName")),
                         "targetRefs[].sectionName",
-                        "[balance]",
+                        "",
                     );
                     continue;
                 }

@@ -14,14 +14,31 @@ pub(crate) fn check_sections(
     spec: &TrafficPolicySpec,
     prefix: &str,
 ) {
-    let pending = [(
-        "tcpKeepalive",
-        spec.tcp_keepalive.as_ref().map(|s| s.pos),
-        "[balance]",
-    )];
-    for (name, pos, issue) in pending {
-        if let Some(pos) = pos {
-            cx.not_yet(at(file, id, pos, format!("{prefix}.{name}")), name, issue);
+    if let Some(k) = &spec.tcp_keepalive {
+        for (name, v) in [
+            ("idleTime", &k.value.idle_time),
+            ("interval", &k.value.interval),
+        ] {
+            if let Some(v) = v
+                .as_ref()
+                .filter(|v| v.value.0 < std::time::Duration::from_secs(1))
+            {
+                cx.error(
+                    at(file, id, v.pos, format!("{prefix}.tcpKeepalive.{name}")),
+                    format!(
+                        "{name} {} is below 1s (the kernel counts whole seconds)",
+                        v.value
+                    ),
+                    "e.g. 60s",
+                );
+            }
+        }
+        if let Some(p) = k.value.probes.as_ref().filter(|p| p.value == 0) {
+            cx.error(
+                at(file, id, p.pos, format!("{prefix}.tcpKeepalive.probes")),
+                "probes must be at least 1",
+                "e.g. 9",
+            );
         }
     }
     if let Some(h2) = &spec.http2 {

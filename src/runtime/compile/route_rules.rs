@@ -58,7 +58,7 @@ pub(super) fn check_route<'a>(
             cx.not_yet(
                 at(file, id, v.pos, format!("{field}.sessionPersistence")),
                 "sessionPersistence",
-                "[balance]",
+                "",
             );
         }
         let mut matches = Vec::new();
