@@ -558,3 +558,62 @@ async fn keepalive_pings_end_a_connection_whose_peer_went_silent() {
     assert_eq!(response.status, 502, "{}", response.text());
     assert_eq!(response.error_code(), Some("upstream_reset"));
 }
+
+/// An h2c gRPC upstream: the first call of each path fails UNAVAILABLE (trailers-only), the
+/// next one succeeds (trailers-only OK).
+async fn unavailable_once() -> H2Upstream {
+    let seen = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    H2Upstream::start(H2Options::default(), move |request| {
+        let first = seen.lock().unwrap().insert(request.uri().path().to_owned());
+        async move {
+            let _ = count_body(request.into_body()).await;
+            http::Response::builder()
+                .header("content-type", "application/grpc")
+                .header("grpc-status", if first { "14" } else { "0" })
+                .body(full(Bytes::new()))
+                .unwrap()
+        }
+    })
+    .await
+}
+
+/// A unary call with a body of known length (so it can be replayed); its `grpc-status`.
+async fn grpc_call(proxy: &TestProxy, path: &str) -> Option<String> {
+    let mut client = h2peer::client(proxy.http()).await;
+    let message = Bytes::from_static(b"\0\0\0\0\x02hi");
+    let request = http::Request::post(format!("http://{HOST}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("content-length", message.len())
+        .body(h2peer::body(message))
+        .unwrap();
+    let response = client.send_request(request).await.unwrap();
+    response
+        .headers()
+        .get("grpc-status")
+        .map(|v| v.to_str().unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn a_grpc_status_named_in_retry_on_is_retried() {
+    let upstream = unavailable_once().await;
+    let retry = "  trafficPolicy:\n    retry: {numRetries: 1, retryOn: {triggers: [unavailable]}, perRetry: {backOff: {baseInterval: 1ms, maxInterval: 2ms}}}\n";
+    let proxy = proxy_to(&backend(upstream.addr, "GRPC", PLAINTEXT, retry)).await;
+    let status = grpc_call(&proxy, "/svc/Retried").await;
+    assert_eq!(status.as_deref(), Some("0"), "UNAVAILABLE was retried");
+    assert_eq!(upstream.request_count(), 2);
+    drop(proxy);
+
+    // Without the trigger (the default triggers name no gRPC status), the error stands.
+    let upstream = unavailable_once().await;
+    let proxy = proxy_to(&backend(
+        upstream.addr,
+        "GRPC",
+        PLAINTEXT,
+        "  trafficPolicy:\n    retry: {numRetries: 1}\n",
+    ))
+    .await;
+    let status = grpc_call(&proxy, "/svc/NotRetried").await;
+    assert_eq!(status.as_deref(), Some("14"));
+    assert_eq!(upstream.request_count(), 1);
+}

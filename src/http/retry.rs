@@ -34,11 +34,28 @@ pub(super) fn should_retry(
         Err(_) => false,
         Ok((response, _)) => {
             let status = response.status().as_u16();
-            idempotent
+            let http = idempotent
                 && ((policy.gateway_error && (502..=504).contains(&status))
-                    || policy.status_codes.contains(&status))
+                    || policy.status_codes.contains(&status));
+            http || grpc_retriable(policy, response)
         }
     }
+}
+
+/// A gRPC error the policy names, in a trailers-only response (the status in the headers:
+/// nothing of the response has streamed, so the call can be made again). gRPC calls are all
+/// POSTs: as in Envoy, naming a gRPC status is the operator's statement that the call is safe
+/// to repeat, whatever the method.
+fn grpc_retriable(policy: &RetryPolicy, response: &Response<Incoming>) -> bool {
+    if policy.grpc_statuses.is_empty() {
+        return false;
+    }
+    response
+        .headers()
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u32>().ok())
+        .is_some_and(|code| policy.grpc_statuses.contains(&code))
 }
 
 /// Fully jittered exponential backoff: retry `n` (1-based) waits a random time up to

@@ -235,6 +235,9 @@ pub struct RetryPolicy {
     pub gateway_error: bool,
     /// `retriable-status-codes`: these statuses.
     pub status_codes: Vec<u16>,
+    /// gRPC statuses retried (`cancelled`, `deadline-exceeded`, `internal`,
+    /// `resource-exhausted`, `unavailable`): read from a trailers-only response's headers.
+    pub grpc_statuses: Vec<u32>,
     pub per_try_timeout: Option<Duration>,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
@@ -252,6 +255,7 @@ impl Default for RetryPolicy {
             reset: true,
             gateway_error: true,
             status_codes: Vec::new(),
+            grpc_statuses: Vec::new(),
             per_try_timeout: None,
             backoff_base: Duration::from_millis(25),
             backoff_max: Duration::from_millis(250),

@@ -339,6 +339,11 @@ fn retry_policy(
             p.refused_stream = has("refused-stream");
             p.reset = has("reset");
             p.gateway_error = has("gateway-error");
+            p.grpc_statuses = GRPC_RETRY_TRIGGERS
+                .iter()
+                .filter(|(name, _)| has(name))
+                .map(|(_, code)| *code)
+                .collect();
         }
         if let Some(codes) = &on.http_status_codes {
             p.status_codes = codes.iter().map(|c| c.value).collect();
@@ -357,6 +362,15 @@ fn retry_policy(
     }
     p
 }
+
+/// gRPC retry triggers and the status each names (as Envoy's `retry_on`).
+pub(super) const GRPC_RETRY_TRIGGERS: [(&str, u32); 5] = [
+    ("cancelled", 1),
+    ("deadline-exceeded", 4),
+    ("resource-exhausted", 8),
+    ("internal", 13),
+    ("unavailable", 14),
+];
 
 /// What a matched HTTPRoute rule says itself.
 #[derive(Clone, Copy)]

@@ -398,10 +398,15 @@ fn check_health_check(
     }
 }
 
-pub(super) const RETRY_TRIGGERS: [&str; 5] = [
+pub(super) const RETRY_TRIGGERS: [&str; 10] = [
     "connect-failure",
     "refused-stream",
     "reset",
     "gateway-error",
     "retriable-status-codes",
+    "cancelled",
+    "deadline-exceeded",
+    "resource-exhausted",
+    "internal",
+    "unavailable",
 ];
