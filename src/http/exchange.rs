@@ -7,7 +7,7 @@
 //! `GOAWAY` (§6.8). The latter needs the request again, so only body-less requests are
 //! retried that way, and after a GOAWAY only idempotent ones (a connection torn down after
 //! GOAWAY fails its remaining streams with the same error, processed or not). Retries of
-//! requests that may have reached the application belong to the retry policy ([balance]).
+//! requests that may have reached the application belong to the retry policy (`retry.rs`).
 
 use std::error::Error as _;
 use std::sync::Arc;
