@@ -25,6 +25,7 @@ pub mod commands;
 pub mod config;
 pub mod http;
 pub mod listener;
+pub mod mcp;
 pub mod probe;
 pub mod runtime;
 pub mod telemetry;
