@@ -85,6 +85,14 @@ pub enum ProxyError {
         limit: crate::upstream::breaker::Limit,
         max: u32,
     },
+    #[error("MCP session not found at Backend {backend}: {reason}; initialize a new session")]
+    McpSessionNotFound { backend: Arc<str>, reason: String },
+    #[error("MCP-Protocol-Version {got} is not the version Backend {backend} speaks ({expected})")]
+    McpProtocolVersion {
+        backend: Arc<str>,
+        expected: String,
+        got: String,
+    },
     #[error("{0} is not supported yet")]
     NotSupported(&'static str),
     #[error("this listener is being removed; retry the request")]
@@ -111,6 +119,8 @@ impl ProxyError {
             ProxyError::UpstreamProtocol { .. } => "upstream_protocol_error",
             ProxyError::UpgradeNotAllowed { .. } => "upgrade_not_allowed",
             ProxyError::Overflow { .. } => "overflow",
+            ProxyError::McpSessionNotFound { .. } => "mcp_session_not_found",
+            ProxyError::McpProtocolVersion { .. } => "mcp_protocol_version",
             ProxyError::NotSupported(_) => "not_supported",
             ProxyError::ListenerGone => "listener_draining",
         }
@@ -118,7 +128,10 @@ impl ProxyError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            ProxyError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::InvalidRequest(_) | ProxyError::McpProtocolVersion { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            ProxyError::McpSessionNotFound { .. } => StatusCode::NOT_FOUND,
             ProxyError::DestinationNotAllowed { .. }
             | ProxyError::PortNotAllowed { .. }
             | ProxyError::UpgradeNotAllowed { .. } => StatusCode::FORBIDDEN,

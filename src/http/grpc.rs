@@ -74,7 +74,10 @@ pub fn parse_timeout(value: &[u8]) -> Option<Duration> {
 /// The gRPC status for a failure egressd answers itself.
 pub fn status_of(err: &ProxyError) -> GrpcStatus {
     match err {
-        ProxyError::InvalidRequest(_) => GrpcStatus::InvalidArgument,
+        ProxyError::InvalidRequest(_) | ProxyError::McpProtocolVersion { .. } => {
+            GrpcStatus::InvalidArgument
+        }
+        ProxyError::McpSessionNotFound { .. } => GrpcStatus::InvalidArgument,
         ProxyError::DestinationNotAllowed { .. }
         | ProxyError::PortNotAllowed { .. }
         | ProxyError::UpgradeNotAllowed { .. } => GrpcStatus::PermissionDenied,

@@ -274,6 +274,16 @@ async fn proxy(
     // Taken from the client's request, before the headers are rewritten for the upstream.
     let hash = request_hash(target, req.headers(), conn);
     let mut upstream_req = prepare_request(req, &dest, target, entry, conn)?;
+    // Phase "mcp": on an MCP Backend's endpoint path, the version check and session affinity.
+    let mcp = target
+        .port
+        .mcp
+        .as_deref()
+        .filter(|m| m.applies_to(upstream_req.uri().path()));
+    let pinned = match mcp {
+        Some(m) => mcp_pinned_endpoint(m, target, upstream_req.headers_mut())?,
+        None => None,
+    };
     // Phase "admit": the circuit breaker, before any endpoint is bothered.
     let admission = target
         .port
@@ -307,7 +317,11 @@ async fn proxy(
         let replay = retry
             .filter(|r| retries < r.num_retries)
             .and_then(|_| super::exchange::replayable_copy(&upstream_req));
-        let endpoint = pick_endpoint_avoiding(target, previous.as_ref(), hash).await?;
+        let endpoint = match &pinned {
+            // A session stays where it began, retries included.
+            Some(endpoint) => endpoint.clone(),
+            None => pick_endpoint_avoiding(target, previous.as_ref(), hash).await?,
+        };
         outcome.endpoint = Some(endpoint.addr);
         // Counted from now, not from the response headers: least-request balancing must see
         // the requests still waiting for an answer (a slow endpoint's pile-up is the signal).
@@ -365,7 +379,16 @@ async fn proxy(
             }
         }
         drop(retry_slot);
-        let (response, lease) = sent?;
+        let (mut response, lease) = sent?;
+        let mut deadline = deadline;
+        if let Some(m) = mcp {
+            m.outbound(&target.backend.label, endpoint.addr, response.headers_mut());
+            // An MCP event stream lives as long as the session needs it: only the stream
+            // idle timeout ends it, not the request timeout.
+            if crate::mcp::is_event_stream(response.headers()) {
+                deadline = None;
+            }
+        }
         return Ok(respond(
             response,
             lease,
@@ -376,6 +399,43 @@ async fn proxy(
             grpc.is_some(),
         ));
     }
+}
+
+/// The endpoint an MCP request's session is pinned to, with the client's session id replaced
+/// by the server's. A session whose endpoint is gone, ejected or unhealthy gets 404, so that
+/// the client initializes a new one (MCP's rule for unknown sessions).
+fn mcp_pinned_endpoint(
+    mcp: &crate::mcp::McpPort,
+    target: &Target,
+    headers: &mut http::HeaderMap,
+) -> Result<Option<Arc<Endpoint>>, ProxyError> {
+    let backend = &target.backend.label;
+    let addr = match mcp.inbound(backend, headers) {
+        Ok(None) => return Ok(None),
+        Ok(Some(addr)) => addr,
+        Err(crate::mcp::Refusal::SessionNotFound(reason)) => {
+            return Err(ProxyError::McpSessionNotFound {
+                backend: backend.clone(),
+                reason,
+            })
+        }
+        Err(crate::mcp::Refusal::ProtocolVersion { expected, got }) => {
+            return Err(ProxyError::McpProtocolVersion {
+                backend: backend.clone(),
+                expected,
+                got,
+            })
+        }
+    };
+    target
+        .port
+        .endpoints
+        .routable(addr)
+        .map(Some)
+        .ok_or_else(|| ProxyError::McpSessionNotFound {
+            backend: backend.clone(),
+            reason: format!("endpoint {addr} that issued it is gone, ejected or unhealthy"),
+        })
 }
 
 /// Phase "record": outlier detection learns how `endpoint` did.

@@ -2,3 +2,114 @@
 //! stream handling for `protocol: MCP` (see README, "MCP").
 
 pub mod session;
+
+use std::sync::Arc;
+
+use session::SessionKey;
+
+/// `protocolOptions.mcp` of one Backend port, resolved.
+#[derive(Debug)]
+pub struct McpPort {
+    /// The MCP endpoint's path; requests to other paths are plain HTTP.
+    pub path: String,
+    /// `MCP-Protocol-Version` the server speaks (None: any).
+    pub version: Option<String>,
+    /// `sessionRouting: Stateful`: sessions stay on the endpoint that issued them.
+    pub stateful: bool,
+    pub key: Arc<SessionKey>,
+}
+
+impl McpPort {
+    /// Whether `path` (without query) is the MCP endpoint.
+    pub fn applies_to(&self, path: &str) -> bool {
+        path == self.path
+    }
+}
+
+/// `Mcp-Session-Id` (case-insensitive, as every header name).
+pub const SESSION_ID: http::HeaderName = http::HeaderName::from_static("mcp-session-id");
+/// `MCP-Protocol-Version`.
+pub const PROTOCOL_VERSION: http::HeaderName =
+    http::HeaderName::from_static("mcp-protocol-version");
+
+/// Why an MCP request is answered by egressd itself.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// 404: the client must initialize a new session.
+    SessionNotFound(String),
+    /// 400: the request's protocol version is not the Backend's.
+    ProtocolVersion { expected: String, got: String },
+}
+
+impl McpPort {
+    /// Phase "mcp" on the way in: checks `MCP-Protocol-Version`, and for stateful routing
+    /// replaces the client's session id by the server's; returns the endpoint the session is
+    /// pinned to (None: a request without a session, e.g. `initialize`, is balanced).
+    pub fn inbound(
+        &self,
+        backend: &str,
+        headers: &mut http::HeaderMap,
+    ) -> Result<Option<std::net::SocketAddr>, Refusal> {
+        if let (Some(expected), Some(got)) = (&self.version, headers.get(&PROTOCOL_VERSION)) {
+            if got.as_bytes() != expected.as_bytes() {
+                return Err(Refusal::ProtocolVersion {
+                    expected: expected.clone(),
+                    got: String::from_utf8_lossy(got.as_bytes()).into_owned(),
+                });
+            }
+        }
+        if !self.stateful {
+            return Ok(None);
+        }
+        let Some(wrapped) = headers.get(&SESSION_ID) else {
+            return Ok(None);
+        };
+        let wrapped = wrapped
+            .to_str()
+            .map_err(|_| Refusal::SessionNotFound("the session id is not visible ASCII".into()))?;
+        let (endpoint, upstream) = self
+            .key
+            .unwrap(backend, wrapped)
+            .map_err(|e| Refusal::SessionNotFound(format!("the session id is {}", e.as_str())))?;
+        let value = http::HeaderValue::from_str(&upstream)
+            .map_err(|_| Refusal::SessionNotFound("the session id is malformed".into()))?;
+        headers.insert(SESSION_ID, value);
+        Ok(Some(endpoint))
+    }
+
+    /// Phase "mcp" on the way out: a session id the server issued is wrapped with the
+    /// endpoint that issued it; SSE streams are marked not to be buffered by proxies in front.
+    pub fn outbound(
+        &self,
+        backend: &str,
+        endpoint: std::net::SocketAddr,
+        headers: &mut http::HeaderMap,
+    ) {
+        if self.stateful {
+            if let Some(upstream) = headers.get(&SESSION_ID).and_then(|v| v.to_str().ok()) {
+                let wrapped = self.key.wrap(backend, endpoint, upstream);
+                if let Ok(value) = http::HeaderValue::from_str(&wrapped) {
+                    headers.insert(SESSION_ID, value);
+                }
+            }
+        }
+        if is_event_stream(headers) {
+            headers.insert(
+                http::HeaderName::from_static("x-accel-buffering"),
+                http::HeaderValue::from_static("no"),
+            );
+        }
+    }
+}
+
+/// Whether a response is an SSE stream (`text/event-stream`).
+pub fn is_event_stream(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
+        })
+}

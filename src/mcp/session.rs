@@ -198,7 +198,10 @@ mod tests {
             "another endpoint under the original MAC"
         );
         assert_eq!(key.unwrap("team/mcp", "abc-123"), Err(Invalid::NotOurs));
-        assert_eq!(key.unwrap("team/mcp", "egd1.!!.??"), Err(Invalid::Malformed));
+        assert_eq!(
+            key.unwrap("team/mcp", "egd1.!!.??"),
+            Err(Invalid::Malformed)
+        );
     }
 
     #[test]

@@ -201,6 +201,8 @@ pub struct BackendPort {
     pub wire: crate::upstream::connect::HttpWire,
     /// How HTTP/2 connections are set up (window sizes, PINGs, stream cap).
     pub http2: crate::upstream::connect::Http2Options,
+    /// `protocol: MCP`: what egressd does on the MCP endpoint's path.
+    pub mcp: Option<Arc<crate::mcp::McpPort>>,
     /// `tcpKeepalive` on upstream connections (none unless configured).
     pub tcp_keepalive: Option<crate::upstream::connect::TcpKeepalive>,
     pub endpoints: Arc<EndpointGroup>,

@@ -204,6 +204,17 @@ impl EndpointGroup {
         self.breaker.admit()
     }
 
+    /// The endpoint at `addr`, if it is in the group and neither ejected nor unhealthy
+    /// (requests pinned to an endpoint, e.g. MCP sessions).
+    pub fn routable(&self, addr: std::net::SocketAddr) -> Option<Arc<Endpoint>> {
+        self.list
+            .load()
+            .endpoints
+            .iter()
+            .find(|e| e.addr == addr && self.is_pickable(e))
+            .cloned()
+    }
+
     /// Whether some endpoint can take traffic without panic mode (true until the first DNS
     /// answer: a group still resolving is not a failed one).
     pub fn has_healthy(&self) -> bool {

@@ -18,8 +18,9 @@ pub struct BackendSpec {
     /// `Simple` (verified TLS) when omitted: plaintext is always an explicit choice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<Spanned<BackendTls>>,
+    /// Protocol-specific settings (`mcp`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub protocol_options: Option<Spanned<NotYetSupported>>,
+    pub protocol_options: Option<Spanned<ProtocolOptions>>,
     /// Used only when a route's primary backends are unhealthy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<Spanned<bool>>,
@@ -85,8 +86,38 @@ pub struct BackendPort {
     /// Overrides the Backend's `tls` for this port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<Spanned<BackendTls>>,
+    /// Overrides the Backend's `protocolOptions` for this port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub protocol_options: Option<Spanned<NotYetSupported>>,
+    pub protocol_options: Option<Spanned<ProtocolOptions>>,
+}
+
+/// `protocolOptions`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProtocolOptions {
+    /// For `protocol: MCP`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<Spanned<McpOptions>>,
+}
+
+/// `protocolOptions.mcp`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct McpOptions {
+    /// The MCP endpoint's path (default `/mcp`); other paths are plain HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<Spanned<String>>,
+    /// `StreamableHTTP` (default). `SSE` (the 2024-11-05 transport): not supported yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<Spanned<String>>,
+    /// Protocol version the server speaks; requests carrying another `MCP-Protocol-Version`
+    /// get 400. Unset: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<Spanned<String>>,
+    /// `Stateful` (default): every request of a session goes to the endpoint that issued
+    /// it. `Stateless`: balanced per request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_routing: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]

@@ -3,7 +3,6 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::NotYetSupported;
 use super::enums::{AccessLogFormat, OutboundPolicy};
 use crate::config::units::{GwDuration, Quantity};
 use crate::config::yaml::Spanned;
@@ -28,11 +27,23 @@ pub struct ProxyConfigSpec {
     pub dns: Option<ProxyDnsSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform_identity: Option<Spanned<PlatformIdentity>>,
+    /// MCP settings shared by every `protocol: MCP` Backend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mcp: Option<Spanned<NotYetSupported>>,
+    pub mcp: Option<Spanned<ProxyMcpSpec>>,
     /// How egressd serves its clients' connections (every listener).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub downstream: Option<DownstreamSpec>,
+}
+
+/// `ProxyConfig.spec.mcp`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProxyMcpSpec {
+    /// File with the key (at least 32 bytes) that authenticates the MCP session ids egressd
+    /// hands out; replicas that share it route each other's sessions. Unset: a key made at
+    /// start, valid for this process only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_key_file: Option<Spanned<String>>,
 }
 
 /// Settings of downstream (client) connections.

@@ -95,13 +95,6 @@ fn compile_one(
     let before = cx.diagnostics.iter().filter(|d| d.is_error()).count();
 
     // Unimplemented parts of the model: refused, never ignored.
-    if let Some(v) = &spec.protocol_options {
-        cx.not_yet(
-            at(file, id, v.pos, "spec.protocolOptions"),
-            "protocolOptions",
-            "[mcp]",
-        );
-    }
     if let Some(v) = &spec.extensions {
         cx.not_yet(
             at(file, id, v.pos, "spec.extensions"),
@@ -289,13 +282,6 @@ fn compile_one(
             );
             continue;
         }
-        if let Some(v) = &port.protocol_options {
-            cx.not_yet(
-                at(file, id, v.pos, format!("{field}.protocolOptions")),
-                "protocolOptions",
-                "[mcp]",
-            );
-        }
         let tls = port.tls.as_ref().or(spec.tls.as_ref());
         let protocol = port.protocol.as_ref().or(spec.protocol.as_ref());
         let passthrough = tls
@@ -317,11 +303,6 @@ fn compile_one(
         };
         match protocol_value {
             Protocol::Tcp => {}
-            Protocol::Mcp => cx.not_yet(
-                at(file, id, protocol_pos, protocol_field.clone()),
-                "protocol MCP",
-                "[mcp]",
-            ),
             http if passthrough => cx.error(
                 at(file, id, protocol_pos, protocol_field.clone()),
                 format!(
@@ -345,6 +326,7 @@ fn compile_one(
                 "use healthCheck.active type: TCP for this Backend",
             );
         }
+        let mcp = compile_mcp(cx, file, id, spec, port, &field, protocol_value, settings);
         let tls_field = if port.tls.is_some() {
             format!("{field}.tls")
         } else {
@@ -416,7 +398,8 @@ fn compile_one(
         }
         let wire = match protocol_value {
             Protocol::Http2 | Protocol::H2c | Protocol::Grpc => HttpWire::Http2,
-            Protocol::Http if !plaintext => HttpWire::Negotiated,
+            // MCP is HTTP plus MCP handling (CONFIG.md).
+            Protocol::Http | Protocol::Mcp if !plaintext => HttpWire::Negotiated,
             _ => HttpWire::Http1,
         };
 
@@ -528,6 +511,7 @@ fn compile_one(
         }
         ports.push(Arc::new(BackendPort {
             tcp_keepalive,
+            mcp,
             passthrough: mode == Some(TlsMode::Passthrough),
             transport,
             wire,
@@ -580,6 +564,80 @@ fn check_host(
         })
     })?;
     HeaderValue::from_str(&value).ok()
+}
+
+/// `protocolOptions.mcp` of a port (the port's own, else the Backend's), for protocol MCP.
+#[allow(clippy::too_many_arguments)]
+fn compile_mcp(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &crate::config::ObjectId,
+    spec: &BackendSpec,
+    port: &crate::config::wire::backend::BackendPort,
+    field: &str,
+    protocol: Protocol,
+    settings: &Settings,
+) -> Option<Arc<crate::mcp::McpPort>> {
+    let (options, options_field) = match (&port.protocol_options, &spec.protocol_options) {
+        (Some(o), _) => (Some(o), format!("{field}.protocolOptions.mcp")),
+        (None, Some(o)) => (Some(o), "spec.protocolOptions.mcp".to_owned()),
+        (None, None) => (None, String::new()),
+    };
+    let mcp = options.and_then(|o| o.value.mcp.as_ref());
+    if protocol != Protocol::Mcp {
+        if let Some(m) = mcp {
+            cx.error(
+                at(file, id, m.pos, options_field),
+                format!("protocolOptions.mcp applies to protocol MCP, not {protocol}"),
+                "set protocol: MCP, or remove protocolOptions.mcp",
+            );
+        }
+        return None;
+    }
+    let m = mcp.map(|m| &m.value);
+    let sub = |name: &str| format!("{options_field}.{name}");
+    let path = m.and_then(|m| m.path.as_ref());
+    if let Some(p) = path.filter(|p| !p.value.starts_with('/')) {
+        cx.error(
+            at(file, id, p.pos, sub("path")),
+            format!("path `{}` must start with /", p.value),
+            "e.g. /mcp",
+        );
+    }
+    if let Some(t) = m.and_then(|m| m.transport.as_ref()) {
+        match t.value.as_str() {
+            "StreamableHTTP" => {}
+            "SSE" => cx.not_yet(
+                at(file, id, t.pos, sub("transport")),
+                "transport SSE (MCP 2024-11-05)",
+                "",
+            ),
+            other => cx.error(
+                at(file, id, t.pos, sub("transport")),
+                format!("unknown MCP transport `{other}`"),
+                "StreamableHTTP (the default) or SSE",
+            ),
+        }
+    }
+    let stateful = match m.and_then(|m| m.session_routing.as_ref()) {
+        None => true,
+        Some(r) if r.value == "Stateful" => true,
+        Some(r) if r.value == "Stateless" => false,
+        Some(r) => {
+            cx.error(
+                at(file, id, r.pos, sub("sessionRouting")),
+                format!("unknown sessionRouting `{}`", r.value),
+                "Stateful (the default: a session stays on the endpoint that issued it) or Stateless",
+            );
+            true
+        }
+    };
+    Some(Arc::new(crate::mcp::McpPort {
+        path: path.map_or_else(|| "/mcp".to_owned(), |p| p.value.clone()),
+        version: m.and_then(|m| m.version.as_ref()).map(|v| v.value.clone()),
+        stateful,
+        key: settings.mcp_session_key.clone(),
+    }))
 }
 
 /// The `http2` section over the defaults (values were range-checked by `check_sections`).

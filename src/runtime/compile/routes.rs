@@ -54,9 +54,12 @@ pub(crate) fn compile(
         set,
         backends,
         |b| {
-            b.ports
-                .iter()
-                .all(|p| matches!(p.protocol, Protocol::Http | Protocol::Http11))
+            b.ports.iter().all(|p| {
+                matches!(
+                    p.protocol,
+                    Protocol::Http | Protocol::Http11 | Protocol::Mcp
+                )
+            })
         },
         "implicit route",
     );

@@ -23,6 +23,17 @@ pub(crate) struct Settings {
     pub platform_identity: Option<PlatformFiles>,
     /// `deniedHostnames` patterns, lower-case.
     pub denied_hostnames: Vec<String>,
+    /// The key MCP session ids are authenticated with.
+    pub mcp_session_key: std::sync::Arc<crate::mcp::session::SessionKey>,
+}
+
+/// The key of this process when no `sessionKeyFile` is configured: made once, kept across
+/// reloads (a reload must not end every MCP session).
+fn generated_mcp_key() -> std::sync::Arc<crate::mcp::session::SessionKey> {
+    static KEY: std::sync::OnceLock<std::sync::Arc<crate::mcp::session::SessionKey>> =
+        std::sync::OnceLock::new();
+    KEY.get_or_init(|| std::sync::Arc::new(crate::mcp::session::SessionKey::generate()))
+        .clone()
 }
 
 impl std::ops::Deref for Settings {
@@ -37,6 +48,7 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
         proxy: ProxySettings::default(),
         platform_identity: None,
         denied_hostnames: Vec::new(),
+        mcp_session_key: generated_mcp_key(),
     };
     for extra in set.proxy_configs.iter().skip(1) {
         cx.error(
@@ -126,8 +138,24 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
     if let Some(http2) = spec.downstream.as_ref().and_then(|d| d.http2.as_ref()) {
         settings.proxy.downstream_http2 = super::downstream::compile_http2(cx, file, id, http2);
     }
-    if let Some(v) = &spec.mcp {
-        cx.not_yet(at(file, id, v.pos, "spec.mcp"), "mcp", "[mcp]");
+    if let Some(key_file) = spec
+        .mcp
+        .as_ref()
+        .and_then(|m| m.value.session_key_file.as_ref())
+    {
+        let path = super::tls::resolve(file, &key_file.value);
+        match crate::mcp::session::SessionKey::from_file(&path) {
+            Ok(key) => settings.mcp_session_key = std::sync::Arc::new(key),
+            Err(e) => cx.error(
+                at(file, id, key_file.pos, "spec.mcp.sessionKeyFile"),
+                e.to_string(),
+                "write at least 32 random bytes to it, e.g. `openssl rand -base64 48 > FILE`, \
+                 and give every replica the same file",
+            ),
+        }
+        // A rotated key reloads (sessions issued under the old key then get 404 and
+        // re-initialize).
+        cx.referenced.insert(path);
     }
     settings
 }

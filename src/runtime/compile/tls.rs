@@ -257,14 +257,14 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
     // ALPN: offered by protocol (CONFIG.md, Protocols); an explicit list may only narrow it.
     let alpn = match &tls.alpn_protocols {
         None => match site.protocol {
-            Protocol::Http => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            Protocol::Http | Protocol::Mcp => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
             Protocol::Http11 => vec![b"http/1.1".to_vec()],
             Protocol::Http2 | Protocol::Grpc => vec![b"h2".to_vec()],
             _ => Vec::new(),
         },
         Some(list) => {
             let speaks: &[&str] = match site.protocol {
-                Protocol::Http => &["h2", "http/1.1"],
+                Protocol::Http | Protocol::Mcp => &["h2", "http/1.1"],
                 Protocol::Http11 => &["http/1.1"],
                 Protocol::Http2 | Protocol::Grpc => &["h2"],
                 _ => &[],

@@ -1,0 +1,213 @@
+//! MCP session affinity without a shared store, against two real HTTP upstreams that behave
+//! like stateful MCP servers (each knows only the sessions it issued and answers 404 to
+//! others, as the MCP specification requires). The official SDK's own tests are in
+//! tests/mcp.rs.
+
+mod common;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use common::outlier::free_port;
+use common::proxy::{fetch, preamble_with, request, Response, TestProxy};
+use common::upstream::{full, Upstream};
+use http_body_util::Full;
+
+const HOST: &str = "mcp.test";
+
+/// A stateful "MCP server" on 127.0.0.`n`:`port` named `name`: a POST without a session id
+/// (initialize) gets a new one in `Mcp-Session-Id`; a request with a session it issued is
+/// answered with its name; any other session id gets 404. `GET` with a session answers an
+/// event stream.
+async fn server(n: u8, port: u16, name: &'static str) -> Upstream {
+    let issued = Arc::new(Mutex::new(HashSet::new()));
+    let addr = SocketAddr::new([127, 0, 0, n].into(), port);
+    Upstream::start_on_with(addr, move |req: http::Request<hyper::body::Incoming>| {
+        let issued = issued.clone();
+        async move {
+            let session = req
+                .headers()
+                .get("mcp-session-id")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let builder = http::Response::builder();
+            match session {
+                None => {
+                    let id = format!("{name}-{}", fastrand::u32(..));
+                    issued.lock().unwrap().insert(id.clone());
+                    builder
+                        .header("content-type", "application/json")
+                        .header("mcp-session-id", id)
+                        .body(full(format!(r#"{{"server":"{name}"}}"#)))
+                }
+                Some(id) if issued.lock().unwrap().contains(&id) => {
+                    if req.method() == http::Method::GET {
+                        builder
+                            .header("content-type", "text/event-stream")
+                            .body(full(format!("data: {name}\n\n")))
+                    } else {
+                        builder.body(full(name))
+                    }
+                }
+                Some(_) => builder.status(404).body(full("unknown session")),
+            }
+            .unwrap()
+        }
+    })
+    .await
+}
+
+fn config(endpoints: &[SocketAddr], mcp: &str, proxy_spec: &str) -> String {
+    let list: String = endpoints
+        .iter()
+        .map(|a| format!("      - {{address: {}}}\n", a.ip()))
+        .collect();
+    preamble_with(None, proxy_spec)
+        + &format!(
+            "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: tools}}\nspec:\n  destination:\n    type: IP\n    ip:\n      endpoints:\n{list}    ports: [{{number: {port}}}]\n  protocol: MCP\n  tls: {{mode: InsecureDisable}}\n  protocolOptions:\n    mcp: {{{mcp}}}\n  trafficPolicy:\n    loadBalancer: {{type: RoundRobin}}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: tools}}\nspec:\n  hostnames: [{HOST}]\n  rules: [{{backendRefs: [{{name: tools}}]}}]\n",
+            port = endpoints[0].port()
+        )
+}
+
+async fn post(proxy: &TestProxy, session: Option<&str>, extra: &[(&str, &str)]) -> Response {
+    let mut builder = request("POST", HOST, "/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(s) = session {
+        builder = builder.header("mcp-session-id", s);
+    }
+    for (k, v) in extra {
+        builder = builder.header(*k, *v);
+    }
+    let body = Full::new(Bytes::from_static(
+        br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+    ));
+    fetch(proxy.http(), builder.body(body).unwrap()).await
+}
+
+/// Initializes a session; returns the session id egressd handed out and the server's name.
+async fn initialize(proxy: &TestProxy) -> (String, String) {
+    let r = post(proxy, None, &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let id = r.header("mcp-session-id").expect("a session id").to_owned();
+    (id, r.text())
+}
+
+#[tokio::test]
+async fn every_request_of_a_session_reaches_the_endpoint_that_issued_it() {
+    let port = free_port();
+    let a = server(1, port, "a").await;
+    let b = server(2, port, "b").await;
+    let proxy = TestProxy::start(&config(&[a.addr, b.addr], "path: /mcp", "")).await;
+
+    let mut servers = HashSet::new();
+    for _ in 0..4 {
+        let (id, init) = initialize(&proxy).await;
+        assert!(id.starts_with("egd1."), "wrapped: {id}");
+        assert!(
+            !id.contains("a-") && !id.contains("b-"),
+            "the server's id is not exposed"
+        );
+        let name = if init.contains("\"a\"") { "a" } else { "b" };
+        servers.insert(name);
+        // Round robin would alternate; the session holds every request on its server.
+        for _ in 0..6 {
+            let r = post(&proxy, Some(&id), &[]).await;
+            assert_eq!((r.status.as_u16(), r.text()), (200, name.to_owned()));
+        }
+        // A GET stream of the session too, marked not to be buffered by proxies in front.
+        let get = fetch(
+            proxy.http(),
+            request("GET", HOST, "/mcp")
+                .header("mcp-session-id", &id)
+                .header("accept", "text/event-stream")
+                .body(Default::default())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(get.status, 200);
+        assert_eq!(get.text(), format!("data: {name}\n\n"));
+        assert_eq!(get.header("x-accel-buffering"), Some("no"));
+    }
+    assert_eq!(servers.len(), 2, "sessions were balanced over both servers");
+}
+
+#[tokio::test]
+async fn a_session_id_egressd_did_not_issue_gets_404_so_the_client_reinitializes() {
+    let port = free_port();
+    let a = server(1, port, "a").await;
+    let proxy = TestProxy::start(&config(&[a.addr], "path: /mcp", "")).await;
+    let (id, _) = initialize(&proxy).await;
+    let before = a.request_count();
+    for forged in [
+        "a-12345".to_owned(),
+        id.replace("egd1.", "egd1.x"),
+        format!("{}A", &id[..id.len() - 1]),
+    ] {
+        let r = post(&proxy, Some(&forged), &[]).await;
+        assert_eq!(r.status, 404, "{forged}: {}", r.text());
+        assert_eq!(r.error_code(), Some("mcp_session_not_found"));
+    }
+    assert_eq!(a.request_count(), before, "nothing reached the server");
+}
+
+#[tokio::test]
+async fn a_second_replica_sharing_the_key_file_routes_the_session() {
+    let port = free_port();
+    let a = server(1, port, "a").await;
+    let b = server(2, port, "b").await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("mcp-session.key");
+    std::fs::write(
+        &key,
+        "a shared key of more than thirty-two bytes, for replicas",
+    )
+    .unwrap();
+    let spec = format!("  mcp: {{sessionKeyFile: {}}}\n", key.display());
+    let one = TestProxy::start(&config(&[a.addr, b.addr], "", &spec)).await;
+    let two = TestProxy::start(&config(&[a.addr, b.addr], "", &spec)).await;
+    let (id, init) = initialize(&one).await;
+    let name = if init.contains("\"a\"") { "a" } else { "b" };
+    for _ in 0..4 {
+        let r = post(&two, Some(&id), &[]).await;
+        assert_eq!((r.status.as_u16(), r.text()), (200, name.to_owned()));
+    }
+    // A replica with another key cannot use it: 404, the client starts over.
+    let other = TestProxy::start(&config(&[a.addr, b.addr], "", "")).await;
+    assert_eq!(post(&other, Some(&id), &[]).await.status, 404);
+}
+
+#[tokio::test]
+async fn a_protocol_version_other_than_the_backends_gets_400() {
+    let port = free_port();
+    let a = server(1, port, "a").await;
+    let proxy = TestProxy::start(&config(&[a.addr], "version: \"2025-06-18\"", "")).await;
+    let r = post(&proxy, None, &[("mcp-protocol-version", "2025-03-26")]).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.error_code(), Some("mcp_protocol_version"));
+    assert_eq!(a.request_count(), 0);
+    let r = post(&proxy, None, &[("mcp-protocol-version", "2025-06-18")]).await;
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test]
+async fn a_session_whose_endpoint_is_gone_gets_404() {
+    let port = free_port();
+    let a = server(1, port, "a").await;
+    let b = server(2, port, "b").await;
+    let both = config(&[a.addr, b.addr], "", "");
+    let proxy = TestProxy::start(&both).await;
+    let (id, init) = initialize(&proxy).await;
+    let stays = if init.contains("\"a\"") {
+        b.addr
+    } else {
+        a.addr
+    };
+    // The issuing endpoint leaves the config; the session cannot continue elsewhere.
+    proxy.rewrite(&config(&[stays], "", ""));
+    proxy.reload().await;
+    let r = post(&proxy, Some(&id), &[]).await;
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.error_code(), Some("mcp_session_not_found"));
+}
