@@ -1164,3 +1164,48 @@ fn circuit_breaker_mistakes_are_errors_at_each_value() {
         );
     }
 }
+
+#[test]
+fn mcp_option_mistakes_are_errors_at_each_value() {
+    let dir = fixture("mcp-mistakes");
+    let diags = diagnostics(&dir);
+    assert_eq!(diags.len(), 4, "{}", render(&diags));
+    let expected = [
+        (
+            ("{path: /mcp}", "{"),
+            "Backend default/plain",
+            "spec.protocolOptions.mcp",
+            "protocolOptions.mcp applies to protocol MCP, not HTTP",
+        ),
+        (
+            ("path: mcp", "mcp"),
+            "Backend default/tools",
+            "spec.protocolOptions.mcp.path",
+            "path `mcp` must start with /",
+        ),
+        (
+            ("transport: SSE", "SSE"),
+            "Backend default/tools",
+            "spec.protocolOptions.mcp.transport",
+            "transport SSE (MCP 2024-11-05) is not supported yet",
+        ),
+        (
+            ("sessionRouting: Sticky", "Sticky"),
+            "Backend default/tools",
+            "spec.protocolOptions.mcp.sessionRouting",
+            "unknown sessionRouting `Sticky`",
+        ),
+    ];
+    for (d, ((context, token), object, field, message)) in diags.iter().zip(expected) {
+        assert_error(
+            &dir,
+            d,
+            &Expect {
+                at: spot("backends.yaml", context, token),
+                object: Some(object),
+                field,
+                message,
+            },
+        );
+    }
+}
