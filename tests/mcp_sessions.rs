@@ -211,3 +211,48 @@ async fn a_session_whose_endpoint_is_gone_gets_404() {
     assert_eq!(r.status, 404, "{}", r.text());
     assert_eq!(r.error_code(), Some("mcp_session_not_found"));
 }
+
+async fn call_tool(proxy: &TestProxy, session: &str, tool: &str) -> Response {
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#
+    );
+    let request = request("POST", HOST, "/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", session)
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    fetch(proxy.http(), request).await
+}
+
+#[tokio::test]
+async fn a_denied_tool_call_gets_a_json_rpc_error_and_never_reaches_the_server() {
+    let port = free_port();
+    let a = server(1, port, "a").await;
+    let proxy = TestProxy::start(&config(
+        &[a.addr],
+        "tools: {allow: [\"read_*\", search], deny: [read_secrets]}",
+        "",
+    ))
+    .await;
+    let (id, _) = initialize(&proxy).await;
+    let before = a.request_count();
+    for tool in ["read_secrets", "delete_everything"] {
+        let r = call_tool(&proxy, &id, tool).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.error_code(), Some("mcp_tool_denied"));
+        let reply: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(reply["id"], 42);
+        assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    }
+    assert_eq!(
+        a.request_count(),
+        before,
+        "denied calls never reached the server"
+    );
+    for tool in ["read_file", "search"] {
+        let r = call_tool(&proxy, &id, tool).await;
+        assert_eq!((r.status.as_u16(), r.text()), (200, "a".to_owned()));
+    }
+    assert_eq!(a.request_count(), before + 2);
+}

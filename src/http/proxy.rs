@@ -90,6 +90,9 @@ pub(super) struct Outcome {
     pub(super) route: Option<Arc<str>>,
     pub(super) backend: Option<Arc<str>>,
     pub(super) endpoint: Option<SocketAddr>,
+    /// The JSON-RPC method (and tool) of an MCP request, when egressd could see it.
+    pub(super) mcp_method: Option<String>,
+    pub(super) mcp_tool: Option<String>,
 }
 
 /// Handles one request: never fails, every failure becomes a local reply.
@@ -172,6 +175,8 @@ pub async fn handle(
             route: outcome.route.as_deref(),
             backend: outcome.backend.as_deref(),
             endpoint: outcome.endpoint,
+            mcp_method: outcome.mcp_method.as_deref(),
+            mcp_tool: outcome.mcp_tool.as_deref(),
             // Microsecond precision is plenty and keeps lines short.
             duration_ms: (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
         });
@@ -284,6 +289,29 @@ async fn proxy(
         Some(m) => mcp_pinned_endpoint(m, target, upstream_req.headers_mut())?,
         None => None,
     };
+    if let Some(m) = mcp.filter(|_| upstream_req.method() == Method::POST) {
+        upstream_req = super::retry::read_ahead(
+            upstream_req,
+            crate::mcp::inspect::INSPECT_LIMIT,
+            target.policy.stream_idle_timeout,
+        )
+        .await?;
+        if let RequestBody::Buffered(Some(body)) = upstream_req.body() {
+            let calls = crate::mcp::inspect::calls(body);
+            if let Some(first) = calls.first() {
+                outcome.mcp_method = first.method.clone();
+                outcome.mcp_tool = first.tool.clone();
+            }
+            if let Some(policy) = &m.tools {
+                for call in &calls {
+                    if let Some(tool) = call.tool.as_deref().filter(|t| !policy.permits(t)) {
+                        tracing::info!(backend = %target.backend.label, tool, "MCP tool call denied by policy");
+                        return Ok(mcp_tool_denied(call.id.as_ref(), tool));
+                    }
+                }
+            }
+        }
+    }
     // Phase "admit": the circuit breaker, before any endpoint is bothered.
     let admission = target
         .port
@@ -399,6 +427,23 @@ async fn proxy(
             grpc.is_some(),
         ));
     }
+}
+
+/// The answer to a `tools/call` the policy denies: a JSON-RPC error, as a server answers an
+/// unknown tool, marked `x-egressd-error: mcp_tool_denied`.
+fn mcp_tool_denied(id: Option<&serde_json::Value>, tool: &str) -> Response<ProxyBody> {
+    let body = crate::mcp::inspect::denied_reply(id, tool);
+    let mut response = Response::new(ProxyBody::local(body.into()));
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        super::error::ERROR_HEADER,
+        http::HeaderValue::from_static("mcp_tool_denied"),
+    );
+    response
 }
 
 /// The endpoint an MCP request's session is pinned to, with the client's session id replaced

@@ -1,6 +1,7 @@
 //! MCP (Model Context Protocol) Backends: session affinity, protocol version checks and
 //! stream handling for `protocol: MCP` (see README, "MCP").
 
+pub mod inspect;
 pub mod session;
 
 use std::sync::Arc;
@@ -17,6 +18,8 @@ pub struct McpPort {
     /// `sessionRouting: Stateful`: sessions stay on the endpoint that issued them.
     pub stateful: bool,
     pub key: Arc<SessionKey>,
+    /// `tools`: which tools clients may call (None: all).
+    pub tools: Option<inspect::ToolPolicy>,
 }
 
 impl McpPort {

@@ -38,6 +38,11 @@ pub struct AccessRecord<'a> {
     pub backend: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<SocketAddr>,
+    /// MCP requests: the JSON-RPC method and the tool of a `tools/call`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp_method: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp_tool: Option<&'a str>,
     /// Until the response headers were sent.
     pub duration_ms: f64,
 }

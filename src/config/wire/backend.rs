@@ -118,6 +118,21 @@ pub struct McpOptions {
     /// it. `Stateless`: balanced per request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_routing: Option<Spanned<String>>,
+    /// Which tools clients may call: `allow` (only these) and `deny` (never these); exact
+    /// names or a prefix ending in `*`. A denied `tools/call` gets a JSON-RPC error from
+    /// egressd and never reaches the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Spanned<McpToolPolicy>>,
+}
+
+/// `protocolOptions.mcp.tools`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct McpToolPolicy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]

@@ -637,6 +637,12 @@ fn compile_mcp(
         version: m.and_then(|m| m.version.as_ref()).map(|v| v.value.clone()),
         stateful,
         key: settings.mcp_session_key.clone(),
+        tools: m
+            .and_then(|m| m.tools.as_ref())
+            .map(|t| crate::mcp::inspect::ToolPolicy {
+                allow: t.value.allow.clone(),
+                deny: t.value.deny.clone(),
+            }),
     }))
 }
 

@@ -1,0 +1,112 @@
+//! A bounded look at MCP requests: the JSON-RPC method and, for `tools/call`, the tool name —
+//! for the access log and the tool policy. Only bodies egressd already holds (known length,
+//! at most [`INSPECT_LIMIT`]) are parsed; the stateless protocol's `Mcp-Method` / `Mcp-Name`
+//! headers are used when present.
+
+use serde_json::Value;
+
+/// Request bodies up to this size are read before forwarding and inspected; larger ones, and
+/// bodies without a declared length, stream uninspected.
+pub const INSPECT_LIMIT: u64 = 1 << 20;
+
+/// One JSON-RPC request of a message (a batch holds several).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Call {
+    pub method: Option<String>,
+    /// `params.name` of a `tools/call`.
+    pub tool: Option<String>,
+    /// The request's id (absent for notifications).
+    pub id: Option<Value>,
+}
+
+/// The calls in a JSON-RPC message body (empty if it is not JSON).
+pub fn calls(body: &[u8]) -> Vec<Call> {
+    let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        return Vec::new();
+    };
+    match value {
+        Value::Array(items) => items.iter().map(call).collect(),
+        single => vec![call(&single)],
+    }
+}
+
+fn call(v: &Value) -> Call {
+    let method = v.get("method").and_then(Value::as_str).map(str::to_owned);
+    let tool = (method.as_deref() == Some("tools/call"))
+        .then(|| v.get("params")?.get("name")?.as_str().map(str::to_owned))
+        .flatten();
+    Call {
+        method,
+        tool,
+        id: v.get("id").cloned(),
+    }
+}
+
+/// Which tools a Backend's clients may call (`protocolOptions.mcp.tools`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ToolPolicy {
+    /// When set, only these tools.
+    pub allow: Option<Vec<String>>,
+    /// Never these (checked after `allow`).
+    pub deny: Vec<String>,
+}
+
+impl ToolPolicy {
+    /// Whether `tool` may be called. Names match exactly, or by prefix with a trailing `*`.
+    pub fn permits(&self, tool: &str) -> bool {
+        let matches = |pattern: &String| match pattern.strip_suffix('*') {
+            Some(prefix) => tool.starts_with(prefix),
+            None => pattern == tool,
+        };
+        self.allow.as_ref().is_none_or(|a| a.iter().any(matches)) && !self.deny.iter().any(matches)
+    }
+}
+
+/// The JSON-RPC error a denied `tools/call` gets, as the server would answer an unknown tool
+/// (`-32602`, invalid params), without the request reaching it.
+pub fn denied_reply(id: Option<&Value>, tool: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id.cloned().unwrap_or(Value::Null),
+        "error": {
+            "code": -32602,
+            "message": format!("tool `{tool}` is not allowed by this egress proxy's policy"),
+        },
+    }))
+    .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_of_a_message_and_a_batch() {
+        let one = calls(br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"rm","arguments":{}}}"#);
+        assert_eq!(
+            one,
+            vec![Call {
+                method: Some("tools/call".into()),
+                tool: Some("rm".into()),
+                id: Some(serde_json::json!(7))
+            }]
+        );
+        let batch = calls(br#"[{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#);
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batch[1].method.as_deref(), Some("tools/list"));
+        assert!(calls(b"not json").is_empty());
+    }
+
+    #[test]
+    fn allow_then_deny_with_prefixes() {
+        let p = ToolPolicy {
+            allow: Some(vec!["read_*".into(), "search".into()]),
+            deny: vec!["read_secrets".into()],
+        };
+        assert!(p.permits("read_file"));
+        assert!(p.permits("search"));
+        assert!(!p.permits("read_secrets"));
+        assert!(!p.permits("delete_file"));
+        assert!(ToolPolicy::default().permits("anything"));
+    }
+}
