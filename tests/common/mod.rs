@@ -11,6 +11,7 @@
 //! | `grpc` | a real gRPC Echo server and client (tonic over hyper's HTTP/2) |
 //! | `h2frames` | hand-written HTTP/2 frames, for clients no HTTP/2 library would be |
 //! | `outlier` | Backends of 127.0.0.x endpoints, scripted upstreams, `/endpoints` readers |
+//! | `mcp` | rmcp (official MCP SDK) Streamable HTTP servers on 127.0.0.x that record sessions, and a client through egressd |
 //! | `websocket` | a websocket echo server that records its handshakes |
 #![allow(dead_code)]
 
@@ -19,6 +20,7 @@ pub mod dns;
 pub mod grpc;
 pub mod h2;
 pub mod h2frames;
+pub mod mcp;
 pub mod outlier;
 pub mod proxy;
 pub mod tls;

@@ -1,0 +1,472 @@
+//! MCP peers built with the official Rust MCP SDK (`rmcp`) over the Streamable HTTP transport:
+//! a stateful server on 127.0.0.`n` (several share a port behind one Backend of IP endpoints,
+//! like [`super::outlier`]) that records what it sees, and a client that reaches a route
+//! hostname through egressd's listener.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
+use rmcp::model::{
+    CallToolRequestParams, ProgressNotificationParam, RequestMetaObject, ServerCapabilities,
+    ServerConfig,
+};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_server::{
+    session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{
+    schemars, tool, tool_handler, tool_router, ClientHandler, Peer, RoleClient, RoleServer,
+    ServerHandler, ServiceExt,
+};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tower_service::Service;
+
+/// The path the servers answer on (the `protocolOptions.mcp.path` default).
+pub const PATH: &str = "/mcp";
+
+/// The session header of the Streamable HTTP transport (case-insensitive on the wire).
+pub const SESSION_HEADER: &str = "mcp-session-id";
+
+/// How a [`McpServer`] is set up.
+#[derive(Debug, Clone, Default)]
+pub struct McpServerOptions {
+    /// The name `whoami` answers with (default `mcp-<ip>`), before `@address`.
+    pub name: Option<String>,
+    /// Answer plain JSON for requests that emit no notification (rmcp's `json_response`); by
+    /// default every POST is answered with an SSE stream.
+    pub json_response: bool,
+}
+
+/// One HTTP request as the server saw it.
+#[derive(Debug, Clone)]
+pub struct SeenRequest {
+    pub method: http::Method,
+    pub session: Option<String>,
+    pub headers: http::HeaderMap,
+}
+
+/// What a server recorded, shared with the tools and the HTTP layer.
+#[derive(Debug, Default)]
+pub struct Recorded {
+    /// Sessions this server issued (`Mcp-Session-Id` of its initialize responses), in order.
+    sessions: Mutex<Vec<String>>,
+    /// Every HTTP request on [`PATH`], in arrival order.
+    requests: Mutex<Vec<SeenRequest>>,
+    /// Tool calls per session id.
+    tool_calls: Mutex<HashMap<String, u64>>,
+}
+
+/// A real rmcp Streamable HTTP server (stateful sessions, `LocalSessionManager`) on
+/// 127.0.0.`n`:`port`, path [`PATH`]. Tools: `whoami`, `count`, `slow_progress`, `echo`.
+pub struct McpServer {
+    pub addr: SocketAddr,
+    pub name: String,
+    recorded: Arc<Recorded>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for McpServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl McpServer {
+    /// Binds 127.0.0.`n`:`port` (`port` 0: ephemeral) and serves MCP there until dropped.
+    pub async fn start(n: u8, port: u16, options: McpServerOptions) -> McpServer {
+        let bind = SocketAddr::new([127, 0, 0, n].into(), port);
+        let listener = TcpListener::bind(bind).await.expect("bind MCP server");
+        let addr = listener.local_addr().unwrap();
+        let name = options
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("mcp-{}", addr.ip()));
+        let recorded = Arc::new(Recorded::default());
+
+        let identity = format!("{name}@{addr}");
+        let tools_recorded = recorded.clone();
+        let config = StreamableHttpServerConfig::default()
+            // egressd forwards the route's Host: not a loopback name rmcp would accept.
+            .disable_allowed_hosts()
+            .with_json_response(options.json_response);
+        let service: StreamableHttpService<Tools, LocalSessionManager> = StreamableHttpService::new(
+            move || Ok(Tools::new(identity.clone(), tools_recorded.clone())),
+            Arc::default(),
+            config,
+        );
+
+        let http_recorded = recorded.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let service = service.clone();
+                let recorded = http_recorded.clone();
+                let handler = hyper::service::service_fn(move |req: http::Request<_>| {
+                    let mut service = service.clone();
+                    let recorded = recorded.clone();
+                    async move { Ok::<_, Infallible>(serve(&mut service, &recorded, req).await) }
+                });
+                tokio::spawn(async move {
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), handler)
+                        .await;
+                });
+            }
+        });
+        McpServer {
+            addr,
+            name,
+            recorded,
+            task,
+        }
+    }
+
+    /// What `whoami` answers: `name@ip:port`.
+    pub fn identity(&self) -> String {
+        format!("{}@{}", self.name, self.addr)
+    }
+
+    /// How many sessions this server initialized.
+    pub fn sessions_initialized(&self) -> usize {
+        self.recorded.sessions.lock().unwrap().len()
+    }
+
+    /// The session ids this server issued.
+    pub fn sessions(&self) -> Vec<String> {
+        self.recorded.sessions.lock().unwrap().clone()
+    }
+
+    /// Every HTTP request on [`PATH`] so far.
+    pub fn requests(&self) -> Vec<SeenRequest> {
+        self.recorded.requests.lock().unwrap().clone()
+    }
+
+    /// HTTP requests that carried `session` in `Mcp-Session-Id`.
+    pub fn requests_in_session(&self, session: &str) -> usize {
+        self.requests()
+            .iter()
+            .filter(|r| r.session.as_deref() == Some(session))
+            .count()
+    }
+
+    /// Tool calls answered in `session`.
+    pub fn tool_calls_in_session(&self, session: &str) -> u64 {
+        self.recorded
+            .tool_calls
+            .lock()
+            .unwrap()
+            .get(session)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// Records the request, lets rmcp answer it, and records a session it issued.
+async fn serve<B>(
+    service: &mut StreamableHttpService<Tools, LocalSessionManager>,
+    recorded: &Recorded,
+    req: http::Request<B>,
+) -> <StreamableHttpService<Tools, LocalSessionManager> as Service<http::Request<B>>>::Response
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: std::fmt::Display,
+    B::Data: Send + 'static,
+{
+    let session = header(req.headers(), SESSION_HEADER);
+    if req.uri().path() != PATH {
+        return http::Response::builder()
+            .status(404)
+            .body(Default::default())
+            .unwrap();
+    }
+    recorded.requests.lock().unwrap().push(SeenRequest {
+        method: req.method().clone(),
+        session: session.clone(),
+        headers: req.headers().clone(),
+    });
+    let response = match service.call(req).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    };
+    if session.is_none() {
+        if let Some(issued) = header(response.headers(), SESSION_HEADER) {
+            recorded.sessions.lock().unwrap().push(issued);
+        }
+    }
+    response
+}
+
+fn header(headers: &http::HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct SlowProgressArgs {
+    /// How many progress notifications to send.
+    pub count: u32,
+    /// Milliseconds before each notification.
+    pub delay_ms: u64,
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct EchoArgs {
+    pub text: String,
+}
+
+/// One session's tool handler: rmcp's session manager makes one per initialize.
+#[derive(Clone)]
+struct Tools {
+    identity: String,
+    recorded: Arc<Recorded>,
+    counter: Arc<AtomicU64>,
+    tool_router: ToolRouter<Self>,
+}
+
+impl Tools {
+    fn new(identity: String, recorded: Arc<Recorded>) -> Self {
+        Tools {
+            identity,
+            recorded,
+            counter: Arc::default(),
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// Counts a tool call under the session id the request carried.
+    fn record_call(&self, parts: &http::request::Parts) {
+        let session = header(&parts.headers, SESSION_HEADER).unwrap_or_default();
+        *self
+            .recorded
+            .tool_calls
+            .lock()
+            .unwrap()
+            .entry(session)
+            .or_default() += 1;
+    }
+}
+
+#[tool_router]
+impl Tools {
+    #[tool(description = "Which server endpoint answered: name@ip:port")]
+    fn whoami(
+        &self,
+        rmcp::handler::server::tool::Extension(parts): rmcp::handler::server::tool::Extension<
+            http::request::Parts,
+        >,
+    ) -> String {
+        self.record_call(&parts);
+        self.identity.clone()
+    }
+
+    #[tool(description = "A per-session counter: 1, 2, 3 ... within one session")]
+    fn count(
+        &self,
+        rmcp::handler::server::tool::Extension(parts): rmcp::handler::server::tool::Extension<
+            http::request::Parts,
+        >,
+    ) -> String {
+        self.record_call(&parts);
+        (self.counter.fetch_add(1, Ordering::SeqCst) + 1).to_string()
+    }
+
+    #[tool(description = "Sends `count` progress notifications `delay_ms` apart, then returns")]
+    async fn slow_progress(
+        &self,
+        Parameters(args): Parameters<SlowProgressArgs>,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+        rmcp::handler::server::tool::Extension(parts): rmcp::handler::server::tool::Extension<
+            http::request::Parts,
+        >,
+    ) -> Result<String, rmcp::ErrorData> {
+        self.record_call(&parts);
+        let token = meta.get_progress_token().ok_or_else(|| {
+            rmcp::ErrorData::invalid_params("slow_progress needs a progress token", None)
+        })?;
+        for step in 1..=args.count {
+            // The tool's own pacing (what is measured downstream), not synchronisation.
+            tokio::time::sleep(Duration::from_millis(args.delay_ms)).await;
+            peer.notify_progress(
+                ProgressNotificationParam::new(token.clone(), f64::from(step))
+                    .with_total(f64::from(args.count)),
+            )
+            .await
+            .map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))?;
+        }
+        Ok(format!("done {}", args.count))
+    }
+
+    #[tool(description = "Returns its text argument")]
+    fn echo(
+        &self,
+        Parameters(args): Parameters<EchoArgs>,
+        rmcp::handler::server::tool::Extension(parts): rmcp::handler::server::tool::Extension<
+            http::request::Parts,
+        >,
+    ) -> String {
+        self.record_call(&parts);
+        args.text
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Tools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+}
+
+/// A progress notification as the client received it.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub at: Instant,
+}
+
+/// The client side handler: forwards progress notifications with their arrival time.
+struct ProgressRecorder {
+    progress: mpsc::UnboundedSender<Progress>,
+}
+
+impl ClientHandler for ProgressRecorder {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.progress.send(Progress {
+            progress: params.progress,
+            total: params.total,
+            at: Instant::now(),
+        });
+    }
+}
+
+/// An rmcp client session over Streamable HTTP.
+pub struct McpClient {
+    service: RunningService<RoleClient, ProgressRecorder>,
+    progress: mpsc::UnboundedReceiver<Progress>,
+}
+
+impl McpClient {
+    /// Connects to `url` (initialize and `notifications/initialized` included).
+    pub async fn connect(url: &str) -> Result<McpClient, rmcp::service::ClientInitializeError> {
+        Self::connect_with(reqwest::Client::new(), url).await
+    }
+
+    /// Connects to `http://{host}:{via.port}/mcp` with every TCP connection going to `via`
+    /// (egressd's listener): the request's Host is the route hostname, as a client that
+    /// resolves `host` to the proxy would send it.
+    pub async fn connect_via(
+        via: SocketAddr,
+        host: &str,
+    ) -> Result<McpClient, rmcp::service::ClientInitializeError> {
+        let http = reqwest::Client::builder()
+            .resolve(host, via)
+            .build()
+            .expect("reqwest client");
+        let url = format!("http://{host}:{}{PATH}", via.port());
+        Self::connect_with(http, &url).await
+    }
+
+    async fn connect_with(
+        http: reqwest::Client,
+        url: &str,
+    ) -> Result<McpClient, rmcp::service::ClientInitializeError> {
+        let transport = StreamableHttpClientTransport::with_client(
+            http,
+            StreamableHttpClientTransportConfig::with_uri(url),
+        );
+        let (tx, progress) = mpsc::unbounded_channel();
+        let service = ProgressRecorder { progress: tx }.serve(transport).await?;
+        Ok(McpClient { service, progress })
+    }
+
+    /// The peer, for anything the helpers do not cover.
+    pub fn peer(&self) -> &Peer<RoleClient> {
+        self.service.peer()
+    }
+
+    /// The names of the server's tools.
+    pub async fn tool_names(&self) -> Result<Vec<String>, rmcp::ServiceError> {
+        let tools = self.service.list_all_tools().await?;
+        Ok(tools.into_iter().map(|t| t.name.to_string()).collect())
+    }
+
+    /// Calls `name` with `args` (a JSON object or null) and returns the text of its result.
+    pub async fn call_text(
+        &self,
+        name: &str,
+        args: serde_json::Value,
+    ) -> Result<String, rmcp::ServiceError> {
+        let mut params = CallToolRequestParams::new(name.to_owned());
+        if let serde_json::Value::Object(map) = args {
+            params = params.with_arguments(map);
+        }
+        let result = self.service.call_tool(params).await?;
+        assert_ne!(
+            result.is_error,
+            Some(true),
+            "tool {name} failed: {result:?}"
+        );
+        Ok(result
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect::<Vec<_>>()
+            .join(""))
+    }
+
+    /// Progress notifications received so far (each once).
+    pub fn take_progress(&mut self) -> Vec<Progress> {
+        let mut all = Vec::new();
+        while let Ok(p) = self.progress.try_recv() {
+            all.push(p);
+        }
+        all
+    }
+
+    /// Calls `slow_progress` and returns its text with the `count` progress notifications of
+    /// the call, in arrival order (waits up to 5 s after the result for any still in dispatch).
+    pub async fn slow_progress(
+        &mut self,
+        count: u32,
+        delay: Duration,
+    ) -> Result<(String, Vec<Progress>), rmcp::ServiceError> {
+        self.take_progress();
+        let text = self
+            .call_text(
+                "slow_progress",
+                serde_json::json!({"count": count, "delay_ms": delay.as_millis() as u64}),
+            )
+            .await?;
+        let mut progress = self.take_progress();
+        while progress.len() < count as usize {
+            match tokio::time::timeout(Duration::from_secs(5), self.progress.recv()).await {
+                Ok(Some(p)) => progress.push(p),
+                _ => break,
+            }
+        }
+        Ok((text, progress))
+    }
+
+    /// Ends the session (DELETE) and the client.
+    pub async fn close(self) {
+        let _ = self.service.cancel().await;
+    }
+}
