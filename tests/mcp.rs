@@ -166,7 +166,6 @@ async fn without_affinity_a_session_reaches_the_other_endpoint() {
 /// endpoint that issued it (the other answers 404 "session not found"), while new sessions are
 /// still balanced over both.
 #[tokio::test]
-#[ignore = "needs MCP session affinity ([mcp])"]
 async fn a_session_stays_on_the_endpoint_that_issued_it() {
     let port = free_port();
     let a = McpServer::start(1, port, McpServerOptions::default()).await;
