@@ -200,6 +200,26 @@ async fn a_session_stays_on_the_endpoint_that_issued_it() {
         client.close().await;
     }
 
+    // Closing a session sends DELETE: it reached the endpoint that issued the session, with
+    // that server's own session id.
+    for server in [&a, &b] {
+        let deletes: Vec<_> = server
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == http::Method::DELETE)
+            .collect();
+        assert_eq!(
+            deletes.len(),
+            server.sessions_initialized(),
+            "{}",
+            server.identity()
+        );
+        for d in deletes {
+            let session = d.session.expect("DELETE names its session");
+            assert!(server.sessions().contains(&session), "{session}");
+        }
+    }
+
     // Both endpoints issued sessions (RoundRobin still balances initializes), and no endpoint
     // saw a request of a session it did not issue.
     assert!(a.sessions_initialized() >= 1 && b.sessions_initialized() >= 1);

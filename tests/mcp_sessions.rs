@@ -256,3 +256,19 @@ async fn a_denied_tool_call_gets_a_json_rpc_error_and_never_reaches_the_server()
     }
     assert_eq!(a.request_count(), before + 2);
 }
+
+#[tokio::test]
+async fn stateless_routing_balances_every_request() {
+    // `sessionRouting: Stateless` (servers that keep no session state, like the 2026-07-28
+    // protocol): no wrapping, every request balanced.
+    let port = free_port();
+    let a = server(1, port, "a").await;
+    let b = server(2, port, "b").await;
+    let proxy = TestProxy::start(&config(&[a.addr, b.addr], "sessionRouting: Stateless", "")).await;
+    for _ in 0..6 {
+        let r = post(&proxy, None, &[]).await;
+        let id = r.header("mcp-session-id").unwrap();
+        assert!(!id.starts_with("egd1."), "not wrapped: {id}");
+    }
+    assert_eq!((a.request_count(), b.request_count()), (3, 3));
+}
