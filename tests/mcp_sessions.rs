@@ -255,6 +255,15 @@ async fn a_denied_tool_call_gets_a_json_rpc_error_and_never_reaches_the_server()
         assert_eq!((r.status.as_u16(), r.text()), (200, "a".to_owned()));
     }
     assert_eq!(a.request_count(), before + 2);
+    let metrics = common::proxy::get(proxy.admin, "admin", "/metrics")
+        .await
+        .text();
+    assert!(
+        metrics.contains(r#"egressd_mcp_tool_calls_denied_total{backend="default/tools"} 2"#),
+        "{metrics}"
+    );
+    assert!(metrics
+        .contains(r#"egressd_mcp_requests_total{backend="default/tools",reason="tools/call"} 4"#));
 }
 
 #[tokio::test]

@@ -302,10 +302,31 @@ async fn proxy(
                 outcome.mcp_method = first.method.clone();
                 outcome.mcp_tool = first.tool.clone();
             }
+            for call in &calls {
+                let method = call
+                    .method
+                    .as_deref()
+                    .map_or("other", crate::mcp::inspect::method_label);
+                shared
+                    .metrics
+                    .mcp_requests
+                    .get_or_create(&crate::telemetry::metrics::BackendReasonLabel {
+                        backend: target.backend.label.to_string(),
+                        reason: method,
+                    })
+                    .inc();
+            }
             if let Some(policy) = &m.tools {
                 for call in &calls {
                     if let Some(tool) = call.tool.as_deref().filter(|t| !policy.permits(t)) {
                         tracing::info!(backend = %target.backend.label, tool, "MCP tool call denied by policy");
+                        shared
+                            .metrics
+                            .mcp_tools_denied
+                            .get_or_create(&crate::telemetry::metrics::BackendLabel {
+                                backend: target.backend.label.to_string(),
+                            })
+                            .inc();
                         return Ok(mcp_tool_denied(call.id.as_ref(), tool));
                     }
                 }

@@ -42,6 +42,40 @@ fn call(v: &Value) -> Call {
     }
 }
 
+/// `method` as a metrics label: MCP's own methods by name, anything else `other` (labels stay
+/// bounded whatever clients send).
+pub fn method_label(method: &str) -> &'static str {
+    const KNOWN: [&str; 22] = [
+        "initialize",
+        "ping",
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+        "logging/setLevel",
+        "sampling/createMessage",
+        "elicitation/create",
+        "roots/list",
+        "notifications/initialized",
+        "notifications/cancelled",
+        "notifications/progress",
+        "notifications/roots/list_changed",
+        "tasks/get",
+        "tasks/list",
+    ];
+    KNOWN
+        .iter()
+        .find(|k| **k == method)
+        .copied()
+        .unwrap_or("other")
+}
+
 /// Which tools a Backend's clients may call (`protocolOptions.mcp.tools`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ToolPolicy {

@@ -75,6 +75,9 @@ pub struct Metrics {
     pub outlier_ejections: Family<BackendReasonLabel, Counter>,
     pub outlier_detections: Family<DetectionLabel, Counter>,
     pub overflows: Family<BackendReasonLabel, Counter>,
+    /// MCP requests by Backend and JSON-RPC method (`reason` holds the method label).
+    pub mcp_requests: Family<BackendReasonLabel, Counter>,
+    pub mcp_tools_denied: Family<BackendLabel, Counter>,
     pub retries: Family<BackendLabel, Counter>,
     pub health_checks: Family<BackendResultLabel, Counter>,
 }
@@ -174,6 +177,18 @@ impl Default for Metrics {
             "Requests (or retries) turned away by a circuit breaker, by Backend and limit",
             overflows.clone(),
         );
+        let mcp_requests = Family::<BackendReasonLabel, Counter>::default();
+        registry.register(
+            "mcp_requests",
+            "MCP requests egressd inspected, by Backend and JSON-RPC method (reason)",
+            mcp_requests.clone(),
+        );
+        let mcp_tools_denied = Family::<BackendLabel, Counter>::default();
+        registry.register(
+            "mcp_tool_calls_denied",
+            "tools/call requests refused by a Backend's tool policy",
+            mcp_tools_denied.clone(),
+        );
         let retries = Family::<BackendLabel, Counter>::default();
         registry.register(
             "upstream_retries",
@@ -191,6 +206,8 @@ impl Default for Metrics {
             outlier_ejections,
             outlier_detections,
             overflows,
+            mcp_requests,
+            mcp_tools_denied,
             retries,
             websockets_active,
             websocket_bytes,
