@@ -133,6 +133,13 @@ async fn every_request_of_a_session_reaches_the_endpoint_that_issued_it() {
     assert_eq!(servers.len(), 2, "sessions were balanced over both servers");
 }
 
+/// `id` with the first character of its MAC changed.
+fn tampered_mac(id: &str) -> String {
+    let (head, mac) = id.rsplit_once('.').unwrap();
+    let first = if mac.starts_with('A') { 'B' } else { 'A' };
+    format!("{head}.{first}{}", &mac[1..])
+}
+
 #[tokio::test]
 async fn a_session_id_egressd_did_not_issue_gets_404_so_the_client_reinitializes() {
     let port = free_port();
@@ -143,7 +150,7 @@ async fn a_session_id_egressd_did_not_issue_gets_404_so_the_client_reinitializes
     for forged in [
         "a-12345".to_owned(),
         id.replace("egd1.", "egd1.x"),
-        format!("{}A", &id[..id.len() - 1]),
+        tampered_mac(&id),
     ] {
         let r = post(&proxy, Some(&forged), &[]).await;
         assert_eq!(r.status, 404, "{forged}: {}", r.text());
