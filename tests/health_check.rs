@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::outlier::endpoint_state;
 use common::proxy::{eventually, get, preamble, TestProxy};
 use common::upstream::{full, Upstream};
 use tokio::time::Instant;
@@ -91,18 +92,6 @@ impl Switchable {
             .filter(|r| r.uri != "/healthz")
             .count()
     }
-}
-
-async fn endpoint_state(proxy: &TestProxy, ip: &str) -> serde_json::Value {
-    let response = get(proxy.admin, "admin", "/endpoints").await;
-    let all: serde_json::Value = serde_json::from_slice(&response.body).expect("JSON");
-    all["backends"][0]["endpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["address"].as_str().unwrap().starts_with(ip))
-        .cloned()
-        .expect("endpoint listed")
 }
 
 async fn active_state(proxy: &TestProxy, ip: &str) -> String {

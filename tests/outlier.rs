@@ -7,7 +7,9 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::outlier::{answering, backend, endpoint_state, free_port, is_ejected, metric, HOST};
+use common::outlier::{
+    answering, backend, ejected_count, endpoint_state, free_port, is_ejected, metric, HOST,
+};
 use common::proxy::{eventually, get, preamble, TestProxy};
 use common::upstream::Upstream;
 
@@ -126,26 +128,13 @@ async fn max_ejection_percent_caps_ejections_and_always_eject_one_overrides_it()
     let b = answering(2, port, 503).await;
     let c = answering(3, port, 503).await;
     let addrs = [a.addr, b.addr, c.addr];
-    let ejected = |proxy: &TestProxy| {
-        let admin = proxy.admin;
-        async move {
-            let response = get(admin, "admin", "/endpoints").await;
-            let all: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
-            all["backends"][0]["endpoints"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|e| e["ejection"]["ejected"] == true)
-                .count()
-        }
-    };
 
     // egressd's defaults (50%, alwaysEjectOneEndpoint): one of three (two would be 66.7%).
     let proxy = TestProxy::start(&(preamble(None) + &backend(&addrs, ""))).await;
     for i in 0..30 {
         let _ = get(proxy.http(), HOST, &format!("/{i}")).await;
     }
-    assert_eq!(ejected(&proxy).await, 1);
+    assert_eq!(ejected_count(&proxy).await, 1);
     drop(proxy);
 
     // Envoy's defaults since 1.28 (10%, no forced ejection): three endpoints, none ejected.
@@ -160,7 +149,7 @@ async fn max_ejection_percent_caps_ejections_and_always_eject_one_overrides_it()
     for i in 0..30 {
         let _ = get(proxy.http(), HOST, &format!("/{i}")).await;
     }
-    assert_eq!(ejected(&proxy).await, 0);
+    assert_eq!(ejected_count(&proxy).await, 0);
     drop(proxy);
 
     // 100%: all three.
@@ -169,7 +158,7 @@ async fn max_ejection_percent_caps_ejections_and_always_eject_one_overrides_it()
     for i in 0..30 {
         let _ = get(proxy.http(), HOST, &format!("/{i}")).await;
     }
-    assert_eq!(ejected(&proxy).await, 3);
+    assert_eq!(ejected_count(&proxy).await, 3);
 }
 
 /// `clients` keep-alive clients sending GETs one after another until stopped (at most 20,000
