@@ -235,3 +235,30 @@ async fn a_session_stays_on_the_endpoint_that_issued_it() {
         }
     }
 }
+
+/// A tool policy: the denied tool is missing from `tools/list` (the server's event-stream
+/// answer is filtered) and calling it anyway is refused without reaching the server.
+#[tokio::test]
+async fn a_denied_tool_is_hidden_and_refused() {
+    let server = McpServer::start(1, 0, McpServerOptions::default()).await;
+    let protocol = "MCP\n  protocolOptions:\n    mcp: {tools: {deny: [count]}}\n";
+    let proxy = TestProxy::start(&config_speaking(&[server.addr], protocol)).await;
+    let client = McpClient::connect_via(proxy.http(), HOST)
+        .await
+        .expect("initialize through egressd");
+    let mut tools = client.tool_names().await.expect("tools/list");
+    tools.sort();
+    assert_eq!(tools, ["echo", "slow_progress", "whoami"]);
+    let session = server.sessions().pop().expect("a session");
+    let before = server.tool_calls_in_session(&session);
+    let refused = client.call_text("count", serde_json::json!({})).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(server.tool_calls_in_session(&session), before);
+    assert_eq!(
+        client
+            .call_text("echo", serde_json::json!({"text": "allowed"}))
+            .await
+            .unwrap(),
+        "allowed"
+    );
+}

@@ -432,6 +432,14 @@ async fn proxy(
         let mut deadline = deadline;
         if let Some(m) = mcp {
             m.outbound(&target.backend.label, endpoint.addr, response.headers_mut());
+            if let Some(policy) = m
+                .tools
+                .as_ref()
+                .filter(|_| outcome.mcp_method.as_deref() == Some("tools/list"))
+            {
+                return mcp_filtered_tools_list(response, policy, entry, target, endpoint.addr)
+                    .await;
+            }
             // An MCP event stream lives as long as the session needs it: only the stream
             // idle timeout ends it, not the request timeout.
             if crate::mcp::is_event_stream(response.headers()) {
@@ -448,6 +456,46 @@ async fn proxy(
             grpc.is_some(),
         ));
     }
+}
+
+/// A `tools/list` answer without the tools the policy denies. The body (JSON, or the event
+/// stream a POST is answered with) is read whole, within `FILTER_LIMIT` and the stream idle
+/// timeout, filtered, and sent with its new length; the upstream connection is not reused.
+async fn mcp_filtered_tools_list(
+    response: Response<Incoming>,
+    policy: &crate::mcp::inspect::ToolPolicy,
+    entry: Option<&RouteEntry>,
+    target: &Target,
+    endpoint: SocketAddr,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    use http_body_util::BodyExt;
+    let (mut parts, body) = response.into_parts();
+    let endpoint_error = |cause: String| ProxyError::UpstreamProtocol {
+        backend: target.backend.label.clone(),
+        endpoint,
+        cause,
+    };
+    let limited = http_body_util::Limited::new(body, crate::mcp::inspect::FILTER_LIMIT);
+    let collect = limited.collect();
+    let collected = match target.policy.stream_idle_timeout {
+        Some(t) => tokio::time::timeout(t, collect)
+            .await
+            .map_err(|_| endpoint_error(format!("tools/list answer not complete within {t:?}")))?,
+        None => collect.await,
+    }
+    .map_err(|e| endpoint_error(format!("tools/list answer: {e}")))?;
+    let bytes = collected.to_bytes();
+    let event_stream = crate::mcp::is_event_stream(&parts.headers);
+    let body = policy
+        .filter_tools_list(&bytes, event_stream)
+        .map_or(bytes, bytes::Bytes::from);
+    clean_response_headers(&mut parts, entry);
+    parts.headers.remove(http::header::TRANSFER_ENCODING);
+    parts.headers.insert(
+        http::header::CONTENT_LENGTH,
+        http::HeaderValue::from(body.len()),
+    );
+    Ok(Response::from_parts(parts, ProxyBody::local(body)))
 }
 
 /// The answer to a `tools/call` the policy denies: a JSON-RPC error, as a server answers an

@@ -144,3 +144,74 @@ mod tests {
         assert!(ToolPolicy::default().permits("anything"));
     }
 }
+
+/// Responses to `tools/list` up to this size are read whole to be filtered.
+pub const FILTER_LIMIT: usize = 4 << 20;
+
+impl ToolPolicy {
+    /// `result.tools` of a JSON-RPC response without the tools the policy denies; `None` when
+    /// the message has no tool list (left as it is).
+    fn filter_message(&self, message: &str) -> Option<String> {
+        let mut value: Value = serde_json::from_str(message).ok()?;
+        let tools = value.get_mut("result")?.get_mut("tools")?.as_array_mut()?;
+        tools.retain(|t| {
+            t.get("name")
+                .and_then(Value::as_str)
+                .is_some_and(|n| self.permits(n))
+        });
+        serde_json::to_string(&value).ok()
+    }
+
+    /// A `tools/list` response body without denied tools: a JSON message, or an event stream
+    /// whose `data:` lines carry messages (other lines are kept byte for byte).
+    pub fn filter_tools_list(&self, body: &[u8], event_stream: bool) -> Option<Vec<u8>> {
+        let text = std::str::from_utf8(body).ok()?;
+        if !event_stream {
+            return self.filter_message(text).map(String::into_bytes);
+        }
+        let mut out = String::with_capacity(text.len());
+        for line in text.split_inclusive('\n') {
+            let content = line.trim_end_matches(['\r', '\n']);
+            let ending = &line[content.len()..];
+            match content
+                .strip_prefix("data:")
+                .and_then(|d| self.filter_message(d.trim_start()))
+            {
+                Some(filtered) => {
+                    out.push_str("data: ");
+                    out.push_str(&filtered);
+                    out.push_str(ending);
+                }
+                None => out.push_str(line),
+            }
+        }
+        Some(out.into_bytes())
+    }
+}
+
+#[cfg(test)]
+mod filter_tests {
+    use super::*;
+
+    #[test]
+    fn denied_tools_leave_json_and_event_stream_lists() {
+        let p = ToolPolicy {
+            allow: None,
+            deny: vec!["rm".into()],
+        };
+        let json = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"ls"},{"name":"rm"}]}}"#;
+        let out = p.filter_tools_list(json, false).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["result"]["tools"].as_array().unwrap().len(), 1);
+        assert_eq!(v["result"]["tools"][0]["name"], "ls");
+
+        let sse = "id: 1\nretry: 3000\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"tools\":[{\"name\":\"rm\"},{\"name\":\"cat\"}]}}\n\n";
+        let out = String::from_utf8(p.filter_tools_list(sse.as_bytes(), true).unwrap()).unwrap();
+        assert!(
+            out.starts_with("id: 1\nretry: 3000\n\nevent: message\ndata: "),
+            "{out}"
+        );
+        assert!(out.contains("\"cat\"") && !out.contains("\"rm\""), "{out}");
+        assert!(out.ends_with("}\n\n"));
+    }
+}
