@@ -23,7 +23,7 @@ use crate::config::wire::enums::Protocol;
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{Snapshot, Target};
 use crate::telemetry::access_log::{self, AccessRecord};
-use crate::upstream::connect::{connect_tcp_keepalive, ConnectError};
+use crate::upstream::connect::ConnectError;
 use crate::upstream::endpoint::ActiveRequest;
 use crate::upstream::Endpoint;
 
@@ -694,22 +694,9 @@ async fn tunnel(
     let endpoint = pick_endpoint(target, hash).await?;
     outcome.endpoint = Some(endpoint.addr);
     let backend = &target.backend.label;
-    let connected = connect_tcp_keepalive(
-        endpoint.addr,
-        target.policy.connect_timeout,
-        target.port.tcp_keepalive.as_ref(),
-    )
-    .await;
-    // A tunnel's only signal about the endpoint is whether it could be reached.
-    let seen = match &connected {
-        Ok(_) => OutlierOutcome::Success,
-        Err(_) => OutlierOutcome::LocalOriginFailure,
-    };
-    record_outcome(shared, target, &endpoint, seen);
-    let upstream = connected.map_err(|e| {
-        endpoint.note_failure(format!("tunnel: {e}"));
-        connect_error(&e, backend, endpoint.addr)
-    })?;
+    let upstream = super::tunnel::connect_upstream(shared, target, &endpoint)
+        .await
+        .map_err(|e| connect_error(&e, backend, endpoint.addr))?;
     let idle = target.policy.stream_idle_timeout;
     let active = endpoint.start_request();
     let open = conn.tracker.as_ref().map(|t| t.enter());

@@ -119,3 +119,31 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+/// Opens the upstream side of a tunnel (CONNECT or TLS passthrough) to `endpoint` of `target`,
+/// and tells outlier detection how it went: a tunnel's only signal about an endpoint is
+/// whether it could be reached.
+pub async fn connect_upstream(
+    shared: &crate::runtime::shared::Shared,
+    target: &crate::runtime::snapshot::Target,
+    endpoint: &crate::upstream::Endpoint,
+) -> Result<tokio::net::TcpStream, crate::upstream::connect::ConnectError> {
+    use crate::balance::outlier::Outcome;
+    let connected = crate::upstream::connect::connect_tcp_keepalive(
+        endpoint.addr,
+        target.policy.connect_timeout,
+        target.port.tcp_keepalive.as_ref(),
+    )
+    .await;
+    let seen = match &connected {
+        Ok(_) => Outcome::Success,
+        Err(e) => {
+            endpoint.note_failure(format!("tunnel: {e}"));
+            Outcome::LocalOriginFailure
+        }
+    };
+    if let Some(d) = target.port.endpoints.record(endpoint, seen) {
+        shared.metrics.outlier_detection(&target.backend.label, d);
+    }
+    connected
+}

@@ -12,7 +12,6 @@ use super::sni::{peek_client_hello, Peek, MAX_HELLO};
 use crate::http::proxy::ConnInfo;
 use crate::http::router::SniDecision;
 use crate::runtime::shared::Shared;
-use crate::upstream::connect::connect_tcp_keepalive;
 
 /// How long a client may take to send its ClientHello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -81,20 +80,7 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
         );
     };
     let active = endpoint.start_request();
-    let connected = connect_tcp_keepalive(
-        endpoint.addr,
-        target.policy.connect_timeout,
-        target.port.tcp_keepalive.as_ref(),
-    )
-    .await;
-    // Passthrough sees nothing but whether the endpoint could be reached.
-    let seen = match &connected {
-        Ok(_) => crate::balance::outlier::Outcome::Success,
-        Err(_) => crate::balance::outlier::Outcome::LocalOriginFailure,
-    };
-    if let Some(d) = group.record(&endpoint, seen) {
-        shared.metrics.outlier_detection(&target.backend.label, d);
-    }
+    let connected = crate::http::tunnel::connect_upstream(shared, target, &endpoint).await;
     let mut upstream = match connected {
         Ok(stream) => stream,
         Err(e) => {
