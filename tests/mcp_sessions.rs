@@ -34,7 +34,8 @@ async fn server(n: u8, port: u16, name: &'static str) -> Upstream {
             let builder = http::Response::builder();
             match session {
                 None => {
-                    let id = format!("{name}-{}", fastrand::u32(..));
+                    // ':' is outside base64url, so it cannot appear in a wrapped id by chance.
+                    let id = format!("{name}:{}", fastrand::u32(..));
                     issued.lock().unwrap().insert(id.clone());
                     builder
                         .header("content-type", "application/json")
@@ -105,10 +106,7 @@ async fn every_request_of_a_session_reaches_the_endpoint_that_issued_it() {
     for _ in 0..4 {
         let (id, init) = initialize(&proxy).await;
         assert!(id.starts_with("egd1."), "wrapped: {id}");
-        assert!(
-            !id.contains("a-") && !id.contains("b-"),
-            "the server's id is not exposed"
-        );
+        assert!(!id.contains(':'), "the server's id is not exposed: {id}");
         let name = if init.contains("\"a\"") { "a" } else { "b" };
         servers.insert(name);
         // Round robin would alternate; the session holds every request on its server.
@@ -148,7 +146,7 @@ async fn a_session_id_egressd_did_not_issue_gets_404_so_the_client_reinitializes
     let (id, _) = initialize(&proxy).await;
     let before = a.request_count();
     for forged in [
-        "a-12345".to_owned(),
+        "a:12345".to_owned(),
         id.replace("egd1.", "egd1.x"),
         tampered_mac(&id),
     ] {
