@@ -210,6 +210,27 @@ impl SteadyLoad {
     }
 }
 
+/// Once `b` (127.0.0.2) has served some of the load, kills it, waits until it is ejected, and
+/// until `a` has served 100 more requests without it.
+async fn kill_under_load(proxy: &TestProxy, a: &Upstream, b: Upstream) {
+    assert!(eventually(Duration::from_secs(5), || async { b.request_count() >= 50 }).await);
+    drop(b);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            is_ejected(proxy, "127.0.0.2").await
+        })
+        .await,
+        "the dead endpoint is ejected"
+    );
+    let a_before = a.request_count();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            a.request_count() >= a_before + 100
+        })
+        .await
+    );
+}
+
 #[tokio::test]
 async fn a_killed_endpoint_costs_at_most_a_run_of_errors_and_returns_when_it_recovers() {
     // Three endpoints under steady load from CLIENTS concurrent clients; one is killed. Without
@@ -227,24 +248,7 @@ async fn a_killed_endpoint_costs_at_most_a_run_of_errors_and_returns_when_it_rec
     let proxy = TestProxy::start(&yaml).await;
 
     let load = SteadyLoad::start(proxy.http(), CLIENTS);
-    // Under load, then B dies.
-    assert!(eventually(Duration::from_secs(5), || async { b.request_count() >= 50 }).await);
-    drop(b);
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            is_ejected(&proxy, "127.0.0.2").await
-        })
-        .await,
-        "the dead endpoint is ejected"
-    );
-    // Traffic goes on without it for a while.
-    let a_before = a.request_count();
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            a.request_count() >= a_before + 100
-        })
-        .await
-    );
+    kill_under_load(&proxy, &a, b).await;
 
     // B recovers (same address); after its ejection it gets traffic again.
     let b = Upstream::start_on("b again", b_addr).await;
@@ -286,21 +290,7 @@ async fn with_retries_a_killed_endpoint_costs_clients_nothing() {
     let proxy = TestProxy::start(&yaml).await;
 
     let load = SteadyLoad::start(proxy.http(), CLIENTS);
-    assert!(eventually(Duration::from_secs(5), || async { b.request_count() >= 50 }).await);
-    drop(b);
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            is_ejected(&proxy, "127.0.0.2").await
-        })
-        .await
-    );
-    let a_before = a.request_count();
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            a.request_count() >= a_before + 100
-        })
-        .await
-    );
+    kill_under_load(&proxy, &a, b).await;
     let (ok, failed) = load.stop().await;
     assert!(ok > 300, "steady load: {ok} requests succeeded");
     assert!(failed.is_empty(), "{} failed: {:?}", failed.len(), failed);

@@ -276,30 +276,34 @@ async fn an_endpoint_failing_past_the_failure_percentage_is_ejected() {
     );
 }
 
+/// Six endpoints (least request, maxEjectionPercent 100, 60 s ejections), the first
+/// `failing` answering 503, under traffic until those are ejected.
+async fn six_endpoints_with_failing(failing: u8) -> (TestProxy, Vec<Upstream>) {
+    let port = free_port();
+    let mut upstreams: Vec<Upstream> = Vec::new();
+    for n in 1..=6u8 {
+        upstreams.push(answering(n, port, if n <= failing { 503 } else { 200 }).await);
+    }
+    let addrs: Vec<_> = upstreams.iter().map(|u| u.addr).collect();
+    let yaml = (preamble(None) + &backend(&addrs, ", maxEjectionPercent: 100"))
+        .replace("{type: RoundRobin}", "{type: LeastRequest}")
+        .replace("baseEjectionTime: 400ms", "baseEjectionTime: 60s");
+    let proxy = TestProxy::start(&yaml).await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            send(&proxy, 10).await;
+            ejected_count(&proxy).await == usize::from(failing)
+        })
+        .await
+    );
+    (proxy, upstreams)
+}
+
 #[tokio::test]
 async fn below_the_panic_threshold_picks_ignore_health() {
     // LR-panic (MaxUnhealthyPanic): 6 endpoints. 4 ejected (2 of 6 healthy = 33% < 50%):
     // traffic goes to all 6. 2 ejected (66.7%): only to the healthy 4.
-    let port = free_port();
-    let mut upstreams: Vec<Upstream> = Vec::new();
-    for n in 1..=6u8 {
-        upstreams.push(answering(n, port, if n <= 4 { 503 } else { 200 }).await);
-    }
-    let addrs: Vec<_> = upstreams.iter().map(|u| u.addr).collect();
-    let lr = |yaml: String| {
-        yaml.replace("{type: RoundRobin}", "{type: LeastRequest}")
-            .replace("baseEjectionTime: 400ms", "baseEjectionTime: 60s")
-    };
-    let proxy =
-        TestProxy::start(&(preamble(None) + &lr(backend(&addrs, ", maxEjectionPercent: 100"))))
-            .await;
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            send(&proxy, 10).await;
-            ejected_count(&proxy).await == 4
-        })
-        .await
-    );
+    let (proxy, upstreams) = six_endpoints_with_failing(4).await;
     let before: Vec<usize> = upstreams.iter().map(Upstream::request_count).collect();
     send(&proxy, 120).await;
     for (i, u) in upstreams.iter().enumerate() {
@@ -312,22 +316,7 @@ async fn below_the_panic_threshold_picks_ignore_health() {
     drop(proxy);
 
     // Two failing of six: 66.7% healthy, no panic.
-    let mut upstreams: Vec<Upstream> = Vec::new();
-    let port = free_port();
-    for n in 1..=6u8 {
-        upstreams.push(answering(n, port, if n <= 2 { 503 } else { 200 }).await);
-    }
-    let addrs: Vec<_> = upstreams.iter().map(|u| u.addr).collect();
-    let proxy =
-        TestProxy::start(&(preamble(None) + &lr(backend(&addrs, ", maxEjectionPercent: 100"))))
-            .await;
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            send(&proxy, 10).await;
-            ejected_count(&proxy).await == 2
-        })
-        .await
-    );
+    let (proxy, upstreams) = six_endpoints_with_failing(2).await;
     let before: Vec<usize> = upstreams.iter().map(Upstream::request_count).collect();
     assert_eq!(
         send(&proxy, 120).await,
