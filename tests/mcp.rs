@@ -262,3 +262,48 @@ async fn a_denied_tool_is_hidden_and_refused() {
         "allowed"
     );
 }
+
+/// The stateless protocol (2026-07-28): no session, so every request is balanced on its own —
+/// with the Backend's default `sessionRouting: Stateful` too; the client's `Mcp-Method` /
+/// `Mcp-Name` headers reach the servers, and the tool policy holds.
+#[tokio::test]
+async fn the_stateless_protocol_balances_every_request() {
+    let port = free_port();
+    let a = McpServer::start(1, port, McpServerOptions::default()).await;
+    let b = McpServer::start(2, port, McpServerOptions::default()).await;
+    let protocol = "MCP\n  protocolOptions:\n    mcp: {tools: {deny: [count]}}\n";
+    let proxy = TestProxy::start(&config_speaking(&[a.addr, b.addr], protocol)).await;
+    let client = McpClient::connect_stateless_via(proxy.http(), HOST)
+        .await
+        .expect("server/discover through egressd");
+    let mut answers = Vec::new();
+    for _ in 0..6 {
+        answers.push(
+            client
+                .call_text("whoami", serde_json::json!({}))
+                .await
+                .unwrap(),
+        );
+    }
+    for server in [&a, &b] {
+        let served = answers.iter().filter(|w| **w == server.identity()).count();
+        assert_eq!(served, 3, "RoundRobin over both endpoints: {answers:?}");
+    }
+    assert_eq!(a.sessions_initialized() + b.sessions_initialized(), 0);
+    let call = a
+        .requests()
+        .into_iter()
+        .chain(b.requests())
+        .find(|r| r.headers.get("mcp-name").is_some_and(|n| n == "whoami"))
+        .expect("a tools/call with Mcp-Name");
+    assert_eq!(call.headers["mcp-method"], "tools/call");
+    assert_eq!(call.session, None);
+
+    let calls_before = a.requests().len() + b.requests().len();
+    let refused = client.call_text("count", serde_json::json!({})).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(a.requests().len() + b.requests().len(), calls_before);
+    let mut tools = client.tool_names().await.expect("tools/list");
+    tools.sort();
+    assert_eq!(tools, ["echo", "slow_progress", "whoami"]);
+}

@@ -286,3 +286,103 @@ async fn stateless_routing_balances_every_request() {
     }
     assert_eq!((a.request_count(), b.request_count()), (3, 3));
 }
+
+/// A POST whose body has no declared length (HTTP/2 without content-length).
+fn unsized_call(tool: &str) -> http::Request<common::h2::ClientBody> {
+    use http_body_util::BodyExt;
+    let message = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#
+    );
+    // Two frames, so the body cannot be taken whole from the first one.
+    let (head, tail) = message.split_at(20);
+    let frames = vec![
+        Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(Bytes::from(head.to_owned()))),
+        Ok(hyper::body::Frame::data(Bytes::from(tail.to_owned()))),
+    ];
+    http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{HOST}/mcp"))
+        .header("content-type", "application/json")
+        .body(http_body_util::StreamBody::new(futures_util::stream::iter(frames)).boxed())
+        .unwrap()
+}
+
+/// With a tool policy every call is read, also one without a declared length (which used to
+/// stream past uninspected); `Mcp-Method` / `Mcp-Name` that contradict the body get MCP's
+/// `-32020` error (400) before the server sees anything; a body over the inspection limit is
+/// refused (413) rather than let through unchecked.
+#[tokio::test]
+async fn the_tool_policy_sees_every_call_and_headers_must_match_the_body() {
+    let port = free_port();
+    let a = server(1, port, "a").await;
+    let proxy = TestProxy::start(&config(&[a.addr], "tools: {deny: [rm]}", "")).await;
+    let (id, _) = initialize(&proxy).await;
+    let before = a.request_count();
+
+    let mut h2 = common::h2::client(proxy.http()).await;
+    let mut refused = unsized_call("rm");
+    refused
+        .headers_mut()
+        .insert("mcp-session-id", id.parse().unwrap());
+    let r = common::proxy::collect(h2.send_request(refused).await.unwrap()).await;
+    assert_eq!(r.error_code(), Some("mcp_tool_denied"), "{}", r.text());
+    let mut allowed = unsized_call("ls");
+    allowed
+        .headers_mut()
+        .insert("mcp-session-id", id.parse().unwrap());
+    let r = common::proxy::collect(h2.send_request(allowed).await.unwrap()).await;
+    assert_eq!((r.status.as_u16(), r.text()), (200, "a".to_owned()));
+    assert_eq!(a.request_count(), before + 1);
+
+    // The headers name an allowed tool, the body the denied one.
+    let body = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"rm"}}"#;
+    let disguised = request("POST", HOST, "/mcp")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &id)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "ls")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let r = fetch(proxy.http(), disguised).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.error_code(), Some("mcp_header_mismatch"));
+    let reply: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        (reply["id"].clone(), reply["error"]["code"].clone()),
+        (9.into(), (-32020).into())
+    );
+    // Matching headers (the name Base64-wrapped, as SEP-2243 allows) pass.
+    let r = fetch(
+        proxy.http(),
+        request("POST", HOST, "/mcp")
+            .header("mcp-session-id", &id)
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "=?base64?cm0=?=")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.error_code(), Some("mcp_tool_denied"), "{}", r.text());
+
+    let huge = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"ls","arguments":{{"pad":"{}"}}}}}}"#,
+        "x".repeat(5 << 20)
+    );
+    // Over HTTP/2, where the answer can come before the body is sent (HTTP/1.1 closes the
+    // connection under a client still writing).
+    let too_large = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{HOST}/mcp"))
+        .header("mcp-session-id", &id)
+        .header("content-length", huge.len())
+        .body(common::h2::body(huge))
+        .unwrap();
+    let r = common::proxy::collect(h2.send_request(too_large).await.unwrap()).await;
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.error_code(), Some("mcp_body_too_large"));
+    assert_eq!(
+        a.request_count(),
+        before + 1,
+        "nothing refused reached the server"
+    );
+}

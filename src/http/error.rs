@@ -93,6 +93,10 @@ pub enum ProxyError {
         expected: String,
         got: String,
     },
+    #[error("MCP headers of a request to Backend {backend} are not usable: {reason}")]
+    McpHeaderMismatch { backend: Arc<str>, reason: String },
+    #[error("MCP request body to Backend {backend} is over {limit} bytes, the most its tool policy can inspect")]
+    McpBodyTooLarge { backend: Arc<str>, limit: u64 },
     #[error("{0} is not supported yet")]
     NotSupported(&'static str),
     #[error("this listener is being removed; retry the request")]
@@ -121,6 +125,8 @@ impl ProxyError {
             ProxyError::Overflow { .. } => "overflow",
             ProxyError::McpSessionNotFound { .. } => "mcp_session_not_found",
             ProxyError::McpProtocolVersion { .. } => "mcp_protocol_version",
+            ProxyError::McpHeaderMismatch { .. } => "mcp_header_mismatch",
+            ProxyError::McpBodyTooLarge { .. } => "mcp_body_too_large",
             ProxyError::NotSupported(_) => "not_supported",
             ProxyError::ListenerGone => "listener_draining",
         }
@@ -128,9 +134,10 @@ impl ProxyError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            ProxyError::InvalidRequest(_) | ProxyError::McpProtocolVersion { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            ProxyError::InvalidRequest(_)
+            | ProxyError::McpProtocolVersion { .. }
+            | ProxyError::McpHeaderMismatch { .. } => StatusCode::BAD_REQUEST,
+            ProxyError::McpBodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::McpSessionNotFound { .. } => StatusCode::NOT_FOUND,
             ProxyError::DestinationNotAllowed { .. }
             | ProxyError::PortNotAllowed { .. }

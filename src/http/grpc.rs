@@ -74,10 +74,11 @@ pub fn parse_timeout(value: &[u8]) -> Option<Duration> {
 /// The gRPC status for a failure egressd answers itself.
 pub fn status_of(err: &ProxyError) -> GrpcStatus {
     match err {
-        ProxyError::InvalidRequest(_) | ProxyError::McpProtocolVersion { .. } => {
-            GrpcStatus::InvalidArgument
-        }
-        ProxyError::McpSessionNotFound { .. } => GrpcStatus::InvalidArgument,
+        ProxyError::InvalidRequest(_)
+        | ProxyError::McpProtocolVersion { .. }
+        | ProxyError::McpSessionNotFound { .. }
+        | ProxyError::McpHeaderMismatch { .. }
+        | ProxyError::McpBodyTooLarge { .. } => GrpcStatus::InvalidArgument,
         ProxyError::DestinationNotAllowed { .. }
         | ProxyError::PortNotAllowed { .. }
         | ProxyError::UpgradeNotAllowed { .. } => GrpcStatus::PermissionDenied,

@@ -14,6 +14,7 @@ mod exchange;
 pub mod filters;
 pub mod grpc;
 pub mod headers;
+mod mcp;
 pub mod proxy;
 mod retry;
 pub mod router;

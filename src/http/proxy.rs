@@ -93,6 +93,9 @@ pub(super) struct Outcome {
     /// The JSON-RPC method (and tool) of an MCP request, when egressd could see it.
     pub(super) mcp_method: Option<String>,
     pub(super) mcp_tool: Option<String>,
+    /// The `x-egressd-error` code of an answer egressd gave itself without failing (a denied
+    /// MCP tool call is a JSON-RPC error inside a 200).
+    pub(super) local_error: Option<&'static str>,
 }
 
 /// Handles one request: never fails, every failure becomes a local reply.
@@ -170,7 +173,7 @@ pub async fn handle(
             path: &logged.path,
             protocol: version_str(logged.version),
             status: response.status().as_u16(),
-            error,
+            error: error.or(outcome.local_error),
             error_cause,
             route: outcome.route.as_deref(),
             backend: outcome.backend.as_deref(),
@@ -285,52 +288,14 @@ async fn proxy(
         .mcp
         .as_deref()
         .filter(|m| m.applies_to(upstream_req.uri().path()));
-    let pinned = match mcp {
-        Some(m) => mcp_pinned_endpoint(m, target, upstream_req.headers_mut())?,
-        None => None,
-    };
-    if let Some(m) = mcp.filter(|_| upstream_req.method() == Method::POST) {
-        upstream_req = super::retry::read_ahead(
-            upstream_req,
-            crate::mcp::inspect::INSPECT_LIMIT,
-            target.policy.stream_idle_timeout,
-        )
-        .await?;
-        if let RequestBody::Buffered(Some(body)) = upstream_req.body() {
-            let calls = crate::mcp::inspect::calls(body);
-            if let Some(first) = calls.first() {
-                outcome.mcp_method = first.method.clone();
-                outcome.mcp_tool = first.tool.clone();
+    let mut pinned = None;
+    if let Some(m) = mcp {
+        match super::mcp::inbound(shared, m, target, upstream_req, outcome).await? {
+            super::mcp::Inbound::Forward(req, endpoint) => {
+                upstream_req = req;
+                pinned = endpoint;
             }
-            for call in &calls {
-                let method = call
-                    .method
-                    .as_deref()
-                    .map_or("other", crate::mcp::inspect::method_label);
-                shared
-                    .metrics
-                    .mcp_requests
-                    .get_or_create(&crate::telemetry::metrics::BackendReasonLabel {
-                        backend: target.backend.label.to_string(),
-                        reason: method,
-                    })
-                    .inc();
-            }
-            if let Some(policy) = &m.tools {
-                for call in &calls {
-                    if let Some(tool) = call.tool.as_deref().filter(|t| !policy.permits(t)) {
-                        tracing::info!(backend = %target.backend.label, tool, "MCP tool call denied by policy");
-                        shared
-                            .metrics
-                            .mcp_tools_denied
-                            .get_or_create(&crate::telemetry::metrics::BackendLabel {
-                                backend: target.backend.label.to_string(),
-                            })
-                            .inc();
-                        return Ok(mcp_tool_denied(call.id.as_ref(), tool));
-                    }
-                }
-            }
+            super::mcp::Inbound::Reply(reply) => return Ok(reply),
         }
     }
     // Phase "admit": the circuit breaker, before any endpoint is bothered.
@@ -437,8 +402,14 @@ async fn proxy(
                 .as_ref()
                 .filter(|_| outcome.mcp_method.as_deref() == Some("tools/list"))
             {
-                return mcp_filtered_tools_list(response, policy, entry, target, endpoint.addr)
-                    .await;
+                return super::mcp::filtered_tools_list(
+                    response,
+                    policy,
+                    entry,
+                    target,
+                    endpoint.addr,
+                )
+                .await;
             }
             // An MCP event stream lives as long as the session needs it: only the stream
             // idle timeout ends it, not the request timeout.
@@ -456,100 +427,6 @@ async fn proxy(
             grpc.is_some(),
         ));
     }
-}
-
-/// A `tools/list` answer without the tools the policy denies. The body (JSON, or the event
-/// stream a POST is answered with) is read whole, within `FILTER_LIMIT` and the stream idle
-/// timeout, filtered, and sent with its new length; the upstream connection is not reused.
-async fn mcp_filtered_tools_list(
-    response: Response<Incoming>,
-    policy: &crate::mcp::inspect::ToolPolicy,
-    entry: Option<&RouteEntry>,
-    target: &Target,
-    endpoint: SocketAddr,
-) -> Result<Response<ProxyBody>, ProxyError> {
-    use http_body_util::BodyExt;
-    let (mut parts, body) = response.into_parts();
-    let endpoint_error = |cause: String| ProxyError::UpstreamProtocol {
-        backend: target.backend.label.clone(),
-        endpoint,
-        cause,
-    };
-    let limited = http_body_util::Limited::new(body, crate::mcp::inspect::FILTER_LIMIT);
-    let collect = limited.collect();
-    let collected = match target.policy.stream_idle_timeout {
-        Some(t) => tokio::time::timeout(t, collect)
-            .await
-            .map_err(|_| endpoint_error(format!("tools/list answer not complete within {t:?}")))?,
-        None => collect.await,
-    }
-    .map_err(|e| endpoint_error(format!("tools/list answer: {e}")))?;
-    let bytes = collected.to_bytes();
-    let event_stream = crate::mcp::is_event_stream(&parts.headers);
-    let body = policy
-        .filter_tools_list(&bytes, event_stream)
-        .map_or(bytes, bytes::Bytes::from);
-    clean_response_headers(&mut parts, entry);
-    parts.headers.remove(http::header::TRANSFER_ENCODING);
-    parts.headers.insert(
-        http::header::CONTENT_LENGTH,
-        http::HeaderValue::from(body.len()),
-    );
-    Ok(Response::from_parts(parts, ProxyBody::local(body)))
-}
-
-/// The answer to a `tools/call` the policy denies: a JSON-RPC error, as a server answers an
-/// unknown tool, marked `x-egressd-error: mcp_tool_denied`.
-fn mcp_tool_denied(id: Option<&serde_json::Value>, tool: &str) -> Response<ProxyBody> {
-    let body = crate::mcp::inspect::denied_reply(id, tool);
-    let mut response = Response::new(ProxyBody::local(body.into()));
-    let headers = response.headers_mut();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    headers.insert(
-        super::error::ERROR_HEADER,
-        http::HeaderValue::from_static("mcp_tool_denied"),
-    );
-    response
-}
-
-/// The endpoint an MCP request's session is pinned to, with the client's session id replaced
-/// by the server's. A session whose endpoint is gone, ejected or unhealthy gets 404, so that
-/// the client initializes a new one (MCP's rule for unknown sessions).
-fn mcp_pinned_endpoint(
-    mcp: &crate::mcp::McpPort,
-    target: &Target,
-    headers: &mut http::HeaderMap,
-) -> Result<Option<Arc<Endpoint>>, ProxyError> {
-    let backend = &target.backend.label;
-    let addr = match mcp.inbound(backend, headers) {
-        Ok(None) => return Ok(None),
-        Ok(Some(addr)) => addr,
-        Err(crate::mcp::Refusal::SessionNotFound(reason)) => {
-            return Err(ProxyError::McpSessionNotFound {
-                backend: backend.clone(),
-                reason,
-            })
-        }
-        Err(crate::mcp::Refusal::ProtocolVersion { expected, got }) => {
-            return Err(ProxyError::McpProtocolVersion {
-                backend: backend.clone(),
-                expected,
-                got,
-            })
-        }
-    };
-    target
-        .port
-        .endpoints
-        .routable(addr)
-        .map(Some)
-        .ok_or_else(|| ProxyError::McpSessionNotFound {
-            backend: backend.clone(),
-            reason: format!("endpoint {addr} that issued it is gone, ejected or unhealthy"),
-        })
 }
 
 /// Phase "record": outlier detection learns how `endpoint` did.

@@ -1,13 +1,20 @@
 //! A bounded look at MCP requests: the JSON-RPC method and, for `tools/call`, the tool name —
-//! for the access log and the tool policy. Only bodies egressd already holds (known length,
-//! at most [`INSPECT_LIMIT`]) are parsed; the stateless protocol's `Mcp-Method` / `Mcp-Name`
-//! headers are used when present.
+//! for the access log, metrics and the tool policy. Bodies up to [`BODY_LIMIT`] are parsed;
+//! the `Mcp-Method` / `Mcp-Name` headers (SEP-2243, protocol 2026-07-28) are read when present,
+//! checked against the body when egressd has it, and stand in for it when it does not.
 
+use data_encoding::BASE64;
 use serde_json::Value;
 
-/// Request bodies up to this size are read before forwarding and inspected; larger ones, and
-/// bodies without a declared length, stream uninspected.
-pub const INSPECT_LIMIT: u64 = 1 << 20;
+/// MCP request bodies up to this size are read before forwarding and inspected (the size MCP
+/// asks intermediaries to accept). Larger ones stream uninspected — unless a tool policy must
+/// see them, then they are refused (413).
+pub const BODY_LIMIT: u64 = 4 << 20;
+
+/// `Mcp-Method`: the JSON-RPC method, mirrored by 2026-07-28 clients.
+pub const METHOD_HEADER: http::HeaderName = http::HeaderName::from_static("mcp-method");
+/// `Mcp-Name`: the tool, prompt, resource URI or task the request names.
+pub const NAME_HEADER: http::HeaderName = http::HeaderName::from_static("mcp-name");
 
 /// One JSON-RPC request of a message (a batch holds several).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -15,6 +22,9 @@ pub struct Call {
     pub method: Option<String>,
     /// `params.name` of a `tools/call`.
     pub tool: Option<String>,
+    /// What `Mcp-Name` mirrors: `params.name` (tools, prompts), `params.uri` (resources) or
+    /// `params.taskId` (tasks).
+    pub name: Option<String>,
     /// The request's id (absent for notifications).
     pub id: Option<Value>,
 }
@@ -32,14 +42,130 @@ pub fn calls(body: &[u8]) -> Vec<Call> {
 
 fn call(v: &Value) -> Call {
     let method = v.get("method").and_then(Value::as_str).map(str::to_owned);
-    let tool = (method.as_deref() == Some("tools/call"))
-        .then(|| v.get("params")?.get("name")?.as_str().map(str::to_owned))
-        .flatten();
+    let name = method
+        .as_deref()
+        .and_then(name_field)
+        .and_then(|field| v.get("params")?.get(field)?.as_str().map(str::to_owned));
+    let tool = name
+        .clone()
+        .filter(|_| method.as_deref() == Some("tools/call"));
     Call {
         method,
         tool,
+        name,
         id: v.get("id").cloned(),
     }
+}
+
+/// The `params` field `Mcp-Name` mirrors for `method` (SEP-2243).
+fn name_field(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    }
+}
+
+/// What a request's `Mcp-Method` / `Mcp-Name` headers say.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Mirrored {
+    pub method: Option<String>,
+    /// Decoded (`=?base64?…?=` values are Base64).
+    pub name: Option<String>,
+}
+
+impl Mirrored {
+    /// Reads the headers; an error names a header that is repeated or cannot be read (these
+    /// are singletons: two values would let intermediaries disagree about the request).
+    pub fn from_headers(headers: &http::HeaderMap) -> Result<Mirrored, String> {
+        let single = |name: &http::HeaderName| -> Result<Option<&str>, String> {
+            let mut values = headers.get_all(name).iter();
+            let Some(value) = values.next() else {
+                return Ok(None);
+            };
+            if values.next().is_some() {
+                return Err(format!("{name} is repeated"));
+            }
+            value
+                .to_str()
+                .map(Some)
+                .map_err(|_| format!("{name} is not visible ASCII"))
+        };
+        let name = match single(&NAME_HEADER)? {
+            Some(raw) => Some(decode_header_value(raw).ok_or("mcp-name is not valid Base64")?),
+            None => None,
+        };
+        Ok(Mirrored {
+            method: single(&METHOD_HEADER)?.map(str::to_owned),
+            name,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.method.is_none() && self.name.is_none()
+    }
+
+    /// How the headers contradict the body's (single) call, if they do. A header the client
+    /// left out is not a contradiction: only 2026-07-28 clients send them.
+    pub fn contradiction(&self, call: &Call) -> Option<String> {
+        if let Some(method) = &self.method {
+            if call.method.as_deref() != Some(method) {
+                return Some(format!(
+                    "Mcp-Method `{method}` is not the body's method `{}`",
+                    call.method.as_deref().unwrap_or("")
+                ));
+            }
+        }
+        if let Some(name) = &self.name {
+            if call.name.as_deref() != Some(name) {
+                return Some(format!(
+                    "Mcp-Name `{name}` is not the body's `{}`",
+                    call.name.as_deref().unwrap_or("")
+                ));
+            }
+        }
+        None
+    }
+
+    /// The call the headers describe, for a body egressd did not read.
+    pub fn as_call(&self) -> Option<Call> {
+        let method = self.method.clone()?;
+        let tool = self.name.clone().filter(|_| method == "tools/call");
+        Some(Call {
+            method: Some(method),
+            tool,
+            name: self.name.clone(),
+            id: None,
+        })
+    }
+}
+
+/// A header value as SEP-2243 encodes it: plain, or `=?base64?<standard Base64>?=` for values
+/// that are not visible ASCII.
+fn decode_header_value(raw: &str) -> Option<String> {
+    match raw
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        Some(encoded) => String::from_utf8(BASE64.decode(encoded.as_bytes()).ok()?).ok(),
+        None => Some(raw.to_owned()),
+    }
+}
+
+/// The JSON-RPC error for headers that contradict the body (`-32020`, HTTP 400), as MCP servers
+/// answer it.
+pub fn header_mismatch_reply(id: Option<&Value>, reason: &str) -> Vec<u8> {
+    error_reply(id, -32020, reason)
+}
+
+fn error_reply(id: Option<&Value>, code: i64, message: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id.cloned().unwrap_or(Value::Null),
+        "error": {"code": code, "message": message},
+    }))
+    .unwrap_or_default()
 }
 
 /// `method` as a metrics label: MCP's own methods by name, anything else `other` (labels stay
@@ -99,15 +225,11 @@ impl ToolPolicy {
 /// The JSON-RPC error a denied `tools/call` gets, as the server would answer an unknown tool
 /// (`-32602`, invalid params), without the request reaching it.
 pub fn denied_reply(id: Option<&Value>, tool: &str) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": id.cloned().unwrap_or(Value::Null),
-        "error": {
-            "code": -32602,
-            "message": format!("tool `{tool}` is not allowed by this egress proxy's policy"),
-        },
-    }))
-    .unwrap_or_default()
+    error_reply(
+        id,
+        -32602,
+        &format!("tool `{tool}` is not allowed by this egress proxy's policy"),
+    )
 }
 
 #[cfg(test)]
@@ -122,6 +244,7 @@ mod tests {
             vec![Call {
                 method: Some("tools/call".into()),
                 tool: Some("rm".into()),
+                name: Some("rm".into()),
                 id: Some(serde_json::json!(7))
             }]
         );
@@ -129,6 +252,43 @@ mod tests {
         assert_eq!(batch.len(), 2);
         assert_eq!(batch[1].method.as_deref(), Some("tools/list"));
         assert!(calls(b"not json").is_empty());
+        let read = calls(
+            br#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///a"}}"#,
+        );
+        assert_eq!(read[0].name.as_deref(), Some("file:///a"));
+        assert_eq!(read[0].tool, None);
+    }
+
+    #[test]
+    fn mirrored_headers_are_read_decoded_and_checked_against_the_body() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(METHOD_HEADER, "tools/call".parse().unwrap());
+        // "héllo" is not visible ASCII: Base64 in the sentinel.
+        headers.insert(NAME_HEADER, "=?base64?aMOpbGxv?=".parse().unwrap());
+        let mirrored = Mirrored::from_headers(&headers).unwrap();
+        assert_eq!(mirrored.name.as_deref(), Some("héllo"));
+        let body = calls(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"héllo"}}"#
+                .as_bytes(),
+        );
+        assert_eq!(mirrored.contradiction(&body[0]), None);
+        let other =
+            calls(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"rm"}}"#);
+        assert!(mirrored.contradiction(&other[0]).unwrap().contains("rm"));
+        let list = calls(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        assert!(mirrored
+            .contradiction(&list[0])
+            .unwrap()
+            .contains("Mcp-Method"));
+        assert_eq!(mirrored.as_call().unwrap().tool.as_deref(), Some("héllo"));
+
+        headers.append(METHOD_HEADER, "ping".parse().unwrap());
+        assert!(Mirrored::from_headers(&headers)
+            .unwrap_err()
+            .contains("repeated"));
+        assert!(Mirrored::from_headers(&http::HeaderMap::new())
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

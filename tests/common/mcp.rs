@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
+use rmcp::model::ProtocolVersion;
 use rmcp::model::{
     CallToolRequestParams, ProgressNotificationParam, RequestMetaObject, ServerCapabilities,
     ServerConfig,
 };
-use rmcp::service::{NotificationContext, RunningService};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::streamable_http_server::{
     session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
@@ -357,6 +358,14 @@ impl ClientHandler for ProgressRecorder {
     }
 }
 
+/// A reqwest client whose every connection to `host` goes to `via`.
+fn via_client(via: SocketAddr, host: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .resolve(host, via)
+        .build()
+        .expect("reqwest client")
+}
+
 /// An rmcp client session over Streamable HTTP.
 pub struct McpClient {
     service: RunningService<RoleClient, ProgressRecorder>,
@@ -376,24 +385,48 @@ impl McpClient {
         via: SocketAddr,
         host: &str,
     ) -> Result<McpClient, rmcp::service::ClientInitializeError> {
-        let http = reqwest::Client::builder()
-            .resolve(host, via)
-            .build()
-            .expect("reqwest client");
         let url = format!("http://{host}:{}{PATH}", via.port());
-        Self::connect_with(http, &url).await
+        Self::connect_with(via_client(via, host), &url).await
+    }
+
+    /// [`Self::connect_via`] speaking the stateless protocol 2026-07-28: `server/discover`
+    /// instead of a session, each request self-contained, `Mcp-Method` / `Mcp-Name` headers.
+    pub async fn connect_stateless_via(
+        via: SocketAddr,
+        host: &str,
+    ) -> Result<McpClient, rmcp::service::ClientInitializeError> {
+        Self::connect_with_lifecycle(
+            via_client(via, host),
+            &format!("http://{host}:{}{PATH}", via.port()),
+            Some(ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            }),
+        )
+        .await
     }
 
     async fn connect_with(
         http: reqwest::Client,
         url: &str,
     ) -> Result<McpClient, rmcp::service::ClientInitializeError> {
+        Self::connect_with_lifecycle(http, url, None).await
+    }
+
+    async fn connect_with_lifecycle(
+        http: reqwest::Client,
+        url: &str,
+        lifecycle: Option<ClientLifecycleMode>,
+    ) -> Result<McpClient, rmcp::service::ClientInitializeError> {
         let transport = StreamableHttpClientTransport::with_client(
             http,
             StreamableHttpClientTransportConfig::with_uri(url),
         );
         let (tx, progress) = mpsc::unbounded_channel();
-        let service = ProgressRecorder { progress: tx }.serve(transport).await?;
+        let handler = ProgressRecorder { progress: tx };
+        let service = match lifecycle {
+            Some(lifecycle) => handler.serve_with_lifecycle(transport, lifecycle).await?,
+            None => handler.serve(transport).await?,
+        };
         Ok(McpClient { service, progress })
     }
 

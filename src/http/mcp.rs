@@ -1,0 +1,247 @@
+//! Phase "mcp" of the request lifecycle, for requests on the MCP path of a `protocol: MCP`
+//! Backend: on the way in the version check and session affinity (`crate::mcp`), then a
+//! bounded look at the JSON-RPC request (access log, metrics, tool policy); on the way out the
+//! session id wrapped, `tools/list` filtered, event streams freed from the request timeout.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+
+use super::body::{ProxyBody, RequestBody};
+use super::error::ProxyError;
+use super::proxy::Outcome;
+use super::router::RouteEntry;
+use crate::mcp::inspect::{self, Call, Mirrored, ToolPolicy};
+use crate::mcp::McpPort;
+use crate::runtime::shared::Shared;
+use crate::runtime::snapshot::Target;
+use crate::telemetry::metrics::{BackendLabel, BackendReasonLabel};
+use crate::upstream::Endpoint;
+
+/// What phase "mcp" decided about a request.
+pub(super) enum Inbound {
+    /// Send it on; to this endpoint when its session is pinned there.
+    Forward(Request<RequestBody>, Option<Arc<Endpoint>>),
+    /// egressd answers itself (a denied tool call, headers that contradict the body).
+    Reply(Response<ProxyBody>),
+}
+
+/// Phase "mcp" on the way in.
+pub(super) async fn inbound(
+    shared: &Shared,
+    mcp: &McpPort,
+    target: &Target,
+    mut req: Request<RequestBody>,
+    outcome: &mut Outcome,
+) -> Result<Inbound, ProxyError> {
+    let pinned = pinned_endpoint(mcp, target, req.headers_mut())?;
+    if req.method() != Method::POST {
+        return Ok(Inbound::Forward(req, pinned));
+    }
+    let backend = &target.backend.label;
+    let mirrored =
+        Mirrored::from_headers(req.headers()).map_err(|reason| ProxyError::McpHeaderMismatch {
+            backend: backend.clone(),
+            reason,
+        })?;
+    let req = read_body(req, mcp.tools.is_some(), target).await?;
+    let calls = match req.body() {
+        RequestBody::Buffered(Some(body)) => inspect::calls(body),
+        _ => mirrored.as_call().into_iter().collect(),
+    };
+    if let ([call], false) = (calls.as_slice(), mirrored.is_empty()) {
+        if let Some(reason) = mirrored.contradiction(call) {
+            tracing::info!(%backend, %reason, "MCP headers contradict the body");
+            outcome.local_error = Some("mcp_header_mismatch");
+            let body = inspect::header_mismatch_reply(call.id.as_ref(), &reason);
+            return Ok(Inbound::Reply(json_reply(
+                StatusCode::BAD_REQUEST,
+                body,
+                "mcp_header_mismatch",
+            )));
+        }
+    }
+    if let Some(first) = calls.first() {
+        outcome.mcp_method = first.method.clone();
+        outcome.mcp_tool = first.tool.clone();
+    }
+    for call in &calls {
+        let method = call
+            .method
+            .as_deref()
+            .map_or("other", inspect::method_label);
+        shared
+            .metrics
+            .mcp_requests
+            .get_or_create(&BackendReasonLabel {
+                backend: backend.to_string(),
+                reason: method,
+            })
+            .inc();
+    }
+    if let Some(reply) = refused_tool_call(shared, mcp.tools.as_ref(), target, &calls) {
+        outcome.local_error = Some("mcp_tool_denied");
+        return Ok(Inbound::Reply(reply));
+    }
+    Ok(Inbound::Forward(req, pinned))
+}
+
+/// Reads an MCP POST's body for inspection when it fits [`inspect::BODY_LIMIT`]. A tool policy
+/// needs every body: one without a declared length is read up to the limit, and a body over
+/// it is refused (413) rather than let through unchecked. Without a policy, bodies of unknown
+/// or larger size stream on uninspected (the headers, when sent, still name the call).
+async fn read_body(
+    req: Request<RequestBody>,
+    policy: bool,
+    target: &Target,
+) -> Result<Request<RequestBody>, ProxyError> {
+    let size = http_body::Body::size_hint(req.body()).exact();
+    let too_large = || ProxyError::McpBodyTooLarge {
+        backend: target.backend.label.clone(),
+        limit: inspect::BODY_LIMIT,
+    };
+    match (req.body(), size) {
+        (RequestBody::Client(_), Some(len)) if len <= inspect::BODY_LIMIT => {}
+        (RequestBody::Client(_), Some(_)) if policy => return Err(too_large()),
+        (RequestBody::Client(_), None) if policy => {}
+        _ => return Ok(req),
+    }
+    let (parts, body) = req.into_parts();
+    let limited = http_body_util::Limited::new(body, inspect::BODY_LIMIT as usize);
+    let collect = limited.collect();
+    // A client that stops sending is bounded like a silent upstream.
+    let collected = match target.policy.stream_idle_timeout {
+        Some(t) => tokio::time::timeout(t, collect).await.map_err(|_| {
+            ProxyError::InvalidRequest(format!("the request body did not arrive within {t:?}"))
+        })?,
+        None => collect.await,
+    };
+    let bytes = match collected {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
+        Err(e) => return Err(ProxyError::InvalidRequest(format!("request body: {e}"))),
+    };
+    Ok(Request::from_parts(
+        parts,
+        RequestBody::Buffered(Some(bytes)),
+    ))
+}
+
+/// The answer to the first call of `calls` the tool policy denies, if one does.
+fn refused_tool_call(
+    shared: &Shared,
+    policy: Option<&ToolPolicy>,
+    target: &Target,
+    calls: &[Call],
+) -> Option<Response<ProxyBody>> {
+    let policy = policy?;
+    let (call, tool) = calls
+        .iter()
+        .find_map(|c| Some((c, c.tool.as_deref().filter(|t| !policy.permits(t))?)))?;
+    tracing::info!(backend = %target.backend.label, tool, "MCP tool call denied by policy");
+    shared
+        .metrics
+        .mcp_tools_denied
+        .get_or_create(&BackendLabel {
+            backend: target.backend.label.to_string(),
+        })
+        .inc();
+    // As a server answers an unknown tool: the client learns nothing about what is hidden.
+    let body = inspect::denied_reply(call.id.as_ref(), tool);
+    Some(json_reply(StatusCode::OK, body, "mcp_tool_denied"))
+}
+
+/// A JSON-RPC message egressd answers with, marked with its `x-egressd-error` code.
+fn json_reply(status: StatusCode, body: Vec<u8>, code: &'static str) -> Response<ProxyBody> {
+    let mut response = Response::new(ProxyBody::local(body.into()));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        super::error::ERROR_HEADER,
+        http::HeaderValue::from_static(code),
+    );
+    response
+}
+
+/// The endpoint an MCP request's session is pinned to, with the client's session id replaced
+/// by the server's. A session whose endpoint is gone, ejected or unhealthy gets 404, so that
+/// the client initializes a new one (MCP's rule for unknown sessions).
+fn pinned_endpoint(
+    mcp: &McpPort,
+    target: &Target,
+    headers: &mut http::HeaderMap,
+) -> Result<Option<Arc<Endpoint>>, ProxyError> {
+    let backend = &target.backend.label;
+    let addr = match mcp.inbound(backend, headers) {
+        Ok(None) => return Ok(None),
+        Ok(Some(addr)) => addr,
+        Err(crate::mcp::Refusal::SessionNotFound(reason)) => {
+            return Err(ProxyError::McpSessionNotFound {
+                backend: backend.clone(),
+                reason,
+            })
+        }
+        Err(crate::mcp::Refusal::ProtocolVersion { expected, got }) => {
+            return Err(ProxyError::McpProtocolVersion {
+                backend: backend.clone(),
+                expected,
+                got,
+            })
+        }
+    };
+    target
+        .port
+        .endpoints
+        .routable(addr)
+        .map(Some)
+        .ok_or_else(|| ProxyError::McpSessionNotFound {
+            backend: backend.clone(),
+            reason: format!("endpoint {addr} that issued it is gone, ejected or unhealthy"),
+        })
+}
+
+/// A `tools/list` answer without the tools the policy denies. The body (JSON, or the event
+/// stream a POST is answered with) is read whole, within `FILTER_LIMIT` and the stream idle
+/// timeout, filtered, and sent with its new length; the upstream connection is not reused.
+pub(super) async fn filtered_tools_list(
+    response: Response<Incoming>,
+    policy: &ToolPolicy,
+    entry: Option<&RouteEntry>,
+    target: &Target,
+    endpoint: SocketAddr,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let (mut parts, body) = response.into_parts();
+    let endpoint_error = |cause: String| ProxyError::UpstreamProtocol {
+        backend: target.backend.label.clone(),
+        endpoint,
+        cause,
+    };
+    let limited = http_body_util::Limited::new(body, inspect::FILTER_LIMIT);
+    let collect = limited.collect();
+    let collected = match target.policy.stream_idle_timeout {
+        Some(t) => tokio::time::timeout(t, collect)
+            .await
+            .map_err(|_| endpoint_error(format!("tools/list answer not complete within {t:?}")))?,
+        None => collect.await,
+    }
+    .map_err(|e| endpoint_error(format!("tools/list answer: {e}")))?;
+    let bytes = collected.to_bytes();
+    let event_stream = crate::mcp::is_event_stream(&parts.headers);
+    let body = policy
+        .filter_tools_list(&bytes, event_stream)
+        .map_or(bytes, bytes::Bytes::from);
+    super::proxy::clean_response_headers(&mut parts, entry);
+    parts.headers.remove(http::header::TRANSFER_ENCODING);
+    parts.headers.insert(
+        http::header::CONTENT_LENGTH,
+        http::HeaderValue::from(body.len()),
+    );
+    Ok(Response::from_parts(parts, ProxyBody::local(body)))
+}
