@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::mcp::{McpClient, McpServer, McpServerOptions, PATH};
 use common::outlier::free_port;
-use common::proxy::{preamble, TestProxy};
+use common::proxy::{preamble_with, TestProxy};
 
 const HOST: &str = "mcp.test";
 
@@ -21,13 +21,18 @@ fn config(endpoints: &[SocketAddr]) -> String {
 
 /// [`config`] with `protocol: {protocol}` (the rest of the spec lines may follow it).
 fn config_speaking(endpoints: &[SocketAddr], protocol: &str) -> String {
+    config_with(endpoints, protocol, "")
+}
+
+/// [`config_speaking`] with `proxy_spec` lines in the ProxyConfig (see `preamble_with`).
+fn config_with(endpoints: &[SocketAddr], protocol: &str, proxy_spec: &str) -> String {
     let list: String = endpoints
         .iter()
         .map(|a| format!("      - {{address: {}}}\n", a.ip()))
         .collect();
     format!(
         "{preamble}---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: mcp}}\nspec:\n  destination:\n    type: IP\n    ip:\n      endpoints:\n{list}    ports: [{{number: {port}}}]\n  protocol: {protocol}  tls: {{mode: InsecureDisable}}\n  trafficPolicy:\n    loadBalancer: {{type: RoundRobin}}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: mcp}}\nspec:\n  hostnames: [{HOST}]\n  rules: [{{backendRefs: [{{name: mcp}}]}}]\n",
-        preamble = preamble(None),
+        preamble = preamble_with(None, proxy_spec),
         port = endpoints[0].port()
     )
 }
@@ -306,4 +311,94 @@ async fn the_stateless_protocol_balances_every_request() {
     let mut tools = client.tool_names().await.expect("tools/list");
     tools.sort();
     assert_eq!(tools, ["echo", "slow_progress", "whoami"]);
+}
+
+/// A server ends the event stream of a tool call after its first progress notification (MCP
+/// 2025-11-25 lets it; the priming event told the client how to resume). The rmcp client
+/// resumes with a GET carrying `Last-Event-ID`, which egressd sends to the endpoint that
+/// issued the session (two endpoints, RoundRobin: without affinity it would reach the other
+/// one), and the call completes with every notification.
+#[tokio::test]
+async fn a_stream_the_server_closes_is_resumed_with_last_event_id() {
+    let port = free_port();
+    let options = McpServerOptions {
+        close_post_streams_after: Some(2),
+        sse_retry: Some(Duration::from_millis(50)),
+        ..McpServerOptions::default()
+    };
+    let a = McpServer::start(1, port, options.clone()).await;
+    let b = McpServer::start(2, port, options).await;
+    let proxy = TestProxy::start(&config_speaking(&[a.addr, b.addr], "MCP\n")).await;
+    let mut client = McpClient::connect_via(proxy.http(), HOST)
+        .await
+        .expect("initialize through egressd");
+    let call = client.slow_progress(3, Duration::from_millis(100));
+    let Ok(done) = tokio::time::timeout(Duration::from_secs(10), call).await else {
+        panic!("no answer; a: {:#?}\nb: {:#?}", a.requests(), b.requests());
+    };
+    let (text, progress) = done.expect("the call completes on the resumed stream");
+    assert!(text.contains('3'), "{text}");
+    assert_eq!(progress.len(), 3, "{progress:?}");
+
+    let (issuer, other) = if a.sessions_initialized() == 1 {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    let session = issuer.sessions().pop().expect("a session");
+    let resumed = issuer
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == http::Method::GET && r.headers.contains_key("last-event-id"))
+        .count();
+    assert!(resumed >= 1, "{:?}", issuer.requests());
+    assert_eq!(other.requests_in_session(&session), 0);
+    assert_eq!(other.sessions_initialized(), 0);
+    client.close().await;
+}
+
+/// egressd restarts (a new process would generate a new key: the session key file is what
+/// makes sessions outlive it) on the same address; the client's session goes on, on the
+/// endpoint that issued it, its per-session counter intact.
+#[tokio::test]
+async fn a_session_keeps_working_after_egressd_restarts() {
+    let port = free_port();
+    let a = McpServer::start(1, port, McpServerOptions::default()).await;
+    let b = McpServer::start(2, port, McpServerOptions::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("mcp-session.key");
+    std::fs::write(
+        &key,
+        "a key of more than thirty-two bytes, kept across restarts",
+    )
+    .unwrap();
+    let spec = format!("  mcp: {{sessionKeyFile: {}}}\n", key.display());
+    let listen = free_port();
+    let yaml = config_with(&[a.addr, b.addr], "MCP\n", &spec)
+        .replace("port: 0", &format!("port: {listen}"));
+
+    let before = TestProxy::start(&yaml).await;
+    let client = McpClient::connect_via(before.http(), HOST)
+        .await
+        .expect("initialize through egressd");
+    for n in 1..=3 {
+        let counted = client
+            .call_text("count", serde_json::json!({}))
+            .await
+            .unwrap();
+        assert_eq!(counted, n.to_string());
+    }
+    // The client's GET stream is still open: cut at the drain timeout, as in any restart.
+    before.shutdown().await;
+
+    let after = TestProxy::start(&yaml).await;
+    assert_eq!(after.http().port(), listen);
+    for n in 4..=6 {
+        let counted = client
+            .call_text("count", serde_json::json!({}))
+            .await
+            .expect("the session survives the restart");
+        assert_eq!(counted, n.to_string());
+    }
+    assert_eq!(a.sessions_initialized() + b.sessions_initialized(), 1);
 }

@@ -45,6 +45,11 @@ pub struct McpServerOptions {
     /// Answer plain JSON for requests that emit no notification (rmcp's `json_response`); by
     /// default every POST is answered with an SSE stream.
     pub json_response: bool,
+    /// End every POST's event stream after this many events, as a server may (MCP
+    /// 2025-11-25): the client resumes it with a GET carrying `Last-Event-ID`.
+    pub close_post_streams_after: Option<usize>,
+    /// The `retry:` of rmcp's priming events (rmcp's default: 3 s).
+    pub sse_retry: Option<Duration>,
 }
 
 /// One HTTP request as the server saw it.
@@ -98,10 +103,12 @@ impl McpServer {
         let config = StreamableHttpServerConfig::default()
             // egressd forwards the route's Host: not a loopback name rmcp would accept.
             .disable_allowed_hosts()
-            .with_json_response(options.json_response);
+            .with_json_response(options.json_response)
+            .with_sse_retry(options.sse_retry.or(Some(Duration::from_secs(3))));
+        let sessions = Arc::new(LocalSessionManager::default());
         let service: StreamableHttpService<Tools, LocalSessionManager> = StreamableHttpService::new(
             move || Ok(Tools::new(identity.clone(), tools_recorded.clone())),
-            Arc::default(),
+            sessions.clone(),
             config,
         );
 
@@ -113,10 +120,34 @@ impl McpServer {
                 };
                 let service = service.clone();
                 let recorded = http_recorded.clone();
+                let close_after = options.close_post_streams_after;
+                let retry = options.sse_retry;
+                let sessions = sessions.clone();
                 let handler = hyper::service::service_fn(move |req: http::Request<_>| {
                     let mut service = service.clone();
                     let recorded = recorded.clone();
-                    async move { Ok::<_, Infallible>(serve(&mut service, &recorded, req).await) }
+                    let sessions = sessions.clone();
+                    async move {
+                        let session = (req.method() == http::Method::POST)
+                            .then(|| header(req.headers(), SESSION_HEADER))
+                            .flatten();
+                        let response = serve(&mut service, &recorded, req).await;
+                        let event_stream = response
+                            .headers()
+                            .get(http::header::CONTENT_TYPE)
+                            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+                        Ok::<_, Infallible>(match (close_after, session) {
+                            (Some(events), Some(session)) if event_stream => response.map(|body| {
+                                http_body_util::BodyExt::boxed(CloseAfterEvents {
+                                    inner: body,
+                                    left: events,
+                                    request: None,
+                                    close: Some((sessions, session.into(), retry)),
+                                })
+                            }),
+                            _ => response,
+                        })
+                    }
                 });
                 tokio::spawn(async move {
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -206,6 +237,57 @@ where
         }
     }
     response
+}
+
+/// A POST's event stream that the server closes after `left` more events, the way rmcp lets a
+/// server do it (`close_sse_stream`: a priming event, then the end, the session and its event
+/// cache kept for the client's resume). The stream's request id comes from the event ids
+/// (`<index>/<request id>`).
+struct CloseAfterEvents<B> {
+    inner: B,
+    left: usize,
+    request: Option<u64>,
+    close: Option<(Arc<LocalSessionManager>, Arc<str>, Option<Duration>)>,
+}
+
+impl<B> http_body::Body for CloseAfterEvents<B>
+where
+    B: http_body::Body<Data = bytes::Bytes> + Unpin,
+{
+    type Data = bytes::Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, B::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        let std::task::Poll::Ready(Some(Ok(frame))) = &polled else {
+            return polled;
+        };
+        let Some(data) = frame.data_ref().filter(|_| self.close.is_some()) else {
+            return polled;
+        };
+        let text = String::from_utf8_lossy(data).into_owned();
+        if self.request.is_none() {
+            self.request = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("id:"))
+                .find_map(|id| id.trim().split_once('/')?.1.parse().ok());
+        }
+        self.left = self.left.saturating_sub(text.matches("\n\n").count());
+        if let (0, Some(request)) = (self.left, self.request) {
+            if let Some((sessions, session, retry)) = self.close.take() {
+                tokio::spawn(async move {
+                    let handle = sessions.sessions.read().await.get(&session).cloned();
+                    if let Some(handle) = handle {
+                        let _ = handle.close_sse_stream(request, retry).await;
+                    }
+                });
+            }
+        }
+        polled
+    }
 }
 
 fn header(headers: &http::HeaderMap, name: &str) -> Option<String> {
