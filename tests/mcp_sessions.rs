@@ -386,3 +386,82 @@ async fn the_tool_policy_sees_every_call_and_headers_must_match_the_body() {
         "nothing refused reached the server"
     );
 }
+
+/// An MCP server on 127.0.0.`n`:`port` answering every POST `200` with a JSON-RPC error of
+/// `code` (0: a result), as JSON or, every other time, as an event stream.
+async fn answering_json_rpc(n: u8, port: u16, code: i64) -> Upstream {
+    let addr = SocketAddr::new([127, 0, 0, n].into(), port);
+    let turn = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    Upstream::start_on_with(addr, move |_req| {
+        let sse = turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2 == 1;
+        async move {
+            let message = match code {
+                0 => r#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_owned(),
+                code => format!(
+                    r#"{{"jsonrpc":"2.0","id":1,"error":{{"code":{code},"message":"failed"}}}}"#
+                ),
+            };
+            let builder = http::Response::builder();
+            if sse {
+                let stream = format!("id: 0\nretry: 100\ndata:\n\nevent: message\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{{}}}}\n\ndata: {message}\n\n");
+                builder
+                    .header("content-type", "text/event-stream")
+                    .body(full(stream))
+            } else {
+                builder
+                    .header("content-type", "application/json")
+                    .body(full(message))
+            }
+            .unwrap()
+        }
+    })
+    .await
+}
+
+/// JSON-RPC internal errors (-32603) inside `200` answers count like 5xx for outlier
+/// detection (JSON and event-stream answers alike); a client's mistake (-32602) does not.
+#[tokio::test]
+async fn json_rpc_internal_errors_inside_200_eject_the_endpoint() {
+    let port = free_port();
+    let failing = answering_json_rpc(1, port, -32603).await;
+    let picky = answering_json_rpc(2, port, -32602).await;
+    let fine = answering_json_rpc(3, port, 0).await;
+    let yaml = config(
+        &[failing.addr, picky.addr, fine.addr],
+        "sessionRouting: Stateless",
+        "",
+    )
+    .replace(
+        "    loadBalancer: {type: RoundRobin}\n",
+        "    loadBalancer: {type: RoundRobin}\n    healthCheck:\n      passive: {interval: 1h, baseEjectionTime: 1h, consecutive5XxErrors: 3}\n",
+    );
+    let proxy = TestProxy::start(&yaml).await;
+    // One client connection: egressd finishes each answer (and its verdict) before it reads
+    // the next request.
+    let mut conn = common::proxy::Conn::open(proxy.http()).await;
+    for _ in 0..12 {
+        let call = request("POST", HOST, "/mcp")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t"}}"#,
+            )))
+            .unwrap();
+        let r = conn.fetch(call).await;
+        assert_eq!(r.status, 200, "answered by the server: {}", r.text());
+    }
+    assert_eq!(
+        failing.request_count(),
+        3,
+        "ejected at its third internal error"
+    );
+    assert!(common::outlier::is_ejected(&proxy, "127.0.0.1").await);
+    assert!(!common::outlier::is_ejected(&proxy, "127.0.0.2").await);
+    assert_eq!(picky.request_count() + fine.request_count(), 9);
+    let last = common::outlier::endpoint_state(&proxy, "127.0.0.1").await;
+    assert!(
+        last["lastFailure"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("-32603")),
+        "{last}"
+    );
+}

@@ -14,10 +14,12 @@ use super::body::{ProxyBody, RequestBody};
 use super::error::ProxyError;
 use super::proxy::Outcome;
 use super::router::RouteEntry;
+use crate::balance::outlier::Outcome as OutlierOutcome;
+use crate::mcp::errors::ErrorScan;
 use crate::mcp::inspect::{self, Call, Mirrored, ToolPolicy};
 use crate::mcp::McpPort;
 use crate::runtime::shared::Shared;
-use crate::runtime::snapshot::Target;
+use crate::runtime::snapshot::{BackendPort, Target};
 use crate::telemetry::metrics::{BackendLabel, BackendReasonLabel};
 use crate::upstream::Endpoint;
 
@@ -216,6 +218,7 @@ pub(super) async fn filtered_tools_list(
     entry: Option<&RouteEntry>,
     target: &Target,
     endpoint: SocketAddr,
+    verdict: Option<Verdict>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let (mut parts, body) = response.into_parts();
     let endpoint_error = |cause: String| ProxyError::UpstreamProtocol {
@@ -234,6 +237,11 @@ pub(super) async fn filtered_tools_list(
     .map_err(|e| endpoint_error(format!("tools/list answer: {e}")))?;
     let bytes = collected.to_bytes();
     let event_stream = crate::mcp::is_event_stream(&parts.headers);
+    if let Some(verdict) = verdict {
+        let mut scan = ErrorScan::new(event_stream);
+        scan.feed(&bytes);
+        verdict.report(scan.finish());
+    }
     let body = policy
         .filter_tools_list(&bytes, event_stream)
         .map_or(bytes, bytes::Bytes::from);
@@ -244,4 +252,108 @@ pub(super) async fn filtered_tools_list(
         http::HeaderValue::from(body.len()),
     );
     Ok(Response::from_parts(parts, ProxyBody::local(body)))
+}
+
+/// How an MCP POST's `200` answer went, told to outlier detection once its JSON-RPC messages
+/// have passed: a server error inside (see `mcp::errors`) counts like a 5xx, otherwise a
+/// success.
+pub(super) struct Verdict {
+    shared: Arc<Shared>,
+    port: Arc<BackendPort>,
+    backend: Arc<str>,
+    endpoint: Arc<Endpoint>,
+}
+
+impl Verdict {
+    pub(super) fn new(shared: &Arc<Shared>, target: &Target, endpoint: &Arc<Endpoint>) -> Self {
+        Verdict {
+            shared: shared.clone(),
+            port: target.port.clone(),
+            backend: target.backend.label.clone(),
+            endpoint: endpoint.clone(),
+        }
+    }
+
+    fn report(self, server_error: bool) {
+        let seen = if server_error {
+            self.endpoint
+                .note_failure("answered a JSON-RPC internal error (-32603) inside 200".into());
+            OutlierOutcome::ServerError
+        } else {
+            OutlierOutcome::Success
+        };
+        if let Some(d) = self.port.endpoints.record(&self.endpoint, seen) {
+            self.shared.metrics.outlier_detection(&self.backend, d);
+        }
+    }
+}
+
+/// `response` with its body watched for JSON-RPC server errors; the verdict is reported when
+/// the body ends or is dropped (a client that went away: what passed is judged).
+pub(super) fn watch_errors(response: Response<ProxyBody>, verdict: Verdict) -> Response<ProxyBody> {
+    let event_stream = crate::mcp::is_event_stream(response.headers());
+    response.map(|inner| {
+        ProxyBody::Stream(Box::pin(ErrorWatch {
+            inner,
+            scan: ErrorScan::new(event_stream),
+            verdict: Some(verdict),
+        }))
+    })
+}
+
+struct ErrorWatch {
+    inner: ProxyBody,
+    scan: ErrorScan,
+    verdict: Option<Verdict>,
+}
+
+impl http_body::Body for ErrorWatch {
+    type Data = bytes::Bytes;
+    type Error = super::body::BodyError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            std::task::Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.scan.feed(data);
+                    if this.scan.found() {
+                        if let Some(verdict) = this.verdict.take() {
+                            verdict.report(true);
+                        }
+                    }
+                }
+            }
+            std::task::Poll::Ready(None) => {
+                if let Some(verdict) = this.verdict.take() {
+                    verdict.report(this.scan.finish());
+                }
+            }
+            // The stream broke (a timeout, a reset): that failure is the upstream's story,
+            // not the messages'.
+            std::task::Poll::Ready(Some(Err(_))) => this.verdict = None,
+            std::task::Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for ErrorWatch {
+    fn drop(&mut self) {
+        if let Some(verdict) = self.verdict.take() {
+            verdict.report(self.scan.finish());
+        }
+    }
 }

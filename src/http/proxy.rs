@@ -288,6 +288,7 @@ async fn proxy(
         .mcp
         .as_deref()
         .filter(|m| m.applies_to(upstream_req.uri().path()));
+    let mcp_post = mcp.is_some() && upstream_req.method() == Method::POST;
     let mut pinned = None;
     if let Some(m) = mcp {
         match super::mcp::inbound(shared, m, target, upstream_req, outcome).await? {
@@ -350,6 +351,9 @@ async fn proxy(
         let sent = super::exchange::send(target, &endpoint, upstream_req, attempt_deadline).await;
         // Phase "record": outlier detection learns how the endpoint did.
         let recorded = match &sent {
+            // An MCP POST's 200 is judged by the JSON-RPC messages in it, once they have
+            // passed (`mcp::Verdict`).
+            Ok((response, _)) if mcp_post && response.status() == http::StatusCode::OK => None,
             Ok((response, _)) => Some(OutlierOutcome::of_status(response.status().as_u16())),
             Err(e) => e.outlier_outcome(),
         };
@@ -395,8 +399,11 @@ async fn proxy(
         drop(retry_slot);
         let (mut response, lease) = sent?;
         let mut deadline = deadline;
+        let mut verdict = None;
         if let Some(m) = mcp {
             m.outbound(&target.backend.label, endpoint.addr, response.headers_mut());
+            verdict = (mcp_post && response.status() == http::StatusCode::OK)
+                .then(|| super::mcp::Verdict::new(shared, target, &endpoint));
             if let Some(policy) = m
                 .tools
                 .as_ref()
@@ -408,6 +415,7 @@ async fn proxy(
                     entry,
                     target,
                     endpoint.addr,
+                    verdict,
                 )
                 .await;
             }
@@ -417,7 +425,7 @@ async fn proxy(
                 deadline = None;
             }
         }
-        return Ok(respond(
+        let response = respond(
             response,
             lease,
             active.holding(admission),
@@ -425,7 +433,11 @@ async fn proxy(
             entry,
             deadline,
             grpc.is_some(),
-        ));
+        );
+        return Ok(match verdict {
+            Some(verdict) => super::mcp::watch_errors(response, verdict),
+            None => response,
+        });
     }
 }
 

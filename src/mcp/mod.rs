@@ -1,6 +1,7 @@
 //! MCP (Model Context Protocol) Backends: session affinity, protocol version checks and
 //! stream handling for `protocol: MCP` (see README, "MCP").
 
+pub mod errors;
 pub mod inspect;
 pub mod session;
 
