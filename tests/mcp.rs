@@ -402,3 +402,122 @@ async fn a_session_keeps_working_after_egressd_restarts() {
     }
     assert_eq!(a.sessions_initialized() + b.sessions_initialized(), 1);
 }
+
+/// `yaml` (from [`config_speaking`]) with `healthCheck.active: {active}`.
+fn with_active_check(yaml: String, active: &str) -> String {
+    let balancer = "    loadBalancer: {type: RoundRobin}\n";
+    assert!(yaml.contains(balancer));
+    yaml.replace(
+        balancer,
+        &format!("{balancer}    healthCheck:\n      active: {active}\n"),
+    )
+}
+
+/// `"state"` of the active check of the endpoint on `ip` in `/endpoints`.
+async fn check_state(proxy: &TestProxy, ip: &str) -> String {
+    let all = common::proxy::get(proxy.admin, "admin", "/endpoints").await;
+    let all: serde_json::Value = serde_json::from_slice(&all.body).expect("JSON");
+    let endpoint = all["backends"][0]["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["address"].as_str().unwrap().starts_with(ip))
+        .cloned()
+        .expect("endpoint listed");
+    endpoint["activeHealth"]["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `healthCheck.active.type: MCP`: an rmcp server passes (initialize, initialized, ping, and
+/// the session deleted again); an HTTP server that answers 200 but speaks no MCP fails and
+/// gets no traffic.
+#[tokio::test]
+async fn mcp_health_checks_ping_and_leave_no_session_behind() {
+    let port = free_port();
+    let mcp = McpServer::start(1, port, McpServerOptions::default()).await;
+    let not_mcp = common::upstream::Upstream::start_on_with(
+        SocketAddr::new([127, 0, 0, 2].into(), port),
+        |_req| async { http::Response::new(common::upstream::full("ok")) },
+    )
+    .await;
+    let yaml = with_active_check(
+        config_speaking(&[mcp.addr, not_mcp.addr], "MCP\n"),
+        "{type: MCP, interval: 100ms, unhealthyThreshold: 1}",
+    );
+    let proxy = TestProxy::start(&yaml).await;
+    let settled = common::proxy::eventually(Duration::from_secs(5), || async {
+        check_state(&proxy, "127.0.0.1").await == "healthy"
+            && check_state(&proxy, "127.0.0.2").await == "unhealthy"
+    })
+    .await;
+    assert!(
+        settled,
+        "{} / {}",
+        check_state(&proxy, "127.0.0.1").await,
+        check_state(&proxy, "127.0.0.2").await
+    );
+
+    let seen: Vec<_> = mcp.requests().iter().map(|r| r.method.clone()).collect();
+    let first = &seen[..4];
+    assert_eq!(
+        first,
+        [
+            http::Method::POST,
+            http::Method::POST,
+            http::Method::POST,
+            http::Method::DELETE
+        ]
+    );
+    let session = mcp
+        .sessions()
+        .first()
+        .cloned()
+        .expect("the check's session");
+    let deleted = mcp
+        .requests()
+        .iter()
+        .any(|r| r.method == http::Method::DELETE && r.session.as_deref() == Some(&session));
+    assert!(deleted, "the check ended its session");
+
+    let before = not_mcp.request_count();
+    let client = McpClient::connect_via(proxy.http(), HOST)
+        .await
+        .expect("initialize");
+    for _ in 0..4 {
+        assert_eq!(
+            client
+                .call_text("whoami", serde_json::json!({}))
+                .await
+                .unwrap(),
+            mcp.identity()
+        );
+    }
+    // Only checks reach the server that is not MCP (one every 100 ms at most).
+    assert!(
+        not_mcp.request_count() - before <= 3 * 6,
+        "traffic went to it"
+    );
+}
+
+/// For the stateless protocol (`version: 2026-07-28`) the check is one self-contained `ping`.
+#[tokio::test]
+async fn a_stateless_mcp_health_check_is_one_ping() {
+    let mcp = McpServer::start(1, 0, McpServerOptions::default()).await;
+    let protocol = "MCP\n  protocolOptions:\n    mcp: {version: \"2026-07-28\"}\n";
+    let yaml = with_active_check(
+        config_speaking(&[mcp.addr], protocol),
+        "{type: MCP, interval: 100ms}",
+    );
+    let proxy = TestProxy::start(&yaml).await;
+    let passed = common::proxy::eventually(Duration::from_secs(5), || async {
+        check_state(&proxy, "127.0.0.1").await == "healthy"
+    })
+    .await;
+    assert!(passed, "{}", check_state(&proxy, "127.0.0.1").await);
+    let first = mcp.requests().first().cloned().expect("the check");
+    assert_eq!(first.headers["mcp-method"], "ping");
+    assert_eq!(first.headers["mcp-protocol-version"], "2026-07-28");
+    assert_eq!(mcp.sessions_initialized(), 0);
+}

@@ -1092,13 +1092,13 @@ fn active_health_check_mistakes_are_errors_at_each_value() {
             "expected status 700 is not an HTTP status (100 to 599)",
         ),
         (
-            ("{type: MCP", "MCP"),
+            ("8443, protocol: TCP", "TCP"),
             Some("Backend default/pinged"),
-            format!("{p}.type"),
-            "active health check type MCP (ping) is not supported yet",
+            "spec.destination.ports[0].protocol".to_owned(),
+            "port 8443 carries TCP, so healthCheck.active type MCP cannot check it",
         ),
         (
-            ("443, protocol: TCP", "TCP"),
+            ("{number: 443, protocol: TCP", "TCP"),
             Some("Backend default/tunnelled"),
             "spec.destination.ports[0].protocol".to_owned(),
             "port 443 carries TCP, so healthCheck.active type HTTP cannot check it",

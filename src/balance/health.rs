@@ -23,6 +23,9 @@ pub enum CheckKind {
     Tcp,
     /// An HTTP request answered with one of the expected statuses.
     Http(HttpCheck),
+    /// An MCP `ping` answered with a result (after `initialize`, in a session the check
+    /// deletes again; alone for the stateless protocol 2026-07-28).
+    Mcp,
 }
 
 /// `healthCheck.active.http`, resolved.

@@ -2,6 +2,7 @@
 //! stream handling for `protocol: MCP` (see README, "MCP").
 
 pub mod errors;
+pub mod health;
 pub mod inspect;
 pub mod session;
 

@@ -41,6 +41,8 @@ pub struct CheckPlan {
     pub transport: Transport,
     pub wire: HttpWire,
     pub http2: Http2Options,
+    /// The port's MCP options, for `type: MCP` (None: not an MCP port; `/mcp`, any version).
+    pub mcp: Option<Arc<crate::mcp::McpPort>>,
 }
 
 /// `egressd_health_checks_total{backend,result}` for one Backend, resolved once per checker.
@@ -63,6 +65,11 @@ enum CheckError {
     NoStream,
     #[error("status {0} is not an expected status")]
     Status(u16),
+    #[error("MCP {method}: {detail}")]
+    Mcp {
+        method: &'static str,
+        detail: String,
+    },
 }
 
 /// Runs the checks of `plan`'s group until the group is dropped or `epoch` moves on.
@@ -166,6 +173,7 @@ pub async fn probe(addr: SocketAddr, settings: &ActiveSettings, plan: &CheckPlan
                 .map(drop)
                 .map_err(CheckError::from),
             CheckKind::Http(http) => http_check(addr, timeout, http, plan).await,
+            CheckKind::Mcp => mcp_check(addr, timeout, plan).await,
         }
     };
     match tokio::time::timeout(timeout, attempt).await {
@@ -173,6 +181,201 @@ pub async fn probe(addr: SocketAddr, settings: &ActiveSettings, plan: &CheckPlan
         Ok(Ok(())) => CheckResult::Pass,
         Ok(Err(e)) => CheckResult::Fail(e.to_string()),
     }
+}
+
+/// The `Host` of a check's requests.
+fn check_host(addr: SocketAddr, plan: &CheckPlan) -> Result<HeaderValue, CheckError> {
+    match &plan.host {
+        Some(host) => Ok(host.clone()),
+        None => HeaderValue::from_str(&addr.to_string()).map_err(|e| CheckError::Build(e.into())),
+    }
+}
+
+/// A new connection for one check's requests, sent one after the other.
+enum CheckConnection {
+    Http1(super::pool::H1Sender),
+    Http2(hyper::client::conn::http2::SendRequest<RequestBody>),
+}
+
+impl CheckConnection {
+    /// Not counted against circuitBreaker.maxConnections: a check must not wait behind
+    /// traffic; never a pooled connection: the check is about whether a new one works.
+    async fn open(
+        addr: SocketAddr,
+        timeout: Duration,
+        plan: &CheckPlan,
+    ) -> Result<Self, CheckError> {
+        let connection = connect_http(
+            addr,
+            timeout,
+            &plan.transport,
+            plan.wire,
+            &plan.http2,
+            None,
+            None,
+        )
+        .await?;
+        Ok(match connection {
+            HttpConnection::Http1(sender) => CheckConnection::Http1(sender),
+            HttpConnection::Http2(conn) => {
+                let stream = Arc::new(conn).try_claim().ok_or(CheckError::NoStream)?;
+                CheckConnection::Http2(stream.sender())
+            }
+        })
+    }
+
+    /// Sends `builder` (its URI a path) with `body`; the target goes into `:authority` on
+    /// HTTP/2 (RFC 9113 §8.3.1), into `Host` on HTTP/1.1.
+    async fn send(
+        &mut self,
+        builder: http::request::Builder,
+        path: &str,
+        host: &HeaderValue,
+        plan: &CheckPlan,
+        body: RequestBody,
+    ) -> Result<http::Response<hyper::body::Incoming>, CheckError> {
+        let builder = builder.header(USER_AGENT, "egressd-health-check");
+        match self {
+            CheckConnection::Http1(sender) => {
+                let request = builder
+                    .uri(path)
+                    .header(HOST, host.clone())
+                    .body(body)
+                    .map_err(CheckError::Build)?;
+                sender.ready().await.map_err(CheckError::Request)?;
+                sender
+                    .send_request(request)
+                    .await
+                    .map_err(CheckError::Request)
+            }
+            CheckConnection::Http2(sender) => {
+                let scheme = match plan.transport {
+                    Transport::Plain => "http",
+                    Transport::Tls(_) => "https",
+                };
+                let authority = host.to_str().unwrap_or_default();
+                let request = builder
+                    .uri(format!("{scheme}://{authority}{path}"))
+                    .body(body)
+                    .map_err(CheckError::Build)?;
+                sender
+                    .send_request(request)
+                    .await
+                    .map_err(CheckError::Request)
+            }
+        }
+    }
+}
+
+/// `type: MCP`: `initialize` (the version the port names, else the latest with a handshake),
+/// `notifications/initialized`, `ping`, then `DELETE` of the session so checks leave none
+/// behind; for the stateless protocol (`version` 2026-07-28 or later) a self-contained `ping`
+/// alone. Passes when `ping` gets a result. Every step shares one new connection.
+async fn mcp_check(
+    addr: SocketAddr,
+    timeout: Duration,
+    plan: &CheckPlan,
+) -> Result<(), CheckError> {
+    use crate::mcp::health as probe;
+    let path = plan.mcp.as_ref().map_or("/mcp", |m| m.path.as_str());
+    let version = plan.mcp.as_ref().and_then(|m| m.version.as_deref());
+    let host = check_host(addr, plan)?;
+    let mut conn = CheckConnection::open(addr, timeout, plan).await?;
+    let failed = |method: &'static str| move |detail: String| CheckError::Mcp { method, detail };
+
+    if let Some(version) = version.filter(|v| probe::is_stateless(v)) {
+        let headers = probe::headers(None, version, "ping");
+        let answer = mcp_post(
+            &mut conn,
+            path,
+            &host,
+            plan,
+            probe::ping(2, Some(version)),
+            headers,
+        )
+        .await?;
+        probe::read_result(answer, 2)
+            .await
+            .map_err(failed("ping"))?;
+        return Ok(());
+    }
+    let answer = mcp_post(
+        &mut conn,
+        path,
+        &host,
+        plan,
+        probe::initialize(1, version),
+        vec![],
+    )
+    .await?;
+    let session = answer.headers().get(crate::mcp::SESSION_ID).cloned();
+    let result = probe::read_result(answer, 1)
+        .await
+        .map_err(failed("initialize"))?;
+    let negotiated = result
+        .get("protocolVersion")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or(probe::LATEST_WITH_INITIALIZE)
+        .to_owned();
+    let headers = |method| probe::headers(session.clone(), &negotiated, method);
+    let initialized = mcp_post(
+        &mut conn,
+        path,
+        &host,
+        plan,
+        probe::initialized(),
+        headers("notifications/initialized"),
+    )
+    .await?;
+    if !initialized.status().is_success() {
+        return Err(failed("notifications/initialized")(format!(
+            "status {}",
+            initialized.status()
+        )));
+    }
+    drop(initialized);
+    let answer = mcp_post(
+        &mut conn,
+        path,
+        &host,
+        plan,
+        probe::ping(2, None),
+        headers("ping"),
+    )
+    .await?;
+    let pinged = probe::read_result(answer, 2).await.map_err(failed("ping"));
+    if let Some(session) = session {
+        // Best effort: a server that keeps sessions forever would otherwise collect one per
+        // check.
+        let delete = http::Request::builder()
+            .method(http::Method::DELETE)
+            .header(crate::mcp::SESSION_ID, session)
+            .header(crate::mcp::PROTOCOL_VERSION, negotiated.as_str());
+        let _ = conn
+            .send(delete, path, &host, plan, RequestBody::Empty)
+            .await;
+    }
+    pinged.map(drop)
+}
+
+/// POSTs one JSON-RPC message to the MCP endpoint.
+async fn mcp_post(
+    conn: &mut CheckConnection,
+    path: &str,
+    host: &HeaderValue,
+    plan: &CheckPlan,
+    message: serde_json::Value,
+    headers: Vec<(http::HeaderName, HeaderValue)>,
+) -> Result<http::Response<hyper::body::Incoming>, CheckError> {
+    let mut builder = http::Request::builder()
+        .method(http::Method::POST)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json, text/event-stream");
+    for (name, value) in headers {
+        builder = builder.header(name, value);
+    }
+    let body = RequestBody::Buffered(Some(message.to_string().into()));
+    conn.send(builder, path, host, plan, body).await
 }
 
 /// One request over a new connection (never a pooled one: the check is about whether a new
@@ -271,6 +474,7 @@ mod tests {
             transport: Transport::Plain,
             wire: HttpWire::Http1,
             http2: Http2Options::default(),
+            mcp: None,
         }
     }
 

@@ -312,16 +312,17 @@ fn compile_one(
             ),
             _ => {}
         }
-        // An HTTP check needs an HTTP port; on raw TCP only a connect can be checked.
-        if protocol_value == Protocol::Tcp
-            && active
-                .as_ref()
-                .is_some_and(|a| matches!(a.kind, CheckKind::Http(_)))
-        {
+        // An HTTP or MCP check needs an HTTP port; on raw TCP only a connect can be checked.
+        let request_check = active.as_ref().and_then(|a| match a.kind {
+            CheckKind::Http(_) => Some("HTTP"),
+            CheckKind::Mcp => Some("MCP"),
+            CheckKind::Tcp => None,
+        });
+        if let Some(kind) = request_check.filter(|_| protocol_value == Protocol::Tcp) {
             cx.error(
                 at(file, id, protocol_pos, protocol_field.clone()),
                 format!(
-                    "port {number} carries TCP, so healthCheck.active type HTTP cannot check it"
+                    "port {number} carries TCP, so healthCheck.active type {kind} cannot check it"
                 ),
                 "use healthCheck.active type: TCP for this Backend",
             );
@@ -507,6 +508,7 @@ fn compile_one(
                 transport: transport.clone(),
                 wire,
                 http2: Http2Options::new(&http2),
+                mcp: mcp.clone(),
             });
         }
         ports.push(Arc::new(BackendPort {

@@ -18,13 +18,6 @@ pub(super) fn check_active(
     prefix: &str,
 ) {
     let field = |name: &str| format!("{prefix}.healthCheck.active.{name}");
-    if active.kind.value == HealthCheckType::Mcp {
-        cx.not_yet(
-            at(file, id, active.kind.pos, field("type")),
-            "active health check type MCP (ping)",
-            "[mcp]",
-        );
-    }
     for (name, v) in [("interval", &active.interval), ("timeout", &active.timeout)] {
         if let Some(v) = v.as_ref().filter(|v| v.value.0.is_zero()) {
             cx.error(
@@ -53,11 +46,11 @@ pub(super) fn check_active(
     let Some(http) = &active.http else {
         return;
     };
-    if active.kind.value == HealthCheckType::Tcp {
+    if active.kind.value != HealthCheckType::Http {
         cx.error(
             at(file, id, http.pos, field("http")),
-            "http settings do not apply to type TCP",
-            "remove http, or set type: HTTP",
+            format!("http settings do not apply to type {}", active.kind.value),
+            "remove http, or set type: HTTP (type MCP pings the port's protocolOptions.mcp.path)",
         );
     }
     let http_pos = http.pos;
@@ -138,7 +131,7 @@ pub(super) fn active_settings(
     };
     let kind = match a.kind.value {
         HealthCheckType::Tcp => CheckKind::Tcp,
-        HealthCheckType::Mcp => return None,
+        HealthCheckType::Mcp => CheckKind::Mcp,
         HealthCheckType::Http => {
             let http = a.http.as_ref().map(|h| &h.value);
             CheckKind::Http(HttpCheck {

@@ -1,0 +1,169 @@
+//! The messages of an MCP active health check (`healthCheck.active.type: MCP`) and the reading
+//! of their answers; the connection and the order of steps are `upstream::health_check`'s.
+
+use http::{HeaderName, HeaderValue};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+
+/// The newest protocol version with an `initialize` handshake; later ones are stateless.
+pub const LATEST_WITH_INITIALIZE: &str = "2025-11-25";
+
+/// An answer bigger than this is not read further (1 MiB, the SSE event size MCP asks for).
+const ANSWER_LIMIT: usize = 1 << 20;
+
+/// Whether `version` is the stateless protocol (2026-07-28 or later): no session, each
+/// request carries its own context. Versions are dates, so they compare as strings.
+pub fn is_stateless(version: &str) -> bool {
+    version >= "2026-07-28"
+}
+
+fn client_info() -> Value {
+    json!({"name": "egressd-health-check", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// `initialize` with `version` (else [`LATEST_WITH_INITIALIZE`]; the server may answer another).
+pub fn initialize(id: u64, version: Option<&str>) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": version.unwrap_or(LATEST_WITH_INITIALIZE),
+            "capabilities": {},
+            "clientInfo": client_info(),
+        },
+    })
+}
+
+pub fn initialized() -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+}
+
+/// `ping`; for the stateless protocol with the per-request context it requires in `_meta`.
+pub fn ping(id: u64, stateless_version: Option<&str>) -> Value {
+    match stateless_version {
+        Some(version) => json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "ping",
+            "params": {"_meta": {
+                "io.modelcontextprotocol/protocolVersion": version,
+                "io.modelcontextprotocol/clientInfo": client_info(),
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }},
+        }),
+        None => json!({"jsonrpc": "2.0", "id": id, "method": "ping"}),
+    }
+}
+
+/// The headers of a request after `initialize`: the session, the negotiated version, and the
+/// `Mcp-Method` mirror 2026-07-28 servers require.
+pub fn headers(
+    session: Option<HeaderValue>,
+    version: &str,
+    method: &'static str,
+) -> Vec<(HeaderName, HeaderValue)> {
+    let mut headers = vec![(
+        super::inspect::METHOD_HEADER,
+        HeaderValue::from_static(method),
+    )];
+    if let Ok(version) = HeaderValue::from_str(version) {
+        headers.push((super::PROTOCOL_VERSION, version));
+    }
+    if let Some(session) = session {
+        headers.push((super::SESSION_ID, session));
+    }
+    headers
+}
+
+/// The `result` of the JSON-RPC response `id` in `answer` (JSON, or the event stream a POST
+/// may be answered with, read until that response arrives); an error says what came instead.
+pub async fn read_result(
+    answer: http::Response<hyper::body::Incoming>,
+    id: u64,
+) -> Result<Value, String> {
+    let status = answer.status();
+    if status != http::StatusCode::OK {
+        return Err(format!("status {status}"));
+    }
+    let event_stream = super::is_event_stream(answer.headers());
+    let mut body = answer.into_body();
+    let mut received = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| format!("answer broke off: {e}"))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        received.extend_from_slice(&data);
+        if received.len() > ANSWER_LIMIT {
+            return Err(format!("answer over {ANSWER_LIMIT} bytes"));
+        }
+        // An event stream may stay open after the response: stop at the response.
+        if event_stream {
+            if let Some(found) = response_in_events(&received, id) {
+                return found;
+            }
+        }
+    }
+    if event_stream {
+        return response_in_events(&received, id)
+            .unwrap_or_else(|| Err("the event stream ended without the response".into()));
+    }
+    let message: Value =
+        serde_json::from_slice(&received).map_err(|e| format!("answer is not JSON: {e}"))?;
+    result_of(&message, id).unwrap_or_else(|| Err("the answer is not the response".into()))
+}
+
+/// The response `id` among the complete events of `stream`, if one has arrived.
+fn response_in_events(stream: &[u8], id: u64) -> Option<Result<Value, String>> {
+    let text = String::from_utf8_lossy(stream).replace("\r\n", "\n");
+    let complete = &text[..text.rfind("\n\n")?];
+    complete.split("\n\n").find_map(|event| {
+        let data: Vec<&str> = event
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(|d| d.strip_prefix(' ').unwrap_or(d))
+            .collect();
+        let message: Value = serde_json::from_str(&data.join("\n")).ok()?;
+        result_of(&message, id)
+    })
+}
+
+fn result_of(message: &Value, id: u64) -> Option<Result<Value, String>> {
+    if message.get("id").and_then(Value::as_u64) != Some(id) {
+        return None;
+    }
+    Some(match (message.get("result"), message.get("error")) {
+        (Some(result), _) => Ok(result.clone()),
+        (None, Some(error)) => Err(format!("error {error}")),
+        (None, None) => Err("a response without result or error".into()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_response_is_found_among_events() {
+        let stream = b"id: 0/1\nretry: 3000\ndata:\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{}}\n\n";
+        assert_eq!(response_in_events(stream, 2), Some(Ok(json!({}))));
+        assert_eq!(response_in_events(stream, 3), None);
+        assert_eq!(
+            response_in_events(&stream[..stream.len() - 1], 2),
+            None,
+            "incomplete"
+        );
+        let error = b"data: {\"jsonrpc\":\"2.0\",\"id\":2,\"error\":{\"code\":-32603}}\r\n\r\n";
+        assert!(response_in_events(error, 2)
+            .unwrap()
+            .unwrap_err()
+            .contains("-32603"));
+    }
+
+    #[test]
+    fn versions_from_2026_07_28_are_stateless() {
+        assert!(!is_stateless("2025-11-25"));
+        assert!(is_stateless("2026-07-28"));
+    }
+}
