@@ -1184,10 +1184,10 @@ fn mcp_option_mistakes_are_errors_at_each_value() {
             "path `mcp` must start with /",
         ),
         (
-            ("transport: SSE", "SSE"),
+            ("transport: WebSocket", "WebSocket"),
             "Backend default/tools",
             "spec.protocolOptions.mcp.transport",
-            "transport SSE (MCP 2024-11-05) is not supported yet",
+            "unknown MCP transport `WebSocket`",
         ),
         (
             ("sessionRouting: Sticky", "Sticky"),

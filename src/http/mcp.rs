@@ -17,7 +17,7 @@ use super::router::RouteEntry;
 use crate::balance::outlier::Outcome as OutlierOutcome;
 use crate::mcp::errors::ErrorScan;
 use crate::mcp::inspect::{self, Call, Mirrored, ToolPolicy};
-use crate::mcp::McpPort;
+use crate::mcp::{legacy, McpPort};
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{BackendPort, Target};
 use crate::telemetry::metrics::{BackendLabel, BackendReasonLabel};
@@ -39,7 +39,10 @@ pub(super) async fn inbound(
     mut req: Request<RequestBody>,
     outcome: &mut Outcome,
 ) -> Result<Inbound, ProxyError> {
-    let pinned = pinned_endpoint(mcp, target, req.headers_mut())?;
+    let pinned = match legacy_pinned_endpoint(mcp, target, &mut req)? {
+        Some(endpoint) => Some(endpoint),
+        None => pinned_endpoint(mcp, target, req.headers_mut())?,
+    };
     if req.method() != Method::POST {
         return Ok(Inbound::Forward(req, pinned));
     }
@@ -84,7 +87,7 @@ pub(super) async fn inbound(
             })
             .inc();
     }
-    if let Some(reply) = refused_tool_call(shared, mcp.tools.as_ref(), target, &calls) {
+    if let Some(reply) = refused_tool_call(shared, mcp, target, &calls) {
         outcome.local_error = Some("mcp_tool_denied");
         return Ok(Inbound::Reply(reply));
     }
@@ -135,11 +138,11 @@ async fn read_body(
 /// The answer to the first call of `calls` the tool policy denies, if one does.
 fn refused_tool_call(
     shared: &Shared,
-    policy: Option<&ToolPolicy>,
+    mcp: &McpPort,
     target: &Target,
     calls: &[Call],
 ) -> Option<Response<ProxyBody>> {
-    let policy = policy?;
+    let policy = mcp.tools.as_ref()?;
     let (call, tool) = calls
         .iter()
         .find_map(|c| Some((c, c.tool.as_deref().filter(|t| !policy.permits(t))?)))?;
@@ -153,7 +156,14 @@ fn refused_tool_call(
         .inc();
     // As a server answers an unknown tool: the client learns nothing about what is hidden.
     let body = inspect::denied_reply(call.id.as_ref(), tool);
-    Some(json_reply(StatusCode::OK, body, "mcp_tool_denied"))
+    // The legacy transport answers on its event stream, never on the POST: a refused POST
+    // must fail as a request, or the client would wait for an answer that never comes.
+    let status = if mcp.legacy_sse {
+        StatusCode::FORBIDDEN
+    } else {
+        StatusCode::OK
+    };
+    Some(json_reply(status, body, "mcp_tool_denied"))
 }
 
 /// A JSON-RPC message egressd answers with, marked with its `x-egressd-error` code.
@@ -198,15 +208,131 @@ fn pinned_endpoint(
             })
         }
     };
+    session_endpoint(target, addr).map(Some)
+}
+
+/// The endpoint that issued a session, if it can still take its requests.
+fn session_endpoint(target: &Target, addr: SocketAddr) -> Result<Arc<Endpoint>, ProxyError> {
     target
         .port
         .endpoints
         .routable(addr)
-        .map(Some)
         .ok_or_else(|| ProxyError::McpSessionNotFound {
-            backend: backend.clone(),
+            backend: target.backend.label.clone(),
             reason: format!("endpoint {addr} that issued it is gone, ejected or unhealthy"),
         })
+}
+
+/// For the legacy transport: the endpoint a message URL's wrapped session is pinned to, with
+/// the server's own session value put back into the query.
+fn legacy_pinned_endpoint(
+    mcp: &McpPort,
+    target: &Target,
+    req: &mut Request<RequestBody>,
+) -> Result<Option<Arc<Endpoint>>, ProxyError> {
+    if !mcp.legacy_sse {
+        return Ok(None);
+    }
+    let Some(path_and_query) = req.uri().path_and_query() else {
+        return Ok(None);
+    };
+    let backend = &target.backend.label;
+    let (addr, restored) = match legacy::unwrap_request(path_and_query.as_str(), &mcp.key, backend)
+    {
+        Ok(None) => return Ok(None),
+        Ok(Some(found)) => found,
+        Err(e) => {
+            return Err(ProxyError::McpSessionNotFound {
+                backend: backend.clone(),
+                reason: format!("the session is {}", e.as_str()),
+            })
+        }
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(
+        restored
+            .parse()
+            .map_err(|_| ProxyError::InvalidRequest("malformed MCP session query".into()))?,
+    );
+    *req.uri_mut() = http::Uri::from_parts(parts)
+        .map_err(|_| ProxyError::InvalidRequest("malformed MCP session query".into()))?;
+    session_endpoint(target, addr).map(Some)
+}
+
+/// A legacy event stream with its `endpoint` event rewritten so the client posts its messages
+/// through egressd, pinned to `endpoint` (see `mcp::legacy`).
+pub(super) fn announce_through_proxy(
+    response: Response<ProxyBody>,
+    mcp: &McpPort,
+    target: &Target,
+    endpoint: SocketAddr,
+) -> Response<ProxyBody> {
+    let key = mcp.key.clone();
+    let backend = target.backend.label.clone();
+    let rewrite: Rewrite = Box::new(move |announced: &str| {
+        legacy::rewrite_endpoint(announced, &key, &backend, endpoint)
+    });
+    response.map(|inner| {
+        ProxyBody::Stream(Box::pin(EndpointRewrite {
+            inner,
+            rewrite: legacy::EndpointEvent::new(rewrite),
+            ended: false,
+        }))
+    })
+}
+
+type Rewrite = Box<dyn FnOnce(&str) -> String + Send>;
+
+struct EndpointRewrite {
+    inner: ProxyBody,
+    rewrite: legacy::EndpointEvent<Rewrite>,
+    ended: bool,
+}
+
+impl http_body::Body for EndpointRewrite {
+    type Data = bytes::Bytes;
+    type Error = super::body::BodyError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        loop {
+            if this.ended {
+                return Poll::Ready(None);
+            }
+            if this.rewrite.done() {
+                return std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+            }
+            let frame = match std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => frame,
+                Poll::Ready(None) => {
+                    this.ended = true;
+                    let held = this.rewrite.finish();
+                    if held.is_empty() {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Ready(Some(Ok(http_body::Frame::data(held.into()))));
+                }
+                other => return other,
+            };
+            match frame.into_data() {
+                Ok(data) => {
+                    let out = this.rewrite.feed(&data);
+                    if !out.is_empty() {
+                        return Poll::Ready(Some(Ok(http_body::Frame::data(out.into()))));
+                    }
+                }
+                Err(frame) => return Poll::Ready(Some(Ok(frame))),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || (self.rewrite.done() && self.inner.is_end_stream())
+    }
 }
 
 /// A `tools/list` answer without the tools the policy denies. The body (JSON, or the event

@@ -287,7 +287,7 @@ async fn proxy(
         .port
         .mcp
         .as_deref()
-        .filter(|m| m.applies_to(upstream_req.uri().path()));
+        .filter(|m| m.applies_to(upstream_req.uri()));
     let mcp_post = mcp.is_some() && upstream_req.method() == Method::POST;
     let mut pinned = None;
     if let Some(m) = mcp {
@@ -434,9 +434,15 @@ async fn proxy(
             deadline,
             grpc.is_some(),
         );
-        return Ok(match verdict {
+        let response = match verdict {
             Some(verdict) => super::mcp::watch_errors(response, verdict),
             None => response,
+        };
+        return Ok(match mcp {
+            Some(m) if m.legacy_sse && crate::mcp::is_event_stream(response.headers()) => {
+                super::mcp::announce_through_proxy(response, m, target, endpoint.addr)
+            }
+            _ => response,
         });
     }
 }

@@ -4,6 +4,7 @@
 pub mod errors;
 pub mod health;
 pub mod inspect;
+pub mod legacy;
 pub mod session;
 
 use std::sync::Arc;
@@ -22,12 +23,17 @@ pub struct McpPort {
     pub key: Arc<SessionKey>,
     /// `tools`: which tools clients may call (None: all).
     pub tools: Option<inspect::ToolPolicy>,
+    /// `transport: SSE`: the legacy HTTP+SSE transport (2024-11-05); `path` is the event
+    /// stream's, messages go to the URL it announces (see `legacy.rs`).
+    pub legacy_sse: bool,
 }
 
 impl McpPort {
-    /// Whether `path` (without query) is the MCP endpoint.
-    pub fn applies_to(&self, path: &str) -> bool {
-        path == self.path
+    /// Whether a request to `uri` is MCP traffic: the MCP endpoint's path, or for the legacy
+    /// transport also a message URL egressd announced (a wrapped session in the query).
+    pub fn applies_to(&self, uri: &http::Uri) -> bool {
+        uri.path() == self.path
+            || (self.legacy_sse && uri.query().is_some_and(|q| q.contains(session::PREFIX)))
     }
 }
 

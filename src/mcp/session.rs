@@ -16,7 +16,8 @@ use std::path::Path;
 use aws_lc_rs::hmac;
 use data_encoding::BASE64URL_NOPAD;
 
-const PREFIX: &str = "egd1.";
+/// What every id egressd wraps starts with.
+pub const PREFIX: &str = "egd1.";
 /// MAC bytes kept (128 bits: forging one takes 2^128 tries).
 const MAC_LEN: usize = 16;
 

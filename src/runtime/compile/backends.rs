@@ -606,14 +606,11 @@ fn compile_mcp(
             "e.g. /mcp",
         );
     }
+    let mut legacy_sse = false;
     if let Some(t) = m.and_then(|m| m.transport.as_ref()) {
         match t.value.as_str() {
             "StreamableHTTP" => {}
-            "SSE" => cx.not_yet(
-                at(file, id, t.pos, sub("transport")),
-                "transport SSE (MCP 2024-11-05)",
-                "",
-            ),
+            "SSE" => legacy_sse = true,
             other => cx.error(
                 at(file, id, t.pos, sub("transport")),
                 format!("unknown MCP transport `{other}`"),
@@ -634,8 +631,14 @@ fn compile_mcp(
             true
         }
     };
+    let default_path = if legacy_sse {
+        crate::mcp::legacy::DEFAULT_PATH
+    } else {
+        "/mcp"
+    };
     Some(Arc::new(crate::mcp::McpPort {
-        path: path.map_or_else(|| "/mcp".to_owned(), |p| p.value.clone()),
+        legacy_sse,
+        path: path.map_or_else(|| default_path.to_owned(), |p| p.value.clone()),
         version: m.and_then(|m| m.version.as_ref()).map(|v| v.value.clone()),
         stateful,
         key: settings.mcp_session_key.clone(),
