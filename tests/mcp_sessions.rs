@@ -14,6 +14,7 @@ use common::outlier::free_port;
 use common::proxy::{fetch, preamble_with, request, Response, TestProxy};
 use common::upstream::{full, Upstream};
 use http_body_util::Full;
+use tokio::sync::mpsc;
 
 const HOST: &str = "mcp.test";
 
@@ -464,4 +465,141 @@ async fn json_rpc_internal_errors_inside_200_eject_the_endpoint() {
             .is_some_and(|d| d.contains("-32603")),
         "{last}"
     );
+}
+
+/// The statuses MCP servers answer with reach the client unchanged (never replaced by an
+/// egressd error), and the headers MCP relies on pass both ways.
+#[tokio::test]
+async fn mcp_statuses_and_headers_pass_through_unchanged() {
+    let port = free_port();
+    let addr = SocketAddr::new([127, 0, 0, 1].into(), port);
+    let a = Upstream::start_on_with(
+        addr,
+        |req: http::Request<hyper::body::Incoming>| async move {
+            let status: u16 = req.headers()["x-answer-status"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            http::Response::builder()
+                .status(status)
+                .header(
+                    "www-authenticate",
+                    r#"Bearer resource_metadata="https://x/.well-known""#,
+                )
+                .header("mcp-session-id", "server-session")
+                .body(full(format!("answered {status}")))
+                .unwrap()
+        },
+    )
+    .await;
+    let proxy = TestProxy::start(&config(&[a.addr], "sessionRouting: Stateless", "")).await;
+    for status in [202u16, 400, 403, 404, 405, 406, 413, 421] {
+        let r = post(
+            &proxy,
+            Some("client-session"),
+            &[
+                ("x-answer-status", &status.to_string()),
+                ("last-event-id", "7/1"),
+                ("origin", "https://app.example"),
+                ("authorization", "Bearer t0ken"),
+            ],
+        )
+        .await;
+        assert_eq!(r.status.as_u16(), status, "{}", r.text());
+        assert_eq!(r.error_code(), None);
+        assert_eq!(r.text(), format!("answered {status}"));
+        assert!(r.header("www-authenticate").unwrap().starts_with("Bearer "));
+        assert_eq!(r.header("mcp-session-id"), Some("server-session"));
+        let seen = a.last_request().headers;
+        for (name, value) in [
+            ("mcp-session-id", "client-session"),
+            ("last-event-id", "7/1"),
+            ("origin", "https://app.example"),
+            ("authorization", "Bearer t0ken"),
+            ("accept", "application/json, text/event-stream"),
+        ] {
+            assert_eq!(seen[name], value, "{name}");
+        }
+    }
+}
+
+/// An event stream's bytes pass untouched (`id:`, `retry:`, comments; no compression, no
+/// length added), and a client that goes away ends the upstream stream at once: the server
+/// sees its response body dropped.
+#[tokio::test]
+async fn a_client_that_goes_away_ends_the_upstream_stream() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let port = free_port();
+    let addr = SocketAddr::new([127, 0, 0, 1].into(), port);
+    let (dropped_tx, mut dropped) = mpsc::unbounded_channel::<()>();
+    struct OnDrop(mpsc::UnboundedSender<()>);
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+    const FIRST: &str = "id: 0/1\nretry: 3000\ndata:\n\n: keep-alive comment\n\n";
+    let a = Upstream::start_on_with(addr, move |_req| {
+        let guard = OnDrop(dropped_tx.clone());
+        async move {
+            // The first events, then nothing: a tool still working. The guard lives as long
+            // as the body.
+            use futures_util::StreamExt;
+            let first = futures_util::stream::once(async {
+                Ok::<_, std::io::Error>(hyper::body::Frame::data(Bytes::from_static(
+                    FIRST.as_bytes(),
+                )))
+            });
+            let events = first
+                .chain(futures_util::stream::pending())
+                .map(move |frame| {
+                    let _alive = &guard;
+                    frame
+                });
+            let body = http_body_util::StreamBody::new(events);
+            http::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(http_body_util::BodyExt::boxed(body))
+                .unwrap()
+        }
+    })
+    .await;
+    let proxy = TestProxy::start(&config(&[a.addr], "sessionRouting: Stateless", "")).await;
+    let mut client = tokio::net::TcpStream::connect(proxy.http()).await.unwrap();
+    let message = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}"#;
+    client
+        .write_all(
+            format!(
+                "POST /mcp HTTP/1.1\r\nhost: {HOST}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\naccept-encoding: gzip\r\ncontent-length: {}\r\n\r\n{message}",
+                message.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&received).contains("keep-alive comment\n\n") {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), client.read(&mut buf))
+            .await
+            .expect("the first events within 5 s")
+            .unwrap();
+        assert!(n > 0, "stream ended early");
+        received.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&received).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let head = head.to_ascii_lowercase();
+    assert!(
+        !head.contains("content-encoding") && !head.contains("content-length"),
+        "{head}"
+    );
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    assert!(body.contains(FIRST), "bytes untouched: {body:?}");
+
+    drop(client);
+    tokio::time::timeout(std::time::Duration::from_secs(5), dropped.recv())
+        .await
+        .expect("the upstream stream ended within 5 s of the client leaving");
 }
