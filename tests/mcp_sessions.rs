@@ -21,7 +21,7 @@ const HOST: &str = "mcp.test";
 /// A stateful "MCP server" on 127.0.0.`n`:`port` named `name`: a POST without a session id
 /// (initialize) gets a new one in `Mcp-Session-Id`; a request with a session it issued is
 /// answered with its name; any other session id gets 404. `GET` with a session answers an
-/// event stream.
+/// event stream; `DELETE` ends the session.
 async fn server(n: u8, port: u16, name: &'static str) -> Upstream {
     let issued = Arc::new(Mutex::new(HashSet::new()));
     let addr = SocketAddr::new([127, 0, 0, n].into(), port);
@@ -44,7 +44,10 @@ async fn server(n: u8, port: u16, name: &'static str) -> Upstream {
                         .body(full(format!(r#"{{"server":"{name}"}}"#)))
                 }
                 Some(id) if issued.lock().unwrap().contains(&id) => {
-                    if req.method() == http::Method::GET {
+                    if req.method() == http::Method::DELETE {
+                        issued.lock().unwrap().remove(&id);
+                        builder.body(full("session ended"))
+                    } else if req.method() == http::Method::GET {
                         builder
                             .header("content-type", "text/event-stream")
                             .body(full(format!("data: {name}\n\n")))
@@ -602,4 +605,37 @@ async fn a_client_that_goes_away_ends_the_upstream_stream() {
     tokio::time::timeout(std::time::Duration::from_secs(5), dropped.recv())
         .await
         .expect("the upstream stream ended within 5 s of the client leaving");
+}
+
+/// `DELETE` reaches the endpoint that issued the session and ends it there: the session's next
+/// request gets the server's own 404 (not egressd's), so the client starts a new one.
+#[tokio::test]
+async fn delete_ends_the_session_on_its_endpoint() {
+    let port = free_port();
+    let a = server(1, port, "a").await;
+    let b = server(2, port, "b").await;
+    let proxy = TestProxy::start(&config(&[a.addr, b.addr], "", "")).await;
+    let (id, init) = initialize(&proxy).await;
+    let name = if init.contains("\"a\"") { "a" } else { "b" };
+    let delete = request("DELETE", HOST, "/mcp")
+        .header("mcp-session-id", &id)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let r = fetch(proxy.http(), delete).await;
+    assert_eq!(
+        (r.status.as_u16(), r.text()),
+        (200, "session ended".to_owned())
+    );
+    for _ in 0..2 {
+        let r = post(&proxy, Some(&id), &[]).await;
+        assert_eq!(r.status, 404);
+        assert_eq!(r.error_code(), None, "the server's own answer");
+        assert_eq!(r.text(), "unknown session");
+    }
+    let issuer = if name == "a" { &a } else { &b };
+    assert_eq!(
+        issuer.request_count(),
+        4,
+        "initialize, DELETE and both POSTs"
+    );
 }
