@@ -521,3 +521,91 @@ async fn a_stateless_mcp_health_check_is_one_ping() {
     assert_eq!(first.headers["mcp-protocol-version"], "2026-07-28");
     assert_eq!(mcp.sessions_initialized(), 0);
 }
+
+/// A TCP balancer in front of egressd replicas (as a Kubernetes Service is): each new
+/// connection goes to the next replica in turn.
+async fn round_robin_tcp(replicas: Vec<SocketAddr>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut next = 0;
+        while let Ok((mut client, _)) = listener.accept().await {
+            let replica = replicas[next % replicas.len()];
+            next += 1;
+            tokio::spawn(async move {
+                if let Ok(mut upstream) = tokio::net::TcpStream::connect(replica).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Two egressd replicas sharing the session key file behind a TCP balancer; the rmcp client
+/// opens a new connection for every request, so its requests alternate between the replicas,
+/// and every one of them still reaches the endpoint that issued the session.
+#[tokio::test]
+async fn a_session_works_through_replicas_sharing_the_key() {
+    let port = free_port();
+    let a = McpServer::start(1, port, McpServerOptions::default()).await;
+    let b = McpServer::start(2, port, McpServerOptions::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("mcp-session.key");
+    std::fs::write(
+        &key,
+        "a key of more than thirty-two bytes, shared by replicas",
+    )
+    .unwrap();
+    let spec = format!("  mcp: {{sessionKeyFile: {}}}\n", key.display());
+    let yaml = config_with(&[a.addr, b.addr], "MCP\n", &spec);
+    let one = TestProxy::start(&yaml).await;
+    let two = TestProxy::start(&yaml).await;
+    let front = round_robin_tcp(vec![one.http(), two.http()]).await;
+
+    let client = McpClient::connect_via_fresh_connections(front, HOST)
+        .await
+        .expect("initialize through the replicas");
+    let whoami = client
+        .call_text("whoami", serde_json::json!({}))
+        .await
+        .unwrap();
+    for n in 1..=6 {
+        let counted = client
+            .call_text("count", serde_json::json!({}))
+            .await
+            .unwrap();
+        assert_eq!(counted, n.to_string());
+        assert_eq!(
+            client
+                .call_text("whoami", serde_json::json!({}))
+                .await
+                .unwrap(),
+            whoami
+        );
+    }
+    let served = |p: &TestProxy| p.egressd().shared().metrics.requests.get();
+    assert!(
+        served(&one) >= 3 && served(&two) >= 3,
+        "both replicas served the session"
+    );
+    assert_eq!(a.sessions_initialized() + b.sessions_initialized(), 1);
+}
+
+/// A server that speaks another protocol version than the Backend's `version`: the rmcp
+/// client's first request after `initialize` carries the negotiated version, gets 400 from
+/// egressd, and the session fails at once instead of misbehaving later.
+#[tokio::test]
+async fn a_protocol_version_mismatch_fails_the_rmcp_session_with_400() {
+    let server = McpServer::start(1, 0, McpServerOptions::default()).await;
+    let protocol = "MCP\n  protocolOptions:\n    mcp: {version: \"2025-03-26\"}\n";
+    let proxy = TestProxy::start(&config_speaking(&[server.addr], protocol)).await;
+    let connected = McpClient::connect_via(proxy.http(), HOST).await;
+    assert!(connected.is_err(), "the session must not start");
+    let seen = server.requests();
+    assert_eq!(
+        seen.len(),
+        1,
+        "only initialize (which has no version header) got through: {seen:?}"
+    );
+}

@@ -471,6 +471,20 @@ impl McpClient {
         Self::connect_with(via_client(via, host), &url).await
     }
 
+    /// [`Self::connect_via`] with a new TCP connection for every request (no pooling), as
+    /// requests spread over proxy replicas behind a TCP balancer.
+    pub async fn connect_via_fresh_connections(
+        via: SocketAddr,
+        host: &str,
+    ) -> Result<McpClient, rmcp::service::ClientInitializeError> {
+        let http = reqwest::Client::builder()
+            .resolve(host, via)
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("reqwest client");
+        Self::connect_with(http, &format!("http://{host}:{}{PATH}", via.port())).await
+    }
+
     /// [`Self::connect_via`] speaking the stateless protocol 2026-07-28: `server/discover`
     /// instead of a session, each request self-contained, `Mcp-Method` / `Mcp-Name` headers.
     pub async fn connect_stateless_via(
