@@ -273,6 +273,11 @@ async fn a_denied_tool_call_gets_a_json_rpc_error_and_never_reaches_the_server()
     );
     assert!(metrics
         .contains(r#"egressd_mcp_requests_total{backend="default/tools",reason="tools/call"} 4"#));
+    for tool in ["read_secrets", "delete_everything", "read_file", "search"] {
+        let series =
+            format!(r#"egressd_mcp_tool_calls_total{{backend="default/tools",tool="{tool}"}} 1"#);
+        assert!(metrics.contains(&series), "{series} in {metrics}");
+    }
 }
 
 #[tokio::test]

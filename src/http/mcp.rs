@@ -86,6 +86,9 @@ pub(super) async fn inbound(
                 reason: method,
             })
             .inc();
+        if let Some(tool) = &call.tool {
+            shared.metrics.mcp_tool_call(backend, tool);
+        }
     }
     if let Some(reply) = refused_tool_call(shared, mcp, target, &calls) {
         outcome.local_error = Some("mcp_tool_denied");

@@ -41,6 +41,16 @@ pub struct BackendReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendToolLabel {
+    pub backend: String,
+    pub tool: String,
+}
+
+/// How many distinct MCP tool names get a label of their own; later ones count as `other`.
+/// Tool names come from servers (and clients), so the label set needs a bound.
+pub const MCP_TOOL_LABELS: usize = 256;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DetectionLabel {
     pub backend: String,
     pub reason: &'static str,
@@ -78,6 +88,9 @@ pub struct Metrics {
     /// MCP requests by Backend and JSON-RPC method (`reason` holds the method label).
     pub mcp_requests: Family<BackendReasonLabel, Counter>,
     pub mcp_tools_denied: Family<BackendLabel, Counter>,
+    pub mcp_tool_calls: Family<BackendToolLabel, Counter>,
+    /// The tool names labelled so far (at most [`MCP_TOOL_LABELS`]).
+    mcp_tool_names: std::sync::Mutex<std::collections::HashSet<String>>,
     pub retries: Family<BackendLabel, Counter>,
     pub health_checks: Family<BackendResultLabel, Counter>,
 }
@@ -189,6 +202,12 @@ impl Default for Metrics {
             "tools/call requests refused by a Backend's tool policy",
             mcp_tools_denied.clone(),
         );
+        let mcp_tool_calls = Family::<BackendToolLabel, Counter>::default();
+        registry.register(
+            "mcp_tool_calls",
+            "tools/call requests egressd inspected, by Backend and tool (the first 256 tool names; later ones as other)",
+            mcp_tool_calls.clone(),
+        );
         let retries = Family::<BackendLabel, Counter>::default();
         registry.register(
             "upstream_retries",
@@ -208,6 +227,8 @@ impl Default for Metrics {
             overflows,
             mcp_requests,
             mcp_tools_denied,
+            mcp_tool_calls,
+            mcp_tool_names: Default::default(),
             retries,
             websockets_active,
             websocket_bytes,
@@ -228,6 +249,29 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts an inspected `tools/call` of `tool` (labelled `other` once [`MCP_TOOL_LABELS`]
+    /// names are in use).
+    pub fn mcp_tool_call(&self, backend: &str, tool: &str) {
+        let tool = {
+            let mut names = self
+                .mcp_tool_names
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if names.contains(tool) || names.len() < MCP_TOOL_LABELS {
+                names.insert(tool.to_owned());
+                tool.to_owned()
+            } else {
+                "other".to_owned()
+            }
+        };
+        self.mcp_tool_calls
+            .get_or_create(&BackendToolLabel {
+                backend: backend.to_owned(),
+                tool,
+            })
+            .inc();
+    }
+
     /// Counts a request or retry a circuit breaker turned away (`reason` is the limit).
     pub fn overflow(&self, backend: &str, limit: crate::upstream::breaker::Limit) {
         self.overflows
