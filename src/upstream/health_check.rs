@@ -386,59 +386,13 @@ async fn http_check(
     check: &HttpCheck,
     plan: &CheckPlan,
 ) -> Result<(), CheckError> {
-    let host = match &plan.host {
-        Some(host) => host.clone(),
-        None => {
-            HeaderValue::from_str(&addr.to_string()).map_err(|e| CheckError::Build(e.into()))?
-        }
-    };
-    let request = |absolute: bool| {
-        let mut builder = http::Request::builder()
-            .method(check.method.clone())
-            .header(USER_AGENT, "egressd-health-check");
-        builder = if absolute {
-            // HTTP/2 carries the target in :scheme/:authority/:path (RFC 9113 §8.3.1).
-            let scheme = match plan.transport {
-                Transport::Plain => "http",
-                Transport::Tls(_) => "https",
-            };
-            let authority = host.to_str().unwrap_or_default();
-            builder.uri(format!("{scheme}://{authority}{}", check.path))
-        } else {
-            builder.uri(check.path.as_str()).header(HOST, host.clone())
-        };
-        builder.body(RequestBody::Empty).map_err(CheckError::Build)
-    };
-    // Not counted against circuitBreaker.maxConnections: a check must not wait behind traffic.
-    let connection = connect_http(
-        addr,
-        timeout,
-        &plan.transport,
-        plan.wire,
-        &plan.http2,
-        None,
-        None,
-    )
-    .await?;
-    let status = match connection {
-        HttpConnection::Http1(mut sender) => {
-            sender.ready().await.map_err(CheckError::Request)?;
-            sender
-                .send_request(request(false)?)
-                .await
-                .map_err(CheckError::Request)?
-                .status()
-        }
-        HttpConnection::Http2(conn) => {
-            let stream = Arc::new(conn).try_claim().ok_or(CheckError::NoStream)?;
-            stream
-                .sender()
-                .send_request(request(true)?)
-                .await
-                .map_err(CheckError::Request)?
-                .status()
-        }
-    };
+    let host = check_host(addr, plan)?;
+    let mut connection = CheckConnection::open(addr, timeout, plan).await?;
+    let request = http::Request::builder().method(check.method.clone());
+    let status = connection
+        .send(request, &check.path, &host, plan, RequestBody::Empty)
+        .await?
+        .status();
     // The body is not read: dropping the response and the connection's last sender closes it.
     if check.expected_statuses.contains(&status.as_u16()) {
         Ok(())
