@@ -44,13 +44,7 @@ async fn harness_talks_mcp_directly() {
     let client = McpClient::connect(&format!("http://{}{PATH}", server.addr))
         .await
         .expect("initialize");
-    assert_eq!(
-        client
-            .call_text("whoami", serde_json::json!({}))
-            .await
-            .unwrap(),
-        server.identity()
-    );
+    assert_eq!(client.whoami().await, server.identity());
     assert_eq!(server.sessions_initialized(), 1);
     client.close().await;
 }
@@ -67,13 +61,7 @@ async fn initialize_list_and_call_a_tool_through_egressd() {
     tools.sort();
     assert_eq!(tools, ["count", "echo", "slow_progress", "whoami"]);
 
-    assert_eq!(
-        client
-            .call_text("whoami", serde_json::json!({}))
-            .await
-            .unwrap(),
-        server.identity()
-    );
+    assert_eq!(client.whoami().await, server.identity());
     assert_eq!(
         client
             .call_text("echo", serde_json::json!({"text": "through egressd"}))
@@ -82,13 +70,7 @@ async fn initialize_list_and_call_a_tool_through_egressd() {
         "through egressd"
     );
     for expected in ["1", "2", "3"] {
-        assert_eq!(
-            client
-                .call_text("count", serde_json::json!({}))
-                .await
-                .unwrap(),
-            expected
-        );
+        assert_eq!(client.count().await, expected);
     }
 
     assert_eq!(server.sessions_initialized(), 1);
@@ -182,25 +164,10 @@ async fn a_session_stays_on_the_endpoint_that_issued_it() {
         let client = McpClient::connect_via(proxy.http(), HOST)
             .await
             .expect("initialize through egressd");
-        let whoami = client
-            .call_text("whoami", serde_json::json!({}))
-            .await
-            .unwrap();
+        let whoami = client.whoami().await;
         for expected in 1..=6 {
-            assert_eq!(
-                client
-                    .call_text("count", serde_json::json!({}))
-                    .await
-                    .unwrap(),
-                expected.to_string()
-            );
-            assert_eq!(
-                client
-                    .call_text("whoami", serde_json::json!({}))
-                    .await
-                    .unwrap(),
-                whoami
-            );
+            assert_eq!(client.count().await, expected.to_string());
+            assert_eq!(client.whoami().await, whoami);
         }
         client.close().await;
     }
@@ -283,12 +250,7 @@ async fn the_stateless_protocol_balances_every_request() {
         .expect("server/discover through egressd");
     let mut answers = Vec::new();
     for _ in 0..6 {
-        answers.push(
-            client
-                .call_text("whoami", serde_json::json!({}))
-                .await
-                .unwrap(),
-        );
+        answers.push(client.whoami().await);
     }
     for server in [&a, &b] {
         let served = answers.iter().filter(|w| **w == server.identity()).count();
@@ -357,11 +319,9 @@ async fn a_stream_the_server_closes_is_resumed_with_last_event_id() {
     client.close().await;
 }
 
-/// egressd restarts (a new process would generate a new key: the session key file is what
-/// makes sessions outlive it) on the same address; the client's session goes on, on the
-/// endpoint that issued it, its per-session counter intact.
-#[tokio::test]
-async fn a_session_keeps_working_after_egressd_restarts() {
+/// Two rmcp servers on 127.0.0.1 and .2 (one port) and a `protocol: MCP` config for them whose
+/// ProxyConfig names a session key file (in the returned directory, kept while it lives).
+async fn two_servers_with_key_file() -> (McpServer, McpServer, tempfile::TempDir, String) {
     let port = free_port();
     let a = McpServer::start(1, port, McpServerOptions::default()).await;
     let b = McpServer::start(2, port, McpServerOptions::default()).await;
@@ -369,23 +329,29 @@ async fn a_session_keeps_working_after_egressd_restarts() {
     let key = dir.path().join("mcp-session.key");
     std::fs::write(
         &key,
-        "a key of more than thirty-two bytes, kept across restarts",
+        "a key of more than thirty-two bytes, shared by egressds",
     )
     .unwrap();
     let spec = format!("  mcp: {{sessionKeyFile: {}}}\n", key.display());
+    let yaml = config_with(&[a.addr, b.addr], "MCP\n", &spec);
+    (a, b, dir, yaml)
+}
+
+/// egressd restarts (a new process would generate a new key: the session key file is what
+/// makes sessions outlive it) on the same address; the client's session goes on, on the
+/// endpoint that issued it, its per-session counter intact.
+#[tokio::test]
+async fn a_session_keeps_working_after_egressd_restarts() {
+    let (a, b, _key_dir, yaml) = two_servers_with_key_file().await;
     let listen = free_port();
-    let yaml = config_with(&[a.addr, b.addr], "MCP\n", &spec)
-        .replace("port: 0", &format!("port: {listen}"));
+    let yaml = yaml.replace("port: 0", &format!("port: {listen}"));
 
     let before = TestProxy::start(&yaml).await;
     let client = McpClient::connect_via(before.http(), HOST)
         .await
         .expect("initialize through egressd");
     for n in 1..=3 {
-        let counted = client
-            .call_text("count", serde_json::json!({}))
-            .await
-            .unwrap();
+        let counted = client.count().await;
         assert_eq!(counted, n.to_string());
     }
     // The client's GET stream is still open: cut at the drain timeout, as in any restart.
@@ -486,13 +452,7 @@ async fn mcp_health_checks_ping_and_leave_no_session_behind() {
         .await
         .expect("initialize");
     for _ in 0..4 {
-        assert_eq!(
-            client
-                .call_text("whoami", serde_json::json!({}))
-                .await
-                .unwrap(),
-            mcp.identity()
-        );
+        assert_eq!(client.whoami().await, mcp.identity());
     }
     // Only checks reach the server that is not MCP (one every 100 ms at most).
     assert!(
@@ -547,18 +507,7 @@ async fn round_robin_tcp(replicas: Vec<SocketAddr>) -> SocketAddr {
 /// and every one of them still reaches the endpoint that issued the session.
 #[tokio::test]
 async fn a_session_works_through_replicas_sharing_the_key() {
-    let port = free_port();
-    let a = McpServer::start(1, port, McpServerOptions::default()).await;
-    let b = McpServer::start(2, port, McpServerOptions::default()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("mcp-session.key");
-    std::fs::write(
-        &key,
-        "a key of more than thirty-two bytes, shared by replicas",
-    )
-    .unwrap();
-    let spec = format!("  mcp: {{sessionKeyFile: {}}}\n", key.display());
-    let yaml = config_with(&[a.addr, b.addr], "MCP\n", &spec);
+    let (a, b, _key_dir, yaml) = two_servers_with_key_file().await;
     let one = TestProxy::start(&yaml).await;
     let two = TestProxy::start(&yaml).await;
     let front = round_robin_tcp(vec![one.http(), two.http()]).await;
@@ -566,23 +515,11 @@ async fn a_session_works_through_replicas_sharing_the_key() {
     let client = McpClient::connect_via_fresh_connections(front, HOST)
         .await
         .expect("initialize through the replicas");
-    let whoami = client
-        .call_text("whoami", serde_json::json!({}))
-        .await
-        .unwrap();
+    let whoami = client.whoami().await;
     for n in 1..=6 {
-        let counted = client
-            .call_text("count", serde_json::json!({}))
-            .await
-            .unwrap();
+        let counted = client.count().await;
         assert_eq!(counted, n.to_string());
-        assert_eq!(
-            client
-                .call_text("whoami", serde_json::json!({}))
-                .await
-                .unwrap(),
-            whoami
-        );
+        assert_eq!(client.whoami().await, whoami);
     }
     let served = |p: &TestProxy| p.egressd().shared().metrics.requests.get();
     assert!(

@@ -561,6 +561,20 @@ impl McpClient {
             .join(""))
     }
 
+    /// What the `whoami` tool answers (panics on failure).
+    pub async fn whoami(&self) -> String {
+        self.call_text("whoami", serde_json::json!({}))
+            .await
+            .expect("whoami")
+    }
+
+    /// The session's next `count` (panics on failure).
+    pub async fn count(&self) -> String {
+        self.call_text("count", serde_json::json!({}))
+            .await
+            .expect("count")
+    }
+
     /// Progress notifications received so far (each once).
     pub fn take_progress(&mut self) -> Vec<Progress> {
         let mut all = Vec::new();
