@@ -8,7 +8,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use common::dns::TestDns;
-use common::proxy::{eventually, TestProxy};
+use common::proxy::{eventually, get, TestProxy};
 use common::tls::{passthrough_rejected, San, TestCa, TlsOptions, TlsUpstream};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
@@ -152,6 +152,13 @@ async fn unknown_sni_is_closed_and_counted() {
         .await
     );
     assert_eq!(s.upstream.hellos().len(), 0);
+    // The audit lists it, with the Passthrough Backend that would allow it.
+    let listed = get(s.proxy.admin, "admin", "/blocked").await.text();
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let entry = &listed["blocked"][0];
+    assert_eq!(entry["host"], "elsewhere.pass.test");
+    assert_eq!(entry["via"], "tls-passthrough");
+    assert!(entry["backend"].as_str().unwrap().contains("mode: Passthrough"));
 }
 
 #[tokio::test]

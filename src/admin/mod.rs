@@ -9,6 +9,7 @@
 //! | `/status` | last reload result, generation, listeners, every object's conditions |
 //! | `/metrics` (`/stats/prometheus`) | Prometheus metrics |
 //! | `/endpoints` | per Backend port and endpoint: health, ejection (time left, multiplier), requests in flight, connections |
+//! | `/blocked` | destinations refused because nothing declares them, with a Backend for each (`?format=yaml`) |
 
 mod endpoints;
 mod redact;
@@ -98,6 +99,7 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         "/config" | "/config_dump" => json(&redact::config_dump(&shared.snapshot.load().config)),
         "/status" => json(&status(shared)),
         "/endpoints" | "/clusters" => json(&endpoints::endpoints(&shared.snapshot.load())),
+        "/blocked" => blocked(shared, req.uri().query()),
         "/metrics" | "/stats/prometheus" => {
             let mut r = text(StatusCode::OK, &shared.metrics.encode());
             r.headers_mut().insert(
@@ -110,13 +112,34 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         }
         "/" => text(
             StatusCode::OK,
-            "egressd admin: /ready /healthz /config /status /endpoints /metrics\n",
+            "egressd admin: /ready /healthz /config /status /endpoints /blocked /metrics\n",
         ),
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found; try /ready /healthz /config /status /endpoints /metrics\n",
+            "not found; try /ready /healthz /config /status /endpoints /blocked /metrics\n",
         ),
     }
+}
+
+/// `/blocked`: destinations refused because nothing declares them, the most recent first,
+/// each with a Backend that would allow it; `?format=yaml`: just those Backends, one YAML
+/// document each, ready for the config directory.
+fn blocked(shared: &Shared, query: Option<&str>) -> Response<Full<Bytes>> {
+    let list = shared.blocked_destinations.list();
+    if query.is_some_and(|q| q.split('&').any(|p| p == "format=yaml")) {
+        let docs: Vec<String> = list.iter().map(|b| b.backend_yaml()).collect();
+        let mut r = text(StatusCode::OK, &docs.join("---\n"));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/yaml"),
+        );
+        return r;
+    }
+    let entries: Vec<serde_json::Value> = list.iter().map(|b| b.to_json()).collect();
+    json(&serde_json::json!({
+        "capacity": crate::telemetry::blocked::CAPACITY,
+        "blocked": entries,
+    }))
 }
 
 fn status(shared: &Shared) -> serde_json::Value {

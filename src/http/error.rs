@@ -19,8 +19,12 @@ pub const ERROR_HEADER: &str = "x-egressd-error";
 pub enum ProxyError {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
-    #[error("destination {host} is not allowed: no Backend or route declares it")]
-    DestinationNotAllowed { host: String },
+    #[error("destination {host}{} is not allowed: no Backend or route declares it", shown_port(*via, *port))]
+    DestinationNotAllowed {
+        host: String,
+        port: u16,
+        via: crate::telemetry::blocked::Via,
+    },
     #[error("port {port} of {host} is not allowed: Backend {backend} declares ports {ports}")]
     PortNotAllowed {
         host: String,
@@ -101,6 +105,14 @@ pub enum ProxyError {
     NotSupported(&'static str),
     #[error("this listener is being removed; retry the request")]
     ListenerGone,
+}
+
+/// A CONNECT names its port; a plain request's port is usually the scheme's.
+fn shown_port(via: crate::telemetry::blocked::Via, port: u16) -> String {
+    match via {
+        crate::telemetry::blocked::Via::Http => String::new(),
+        _ => format!(":{port}"),
+    }
 }
 
 impl ProxyError {

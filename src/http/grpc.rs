@@ -211,6 +211,8 @@ mod tests {
     fn local_replies_are_trailers_only_with_status() {
         let err = ProxyError::DestinationNotAllowed {
             host: "x.test".into(),
+            port: 80,
+            via: crate::telemetry::blocked::Via::Http,
         };
         let reply = local_reply(&err);
         assert_eq!(reply.status(), 200);

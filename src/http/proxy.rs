@@ -147,6 +147,9 @@ pub async fn handle(
                 if let ProxyError::Overflow { backend, limit, .. } = &err {
                     shared.metrics.overflow(backend, *limit);
                 }
+                if let ProxyError::DestinationNotAllowed { host, port, via } = &err {
+                    shared.blocked(host, *port, *via);
+                }
                 let cause = err.cause();
                 if let Some(cause) = cause {
                     shared
@@ -253,6 +256,8 @@ async fn proxy(
             None => {
                 return Err(ProxyError::DestinationNotAllowed {
                     host: dest.host().to_owned(),
+                    port: dest.port.unwrap_or(dest.scheme_default_port),
+                    via: crate::telemetry::blocked::Via::Http,
                 })
             }
         },
@@ -577,7 +582,9 @@ async fn tunnel(
         router
             .tunnel(dest.host(), port)
             .ok_or_else(|| ProxyError::DestinationNotAllowed {
-                host: format!("{}:{port}", dest.host()),
+                host: dest.host().to_owned(),
+                port,
+                via: crate::telemetry::blocked::Via::Connect,
             })?;
     outcome.backend = Some(target.backend.label.clone());
     // A tunnel has no request headers of its own to hash: only SourceIP applies.

@@ -53,13 +53,15 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
             return refuse(shared, info, "no_backend", &why, Some(&sni));
         }
         SniDecision::NotAllowed => {
+            // The Backend that would allow it: its TLS on 443, passed through.
+            shared.blocked(&sni, 443, crate::telemetry::blocked::Via::TlsPassthrough);
             return refuse(
                 shared,
                 info,
                 "destination_not_allowed",
                 "no TLSRoute or Passthrough Backend for this SNI",
                 Some(&sni),
-            )
+            );
         }
     };
     let group = &target.port.endpoints;

@@ -40,6 +40,8 @@ pub struct Shared {
     pub snapshot: ArcSwap<Snapshot>,
     pub access_log: AccessLog,
     pub metrics: Metrics,
+    /// Destinations refused because nothing declares them (admin `/blocked`).
+    pub blocked_destinations: crate::telemetry::blocked::BlockedDestinations,
     draining: AtomicBool,
     pub reload_status: Mutex<ReloadStatus>,
     /// Bound listener addresses by key (ports may be ephemeral), for `/status` and tests.
@@ -52,6 +54,7 @@ impl Default for Shared {
             snapshot: ArcSwap::from_pointee(Snapshot::empty()),
             access_log: AccessLog::default(),
             metrics: Metrics::default(),
+            blocked_destinations: Default::default(),
             draining: AtomicBool::new(false),
             reload_status: Mutex::new(ReloadStatus {
                 result: "pending",
@@ -65,6 +68,19 @@ impl Default for Shared {
 impl Shared {
     pub fn new() -> Arc<Self> {
         Arc::new(Shared::default())
+    }
+
+    /// Records a destination refused because nothing declares it: the audit list, the
+    /// metric (host labels capped), and a log line naming it.
+    pub fn blocked(&self, host: &str, port: u16, via: crate::telemetry::blocked::Via) {
+        self.blocked_destinations.record(host, port, via);
+        self.metrics.blocked(host);
+        tracing::debug!(
+            host,
+            port,
+            via = via.as_str(),
+            "blocked: no Backend declares this destination"
+        );
     }
 
     /// Ready: a config serves and we are not draining.

@@ -46,9 +46,34 @@ pub struct BackendToolLabel {
     pub tool: String,
 }
 
-/// How many distinct MCP tool names get a label of their own; later ones count as `other`.
-/// Tool names come from servers (and clients), so the label set needs a bound.
-pub const MCP_TOOL_LABELS: usize = 256;
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostLabel {
+    pub host: String,
+}
+
+/// How many distinct values a label taken from traffic (MCP tool names, blocked hosts) may
+/// have; later ones count as `other`, so clients cannot grow the label set without bound.
+pub const TRAFFIC_LABELS: usize = 256;
+
+/// The values a traffic-derived label has taken so far (at most [`TRAFFIC_LABELS`]).
+#[derive(Debug, Default)]
+struct CappedLabel(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl CappedLabel {
+    /// `value` itself while there is room (or it already has a series), else `other`.
+    fn label(&self, value: &str) -> String {
+        let mut seen = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.contains(value) || seen.len() < TRAFFIC_LABELS {
+            seen.insert(value.to_owned());
+            value.to_owned()
+        } else {
+            "other".to_owned()
+        }
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DetectionLabel {
@@ -89,8 +114,9 @@ pub struct Metrics {
     pub mcp_requests: Family<BackendReasonLabel, Counter>,
     pub mcp_tools_denied: Family<BackendLabel, Counter>,
     pub mcp_tool_calls: Family<BackendToolLabel, Counter>,
-    /// The tool names labelled so far (at most [`MCP_TOOL_LABELS`]).
-    mcp_tool_names: std::sync::Mutex<std::collections::HashSet<String>>,
+    mcp_tool_names: CappedLabel,
+    pub blocked: Family<HostLabel, Counter>,
+    blocked_hosts: CappedLabel,
     pub retries: Family<BackendLabel, Counter>,
     pub health_checks: Family<BackendResultLabel, Counter>,
 }
@@ -208,6 +234,12 @@ impl Default for Metrics {
             "tools/call requests egressd inspected, by Backend and tool (the first 256 tool names; later ones as other)",
             mcp_tool_calls.clone(),
         );
+        let blocked = Family::<HostLabel, Counter>::default();
+        registry.register(
+            "blocked_requests",
+            "Requests and connections refused because no Backend declares the destination, by host (the first 256 hosts; later ones as other)",
+            blocked.clone(),
+        );
         let retries = Family::<BackendLabel, Counter>::default();
         registry.register(
             "upstream_retries",
@@ -228,7 +260,9 @@ impl Default for Metrics {
             mcp_requests,
             mcp_tools_denied,
             mcp_tool_calls,
-            mcp_tool_names: Default::default(),
+            mcp_tool_names: CappedLabel::default(),
+            blocked,
+            blocked_hosts: CappedLabel::default(),
             retries,
             websockets_active,
             websocket_bytes,
@@ -249,25 +283,23 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Counts an inspected `tools/call` of `tool` (labelled `other` once [`MCP_TOOL_LABELS`]
+    /// Counts an inspected `tools/call` of `tool` (labelled `other` once [`TRAFFIC_LABELS`]
     /// names are in use).
     pub fn mcp_tool_call(&self, backend: &str, tool: &str) {
-        let tool = {
-            let mut names = self
-                .mcp_tool_names
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if names.contains(tool) || names.len() < MCP_TOOL_LABELS {
-                names.insert(tool.to_owned());
-                tool.to_owned()
-            } else {
-                "other".to_owned()
-            }
-        };
         self.mcp_tool_calls
             .get_or_create(&BackendToolLabel {
                 backend: backend.to_owned(),
-                tool,
+                tool: self.mcp_tool_names.label(tool),
+            })
+            .inc();
+    }
+
+    /// Counts a refused destination (labelled `other` once [`TRAFFIC_LABELS`] hosts are in
+    /// use).
+    pub fn blocked(&self, host: &str) {
+        self.blocked
+            .get_or_create(&HostLabel {
+                host: self.blocked_hosts.label(host),
             })
             .inc();
     }

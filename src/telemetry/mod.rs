@@ -1,5 +1,6 @@
 //! What egressd tells operators: the access log and metrics.
 
 pub mod access_log;
+pub mod blocked;
 pub mod metrics;
 pub mod time;

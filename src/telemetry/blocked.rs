@@ -1,0 +1,217 @@
+//! Destinations egressd refused because nothing declares them (`destination_not_allowed`):
+//! how often, first and last seen, and for each a Backend that would allow it — what admin
+//! `/blocked` shows, so an operator can see what was blocked and, when it should not have
+//! been, paste the Backend into the config directory.
+//!
+//! Bounded: at most [`CAPACITY`] destinations are kept (the least recently seen one makes
+//! room), so a client trying random hosts cannot grow egressd's memory.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use super::time::rfc3339;
+
+/// Destinations remembered at most.
+pub const CAPACITY: usize = 1024;
+
+/// How the client tried to reach the destination (it decides the suggested Backend).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Via {
+    /// A plain HTTP request (absolute-form URI or `Host`).
+    Http,
+    /// `CONNECT host:port` (an `HTTPS_PROXY` client tunnelling its own TLS).
+    Connect,
+    /// The SNI of a TLS connection to a Passthrough listener.
+    TlsPassthrough,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Http => "http",
+            Via::Connect => "connect",
+            Via::TlsPassthrough => "tls-passthrough",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Seen {
+    count: u64,
+    first: SystemTime,
+    last: SystemTime,
+}
+
+/// One blocked destination, as `/blocked` shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Blocked {
+    pub host: String,
+    pub port: u16,
+    pub via: Via,
+    pub count: u64,
+    pub first_seen: SystemTime,
+    pub last_seen: SystemTime,
+}
+
+/// The blocked destinations seen since start.
+#[derive(Debug, Default)]
+pub struct BlockedDestinations {
+    seen: Mutex<HashMap<(String, u16, Via), Seen>>,
+}
+
+impl BlockedDestinations {
+    /// Counts one refusal of `host` (lower-case) on `port`.
+    pub fn record(&self, host: &str, port: u16, via: Via) {
+        let now = SystemTime::now();
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = seen.get_mut(&(host.to_owned(), port, via)) {
+            s.count += 1;
+            s.last = now;
+            return;
+        }
+        if seen.len() >= CAPACITY {
+            // O(n) only when a new destination arrives at a full table.
+            let oldest = seen
+                .iter()
+                .min_by_key(|(_, s)| s.last)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                seen.remove(&oldest);
+            }
+        }
+        seen.insert(
+            (host.to_owned(), port, via),
+            Seen {
+                count: 1,
+                first: now,
+                last: now,
+            },
+        );
+    }
+
+    /// Every destination remembered, the most recently blocked first.
+    pub fn list(&self) -> Vec<Blocked> {
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<Blocked> = seen
+            .iter()
+            .map(|((host, port, via), s)| Blocked {
+                host: host.clone(),
+                port: *port,
+                via: *via,
+                count: s.count,
+                first_seen: s.first,
+                last_seen: s.last,
+            })
+            .collect();
+        all.sort_by(|a, b| b.last_seen.cmp(&a.last_seen).then(a.host.cmp(&b.host)));
+        all
+    }
+}
+
+impl Blocked {
+    /// A Backend that allows this destination the way the client tried to reach it: plain
+    /// HTTP stays plaintext on its port (the client chose it; the comment suggests TLS
+    /// origination instead), `CONNECT` and TLS passthrough become a Passthrough TCP port.
+    pub fn backend_yaml(&self) -> String {
+        let name = backend_name(&self.host, self.port);
+        let (ports, tls, comment) = match self.via {
+            Via::Http => (
+                format!("[{{number: {}}}]", self.port),
+                "{mode: InsecureDisable}",
+                "# The client sent plain HTTP. To encrypt, have it send http:// to this host\n# and use the default tls (Simple) on port 443 instead.\n",
+            ),
+            Via::Connect | Via::TlsPassthrough => (
+                format!("[{{number: {}, protocol: TCP}}]", self.port),
+                "{mode: Passthrough}",
+                "# The client's own TLS passes through to the destination.\n",
+            ),
+        };
+        format!(
+            "{comment}apiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata:\n  name: {name}\nspec:\n  destination:\n    type: FQDN\n    fqdn: {{hostname: {host}}}\n    ports: {ports}\n  tls: {tls}\n",
+            host = self.host,
+        )
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "host": self.host,
+            "port": self.port,
+            "via": self.via.as_str(),
+            "count": self.count,
+            "firstSeen": rfc3339(self.first_seen),
+            "lastSeen": rfc3339(self.last_seen),
+            "backend": self.backend_yaml(),
+        })
+    }
+}
+
+/// A Kubernetes object name for a destination: the host's labels joined by `-`, then the
+/// port, at most 63 characters.
+fn backend_name(host: &str, port: u16) -> String {
+    let mut name: String = host
+        .trim_end_matches('.')
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let suffix = format!("-{port}");
+    name.truncate(63 - suffix.len());
+    let name = name.trim_matches('-');
+    format!("{name}{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_orders_and_forgets_the_least_recent_when_full() {
+        let blocked = BlockedDestinations::default();
+        blocked.record("a.example", 80, Via::Http);
+        blocked.record("b.example", 443, Via::Connect);
+        blocked.record("a.example", 80, Via::Http);
+        let list = blocked.list();
+        assert_eq!(list[0].host, "a.example");
+        assert_eq!(list[0].count, 2);
+        assert_eq!(list[1].count, 1);
+        for i in 0..CAPACITY {
+            blocked.record(&format!("h{i}.example"), 443, Via::Connect);
+        }
+        let list = blocked.list();
+        assert_eq!(list.len(), CAPACITY);
+        assert!(
+            !list.iter().any(|b| b.host == "b.example"),
+            "the least recently seen went"
+        );
+    }
+
+    #[test]
+    fn suggested_backends_match_how_the_client_came() {
+        let http = Blocked {
+            host: "api.example.com".into(),
+            port: 8080,
+            via: Via::Http,
+            count: 1,
+            first_seen: SystemTime::UNIX_EPOCH,
+            last_seen: SystemTime::UNIX_EPOCH,
+        };
+        let yaml = http.backend_yaml();
+        assert!(yaml.contains("name: api-example-com-8080\n"), "{yaml}");
+        assert!(yaml.contains("ports: [{number: 8080}]\n  tls: {mode: InsecureDisable}"));
+        let tunnel = Blocked {
+            via: Via::Connect,
+            port: 443,
+            ..http
+        };
+        assert!(tunnel
+            .backend_yaml()
+            .contains("ports: [{number: 443, protocol: TCP}]\n  tls: {mode: Passthrough}"));
+        assert_eq!(backend_name(&"x".repeat(80), 443).len(), 63);
+    }
+}
