@@ -158,7 +158,10 @@ async fn unknown_sni_is_closed_and_counted() {
     let entry = &listed["blocked"][0];
     assert_eq!(entry["host"], "elsewhere.pass.test");
     assert_eq!(entry["via"], "tls-passthrough");
-    assert!(entry["backend"].as_str().unwrap().contains("mode: Passthrough"));
+    assert!(entry["backend"]
+        .as_str()
+        .unwrap()
+        .contains("mode: Passthrough"));
 }
 
 #[tokio::test]

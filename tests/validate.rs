@@ -1209,3 +1209,49 @@ fn mcp_option_mistakes_are_errors_at_each_value() {
         );
     }
 }
+
+#[test]
+fn extension_mistakes_are_errors_at_each_value() {
+    let dir = fixture("extension-mistakes");
+    let diags = diagnostics(&dir);
+    assert_eq!(diags.len(), 5, "{}", render(&diags));
+    let expected = [
+        (
+            ("type: RequestSigner", "RequestSigner"),
+            "spec.extensions[0].type",
+            "unknown extension type `RequestSigner`",
+        ),
+        (
+            ("header: Content-Length", "Content-Length"),
+            "spec.extensions[1].config.header",
+            "header `content-length` cannot carry a credential: egressd manages it",
+        ),
+        (
+            ("header: \"x api key\"", "\"x api key\""),
+            "spec.extensions[2].config.header",
+            "`x api key` is not a valid header name",
+        ),
+        (
+            ("credential: {}", "{"),
+            "spec.extensions[3].config.credential",
+            "credential needs valueFile",
+        ),
+        (
+            ("secretRef: {name", "{"),
+            "spec.extensions[4].config.credential.secretRef",
+            "credential.secretRef is not supported yet",
+        ),
+    ];
+    for (d, ((context, token), field, message)) in diags.iter().zip(expected) {
+        assert_error(
+            &dir,
+            d,
+            &Expect {
+                at: spot("backends.yaml", context, token),
+                object: Some("Backend default/api"),
+                field,
+                message,
+            },
+        );
+    }
+}

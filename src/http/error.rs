@@ -101,6 +101,12 @@ pub enum ProxyError {
     McpHeaderMismatch { backend: Arc<str>, reason: String },
     #[error("MCP request body to Backend {backend} is over {limit} bytes, the most its tool policy can inspect")]
     McpBodyTooLarge { backend: Arc<str>, limit: u64 },
+    #[error("credential of extension {extension} for Backend {backend} is unavailable: {reason}")]
+    CredentialUnavailable {
+        backend: Arc<str>,
+        extension: String,
+        reason: String,
+    },
     #[error("{0} is not supported yet")]
     NotSupported(&'static str),
     #[error("this listener is being removed; retry the request")]
@@ -139,6 +145,7 @@ impl ProxyError {
             ProxyError::McpProtocolVersion { .. } => "mcp_protocol_version",
             ProxyError::McpHeaderMismatch { .. } => "mcp_header_mismatch",
             ProxyError::McpBodyTooLarge { .. } => "mcp_body_too_large",
+            ProxyError::CredentialUnavailable { .. } => "credential_unavailable",
             ProxyError::NotSupported(_) => "not_supported",
             ProxyError::ListenerGone => "listener_draining",
         }
@@ -157,6 +164,7 @@ impl ProxyError {
             ProxyError::NoRoute { .. } => StatusCode::NOT_FOUND,
             ProxyError::NoBackend { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::NoHealthyUpstream { .. }
+            | ProxyError::CredentialUnavailable { .. }
             | ProxyError::ConnectFailure { .. }
             | ProxyError::Overflow { .. }
             | ProxyError::ListenerGone => StatusCode::SERVICE_UNAVAILABLE,

@@ -86,6 +86,7 @@ pub fn status_of(err: &ProxyError) -> GrpcStatus {
         ProxyError::UpstreamTimeout { .. } => GrpcStatus::DeadlineExceeded,
         ProxyError::NoBackend { .. } | ProxyError::UpstreamProtocol { .. } => GrpcStatus::Internal,
         ProxyError::NoHealthyUpstream { .. }
+        | ProxyError::CredentialUnavailable { .. }
         | ProxyError::ConnectFailure { .. }
         | ProxyError::ConnectTimeout { .. }
         | ProxyError::StreamIdleTimeout { .. }

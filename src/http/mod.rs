@@ -9,6 +9,7 @@
 //! ```
 
 pub mod body;
+pub mod credentials;
 pub mod error;
 mod exchange;
 pub mod filters;

@@ -287,6 +287,16 @@ async fn proxy(
     // Taken from the client's request, before the headers are rewritten for the upstream.
     let hash = request_hash(target, req.headers(), conn);
     let mut upstream_req = prepare_request(req, &dest, target, entry, conn)?;
+    // Credentials the application never holds (`CredentialInjector` extensions).
+    for credential in &target.backend.credentials {
+        credential
+            .apply(upstream_req.headers_mut())
+            .map_err(|reason| ProxyError::CredentialUnavailable {
+                backend: target.backend.label.clone(),
+                extension: credential.name.clone(),
+                reason: reason.to_owned(),
+            })?;
+    }
     // Phase "mcp": on an MCP Backend's endpoint path, the version check and session affinity.
     let mcp = target
         .port

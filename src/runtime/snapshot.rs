@@ -171,6 +171,8 @@ pub struct Backend {
     pub ports: Vec<Arc<BackendPort>>,
     /// `spec.fallback`: in a route's backendRefs, used only when the others are unhealthy.
     pub fallback: bool,
+    /// `spec.extensions` of type `CredentialInjector`, applied to every request.
+    pub credentials: Vec<crate::http::credentials::CredentialInjection>,
 }
 
 impl Backend {

@@ -24,8 +24,9 @@ pub struct BackendSpec {
     /// Used only when a route's primary backends are unhealthy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<Spanned<bool>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extensions: Option<Spanned<NotYetSupported>>,
+    /// Processing added to every request to this Backend (`CredentialInjector`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extensions: Vec<Spanned<BackendExtension>>,
     /// Inline BackendTrafficPolicy for this Backend (no targetRefs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic_policy: Option<Spanned<TrafficPolicySpec>>,
@@ -183,4 +184,51 @@ pub struct SubjectAltName {
     pub hostname: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
+}
+
+/// `spec.extensions[]`.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackendExtension {
+    /// Names the extension in logs, errors and `x-egressd-error` details.
+    pub name: Spanned<String>,
+    /// `CredentialInjector` (the only type this build has).
+    #[serde(rename = "type")]
+    pub kind: Spanned<String>,
+    /// When the extension cannot do its work (an unreadable credential): `false` (default)
+    /// answers 503 and sends nothing upstream; `true` sends the request without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_open: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<Spanned<CredentialInjectorConfig>>,
+}
+
+/// `config` of a `CredentialInjector`: puts a credential the application never sees into a
+/// request header.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CredentialInjectorConfig {
+    /// The header to set (default `Authorization`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<Spanned<String>>,
+    /// Put before the credential, e.g. `"Bearer "` (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Replace a value the client sent (default `true`); `false` keeps the client's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overwrite: Option<bool>,
+    pub credential: Spanned<CredentialSource>,
+}
+
+/// Where a credential comes from.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CredentialSource {
+    /// A file holding the credential (trailing line breaks ignored); watched, a change applies
+    /// without a restart. Relative to the YAML file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_file: Option<Spanned<String>>,
+    /// A Secret's `credential` key (not supported yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<Spanned<NotYetSupported>>,
 }

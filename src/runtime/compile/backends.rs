@@ -94,14 +94,7 @@ fn compile_one(
     let dest = &spec.destination;
     let before = cx.diagnostics.iter().filter(|d| d.is_error()).count();
 
-    // Unimplemented parts of the model: refused, never ignored.
-    if let Some(v) = &spec.extensions {
-        cx.not_yet(
-            at(file, id, v.pos, "spec.extensions"),
-            "extensions",
-            "[ops]",
-        );
-    }
+    let credentials = super::credentials::compile_extensions(cx, file, id, &spec.extensions);
     let inline = spec.traffic_policy.as_ref();
     if let Some(p) = inline {
         check_sections(cx, file, id, &p.value, "spec.trafficPolicy");
@@ -535,6 +528,7 @@ fn compile_one(
         hostname,
         ports,
         fallback: spec.fallback.as_ref().is_some_and(|f| f.value),
+        credentials,
     }))
 }
 

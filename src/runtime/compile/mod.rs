@@ -4,6 +4,7 @@
 
 mod backends;
 mod consistent_hash;
+mod credentials;
 mod downstream;
 mod health;
 mod listeners;

@@ -1,0 +1,158 @@
+//! `spec.extensions` of Backends: validation with positions, and `CredentialInjector`s
+//! resolved (their credential read now; the file is watched, so a change recompiles).
+
+use http::{HeaderName, HeaderValue};
+
+use super::{at, Cx};
+use crate::config::wire::backend::{BackendExtension, CredentialInjectorConfig};
+use crate::config::yaml::Spanned;
+use crate::config::{ObjectId, Reason};
+use crate::http::credentials::CredentialInjection;
+
+/// Headers an injected credential may not replace: hop-by-hop ones (RFC 9110 §7.6.1) and the
+/// ones that frame or route the request.
+const RESERVED: [&str; 10] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-type",
+];
+
+pub(super) fn compile_extensions(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    extensions: &[Spanned<BackendExtension>],
+) -> Vec<CredentialInjection> {
+    let mut injections = Vec::new();
+    for (i, ext) in extensions.iter().enumerate() {
+        let field = |name: &str| format!("spec.extensions[{i}].{name}");
+        let ext_value = &ext.value;
+        if ext_value.kind.value != "CredentialInjector" {
+            cx.error(
+                at(file, id, ext_value.kind.pos, field("type")),
+                format!("unknown extension type `{}`", ext_value.kind.value),
+                "CredentialInjector",
+            );
+            continue;
+        }
+        let Some(config) = &ext_value.config else {
+            cx.error(
+                at(file, id, ext.pos, field("config")),
+                "a CredentialInjector needs config",
+                "config: {header: Authorization, prefix: \"Bearer \", credential: {valueFile: token}}",
+            );
+            continue;
+        };
+        if let Some(injection) = credential_injector(cx, file, id, i, ext_value, config) {
+            injections.push(injection);
+        }
+    }
+    injections
+}
+
+fn credential_injector(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    i: usize,
+    ext: &BackendExtension,
+    config: &Spanned<CredentialInjectorConfig>,
+) -> Option<CredentialInjection> {
+    let field = |name: &str| format!("spec.extensions[{i}].config.{name}");
+    let c = &config.value;
+    let header = match &c.header {
+        None => http::header::AUTHORIZATION,
+        Some(h) => match HeaderName::from_bytes(h.value.as_bytes()) {
+            Ok(name) if !RESERVED.contains(&name.as_str()) => name,
+            Ok(name) => {
+                cx.error(
+                    at(file, id, h.pos, field("header")),
+                    format!("header `{name}` cannot carry a credential: egressd manages it"),
+                    "e.g. Authorization, x-api-key",
+                );
+                return None;
+            }
+            Err(_) => {
+                cx.error(
+                    at(file, id, h.pos, field("header")),
+                    format!("`{}` is not a valid header name", h.value),
+                    "e.g. Authorization, x-api-key",
+                );
+                return None;
+            }
+        },
+    };
+    let source = &c.credential.value;
+    if let Some(r) = &source.secret_ref {
+        cx.not_yet(
+            at(file, id, r.pos, field("credential.secretRef")),
+            "credential.secretRef",
+            "",
+        );
+        return None;
+    }
+    let Some(value_file) = &source.value_file else {
+        cx.error(
+            at(file, id, c.credential.pos, field("credential")),
+            "credential needs valueFile",
+            "credential: {valueFile: /etc/egressd/secrets/api.key}",
+        );
+        return None;
+    };
+    let path = super::tls::resolve(file, &value_file.value);
+    // Watched whether or not it can be read now: when it appears or changes, the config
+    // recompiles and the credential is read again.
+    cx.referenced.insert(path.clone());
+    let prefix = c.prefix.as_deref().unwrap_or("");
+    let value = read_credential(&path, prefix);
+    if let Err(reason) = &value {
+        let fail_open = ext.fail_open.unwrap_or(false);
+        cx.warn(
+            at(file, id, value_file.pos, field("credential.valueFile")),
+            Reason::RefNotFound,
+            format!(
+                "credential of extension {}: {reason}; requests {}",
+                ext.name.value,
+                if fail_open {
+                    "are sent without it (failOpen)"
+                } else {
+                    "get 503 credential_unavailable and nothing is sent upstream"
+                }
+            ),
+            "write the credential to the file; it is watched, no restart needed",
+        );
+    }
+    Some(CredentialInjection {
+        name: ext.name.value.clone(),
+        header,
+        value,
+        overwrite: c.overwrite.unwrap_or(true),
+        fail_open: ext.fail_open.unwrap_or(false),
+    })
+}
+
+/// `prefix` + the file's content without trailing line breaks, as a sensitive header value.
+/// The reasons never quote the content.
+fn read_credential(path: &std::path::Path, prefix: &str) -> Result<HeaderValue, String> {
+    let content = std::fs::read_to_string(path)
+        .map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
+    let credential = content.trim_end_matches(['\r', '\n']);
+    if credential.is_empty() {
+        return Err(format!("{} is empty", path.display()));
+    }
+    let mut value = HeaderValue::from_str(&format!("{prefix}{credential}")).map_err(|_| {
+        format!(
+            "{} holds characters a header cannot carry (control characters or line breaks)",
+            path.display()
+        )
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
