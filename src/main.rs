@@ -141,18 +141,34 @@ fn current_thread_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 }
 
 fn init_logging(level: Option<&str>) {
-    use tracing_subscriber::EnvFilter;
-    let filter = match level {
-        Some(l) => EnvFilter::new(l),
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{reload, EnvFilter};
+    let initial = match level {
+        Some(l) => l.to_owned(),
+        None => std::env::var("RUST_LOG")
+            .ok()
+            .filter(|v| EnvFilter::try_new(v).is_ok())
+            .unwrap_or_else(|| "info".to_owned()),
     };
+    let filter = EnvFilter::try_new(&initial).unwrap_or_else(|_| EnvFilter::new("info"));
+    // The filter sits behind a reload handle: admin `/logging` changes it at run time.
+    let (filter, handle) = reload::Layer::new(filter);
     // Colour codes only on a terminal: log collectors get plain text.
     use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_ansi(std::io::stderr().is_terminal());
+    tracing_subscriber::registry().with(filter).with(fmt).init();
+    egressd::telemetry::log_level::install(
+        &initial,
+        Box::new(move |directive| {
+            let parsed = EnvFilter::try_new(directive)
+                .map_err(|e| format!("`{directive}` is not a log filter: {e}"))?;
+            handle
+                .reload(parsed)
+                .map_err(|e| format!("cannot change the log filter: {e}"))
+        }),
+    );
 }
 
 /// The control runtime: reloads, DNS, admin and signals. Traffic runs on the workers.

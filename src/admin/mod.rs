@@ -82,6 +82,9 @@ pub async fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<Adm
 }
 
 fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.uri().path() == "/logging" {
+        return logging(req);
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
     }
@@ -119,6 +122,63 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
             "not found; try /ready /healthz /config /status /endpoints /blocked /metrics\n",
         ),
     }
+}
+
+/// `/logging`: `GET` shows the log filter, `POST /logging?level=FILTER` changes it (`debug`,
+/// or `RUST_LOG` syntax such as `info,egressd::upstream=trace`). A POST, so that a crawler or a
+/// prefetching browser never changes it by following a link.
+fn logging(req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    use crate::telemetry::log_level;
+    match *req.method() {
+        Method::GET | Method::HEAD => match log_level::current() {
+            Some(filter) => text(StatusCode::OK, &format!("{filter}\n")),
+            None => text(StatusCode::NOT_FOUND, "no adjustable log filter\n"),
+        },
+        Method::POST | Method::PUT => {
+            let level = req.uri().query().and_then(|q| {
+                q.split('&')
+                    .find_map(|p| p.strip_prefix("level="))
+                    .map(percent_decode)
+            });
+            let Some(level) = level else {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    "say which filter: POST /logging?level=debug\n",
+                );
+            };
+            match log_level::set(&level) {
+                Ok(filter) => text(StatusCode::OK, &format!("{filter}\n")),
+                Err(e) => text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
+            }
+        }
+        _ => text(StatusCode::METHOD_NOT_ALLOWED, "GET, or POST ?level=\n"),
+    }
+}
+
+/// `%XX` escapes and `+` decoded (a filter such as `info,egressd=debug` arrives as
+/// `info%2Cegressd%3Ddebug` from some clients).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `/blocked`: destinations refused because nothing declares them, the most recent first,

@@ -2,5 +2,6 @@
 
 pub mod access_log;
 pub mod blocked;
+pub mod log_level;
 pub mod metrics;
 pub mod time;

@@ -1,0 +1,78 @@
+//! The log filter changes at run time through admin `/logging` (the built binary, its stderr
+//! read back): a 5xx local reply is logged at debug only once the filter says debug.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::binary::{Egressd, TestConfig, HOST};
+use common::proxy::{eventually, fetch, get, request, ClientBody};
+use http_body_util::Full;
+
+async fn admin_post(egressd: &Egressd, path: &str) -> common::proxy::Response {
+    let post = request("POST", "admin", path)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    fetch(egressd.admin(), post).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_filter_changes_through_the_admin_api() {
+    // A Backend on a port nothing listens on: every request is a 503 local reply.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let config = TestConfig::new().backend("gone", addr).route_to("gone");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("egressd.yaml"), config.yaml()).unwrap();
+    let egressd = Egressd::spawn(dir.path()).await;
+    let listener = egressd.listener_addr("default/gw/http").await;
+
+    assert_eq!(
+        get(egressd.admin(), "admin", "/logging").await.text(),
+        "info\n"
+    );
+    let reply = fetch(
+        listener,
+        request("GET", HOST, "/")
+            .body(ClientBody::default())
+            .unwrap(),
+    )
+    .await;
+    assert!(reply.status.is_server_error());
+    assert!(
+        !egressd.stderr().contains("local reply"),
+        "info hides debug lines"
+    );
+
+    let r = admin_post(&egressd, "/logging?level=info%2Cegressd%3Ddebug").await;
+    assert_eq!(
+        (r.status.as_u16(), r.text()),
+        (200, "info,egressd=debug\n".to_owned())
+    );
+    assert_eq!(
+        get(egressd.admin(), "admin", "/logging").await.text(),
+        "info,egressd=debug\n"
+    );
+    fetch(
+        listener,
+        request("GET", HOST, "/")
+            .body(ClientBody::default())
+            .unwrap(),
+    )
+    .await;
+    let logged = eventually(Duration::from_secs(5), || async {
+        egressd.stderr().contains("local reply")
+    })
+    .await;
+    assert!(logged, "debug lines now: {}", egressd.stderr());
+
+    let bad = admin_post(&egressd, "/logging?level=egressd%3Dloud").await;
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    assert_eq!(
+        get(egressd.admin(), "admin", "/logging").await.text(),
+        "info,egressd=debug\n"
+    );
+    assert_eq!(admin_post(&egressd, "/logging").await.status, 400);
+}
