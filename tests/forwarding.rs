@@ -587,3 +587,28 @@ async fn fqdn_backend_follows_a_changed_address_after_the_ttl() {
     assert_eq!(first.request_count(), before);
     assert!(second.request_count() >= 6);
 }
+
+/// W3C trace context passes through untouched, so the upstream's spans join the client's
+/// trace (egressd adds no span of its own in this build).
+#[tokio::test]
+async fn trace_context_headers_pass_through_unchanged() {
+    let upstream = Upstream::start("app").await;
+    let yaml = preamble(None)
+        + &ip_backend("app", upstream.addr, "")
+        + "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: app}\nspec:\n  hostnames: [app.test]\n  rules: [{backendRefs: [{name: app}]}]\n";
+    let proxy = TestProxy::start(&yaml).await;
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let tracestate = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7";
+    let req = request("GET", "app.test", "/")
+        .header("traceparent", traceparent)
+        .header("tracestate", tracestate)
+        .header("baggage", "userId=alice")
+        .body(ClientBody::default())
+        .unwrap();
+    let response = fetch(proxy.http(), req).await;
+    assert_eq!(response.status, 200, "{}", response.text());
+    let seen = upstream.last_request().headers;
+    assert_eq!(seen["traceparent"], traceparent);
+    assert_eq!(seen["tracestate"], tracestate);
+    assert_eq!(seen["baggage"], "userId=alice");
+}
