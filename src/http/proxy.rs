@@ -78,10 +78,12 @@ impl Destination {
 
 /// The request fields the access log records.
 struct LoggedRequest {
+    time: std::time::SystemTime,
     method: Method,
     version: Version,
     authority: String,
     path: String,
+    bytes_in: Option<u64>,
 }
 
 /// What the access log needs to know about how a request went.
@@ -96,6 +98,12 @@ pub(super) struct Outcome {
     /// The `x-egressd-error` code of an answer egressd gave itself without failing (a denied
     /// MCP tool call is a JSON-RPC error inside a 200).
     pub(super) local_error: Option<&'static str>,
+    /// Times the request went upstream (retries included).
+    pub(super) attempts: u32,
+    /// From the request's arrival until the last attempt's response headers (measured only
+    /// for the access log: a clock read per request otherwise saved).
+    pub(super) upstream_ttfb: Option<Duration>,
+    pub(super) timed: bool,
 }
 
 /// Handles one request: never fails, every failure becomes a local reply.
@@ -110,6 +118,8 @@ pub async fn handle(
     // What the access log needs from the request, taken before the request moves on; nothing
     // is copied when the access log is off.
     let log_request = shared.access_log.enabled().then(|| LoggedRequest {
+        time: std::time::SystemTime::now(),
+        bytes_in: http_body::Body::size_hint(req.body()).exact(),
         method: req.method().clone(),
         version: req.version(),
         authority: req
@@ -125,7 +135,10 @@ pub async fn handle(
             .unwrap_or_default(),
         path: req.uri().path().to_owned(),
     });
-    let mut outcome = Outcome::default();
+    let mut outcome = Outcome {
+        timed: log_request.is_some(),
+        ..Outcome::default()
+    };
     let grpc = super::grpc::call(req.headers());
 
     let (response, error, error_cause) =
@@ -166,28 +179,39 @@ pub async fn handle(
             }
         };
 
-    if let Some(logged) = log_request {
-        shared.access_log.write(&AccessRecord {
-            time: access_log::now(),
-            client: conn.client,
-            listener: &conn.listener,
-            method: logged.method.as_str(),
-            authority: &logged.authority,
-            path: &logged.path,
-            protocol: version_str(logged.version),
-            status: response.status().as_u16(),
-            error: error.or(outcome.local_error),
-            error_cause,
-            route: outcome.route.as_deref(),
-            backend: outcome.backend.as_deref(),
-            endpoint: outcome.endpoint,
-            mcp_method: outcome.mcp_method.as_deref(),
-            mcp_tool: outcome.mcp_tool.as_deref(),
-            // Microsecond precision is plenty and keeps lines short.
-            duration_ms: (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
-        });
-    }
-    Ok(response)
+    let Some(logged) = log_request else {
+        return Ok(response);
+    };
+    let record = AccessRecord {
+        time: crate::telemetry::time::rfc3339(logged.time),
+        client: conn.client,
+        listener: conn.listener.to_string(),
+        method: logged.method.as_str().to_owned(),
+        authority: logged.authority,
+        path: logged.path,
+        protocol: version_str(logged.version),
+        status: response.status().as_u16(),
+        error: error.or(outcome.local_error),
+        error_cause,
+        route: outcome.route.as_deref().map(str::to_owned),
+        backend: outcome.backend.as_deref().map(str::to_owned),
+        endpoint: outcome.endpoint,
+        attempts: outcome.attempts,
+        bytes_in: logged.bytes_in,
+        bytes_out: 0,
+        mcp_method: outcome.mcp_method,
+        mcp_tool: outcome.mcp_tool,
+        upstream_ttfb_ms: outcome.upstream_ttfb.map(access_log::millis),
+        headers_ms: access_log::millis(started.elapsed()),
+        duration_ms: 0.0,
+        complete: false,
+    };
+    Ok(super::logged::log_when_done(
+        shared.clone(),
+        response,
+        record,
+        started,
+    ))
 }
 
 async fn proxy(
@@ -363,7 +387,11 @@ async fn proxy(
             }
             None => deadline,
         };
+        outcome.attempts += 1;
         let sent = super::exchange::send(target, &endpoint, upstream_req, attempt_deadline).await;
+        if outcome.timed && sent.is_ok() {
+            outcome.upstream_ttfb = Some(started.elapsed());
+        }
         // Phase "record": outlier detection learns how the endpoint did.
         let recorded = match &sent {
             // An MCP POST's 200 is judged by the JSON-RPC messages in it, once they have

@@ -15,15 +15,17 @@ use serde::Serialize;
 use crate::config::wire::enums::AccessLogFormat;
 use crate::runtime::snapshot::AccessLogSettings;
 
-/// One request, as logged.
+/// One request (or tunnelled connection), as logged: built when the response headers go out
+/// and written when its body has been sent or abandoned.
 #[derive(Debug, Serialize)]
-pub struct AccessRecord<'a> {
+pub struct AccessRecord {
+    /// When the request arrived.
     pub time: String,
     pub client: SocketAddr,
-    pub listener: &'a str,
-    pub method: &'a str,
-    pub authority: &'a str,
-    pub path: &'a str,
+    pub listener: String,
+    pub method: String,
+    pub authority: String,
+    pub path: String,
     pub protocol: &'static str,
     pub status: u16,
     /// The `x-egressd-error` code of a local reply.
@@ -33,18 +35,38 @@ pub struct AccessRecord<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_cause: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub route: Option<&'a str>,
+    pub route: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub backend: Option<&'a str>,
+    pub backend: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<SocketAddr>,
+    /// Times the request was sent upstream (retries included); 0 when egressd answered
+    /// before sending it.
+    pub attempts: u32,
+    /// The request body's declared size (`Content-Length`), when it had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_in: Option<u64>,
+    /// Response body bytes sent to the client.
+    pub bytes_out: u64,
     /// MCP requests: the JSON-RPC method and the tool of a `tools/call`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub mcp_method: Option<&'a str>,
+    pub mcp_method: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub mcp_tool: Option<&'a str>,
-    /// Until the response headers were sent.
+    pub mcp_tool: Option<String>,
+    /// From the request's arrival until the upstream's response headers (the last attempt).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_ttfb_ms: Option<f64>,
+    /// Until the response headers went to the client.
+    pub headers_ms: f64,
+    /// Until the response's last byte was sent (or the client went away).
     pub duration_ms: f64,
+    /// False when the response was not sent to its end (the client left, a limit cut it).
+    pub complete: bool,
+}
+
+/// Milliseconds with microsecond precision: plenty, and lines stay short.
+pub fn millis(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
 }
 
 struct Sink {
@@ -132,13 +154,13 @@ impl AccessLog {
     }
 
     /// Queues one line; never blocks.
-    pub fn write(&self, record: &AccessRecord<'_>) {
+    pub fn write(&self, record: &AccessRecord) {
         let guard = self.sink.load();
         let Some(sink) = guard.as_ref() else { return };
         let mut line = match sink.format {
             AccessLogFormat::Json => serde_json::to_vec(record).unwrap_or_default(),
             AccessLogFormat::Text => format!(
-                "{} {} {} \"{} {}{} {}\" {} {} {} {} {:.3}ms",
+                "{} {} {} \"{} {}{} {}\" {} {} {} {} {} {:.3}ms",
                 record.time,
                 record.client,
                 record.listener,
@@ -148,7 +170,8 @@ impl AccessLog {
                 record.protocol,
                 record.status,
                 record.error_cause.or(record.error).unwrap_or("-"),
-                record.backend.unwrap_or("-"),
+                record.bytes_out,
+                record.backend.as_deref().unwrap_or("-"),
                 record
                     .endpoint
                     .map_or_else(|| "-".to_owned(), |e| e.to_string()),

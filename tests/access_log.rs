@@ -1,0 +1,115 @@
+//! The access log: one JSON line per request, written to a file, with the fields operators
+//! need (who, where, what, how it went, how long, how much), parsed back here.
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::proxy::{eventually, fetch, get, ip_backend, preamble, request, TestProxy};
+use common::upstream::{full, Upstream};
+use http_body_util::Full;
+
+const HOST: &str = "app.test";
+
+/// The log's lines so far, parsed (each must be one JSON object).
+fn lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_request_gets_a_json_line_with_its_fields() {
+    // `/big`: 1,000 bytes; `/flaky`: 503 once, then 200 (retried).
+    let flaky = Arc::new(AtomicU32::new(0));
+    let upstream = Upstream::start_with(move |req: http::Request<hyper::body::Incoming>| {
+        let flaky = flaky.clone();
+        async move {
+            match req.uri().path() {
+                "/flaky" if flaky.fetch_add(1, Ordering::SeqCst) == 0 => http::Response::builder()
+                    .status(503)
+                    .body(full("busy"))
+                    .unwrap(),
+                "/big" => http::Response::new(full(vec![b'x'; 1000])),
+                _ => http::Response::new(full("ok")),
+            }
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let retry = "  trafficPolicy:\n    retry: {numRetries: 1, perRetry: {backOff: {baseInterval: 1ms, maxInterval: 2ms}}}\n";
+    let yaml = preamble(None).replace(
+        "  accessLog:\n    enabled: false\n",
+        &format!("  accessLog: {{format: JSON, path: {}}}\n", log.display()),
+    ) + &ip_backend("app", upstream.addr, retry)
+        + &format!("---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: app}}\nspec:\n  hostnames: [{HOST}]\n  rules: [{{backendRefs: [{{name: app}}]}}]\n");
+    assert!(
+        yaml.contains("path: "),
+        "the preamble's accessLog was replaced"
+    );
+    let proxy = TestProxy::start(&yaml).await;
+
+    assert_eq!(get(proxy.http(), HOST, "/big").await.status, 200);
+    assert_eq!(get(proxy.http(), HOST, "/flaky").await.status, 200);
+    let post = request("POST", HOST, "/upload")
+        .body(Full::new(Bytes::from_static(b"twelve bytes")))
+        .unwrap();
+    assert_eq!(fetch(proxy.http(), post).await.status, 200);
+    let blocked = get(proxy.http(), "nowhere.test", "/").await;
+    assert_eq!(blocked.status, 403);
+
+    assert!(
+        eventually(Duration::from_secs(5), || async { lines(&log).len() == 4 }).await,
+        "{:?}",
+        lines(&log)
+    );
+    let all = lines(&log);
+    let by_path = |p: &str| all.iter().find(|l| l["path"] == p).cloned().unwrap();
+
+    let big = by_path("/big");
+    for field in [
+        "time",
+        "client",
+        "listener",
+        "method",
+        "authority",
+        "protocol",
+        "route",
+        "backend",
+        "endpoint",
+    ] {
+        assert!(
+            big.get(field).is_some_and(|v| !v.is_null()),
+            "{field} in {big}"
+        );
+    }
+    assert_eq!(big["method"], "GET");
+    assert_eq!(big["authority"], HOST);
+    assert_eq!(big["status"], 200);
+    assert_eq!(big["backend"], "default/app");
+    assert_eq!(big["endpoint"], upstream.addr.to_string());
+    assert_eq!(big["attempts"], 1);
+    assert_eq!(big["bytes_out"], 1000);
+    assert_eq!(big["complete"], true);
+    let ttfb = big["upstream_ttfb_ms"].as_f64().unwrap();
+    let headers = big["headers_ms"].as_f64().unwrap();
+    let total = big["duration_ms"].as_f64().unwrap();
+    assert!(ttfb <= headers && headers <= total, "{big}");
+    assert!(big["time"].as_str().unwrap().ends_with('Z'));
+
+    assert_eq!(by_path("/flaky")["attempts"], 2, "the retry is counted");
+    assert_eq!(by_path("/upload")["bytes_in"], 12);
+    let refused = all
+        .iter()
+        .find(|l| l["authority"] == "nowhere.test")
+        .unwrap();
+    assert_eq!(refused["error"], "destination_not_allowed");
+    assert_eq!(refused["attempts"], 0);
+    assert!(refused.get("upstream_ttfb_ms").is_none());
+}
