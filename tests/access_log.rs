@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::proxy::{eventually, fetch, get, ip_backend, preamble, request, TestProxy};
+use common::proxy::{eventually, fetch, get, ip_backend, preamble, request, route_to, TestProxy};
 use common::upstream::{full, Upstream};
 use http_body_util::Full;
 
@@ -48,7 +48,7 @@ async fn every_request_gets_a_json_line_with_its_fields() {
         "  accessLog:\n    enabled: false\n",
         &format!("  accessLog: {{format: JSON, path: {}}}\n", log.display()),
     ) + &ip_backend("app", upstream.addr, retry)
-        + &format!("---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: app}}\nspec:\n  hostnames: [{HOST}]\n  rules: [{{backendRefs: [{{name: app}}]}}]\n");
+        + &route_to(HOST, "app");
     assert!(
         yaml.contains("path: "),
         "the preamble's accessLog was replaced"

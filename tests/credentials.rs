@@ -6,7 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::proxy::{eventually, fetch, get, ip_backend, preamble, request, ClientBody, TestProxy};
+use common::proxy::{
+    eventually, fetch, get, ip_backend, preamble, request, route_to, ClientBody, TestProxy,
+};
 use common::upstream::Upstream;
 
 const HOST: &str = "api.test";
@@ -16,9 +18,7 @@ fn config(upstream: std::net::SocketAddr, key: &std::path::Path, extra: &str) ->
         "  extensions:\n  - name: api-key\n    type: CredentialInjector{extra}\n    config: {{header: Authorization, prefix: \"Bearer \", credential: {{valueFile: {}}}}}\n",
         key.display()
     );
-    preamble(None)
-        + &ip_backend("api", upstream, &extension)
-        + &format!("---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: api}}\nspec:\n  hostnames: [{HOST}]\n  rules: [{{backendRefs: [{{name: api}}]}}]\n")
+    preamble(None) + &ip_backend("api", upstream, &extension) + &route_to(HOST, "api")
 }
 
 async fn call(proxy: &TestProxy) -> common::proxy::Response {

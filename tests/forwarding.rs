@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::dns::TestDns;
 use common::proxy::{
-    eventually, fetch, fqdn_backend, get, ip_backend, preamble, request, ClientBody, Conn,
-    TestProxy,
+    eventually, fetch, fqdn_backend, get, ip_backend, preamble, request, route_to, ClientBody,
+    Conn, TestProxy,
 };
 use common::upstream::{full, read_request_head, RawUpstream, Upstream};
 
@@ -593,9 +593,8 @@ async fn fqdn_backend_follows_a_changed_address_after_the_ttl() {
 #[tokio::test]
 async fn trace_context_headers_pass_through_unchanged() {
     let upstream = Upstream::start("app").await;
-    let yaml = preamble(None)
-        + &ip_backend("app", upstream.addr, "")
-        + "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: app}\nspec:\n  hostnames: [app.test]\n  rules: [{backendRefs: [{name: app}]}]\n";
+    let yaml =
+        preamble(None) + &ip_backend("app", upstream.addr, "") + &route_to("app.test", "app");
     let proxy = TestProxy::start(&yaml).await;
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let tracestate = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7";

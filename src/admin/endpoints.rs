@@ -111,3 +111,62 @@ fn active_health(health: &HealthState) -> Value {
         "consecutiveFailures": d.consecutive_failures,
     })
 }
+
+/// The gauges read off the serving snapshot, set just before `/metrics` is encoded: requests
+/// in flight, open connections and endpoints by health per Backend, and seconds until each
+/// certificate file expires. Series of Backends and files no longer in the config go away.
+pub(super) fn refresh_gauges(shared: &crate::runtime::shared::Shared) {
+    use crate::telemetry::metrics::{BackendHealthLabel, BackendLabel, FileLabel};
+    let snapshot = shared.snapshot.load();
+    let m = &shared.metrics;
+    m.upstream_requests_active.clear();
+    m.upstream_connections_open.clear();
+    m.upstream_endpoints.clear();
+    m.certificate_expiry.clear();
+    for backend in &snapshot.backends {
+        let label = BackendLabel {
+            backend: backend.label.to_string(),
+        };
+        let (mut active, mut open) = (0i64, 0i64);
+        let mut by_health = [0i64; 3];
+        for port in &backend.ports {
+            let group = &port.endpoints;
+            open += i64::from(group.breaker().usage()[0]);
+            let checked = group.active_settings().is_some();
+            for e in &group.list().endpoints {
+                active += e.active_requests() as i64;
+                let health = if e.outlier.is_ejected() {
+                    1
+                } else if checked && e.health.is_unhealthy() {
+                    2
+                } else {
+                    0
+                };
+                by_health[health] += 1;
+            }
+        }
+        m.upstream_requests_active.get_or_create(&label).set(active);
+        m.upstream_connections_open.get_or_create(&label).set(open);
+        for (count, health) in by_health
+            .into_iter()
+            .zip(["healthy", "ejected", "unhealthy"])
+        {
+            m.upstream_endpoints
+                .get_or_create(&BackendHealthLabel {
+                    backend: label.backend.clone(),
+                    health,
+                })
+                .set(count);
+        }
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    for (file, not_after) in &snapshot.certificate_expiries {
+        m.certificate_expiry
+            .get_or_create(&FileLabel {
+                file: file.display().to_string(),
+            })
+            .set(not_after - now);
+    }
+}

@@ -104,6 +104,7 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         "/endpoints" | "/clusters" => json(&endpoints::endpoints(&shared.snapshot.load())),
         "/blocked" => blocked(shared, req.uri().query()),
         "/metrics" | "/stats/prometheus" => {
+            endpoints::refresh_gauges(shared);
             let mut r = text(StatusCode::OK, &shared.metrics.encode());
             r.headers_mut().insert(
                 header::CONTENT_TYPE,

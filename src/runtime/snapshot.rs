@@ -33,6 +33,9 @@ pub struct Snapshot {
     /// Files the config refers to (certificates, keys, CA bundles): watched, and part of the
     /// "did anything change" fingerprint, so rotating one reloads.
     pub referenced_files: Vec<std::path::PathBuf>,
+    /// Of the referenced files holding certificates: when each expires first (Unix seconds),
+    /// for `egressd_certificate_expiry_seconds`.
+    pub certificate_expiries: Vec<(std::path::PathBuf, i64)>,
 }
 
 impl Snapshot {
@@ -48,6 +51,7 @@ impl Snapshot {
             config: Arc::default(),
             status: Arc::default(),
             referenced_files: Vec::new(),
+            certificate_expiries: Vec::new(),
         }
     }
 }

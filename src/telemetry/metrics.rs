@@ -28,6 +28,18 @@ pub struct BackendLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendHealthLabel {
+    pub backend: String,
+    /// `healthy`, `ejected` or `unhealthy`.
+    pub health: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FileLabel {
+    pub file: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BackendDirectionLabel {
     pub backend: String,
     /// `upstream` (client → Backend) or `downstream`.
@@ -117,6 +129,12 @@ pub struct Metrics {
     mcp_tool_names: CappedLabel,
     pub blocked: Family<HostLabel, Counter>,
     blocked_hosts: CappedLabel,
+    /// Read off the serving snapshot when `/metrics` is scraped (see `admin`): nothing on
+    /// the hot path.
+    pub upstream_requests_active: Family<BackendLabel, Gauge>,
+    pub upstream_connections_open: Family<BackendLabel, Gauge>,
+    pub upstream_endpoints: Family<BackendHealthLabel, Gauge>,
+    pub certificate_expiry: Family<FileLabel, Gauge>,
     pub retries: Family<BackendLabel, Counter>,
     pub health_checks: Family<BackendResultLabel, Counter>,
 }
@@ -240,6 +258,30 @@ impl Default for Metrics {
             "Requests and connections refused because no Backend declares the destination, by host (the first 256 hosts; later ones as other)",
             blocked.clone(),
         );
+        let upstream_requests_active = Family::<BackendLabel, Gauge>::default();
+        registry.register(
+            "upstream_requests_active",
+            "Requests in flight to each Backend (all ports and endpoints)",
+            upstream_requests_active.clone(),
+        );
+        let upstream_connections_open = Family::<BackendLabel, Gauge>::default();
+        registry.register(
+            "upstream_connections_open",
+            "Open upstream connections of each Backend (HTTP/1.1 and HTTP/2)",
+            upstream_connections_open.clone(),
+        );
+        let upstream_endpoints = Family::<BackendHealthLabel, Gauge>::default();
+        registry.register(
+            "upstream_endpoints",
+            "Endpoints of each Backend by health (healthy, ejected, unhealthy)",
+            upstream_endpoints.clone(),
+        );
+        let certificate_expiry = Family::<FileLabel, Gauge>::default();
+        registry.register(
+            "certificate_expiry_seconds",
+            "Seconds until the first certificate of each certificate file the config uses expires (negative once expired)",
+            certificate_expiry.clone(),
+        );
         let retries = Family::<BackendLabel, Counter>::default();
         registry.register(
             "upstream_retries",
@@ -263,6 +305,10 @@ impl Default for Metrics {
             mcp_tool_names: CappedLabel::default(),
             blocked,
             blocked_hosts: CappedLabel::default(),
+            upstream_requests_active,
+            upstream_connections_open,
+            upstream_endpoints,
+            certificate_expiry,
             retries,
             websockets_active,
             websocket_bytes,

@@ -47,3 +47,17 @@ pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, PemError> {
         },
     })
 }
+
+/// When the first certificate of a PEM file expires (Unix seconds, the earliest `notAfter`
+/// of the file's certificates: any expired one breaks a chain); `None` for files holding no
+/// certificate (keys, credentials) or that cannot be read.
+pub fn earliest_expiry(path: &Path) -> Option<i64> {
+    let certs = read_certs(path).ok()?;
+    certs
+        .iter()
+        .filter_map(|der| {
+            let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+            Some(cert.validity().not_after.timestamp())
+        })
+        .min()
+}

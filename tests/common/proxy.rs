@@ -189,6 +189,13 @@ spec:
     )
 }
 
+/// An HTTPRoute `backend` sending every request for `hostname` to Backend `backend`.
+pub fn route_to(hostname: &str, backend: &str) -> String {
+    format!(
+        "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {backend}}}\nspec:\n  hostnames: [{hostname}]\n  rules: [{{backendRefs: [{{name: {backend}}}]}}]\n"
+    )
+}
+
 /// A plaintext FQDN Backend `name` for `hostname` on `ports`. `extra` is appended to the spec.
 pub fn fqdn_backend(name: &str, hostname: &str, ports: &[u16], extra: &str) -> String {
     let ports: String = ports

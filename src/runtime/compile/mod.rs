@@ -91,6 +91,11 @@ pub fn compile(
         backends: backends.all(),
         config: set,
         status: Arc::new(status),
+        certificate_expiries: cx
+            .referenced
+            .iter()
+            .filter_map(|f| Some((f.clone(), crate::upstream::pem::earliest_expiry(f)?)))
+            .collect(),
         referenced_files: cx.referenced.into_iter().collect(),
     };
     Compiled {
