@@ -109,3 +109,72 @@ async fn in_flight_requests_connections_endpoints_and_certificate_expiry() {
         "a key file has no certificate: {text}"
     );
 }
+
+/// Request counters by status class and latency histograms, per listener and per Backend;
+/// connect failures by reason; config reloads by result.
+#[tokio::test]
+async fn request_families_move_with_traffic_errors_and_reloads() {
+    let upstream = Upstream::start_with(|req: http::Request<hyper::body::Incoming>| async move {
+        let status = if req.uri().path() == "/missing" {
+            404
+        } else {
+            200
+        };
+        http::Response::builder()
+            .status(status)
+            .body(full("x"))
+            .unwrap()
+    })
+    .await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let gone = closed.local_addr().unwrap();
+    drop(closed);
+    let yaml = preamble(None)
+        + &ip_backend("app", upstream.addr, "")
+        + &route_to("app.test", "app")
+        + &ip_backend("gone", gone, "")
+        + &route_to("gone.test", "gone");
+    let proxy = TestProxy::start(&yaml).await;
+
+    for _ in 0..3 {
+        assert_eq!(get(proxy.http(), "app.test", "/").await.status, 200);
+    }
+    assert_eq!(get(proxy.http(), "app.test", "/missing").await.status, 404);
+    assert_eq!(get(proxy.http(), "nowhere.test", "/").await.status, 403);
+    assert_eq!(get(proxy.http(), "gone.test", "/").await.status, 503);
+
+    let listener = r#"listener="default/gw/http""#;
+    let app = r#"backend="default/app""#;
+    for (series, expected) in [
+        (format!(r#"egressd_downstream_responses_total{{{listener},class="2xx"}}"#), 3.0),
+        (format!(r#"egressd_downstream_responses_total{{{listener},class="4xx"}}"#), 2.0),
+        (format!(r#"egressd_downstream_responses_total{{{listener},class="5xx"}}"#), 1.0),
+        (format!("egressd_downstream_response_seconds_count{{{listener}}}"), 6.0),
+        (format!(r#"egressd_upstream_responses_total{{{app},class="2xx"}}"#), 3.0),
+        (format!(r#"egressd_upstream_responses_total{{{app},class="4xx"}}"#), 1.0),
+        (format!("egressd_upstream_response_seconds_count{{{app}}}"), 4.0),
+        (
+            r#"egressd_upstream_connect_failures_total{backend="default/gone",reason="upstream_connect_failure"}"#.to_owned(),
+            1.0,
+        ),
+    ] {
+        assert_eq!(metric(&proxy, &series).await, expected, "{series}");
+    }
+    let sum = metric(
+        &proxy,
+        &format!("egressd_upstream_response_seconds_sum{{{app}}}"),
+    )
+    .await;
+    assert!(sum > 0.0 && sum < 5.0, "{sum}");
+
+    let reloads = r#"egressd_config_reloads_total{result="success"}"#;
+    let before = metric(&proxy, reloads).await;
+    proxy.reload().await;
+    assert_eq!(metric(&proxy, reloads).await, before + 1.0);
+    proxy.rewrite("kind: Nonsense\n");
+    assert!(proxy.egressd().reload().await.is_err());
+    assert_eq!(
+        metric(&proxy, r#"egressd_config_reloads_total{result="failure"}"#).await,
+        1.0
+    );
+}

@@ -39,6 +39,8 @@ pub struct ConnInfo {
     /// The drain tracker: a CONNECT tunnel outlives its HTTP connection and registers itself,
     /// so SIGTERM waits for it (up to the drain timeout) like for any connection.
     pub tracker: Option<Arc<crate::listener::ConnTracker>>,
+    /// The listener's request metrics (looked up once per connection).
+    pub stats: Option<Arc<crate::telemetry::metrics::RequestStats>>,
 }
 
 impl ConnInfo {
@@ -49,6 +51,7 @@ impl ConnInfo {
             client,
             tls: false,
             tracker: None,
+            stats: None,
         }
     }
 }
@@ -179,6 +182,9 @@ pub async fn handle(
             }
         };
 
+    if let Some(stats) = &conn.stats {
+        stats.record(response.status().as_u16(), started.elapsed());
+    }
     let Some(logged) = log_request else {
         return Ok(response);
     };
@@ -388,7 +394,29 @@ async fn proxy(
             None => deadline,
         };
         outcome.attempts += 1;
+        let sent_at = Instant::now();
         let sent = super::exchange::send(target, &endpoint, upstream_req, attempt_deadline).await;
+        match &sent {
+            Ok((response, _)) => target
+                .backend
+                .stats(&shared.metrics)
+                .record(response.status().as_u16(), sent_at.elapsed()),
+            Err(
+                e @ (ProxyError::ConnectFailure { .. }
+                | ProxyError::ConnectTimeout { .. }
+                | ProxyError::UpstreamTls { .. }),
+            ) => {
+                shared
+                    .metrics
+                    .upstream_connect_failures
+                    .get_or_create(&crate::telemetry::metrics::BackendReasonLabel {
+                        backend: target.backend.label.to_string(),
+                        reason: e.code(),
+                    })
+                    .inc();
+            }
+            Err(_) => {}
+        }
         if outcome.timed && sent.is_ok() {
             outcome.upstream_ttfb = Some(started.elapsed());
         }

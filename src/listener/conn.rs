@@ -154,6 +154,7 @@ async fn serve(
     shared.metrics.downstream_connections.inc();
     let mut info = ConnInfo::new(conn.listener, conn.peer);
     info.tracker = Some(guard.tracker());
+    info.stats = Some(Arc::new(shared.metrics.listener_stats(&info.listener)));
     let http = &conn.accept.http;
     match &conn.accept.mode {
         AcceptMode::Http => serve_http(conn.stream, info, &shared, http, stop, drain).await,

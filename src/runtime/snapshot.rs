@@ -177,6 +177,19 @@ pub struct Backend {
     pub fallback: bool,
     /// `spec.extensions` of type `CredentialInjector`, applied to every request.
     pub credentials: Vec<crate::http::credentials::CredentialInjection>,
+    /// Metric handles, looked up on the first request (the series outlive reloads).
+    pub stats: std::sync::OnceLock<crate::telemetry::metrics::RequestStats>,
+}
+
+impl Backend {
+    /// The request metrics of this Backend.
+    pub fn stats(
+        &self,
+        metrics: &crate::telemetry::metrics::Metrics,
+    ) -> &crate::telemetry::metrics::RequestStats {
+        self.stats
+            .get_or_init(|| metrics.backend_stats(&self.label))
+    }
 }
 
 impl Backend {

@@ -4,6 +4,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -25,6 +26,56 @@ pub struct CauseLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BackendLabel {
     pub backend: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    pub listener: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerClassLabel {
+    pub listener: String,
+    /// `1xx` .. `5xx`.
+    pub class: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendClassLabel {
+    pub backend: String,
+    pub class: &'static str,
+}
+
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// Latency buckets in seconds: 0.5 ms to a minute (MCP and streaming calls run long).
+const LATENCY_BUCKETS: [f64; 16] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+type LatencyFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// One listener's or Backend's request counters by status class and its latency histogram,
+/// looked up once (per connection, or per Backend and config) so that counting a request is
+/// an atomic increment and one histogram observation, no label lookup.
+#[derive(Debug)]
+pub struct RequestStats {
+    responses: [Counter; 5],
+    latency: Histogram,
+}
+
+impl RequestStats {
+    /// Counts a response of `status` that took `elapsed`.
+    pub fn record(&self, status: u16, elapsed: std::time::Duration) {
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        self.responses[class].inc();
+        self.latency.observe(elapsed.as_secs_f64());
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -131,6 +182,12 @@ pub struct Metrics {
     blocked_hosts: CappedLabel,
     /// Read off the serving snapshot when `/metrics` is scraped (see `admin`): nothing on
     /// the hot path.
+    pub downstream_responses: Family<ListenerClassLabel, Counter>,
+    pub downstream_latency: LatencyFamily<ListenerLabel>,
+    pub upstream_responses: Family<BackendClassLabel, Counter>,
+    pub upstream_latency: LatencyFamily<BackendLabel>,
+    /// Upstream connections that could not be made, by Backend and error code.
+    pub upstream_connect_failures: Family<BackendReasonLabel, Counter>,
     pub upstream_requests_active: Family<BackendLabel, Gauge>,
     pub upstream_connections_open: Family<BackendLabel, Gauge>,
     pub upstream_endpoints: Family<BackendHealthLabel, Gauge>,
@@ -258,6 +315,38 @@ impl Default for Metrics {
             "Requests and connections refused because no Backend declares the destination, by host (the first 256 hosts; later ones as other)",
             blocked.clone(),
         );
+        let downstream_responses = Family::<ListenerClassLabel, Counter>::default();
+        registry.register(
+            "downstream_responses",
+            "Responses to clients by listener and status class (local replies included)",
+            downstream_responses.clone(),
+        );
+        let downstream_latency: LatencyFamily<ListenerLabel> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "downstream_response_seconds",
+            "From a request's arrival until its response headers went to the client, by listener",
+            downstream_latency.clone(),
+        );
+        let upstream_responses = Family::<BackendClassLabel, Counter>::default();
+        registry.register(
+            "upstream_responses",
+            "Responses from upstreams by Backend and status class (every attempt, retries included)",
+            upstream_responses.clone(),
+        );
+        let upstream_latency: LatencyFamily<BackendLabel> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "upstream_response_seconds",
+            "From sending a request upstream (connecting included) until its response headers, by Backend",
+            upstream_latency.clone(),
+        );
+        let upstream_connect_failures = Family::<BackendReasonLabel, Counter>::default();
+        registry.register(
+            "upstream_connect_failures",
+            "Upstream connections that could not be made, by Backend and reason (the x-egressd-error code)",
+            upstream_connect_failures.clone(),
+        );
         let upstream_requests_active = Family::<BackendLabel, Gauge>::default();
         registry.register(
             "upstream_requests_active",
@@ -305,6 +394,11 @@ impl Default for Metrics {
             mcp_tool_names: CappedLabel::default(),
             blocked,
             blocked_hosts: CappedLabel::default(),
+            downstream_responses,
+            downstream_latency,
+            upstream_responses,
+            upstream_latency,
+            upstream_connect_failures,
             upstream_requests_active,
             upstream_connections_open,
             upstream_endpoints,
@@ -338,6 +432,46 @@ impl Metrics {
                 tool: self.mcp_tool_names.label(tool),
             })
             .inc();
+    }
+
+    /// The handles for requests on `listener`.
+    pub fn listener_stats(&self, listener: &str) -> RequestStats {
+        RequestStats {
+            responses: CLASSES.map(|class| {
+                self.downstream_responses
+                    .get_or_create(&ListenerClassLabel {
+                        listener: listener.to_owned(),
+                        class,
+                    })
+                    .clone()
+            }),
+            latency: self
+                .downstream_latency
+                .get_or_create(&ListenerLabel {
+                    listener: listener.to_owned(),
+                })
+                .clone(),
+        }
+    }
+
+    /// The handles for requests to `backend`.
+    pub fn backend_stats(&self, backend: &str) -> RequestStats {
+        RequestStats {
+            responses: CLASSES.map(|class| {
+                self.upstream_responses
+                    .get_or_create(&BackendClassLabel {
+                        backend: backend.to_owned(),
+                        class,
+                    })
+                    .clone()
+            }),
+            latency: self
+                .upstream_latency
+                .get_or_create(&BackendLabel {
+                    backend: backend.to_owned(),
+                })
+                .clone(),
+        }
     }
 
     /// Counts a refused destination (labelled `other` once [`TRAFFIC_LABELS`] hosts are in

@@ -529,6 +529,7 @@ fn compile_one(
         ports,
         fallback: spec.fallback.as_ref().is_some_and(|f| f.value),
         credentials,
+        stats: std::sync::OnceLock::new(),
     }))
 }
 
