@@ -68,6 +68,14 @@ async fn in_flight_requests_connections_endpoints_and_certificate_expiry() {
     assert_eq!(
         metric(
             &proxy,
+            r#"egressd_upstream_connections_opened{backend="default/app"}"#
+        )
+        .await,
+        2.0
+    );
+    assert_eq!(
+        metric(
+            &proxy,
             r#"egressd_upstream_endpoints{backend="default/app",health="healthy"}"#
         )
         .await,

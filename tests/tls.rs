@@ -1224,3 +1224,52 @@ fn platform_provided_without_a_platform_identity_is_rejected() {
     );
     assert!(v.report.contains("platformIdentity"), "{}", v.report);
 }
+
+/// The access log says how the upstream connection was made: the request that opened it
+/// carries the connect time, and every line the TLS version and ALPN protocol.
+#[tokio::test]
+async fn the_access_log_names_connect_time_tls_version_and_alpn() {
+    let env = Env::new().await;
+    let upstream = env.upstream(env.api_cert()).await;
+    let port = upstream.addr.port();
+    let log = env.dir.path().join("access.log");
+    let yaml = env
+        .config(&fqdn_tls_backend(port, &Tls::simple(&env.ca_file), ""))
+        .replace(
+            "  accessLog:\n    enabled: false\n",
+            &format!("  accessLog: {{path: \"{}\"}}\n", log.display()),
+        );
+    assert!(yaml.contains("access.log"));
+    let proxy = TestProxy::start(&yaml).await;
+    for _ in 0..2 {
+        assert_eq!(get_api(&proxy, port).await.status, 200);
+    }
+    let lines = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    assert!(
+        common::proxy::eventually(Duration::from_secs(5), || async { lines().len() == 2 }).await
+    );
+    let lines = lines();
+    for line in &lines {
+        assert_eq!(line["upstream_tls"], "TLSv1.3", "{line}");
+        assert_eq!(
+            line["upstream_alpn"], "http/1.1",
+            "protocol HTTP11 offers only http/1.1"
+        );
+    }
+    assert!(
+        lines[0]["upstream_connect_ms"].as_f64().unwrap() > 0.0,
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].get("upstream_connect_ms").is_none(),
+        "pooled: {}",
+        lines[1]
+    );
+}

@@ -121,13 +121,14 @@ pub(super) fn refresh_gauges(shared: &crate::runtime::shared::Shared) {
     let m = &shared.metrics;
     m.upstream_requests_active.clear();
     m.upstream_connections_open.clear();
+    m.upstream_connections_opened.clear();
     m.upstream_endpoints.clear();
     m.certificate_expiry.clear();
     for backend in &snapshot.backends {
         let label = BackendLabel {
             backend: backend.label.to_string(),
         };
-        let (mut active, mut open) = (0i64, 0i64);
+        let (mut active, mut open, mut opened) = (0i64, 0i64, 0i64);
         let mut by_health = [0i64; 3];
         for port in &backend.ports {
             let group = &port.endpoints;
@@ -135,6 +136,7 @@ pub(super) fn refresh_gauges(shared: &crate::runtime::shared::Shared) {
             let checked = group.active_settings().is_some();
             for e in &group.list().endpoints {
                 active += e.active_requests() as i64;
+                opened += e.connections_opened() as i64;
                 let health = if e.outlier.is_ejected() {
                     1
                 } else if checked && e.health.is_unhealthy() {
@@ -147,6 +149,9 @@ pub(super) fn refresh_gauges(shared: &crate::runtime::shared::Shared) {
         }
         m.upstream_requests_active.get_or_create(&label).set(active);
         m.upstream_connections_open.get_or_create(&label).set(open);
+        m.upstream_connections_opened
+            .get_or_create(&label)
+            .set(opened);
         for (count, health) in by_health
             .into_iter()
             .zip(["healthy", "ejected", "unhealthy"])

@@ -357,15 +357,22 @@ fn pending(target: &Target) -> Result<PendingSlot, ProxyError> {
     })
 }
 
+tokio::task_local! {
+    /// Set by a request that wants to know (for the access log) whether it opened a new
+    /// connection, and how long connecting took.
+    pub(super) static NEW_CONNECTION: std::cell::Cell<Option<Duration>>;
+}
+
 async fn connect(
     target: &Target,
     endpoint: &Arc<Endpoint>,
     slot: ConnectionSlot,
 ) -> Result<HttpConnection, ConnectError> {
     let port = &target.port;
+    let started = Instant::now();
     // Boxed: TCP, TLS and HTTP/1.1 or HTTP/2 handshake futures are large, and a request that
     // finds a pooled connection (the common case) should not carry their space around.
-    Box::pin(connect_http(
+    let (connection, tls) = Box::pin(connect_http(
         endpoint.addr,
         target.policy.connect_timeout,
         &port.transport,
@@ -374,7 +381,10 @@ async fn connect(
         Some(slot),
         port.tcp_keepalive.as_ref(),
     ))
-    .await
+    .await?;
+    endpoint.note_connection(tls);
+    let _ = NEW_CONNECTION.try_with(|c| c.set(Some(started.elapsed())));
+    Ok(connection)
 }
 
 /// HTTP/2 carries the target in `:scheme`/`:authority`/`:path` (RFC 9113 §8.3.1), which

@@ -106,6 +106,10 @@ pub(super) struct Outcome {
     /// From the request's arrival until the last attempt's response headers (measured only
     /// for the access log: a clock read per request otherwise saved).
     pub(super) upstream_ttfb: Option<Duration>,
+    /// The last attempt opened a connection, taking this long.
+    pub(super) upstream_connect: Option<Duration>,
+    /// What TLS with the endpoint settled on (its latest handshake).
+    pub(super) upstream_tls: Option<crate::upstream::connect::TlsSummary>,
     pub(super) timed: bool,
 }
 
@@ -208,6 +212,9 @@ pub async fn handle(
         mcp_method: outcome.mcp_method,
         mcp_tool: outcome.mcp_tool,
         upstream_ttfb_ms: outcome.upstream_ttfb.map(access_log::millis),
+        upstream_connect_ms: outcome.upstream_connect.map(access_log::millis),
+        upstream_tls: outcome.upstream_tls.map(|t| t.version),
+        upstream_alpn: outcome.upstream_tls.and_then(|t| t.alpn),
         headers_ms: access_log::millis(started.elapsed()),
         duration_ms: 0.0,
         complete: false,
@@ -395,7 +402,24 @@ async fn proxy(
         };
         outcome.attempts += 1;
         let sent_at = Instant::now();
-        let sent = super::exchange::send(target, &endpoint, upstream_req, attempt_deadline).await;
+        let sent = if outcome.timed {
+            // For the access log: whether this attempt opened a connection, and how long that
+            // took (boxed: only requests that are logged carry the larger future).
+            let new_connection = &super::exchange::NEW_CONNECTION;
+            let (sent, connected) =
+                Box::pin(new_connection.scope(std::cell::Cell::new(None), async {
+                    let sent =
+                        super::exchange::send(target, &endpoint, upstream_req, attempt_deadline)
+                            .await;
+                    (sent, new_connection.with(std::cell::Cell::get))
+                }))
+                .await;
+            outcome.upstream_connect = connected;
+            outcome.upstream_tls = endpoint.tls();
+            sent
+        } else {
+            super::exchange::send(target, &endpoint, upstream_req, attempt_deadline).await
+        };
         match &sent {
             Ok((response, _)) => target
                 .backend

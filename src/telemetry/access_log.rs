@@ -56,6 +56,16 @@ pub struct AccessRecord {
     /// From the request's arrival until the upstream's response headers (the last attempt).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_ttfb_ms: Option<f64>,
+    /// When the (last) attempt opened a new upstream connection: how long connecting took
+    /// (TCP, TLS and HTTP handshakes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_connect_ms: Option<f64>,
+    /// TLS with the endpoint (`TLSv1.3`, `TLSv1.2`), as its latest handshake settled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_tls: Option<&'static str>,
+    /// The ALPN protocol of that handshake (`h2`, `http/1.1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_alpn: Option<&'static str>,
     /// Until the response headers went to the client.
     pub headers_ms: f64,
     /// Until the response's last byte was sent (or the client went away).

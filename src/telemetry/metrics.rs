@@ -190,6 +190,7 @@ pub struct Metrics {
     pub upstream_connect_failures: Family<BackendReasonLabel, Counter>,
     pub upstream_requests_active: Family<BackendLabel, Gauge>,
     pub upstream_connections_open: Family<BackendLabel, Gauge>,
+    pub upstream_connections_opened: Family<BackendLabel, Gauge>,
     pub upstream_endpoints: Family<BackendHealthLabel, Gauge>,
     pub certificate_expiry: Family<FileLabel, Gauge>,
     pub retries: Family<BackendLabel, Counter>,
@@ -359,6 +360,12 @@ impl Default for Metrics {
             "Open upstream connections of each Backend (HTTP/1.1 and HTTP/2)",
             upstream_connections_open.clone(),
         );
+        let upstream_connections_opened = Family::<BackendLabel, Gauge>::default();
+        registry.register(
+            "upstream_connections_opened",
+            "Upstream connections opened for traffic since start, per Backend (summed over its current endpoints, so it drops when endpoints leave the config)",
+            upstream_connections_opened.clone(),
+        );
         let upstream_endpoints = Family::<BackendHealthLabel, Gauge>::default();
         registry.register(
             "upstream_endpoints",
@@ -401,6 +408,7 @@ impl Default for Metrics {
             upstream_connect_failures,
             upstream_requests_active,
             upstream_connections_open,
+            upstream_connections_opened,
             upstream_endpoints,
             certificate_expiry,
             retries,

@@ -180,9 +180,36 @@ pub enum HttpConnection {
     Http2(H2Conn),
 }
 
+/// What a TLS handshake with an upstream settled on (for the access log).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TlsSummary {
+    /// `TLSv1.2` or `TLSv1.3`.
+    pub version: &'static str,
+    /// `h2`, `http/1.1`, another (`other`), or none.
+    pub alpn: Option<&'static str>,
+}
+
+impl TlsSummary {
+    fn of(conn: &rustls::ClientConnection) -> TlsSummary {
+        TlsSummary {
+            version: match conn.protocol_version() {
+                Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+                Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+                _ => "other",
+            },
+            alpn: conn.alpn_protocol().map(|p| match p {
+                b"h2" => "h2",
+                b"http/1.1" => "http/1.1",
+                _ => "other",
+            }),
+        }
+    }
+}
+
 /// Opens an HTTP connection (TLS when the transport says so) and spawns its driver on the
 /// current runtime. The TLS handshake gets its own `timeout`, after the TCP connect's. `slot`
 /// (the circuit breaker's count of open connections) is held until the connection closes.
+/// With TLS, also what the handshake settled on.
 pub async fn connect_http(
     addr: SocketAddr,
     timeout: Duration,
@@ -191,19 +218,22 @@ pub async fn connect_http(
     h2: &Http2Options,
     slot: Option<ConnectionSlot>,
     keepalive: Option<&TcpKeepalive>,
-) -> Result<HttpConnection, ConnectError> {
+) -> Result<(HttpConnection, Option<TlsSummary>), ConnectError> {
     let stream = connect_tcp_keepalive(addr, timeout, keepalive).await?;
     match transport {
         Transport::Plain => match wire {
-            HttpWire::Http2 => Ok(HttpConnection::Http2(
-                handshake_http2(addr, stream, timeout, h2, slot).await?,
+            HttpWire::Http2 => Ok((
+                HttpConnection::Http2(handshake_http2(addr, stream, timeout, h2, slot).await?),
+                None,
             )),
-            HttpWire::Http1 | HttpWire::Negotiated => Ok(HttpConnection::Http1(
-                handshake_http1(addr, stream, false, slot).await?,
+            HttpWire::Http1 | HttpWire::Negotiated => Ok((
+                HttpConnection::Http1(handshake_http1(addr, stream, false, slot).await?),
+                None,
             )),
         },
         Transport::Tls(tls) => {
             let stream = tls_handshake(addr, stream, timeout, tls, &tls.config).await?;
+            let summary = TlsSummary::of(stream.get_ref().1);
             // ALPN decides; a server that chose none gets what the config asked for (HTTP2
             // offered only `h2`, so an HTTP/2 server without ALPN is still spoken to as one).
             let http2 = match stream.get_ref().1.alpn_protocol() {
@@ -211,15 +241,12 @@ pub async fn connect_http(
                 Some(_) => false,
                 None => wire == HttpWire::Http2,
             };
-            if http2 {
-                Ok(HttpConnection::Http2(
-                    handshake_http2(addr, stream, timeout, h2, slot).await?,
-                ))
+            let conn = if http2 {
+                HttpConnection::Http2(handshake_http2(addr, stream, timeout, h2, slot).await?)
             } else {
-                Ok(HttpConnection::Http1(
-                    handshake_http1(addr, stream, false, slot).await?,
-                ))
-            }
+                HttpConnection::Http1(handshake_http1(addr, stream, false, slot).await?)
+            };
+            Ok((conn, Some(summary)))
         }
     }
 }

@@ -43,6 +43,10 @@ pub struct Endpoint {
     /// The last failure seen talking to this endpoint, for `/endpoints` (written on failures
     /// only).
     last_failure: std::sync::Mutex<Option<LastFailure>>,
+    /// Connections ever opened for traffic.
+    connections_opened: AtomicU64,
+    /// What the latest TLS handshake settled on (0: none yet), see `tls()`.
+    tls: std::sync::atomic::AtomicU8,
 }
 
 /// When and how an exchange with an endpoint last failed.
@@ -66,6 +70,8 @@ impl Endpoint {
             active: AtomicU64::new(0),
             total: AtomicU64::new(0),
             last_failure: std::sync::Mutex::new(None),
+            connections_opened: AtomicU64::new(0),
+            tls: std::sync::atomic::AtomicU8::new(0),
             ready_since_ms: AtomicU64::new(crate::balance::slow_start::now_ms()),
         }
     }
@@ -112,6 +118,48 @@ impl Endpoint {
     }
 
     /// Remembers a failure (a local-origin error or a 5xx) for `/endpoints`.
+    /// A connection for traffic was opened (with `tls`, what its handshake settled on).
+    pub fn note_connection(&self, tls: Option<crate::upstream::connect::TlsSummary>) {
+        self.connections_opened.fetch_add(1, Ordering::Relaxed);
+        if let Some(t) = tls {
+            let version = match t.version {
+                "TLSv1.3" => 1,
+                "TLSv1.2" => 2,
+                _ => 3,
+            };
+            let alpn = match t.alpn {
+                None => 0,
+                Some("h2") => 1,
+                Some("http/1.1") => 2,
+                Some(_) => 3,
+            };
+            self.tls.store(version << 2 | alpn, Ordering::Relaxed);
+        }
+    }
+
+    pub fn connections_opened(&self) -> u64 {
+        self.connections_opened.load(Ordering::Relaxed)
+    }
+
+    /// What the latest TLS handshake with this endpoint settled on (every connection to one
+    /// endpoint is made with the same settings); None before the first, or without TLS.
+    pub fn tls(&self) -> Option<crate::upstream::connect::TlsSummary> {
+        let code = self.tls.load(Ordering::Relaxed);
+        let version = match code >> 2 {
+            0 => return None,
+            1 => "TLSv1.3",
+            2 => "TLSv1.2",
+            _ => "other",
+        };
+        let alpn = match code & 3 {
+            0 => None,
+            1 => Some("h2"),
+            2 => Some("http/1.1"),
+            _ => Some("other"),
+        };
+        Some(crate::upstream::connect::TlsSummary { version, alpn })
+    }
+
     pub fn note_failure(&self, detail: String) {
         let failure = LastFailure {
             at: std::time::SystemTime::now(),

@@ -205,7 +205,7 @@ impl CheckConnection {
         timeout: Duration,
         plan: &CheckPlan,
     ) -> Result<Self, CheckError> {
-        let connection = connect_http(
+        let (connection, _) = connect_http(
             addr,
             timeout,
             &plan.transport,
