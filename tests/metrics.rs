@@ -162,6 +162,14 @@ async fn request_families_move_with_traffic_errors_and_reloads() {
         (format!(r#"egressd_upstream_responses_total{{{app},class="4xx"}}"#), 1.0),
         (format!("egressd_upstream_response_seconds_count{{{app}}}"), 4.0),
         (
+            r#"egressd_route_responses_total{route="HTTPRoute default/app rule 0",class="2xx"}"#.to_owned(),
+            3.0,
+        ),
+        (
+            r#"egressd_route_response_seconds_count{route="HTTPRoute default/app rule 0"}"#.to_owned(),
+            4.0,
+        ),
+        (
             r#"egressd_upstream_connect_failures_total{backend="default/gone",reason="upstream_connect_failure"}"#.to_owned(),
             1.0,
         ),

@@ -93,6 +93,8 @@ struct LoggedRequest {
 #[derive(Default)]
 pub(super) struct Outcome {
     pub(super) route: Option<Arc<str>>,
+    /// The matched route rule (for its metrics).
+    pub(super) route_action: Option<Arc<super::router::RouteAction>>,
     pub(super) backend: Option<Arc<str>>,
     pub(super) endpoint: Option<SocketAddr>,
     /// The JSON-RPC method (and tool) of an MCP request, when egressd could see it.
@@ -186,8 +188,13 @@ pub async fn handle(
             }
         };
 
+    let elapsed = started.elapsed();
+    let status = response.status().as_u16();
     if let Some(stats) = &conn.stats {
-        stats.record(response.status().as_u16(), started.elapsed());
+        stats.record(status, elapsed);
+    }
+    if let Some(action) = &outcome.route_action {
+        action.stats(&shared.metrics).record(status, elapsed);
     }
     let Some(logged) = log_request else {
         return Ok(response);
@@ -259,6 +266,7 @@ async fn proxy(
     let (target, entry): (&Arc<Target>, Option<&RouteEntry>) = match router.route(&input) {
         Some(entry) => {
             outcome.route = Some(entry.action.name.clone());
+            outcome.route_action = Some(entry.action.clone());
             let target = entry.action.pick().ok_or_else(|| ProxyError::NoBackend {
                 route: entry.action.name.clone(),
             })?;

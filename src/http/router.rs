@@ -111,9 +111,19 @@ pub struct RouteAction {
     /// backendRefs to Backends with `fallback: true`: used only while no primary Backend has
     /// a healthy endpoint.
     pub fallbacks: Vec<WeightedTarget>,
+    /// Metric handles, looked up on the first request (the series outlive reloads).
+    pub stats: std::sync::OnceLock<crate::telemetry::metrics::RequestStats>,
 }
 
 impl RouteAction {
+    /// The request metrics of this route rule.
+    pub fn stats(
+        &self,
+        metrics: &crate::telemetry::metrics::Metrics,
+    ) -> &crate::telemetry::metrics::RequestStats {
+        self.stats.get_or_init(|| metrics.route_stats(&self.name))
+    }
+
     /// Picks a backend by weight. With fallbacks: among the primaries that have a healthy
     /// endpoint; when none has, among the fallbacks that have one; when those have none
     /// either, among all primaries (whose panic mode then applies).

@@ -41,6 +41,17 @@ pub struct ListenerClassLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    pub route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteClassLabel {
+    pub route: String,
+    pub class: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BackendClassLabel {
     pub backend: String,
     pub class: &'static str,
@@ -184,6 +195,8 @@ pub struct Metrics {
     /// the hot path.
     pub downstream_responses: Family<ListenerClassLabel, Counter>,
     pub downstream_latency: LatencyFamily<ListenerLabel>,
+    pub route_responses: Family<RouteClassLabel, Counter>,
+    pub route_latency: LatencyFamily<RouteLabel>,
     pub upstream_responses: Family<BackendClassLabel, Counter>,
     pub upstream_latency: LatencyFamily<BackendLabel>,
     /// Upstream connections that could not be made, by Backend and error code.
@@ -329,6 +342,19 @@ impl Default for Metrics {
             "From a request's arrival until its response headers went to the client, by listener",
             downstream_latency.clone(),
         );
+        let route_responses = Family::<RouteClassLabel, Counter>::default();
+        registry.register(
+            "route_responses",
+            "Responses to requests an HTTPRoute rule matched, by rule and status class",
+            route_responses.clone(),
+        );
+        let route_latency: LatencyFamily<RouteLabel> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "route_response_seconds",
+            "From a request's arrival until its response headers, by HTTPRoute rule",
+            route_latency.clone(),
+        );
         let upstream_responses = Family::<BackendClassLabel, Counter>::default();
         registry.register(
             "upstream_responses",
@@ -403,6 +429,8 @@ impl Default for Metrics {
             blocked_hosts: CappedLabel::default(),
             downstream_responses,
             downstream_latency,
+            route_responses,
+            route_latency,
             upstream_responses,
             upstream_latency,
             upstream_connect_failures,
@@ -457,6 +485,26 @@ impl Metrics {
                 .downstream_latency
                 .get_or_create(&ListenerLabel {
                     listener: listener.to_owned(),
+                })
+                .clone(),
+        }
+    }
+
+    /// The handles for requests matched by route rule `route`.
+    pub fn route_stats(&self, route: &str) -> RequestStats {
+        RequestStats {
+            responses: CLASSES.map(|class| {
+                self.route_responses
+                    .get_or_create(&RouteClassLabel {
+                        route: route.to_owned(),
+                        class,
+                    })
+                    .clone()
+            }),
+            latency: self
+                .route_latency
+                .get_or_create(&RouteLabel {
+                    route: route.to_owned(),
                 })
                 .clone(),
         }

@@ -429,6 +429,7 @@ fn build_action(
         backends: targets,
         total_weight: total,
         fallbacks,
+        stats: std::sync::OnceLock::new(),
     }
 }
 
