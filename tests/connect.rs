@@ -6,9 +6,10 @@ mod common;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::dns::TestDns;
-use common::proxy::{preamble, TestProxy};
+use common::proxy::{eventually, preamble, TestProxy};
 use common::tls::{San, TestCa, TlsOptions, TlsUpstream};
 use common::upstream::Upstream;
 use http_body_util::{BodyExt, Empty};
@@ -279,4 +280,44 @@ async fn an_unreachable_tunnel_endpoint_is_ejected_and_tunnels_go_to_the_other()
         "{endpoints}"
     );
     drop(up);
+}
+
+/// A tunnel's access log line is written when it closes, with the bytes each way.
+#[tokio::test]
+async fn a_tunnel_is_logged_when_it_closes_with_its_bytes() {
+    let dns = TestDns::start().await;
+    dns.set(API, &[Ipv4Addr::LOCALHOST], 60);
+    let upstream = Upstream::start("plain").await;
+    let port = upstream.addr.port();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let yaml = (preamble(Some(dns.addr)) + &tcp_backend("plain", API, port, "InsecureDisable"))
+        .replace(
+            "  accessLog:\n    enabled: false\n",
+            &format!("  accessLog: {{path: \"{}\"}}\n", log.display()),
+        );
+    assert!(yaml.contains("access.log"));
+    let proxy = TestProxy::start(&yaml).await;
+    let (status, head, mut tunnel) = connect(proxy.http(), &format!("{API}:{port}")).await;
+    assert_eq!(status, 200, "{head}");
+    let request = format!("GET /raw HTTP/1.1\r\nHost: {API}\r\nConnection: close\r\n\r\n");
+    tunnel.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = String::new();
+    tunnel.read_to_string(&mut reply).await.unwrap();
+    drop(tunnel);
+    let line = || -> Option<serde_json::Value> {
+        let text = std::fs::read_to_string(&log).ok()?;
+        serde_json::from_str(text.lines().next()?).ok()
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || async { line().is_some() }).await,
+        "a line once the tunnel closed"
+    );
+    let line = line().unwrap();
+    assert_eq!(line["method"], "CONNECT");
+    assert_eq!(line["status"], 200);
+    assert_eq!(line["bytes_in"], request.len());
+    assert_eq!(line["bytes_out"], reply.len());
+    assert_eq!(line["complete"], true);
+    assert_eq!(line["backend"], "default/plain");
 }

@@ -113,6 +113,9 @@ pub(super) struct Outcome {
     /// What TLS with the endpoint settled on (its latest handshake).
     pub(super) upstream_tls: Option<crate::upstream::connect::TlsSummary>,
     pub(super) timed: bool,
+    /// A CONNECT tunnel's end (bytes client→upstream and back, when it closed cleanly), for
+    /// the access log line written when the tunnel closes.
+    pub(super) tunnel_end: Option<tokio::sync::oneshot::Receiver<Option<(u64, u64)>>>,
 }
 
 /// Handles one request: never fails, every failure becomes a local reply.
@@ -226,6 +229,20 @@ pub async fn handle(
         duration_ms: 0.0,
         complete: false,
     };
+    if let Some(end) = outcome.tunnel_end.take() {
+        // A tunnel's line waits for the tunnel to close, with the bytes it carried.
+        let shared = shared.clone();
+        let mut record = record;
+        tokio::spawn(async move {
+            let bytes = end.await.ok().flatten();
+            record.bytes_in = bytes.map(|(up, _)| up);
+            record.bytes_out = bytes.map_or(0, |(_, down)| down);
+            record.complete = bytes.is_some();
+            record.duration_ms = access_log::millis(started.elapsed());
+            shared.access_log.write(&record);
+        });
+        return Ok(response);
+    }
     Ok(super::logged::log_when_done(
         shared.clone(),
         response,
@@ -702,16 +719,28 @@ async fn tunnel(
     let open = conn.tracker.as_ref().map(|t| t.enter());
     let on_upgrade = hyper::upgrade::on(req);
     let label = backend.clone();
+    let report = outcome.timed.then(|| {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        outcome.tunnel_end = Some(rx);
+        tx
+    });
     tokio::spawn(async move {
+        let mut bytes = None;
         match on_upgrade.await {
             Ok(upgraded) => {
                 let end = super::tunnel::relay(TokioIo::new(upgraded), upstream, idle).await;
+                if let super::tunnel::TunnelEnd::Closed(up, down) = end {
+                    bytes = Some((up, down));
+                }
                 tracing::debug!(backend = %label, endpoint = %active.endpoint().addr, ?end, "tunnel closed");
             }
             Err(e) => tracing::debug!(backend = %label, error = %e, "CONNECT upgrade failed"),
         }
         drop(active);
         drop(open);
+        if let Some(report) = report {
+            let _ = report.send(bytes);
+        }
     });
     Ok(Response::new(ProxyBody::empty()))
 }
