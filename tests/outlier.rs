@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::outlier::{
-    answering, backend, ejected_count, endpoint_state, free_port, is_ejected, metric, HOST,
+    answering, backend, ejected_count, endpoint_state, free_port, is_ejected, metric, od_proxy,
+    HOST,
 };
 use common::proxy::{eventually, get, preamble, TestProxy};
 use common::upstream::Upstream;
@@ -18,7 +19,7 @@ async fn five_gateway_errors_eject_then_the_endpoint_returns_and_a_relapse_lasts
     let port = free_port();
     let bad = answering(1, port, 503).await;
     let good = answering(2, port, 200).await;
-    let proxy = TestProxy::start(&(preamble(None) + &backend(&[bad.addr, good.addr], ""))).await;
+    let proxy = od_proxy(&[bad.addr, good.addr], "").await;
 
     // Round robin alternates; the bad endpoint's 5th 503 ejects it.
     let mut failures = 0;
@@ -78,7 +79,7 @@ async fn connect_failures_count_as_gateway_errors() {
     let port = free_port();
     let good = answering(2, port, 200).await;
     let dead = SocketAddr::new([127, 0, 0, 3].into(), port); // nothing listens there
-    let proxy = TestProxy::start(&(preamble(None) + &backend(&[dead, good.addr], ""))).await;
+    let proxy = od_proxy(&[dead, good.addr], "").await;
     let mut refused = 0;
     for i in 0..20 {
         let r = get(proxy.http(), HOST, &format!("/{i}")).await;
@@ -101,7 +102,7 @@ async fn a_500_is_not_a_gateway_error_unless_consecutive_5xx_is_set() {
     let port = free_port();
     let erring = answering(1, port, 500).await;
     let good = answering(2, port, 200).await;
-    let proxy = TestProxy::start(&(preamble(None) + &backend(&[erring.addr, good.addr], ""))).await;
+    let proxy = od_proxy(&[erring.addr, good.addr], "").await;
     for i in 0..20 {
         let _ = get(proxy.http(), HOST, &format!("/{i}")).await;
     }
@@ -109,10 +110,7 @@ async fn a_500_is_not_a_gateway_error_unless_consecutive_5xx_is_set() {
     assert!(!is_ejected(&proxy, "127.0.0.1").await);
     drop(proxy);
 
-    let proxy = TestProxy::start(
-        &(preamble(None) + &backend(&[erring.addr, good.addr], ", consecutive5XxErrors: 5")),
-    )
-    .await;
+    let proxy = od_proxy(&[erring.addr, good.addr], ", consecutive5XxErrors: 5").await;
     for i in 0..20 {
         let _ = get(proxy.http(), HOST, &format!("/{i}")).await;
     }
@@ -130,7 +128,7 @@ async fn max_ejection_percent_caps_ejections_and_always_eject_one_overrides_it()
     let addrs = [a.addr, b.addr, c.addr];
 
     // egressd's defaults (50%, alwaysEjectOneEndpoint): one of three (two would be 66.7%).
-    let proxy = TestProxy::start(&(preamble(None) + &backend(&addrs, ""))).await;
+    let proxy = od_proxy(&addrs, "").await;
     for i in 0..30 {
         let _ = get(proxy.http(), HOST, &format!("/{i}")).await;
     }
@@ -138,12 +136,9 @@ async fn max_ejection_percent_caps_ejections_and_always_eject_one_overrides_it()
     drop(proxy);
 
     // Envoy's defaults since 1.28 (10%, no forced ejection): three endpoints, none ejected.
-    let proxy = TestProxy::start(
-        &(preamble(None)
-            + &backend(
-                &addrs,
-                ", maxEjectionPercent: 10, alwaysEjectOneEndpoint: false",
-            )),
+    let proxy = od_proxy(
+        &addrs,
+        ", maxEjectionPercent: 10, alwaysEjectOneEndpoint: false",
     )
     .await;
     for i in 0..30 {
@@ -153,8 +148,7 @@ async fn max_ejection_percent_caps_ejections_and_always_eject_one_overrides_it()
     drop(proxy);
 
     // 100%: all three.
-    let proxy =
-        TestProxy::start(&(preamble(None) + &backend(&addrs, ", maxEjectionPercent: 100"))).await;
+    let proxy = od_proxy(&addrs, ", maxEjectionPercent: 100").await;
     for i in 0..30 {
         let _ = get(proxy.http(), HOST, &format!("/{i}")).await;
     }

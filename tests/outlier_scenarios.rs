@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::outlier::{
-    answering, backend, ejected_count, endpoint_state, free_port, is_ejected, metric, scripted,
-    HOST,
+    answering, backend, ejected_count, endpoint_state, free_port, is_ejected, metric, od_proxy,
+    scripted, HOST,
 };
 use common::proxy::{eventually, get, preamble, TestProxy};
 use common::upstream::Upstream;
@@ -43,7 +43,7 @@ async fn gateway_errors_eject_while_a_5xx_run_is_only_detected() {
     let port = free_port();
     let seq = script(&[503, 500, 503, 503, 503, 503, 503]);
     let a = scripted(1, port, seq.clone()).await;
-    let proxy = TestProxy::start(&(preamble(None) + &backend(&[a.addr], ""))).await;
+    let proxy = od_proxy(&[a.addr], "").await;
     assert_eq!(send(&proxy, 5).await, 0);
     assert_eq!(
         metric(&proxy, &detections("not_enforced", "consecutive_5xx")).await,
@@ -80,9 +80,7 @@ async fn with_both_enforced_the_gateway_detector_wins_and_a_500_run_ejects_as_5x
     let port = free_port();
     let seq = script(&[503, 200, 503, 503, 503, 503, 503]);
     let a = scripted(1, port, seq.clone()).await;
-    let proxy =
-        TestProxy::start(&(preamble(None) + &backend(&[a.addr], ", consecutive5XxErrors: 5")))
-            .await;
+    let proxy = od_proxy(&[a.addr], ", consecutive5XxErrors: 5").await;
     send(&proxy, 7).await;
     let state = endpoint_state(&proxy, "127.0.0.1").await;
     assert_eq!(state["ejection"]["ejected"], true, "{state}");
@@ -116,7 +114,7 @@ async fn errors_while_ejected_neither_extend_the_ejection_nor_eject_again_on_ret
     // eject it again: a fresh run of five is needed.
     let port = free_port();
     let a = answering(1, port, 503).await;
-    let proxy = TestProxy::start(&(preamble(None) + &backend(&[a.addr], ""))).await;
+    let proxy = od_proxy(&[a.addr], "").await;
     send(&proxy, 5).await;
     assert!(is_ejected(&proxy, "127.0.0.1").await);
     let ejected_at = std::time::Instant::now();
@@ -153,12 +151,9 @@ async fn split_local_origin_failures_eject_as_their_own_detector() {
     let port = free_port();
     let good = answering(2, port, 200).await;
     let dead = std::net::SocketAddr::new([127, 0, 0, 3].into(), port);
-    let proxy = TestProxy::start(
-        &(preamble(None)
-            + &backend(
-                &[dead, good.addr],
-                ", splitExternalLocalOriginErrors: true, consecutiveLocalOriginFailures: 3",
-            )),
+    let proxy = od_proxy(
+        &[dead, good.addr],
+        ", splitExternalLocalOriginErrors: true, consecutiveLocalOriginFailures: 3",
     )
     .await;
     send(&proxy, 20).await;
@@ -182,12 +177,9 @@ async fn ejections_over_max_ejection_percent_are_counted_not_made() {
     let port = free_port();
     let a = answering(1, port, 503).await;
     let b = answering(2, port, 503).await;
-    let proxy = TestProxy::start(
-        &(preamble(None)
-            + &backend(
-                &[a.addr, b.addr],
-                ", maxEjectionPercent: 60, alwaysEjectOneEndpoint: false",
-            )),
+    let proxy = od_proxy(
+        &[a.addr, b.addr],
+        ", maxEjectionPercent: 60, alwaysEjectOneEndpoint: false",
     )
     .await;
     send(&proxy, 12).await;
@@ -220,12 +212,9 @@ async fn an_endpoint_far_below_the_group_success_rate_is_ejected() {
     let bad = answering(1, port, 500).await;
     let b = answering(2, port, 200).await;
     let c = answering(3, port, 200).await;
-    let proxy = TestProxy::start(
-        &(preamble(None)
-            + &backend(
-                &[bad.addr, b.addr, c.addr],
-                ", successRate: {stdevFactor: 1000, minimumHosts: 3, requestVolume: 5}",
-            )),
+    let proxy = od_proxy(
+        &[bad.addr, b.addr, c.addr],
+        ", successRate: {stdevFactor: 1000, minimumHosts: 3, requestVolume: 5}",
     )
     .await;
     assert!(load_until_ejected(&proxy, "127.0.0.1").await);
@@ -236,12 +225,9 @@ async fn an_endpoint_far_below_the_group_success_rate_is_ejected() {
     assert!(!is_ejected(&proxy, "127.0.0.2").await && !is_ejected(&proxy, "127.0.0.3").await);
     // Envoy's default stdevFactor 1.9 would not eject at these rates: threshold < 0.
     drop(proxy);
-    let proxy = TestProxy::start(
-        &(preamble(None)
-            + &backend(
-                &[bad.addr, b.addr, c.addr],
-                ", successRate: {minimumHosts: 3, requestVolume: 5}",
-            )),
+    let proxy = od_proxy(
+        &[bad.addr, b.addr, c.addr],
+        ", successRate: {minimumHosts: 3, requestVolume: 5}",
     )
     .await;
     send(&proxy, 300).await;
@@ -253,12 +239,9 @@ async fn an_endpoint_failing_past_the_failure_percentage_is_ejected() {
     let port = free_port();
     let bad = answering(1, port, 500).await;
     let good = answering(2, port, 200).await;
-    let proxy = TestProxy::start(
-        &(preamble(None)
-            + &backend(
-                &[bad.addr, good.addr],
-                ", failurePercentage: {threshold: 50, minimumHosts: 2, requestVolume: 5}",
-            )),
+    let proxy = od_proxy(
+        &[bad.addr, good.addr],
+        ", failurePercentage: {threshold: 50, minimumHosts: 2, requestVolume: 5}",
     )
     .await;
     assert!(load_until_ejected(&proxy, "127.0.0.1").await);

@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::body::{ProxyBody, RequestBody};
@@ -119,14 +118,8 @@ async fn read_body(
     }
     let (parts, body) = req.into_parts();
     let limited = http_body_util::Limited::new(body, inspect::BODY_LIMIT as usize);
-    let collect = limited.collect();
-    // A client that stops sending is bounded like a silent upstream.
-    let collected = match target.policy.stream_idle_timeout {
-        Some(t) => tokio::time::timeout(t, collect).await.map_err(|_| {
-            ProxyError::InvalidRequest(format!("the request body did not arrive within {t:?}"))
-        })?,
-        None => collect.await,
-    };
+    let collected =
+        super::retry::read_request_body(limited, target.policy.stream_idle_timeout).await?;
     let bytes = match collected {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
@@ -356,14 +349,10 @@ pub(super) async fn filtered_tools_list(
         cause,
     };
     let limited = http_body_util::Limited::new(body, inspect::FILTER_LIMIT);
-    let collect = limited.collect();
-    let collected = match target.policy.stream_idle_timeout {
-        Some(t) => tokio::time::timeout(t, collect)
-            .await
-            .map_err(|_| endpoint_error(format!("tools/list answer not complete within {t:?}")))?,
-        None => collect.await,
-    }
-    .map_err(|e| endpoint_error(format!("tools/list answer: {e}")))?;
+    let collected = super::retry::collect_within(limited, target.policy.stream_idle_timeout)
+        .await
+        .map_err(|t| endpoint_error(format!("tools/list answer not complete within {t:?}")))?
+        .map_err(|e| endpoint_error(format!("tools/list answer: {e}")))?;
     let bytes = collected.to_bytes();
     let event_stream = crate::mcp::is_event_stream(&parts.headers);
     if let Some(verdict) = verdict {

@@ -225,7 +225,7 @@ pub async fn handle(
         upstream_connect_ms: outcome.upstream_connect.map(access_log::millis),
         upstream_tls: outcome.upstream_tls.map(|t| t.version),
         upstream_alpn: outcome.upstream_tls.and_then(|t| t.alpn),
-        headers_ms: access_log::millis(started.elapsed()),
+        headers_ms: access_log::millis(elapsed),
         duration_ms: 0.0,
         complete: false,
     };

@@ -87,19 +87,35 @@ pub(super) async fn read_ahead(
         return Ok(req);
     }
     let (parts, body) = req.into_parts();
-    // A client that stops sending is bounded like a silent upstream.
-    let collect = body.collect();
-    let collected = match idle {
-        Some(t) => tokio::time::timeout(t, collect).await.map_err(|_| {
-            ProxyError::InvalidRequest(format!("the request body did not arrive within {t:?}"))
-        })?,
-        None => collect.await,
-    };
-    let bytes = collected
+    let bytes = read_request_body(body, idle)
+        .await?
         .map_err(|e| ProxyError::InvalidRequest(format!("request body: {e}")))?
         .to_bytes();
     Ok(Request::from_parts(
         parts,
         RequestBody::Buffered(Some(bytes)),
     ))
+}
+
+/// Reads a whole body, unless `idle` passes first (`Err` with that timeout).
+pub(super) async fn collect_within<B: http_body::Body>(
+    body: B,
+    idle: Option<Duration>,
+) -> Result<Result<http_body_util::Collected<B::Data>, B::Error>, Duration> {
+    let collect = body.collect();
+    match idle {
+        Some(t) => tokio::time::timeout(t, collect).await.map_err(|_| t),
+        None => Ok(collect.await),
+    }
+}
+
+/// Reads a client's request body ahead of sending it: a client that stops sending is
+/// bounded like a silent upstream (the stream idle timeout), and answered 400.
+pub(super) async fn read_request_body<B: http_body::Body>(
+    body: B,
+    idle: Option<Duration>,
+) -> Result<Result<http_body_util::Collected<B::Data>, B::Error>, ProxyError> {
+    collect_within(body, idle).await.map_err(|t| {
+        ProxyError::InvalidRequest(format!("the request body did not arrive within {t:?}"))
+    })
 }

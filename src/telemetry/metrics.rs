@@ -89,6 +89,23 @@ impl RequestStats {
     }
 }
 
+/// One series per status class of `responses` and the `latency` series of one label set.
+fn request_stats<C, L>(
+    responses: &Family<C, Counter>,
+    class_label: impl Fn(&'static str) -> C,
+    latency: &LatencyFamily<L>,
+    latency_label: &L,
+) -> RequestStats
+where
+    C: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug,
+    L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug,
+{
+    RequestStats {
+        responses: CLASSES.map(|class| responses.get_or_create(&class_label(class)).clone()),
+        latency: latency.get_or_create(latency_label).clone(),
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BackendHealthLabel {
     pub backend: String,
@@ -472,62 +489,44 @@ impl Metrics {
 
     /// The handles for requests on `listener`.
     pub fn listener_stats(&self, listener: &str) -> RequestStats {
-        RequestStats {
-            responses: CLASSES.map(|class| {
-                self.downstream_responses
-                    .get_or_create(&ListenerClassLabel {
-                        listener: listener.to_owned(),
-                        class,
-                    })
-                    .clone()
-            }),
-            latency: self
-                .downstream_latency
-                .get_or_create(&ListenerLabel {
-                    listener: listener.to_owned(),
-                })
-                .clone(),
-        }
+        let name = || listener.to_owned();
+        request_stats(
+            &self.downstream_responses,
+            |class| ListenerClassLabel {
+                listener: name(),
+                class,
+            },
+            &self.downstream_latency,
+            &ListenerLabel { listener: name() },
+        )
     }
 
     /// The handles for requests matched by route rule `route`.
     pub fn route_stats(&self, route: &str) -> RequestStats {
-        RequestStats {
-            responses: CLASSES.map(|class| {
-                self.route_responses
-                    .get_or_create(&RouteClassLabel {
-                        route: route.to_owned(),
-                        class,
-                    })
-                    .clone()
-            }),
-            latency: self
-                .route_latency
-                .get_or_create(&RouteLabel {
-                    route: route.to_owned(),
-                })
-                .clone(),
-        }
+        let name = || route.to_owned();
+        request_stats(
+            &self.route_responses,
+            |class| RouteClassLabel {
+                route: name(),
+                class,
+            },
+            &self.route_latency,
+            &RouteLabel { route: name() },
+        )
     }
 
     /// The handles for requests to `backend`.
     pub fn backend_stats(&self, backend: &str) -> RequestStats {
-        RequestStats {
-            responses: CLASSES.map(|class| {
-                self.upstream_responses
-                    .get_or_create(&BackendClassLabel {
-                        backend: backend.to_owned(),
-                        class,
-                    })
-                    .clone()
-            }),
-            latency: self
-                .upstream_latency
-                .get_or_create(&BackendLabel {
-                    backend: backend.to_owned(),
-                })
-                .clone(),
-        }
+        let name = || backend.to_owned();
+        request_stats(
+            &self.upstream_responses,
+            |class| BackendClassLabel {
+                backend: name(),
+                class,
+            },
+            &self.upstream_latency,
+            &BackendLabel { backend: name() },
+        )
     }
 
     /// Counts a refused destination (labelled `other` once [`TRAFFIC_LABELS`] hosts are in

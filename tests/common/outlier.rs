@@ -22,6 +22,11 @@ pub fn backend(endpoints: &[SocketAddr], passive: &str) -> String {
     )
 }
 
+/// egressd serving [`backend`] over `endpoints` with the `passive` settings.
+pub async fn od_proxy(endpoints: &[SocketAddr], passive: &str) -> TestProxy {
+    TestProxy::start(&(super::proxy::preamble(None) + &backend(endpoints, passive))).await
+}
+
 /// An upstream on 127.0.0.`n`:`port` answering every request with `status`.
 pub async fn answering(n: u8, port: u16, status: u16) -> Upstream {
     let addr = SocketAddr::new([127, 0, 0, n].into(), port);
