@@ -29,7 +29,7 @@ pub fn validate_compiled(paths: &[PathBuf]) -> (Validation, Option<Compiled>) {
     let resolver = DnsResolver::new(&[])
         .or_else(|_| DnsResolver::new(&["127.0.0.1:53".parse().expect("literal address")]));
     let registry = match resolver {
-        Ok(r) => StateRegistry::new(r),
+        Ok(r) => Arc::new(StateRegistry::new(r)),
         Err(e) => {
             let validation = Validation {
                 ok: false,

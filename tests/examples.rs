@@ -37,7 +37,7 @@ fn compiled(dir: &Path) -> Compiled {
     let loaded = load_paths(&[dir.to_path_buf()]);
     // Validation never resolves names; the resolver only has to exist.
     let resolver = DnsResolver::new(&["127.0.0.1:53".parse().expect("literal")]).expect("resolver");
-    let registry = StateRegistry::new(resolver);
+    let registry = Arc::new(StateRegistry::new(resolver));
     compile(Arc::new(loaded.set), loaded.diagnostics, &registry, 1)
 }
 

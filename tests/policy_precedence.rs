@@ -55,8 +55,9 @@ fn compile_yaml(extra: &str) -> Compiled {
     std::fs::write(dir.path().join("base.yaml"), BASE).unwrap();
     std::fs::write(dir.path().join("extra.yaml"), extra).unwrap();
     let loaded = load_paths(&[dir.path().to_path_buf()]);
-    let registry =
-        StateRegistry::new(DnsResolver::new(&["127.0.0.1:53".parse().unwrap()]).unwrap());
+    let registry = Arc::new(StateRegistry::new(
+        DnsResolver::new(&["127.0.0.1:53".parse().unwrap()]).unwrap(),
+    ));
     compile(Arc::new(loaded.set), loaded.diagnostics, &registry, 1)
 }
 

@@ -316,7 +316,7 @@ fn diagnostics(route: &str) -> (tempfile::TempDir, Vec<Diagnostic>) {
     .unwrap();
     let loaded = load_paths(&[dir.path().to_path_buf()]);
     let resolver = DnsResolver::new(&["127.0.0.1:53".parse().unwrap()]).unwrap();
-    let registry = StateRegistry::new(resolver);
+    let registry = Arc::new(StateRegistry::new(resolver));
     let compiled = compile(Arc::new(loaded.set), loaded.diagnostics, &registry, 1);
     (dir, compiled.diagnostics)
 }

@@ -77,7 +77,7 @@ fn diagnostics(dir: &Path) -> Vec<Diagnostic> {
     // Compiling needs a registry, hence a resolver; validation never resolves anything, so the
     // name server is never contacted.
     let resolver = DnsResolver::new(&["127.0.0.1:53".parse().expect("literal")]).expect("resolver");
-    let registry = StateRegistry::new(resolver);
+    let registry = Arc::new(StateRegistry::new(resolver));
     compile(Arc::new(loaded.set), loaded.diagnostics, &registry, 1).diagnostics
 }
 
@@ -1254,4 +1254,28 @@ fn extension_mistakes_are_errors_at_each_value() {
             },
         );
     }
+}
+
+#[test]
+fn outbound_policy_allow_any_warns_and_bad_cidrs_are_errors_at_each_value() {
+    let dir = fixture("outbound-policy-mistakes");
+    let diags = diagnostics(&dir);
+    assert_eq!(diags.len(), 3, "{}", render(&diags));
+    for (d, value) in diags.iter().take(2).zip(["10.0.0.0/33", "not-a-network"]) {
+        let index = if value == "10.0.0.0/33" { 2 } else { 3 };
+        assert_error(
+            &dir,
+            d,
+            &Expect {
+                at: spot("proxy.yaml", &format!("- {value}"), value),
+                object: Some("ProxyConfig default/egressd"),
+                field: &format!("spec.undeclaredDestinations.deniedAddresses[{index}]"),
+                message: &format!("invalid CIDR `{value}`"),
+            },
+        );
+    }
+    let warning = &diags[2];
+    assert_eq!(warning.severity, Severity::Warning, "{warning}");
+    assert_eq!(warning.field, "spec.outboundPolicy");
+    assert!(warning.message.contains("AllowAny"), "{warning}");
 }

@@ -25,6 +25,13 @@ pub enum ProxyError {
         port: u16,
         via: crate::telemetry::blocked::Via,
     },
+    #[error("destination {host}{} is not allowed: {reason}", shown_port(*via, *port))]
+    DestinationDenied {
+        host: String,
+        port: u16,
+        via: crate::telemetry::blocked::Via,
+        reason: crate::runtime::undeclared::Refusal,
+    },
     #[error("port {port} of {host} is not allowed: Backend {backend} declares ports {ports}")]
     PortNotAllowed {
         host: String,
@@ -126,9 +133,9 @@ impl ProxyError {
     pub fn code(&self) -> &'static str {
         match self {
             ProxyError::InvalidRequest(_) => "invalid_request",
-            ProxyError::DestinationNotAllowed { .. } | ProxyError::PortNotAllowed { .. } => {
-                "destination_not_allowed"
-            }
+            ProxyError::DestinationNotAllowed { .. }
+            | ProxyError::DestinationDenied { .. }
+            | ProxyError::PortNotAllowed { .. } => "destination_not_allowed",
             ProxyError::NoRoute { .. } => "no_route",
             ProxyError::NoBackend { .. } => "no_backend",
             ProxyError::NoHealthyUpstream { .. } => "no_healthy_upstream",
@@ -159,6 +166,7 @@ impl ProxyError {
             ProxyError::McpBodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::McpSessionNotFound { .. } => StatusCode::NOT_FOUND,
             ProxyError::DestinationNotAllowed { .. }
+            | ProxyError::DestinationDenied { .. }
             | ProxyError::PortNotAllowed { .. }
             | ProxyError::UpgradeNotAllowed { .. } => StatusCode::FORBIDDEN,
             ProxyError::NoRoute { .. } => StatusCode::NOT_FOUND,

@@ -80,6 +80,7 @@ pub fn status_of(err: &ProxyError) -> GrpcStatus {
         | ProxyError::McpHeaderMismatch { .. }
         | ProxyError::McpBodyTooLarge { .. } => GrpcStatus::InvalidArgument,
         ProxyError::DestinationNotAllowed { .. }
+        | ProxyError::DestinationDenied { .. }
         | ProxyError::PortNotAllowed { .. }
         | ProxyError::UpgradeNotAllowed { .. } => GrpcStatus::PermissionDenied,
         ProxyError::NoRoute { .. } | ProxyError::NotSupported(_) => GrpcStatus::Unimplemented,

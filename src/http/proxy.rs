@@ -22,7 +22,9 @@ use crate::balance::outlier::Outcome as OutlierOutcome;
 use crate::config::wire::enums::Protocol;
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{Snapshot, Target};
+use crate::runtime::undeclared::{Carriage, Refusal};
 use crate::telemetry::access_log::{self, AccessRecord};
+use crate::telemetry::blocked::Via;
 use crate::upstream::connect::ConnectError;
 use crate::upstream::endpoint::ActiveRequest;
 use crate::upstream::Endpoint;
@@ -172,7 +174,11 @@ pub async fn handle(
                 if let ProxyError::Overflow { backend, limit, .. } = &err {
                     shared.metrics.overflow(backend, *limit);
                 }
-                if let ProxyError::DestinationNotAllowed { host, port, via } = &err {
+                if let ProxyError::DestinationNotAllowed { host, port, via }
+                | ProxyError::DestinationDenied {
+                    host, port, via, ..
+                } = &err
+                {
                     shared.blocked(host, *port, *via);
                 }
                 let cause = err.cause();
@@ -269,7 +275,7 @@ async fn proxy(
     // CONNECT is a tunnel to host:port.
     let upgrade = Upgrade::of(&req)?;
     if req.method() == Method::CONNECT && upgrade.is_none() {
-        return tunnel(shared, router, &dest, req, conn, outcome).await;
+        return tunnel(shared, snapshot, router, &dest, req, conn, outcome).await;
     }
 
     // Route: HTTPRoute rules first, then the implicit route to an FQDN Backend.
@@ -280,6 +286,8 @@ async fn proxy(
         method: Upgrade::routing_method(upgrade, &req),
         headers: req.headers(),
     };
+    // A target made for an undeclared destination (AllowAny, AuditOnly) lives here.
+    let undeclared;
     let (target, entry): (&Arc<Target>, Option<&RouteEntry>) = match router.route(&input) {
         Some(entry) => {
             outcome.route = Some(entry.action.name.clone());
@@ -313,14 +321,23 @@ async fn proxy(
                     path: input.path.to_owned(),
                 })
             }
-            // RegistryOnly: the only outbound policy this build accepts (the others are
-            // rejected when the config is compiled).
             None => {
-                return Err(ProxyError::DestinationNotAllowed {
-                    host: dest.host().to_owned(),
-                    port: dest.port.unwrap_or(dest.scheme_default_port),
-                    via: crate::telemetry::blocked::Via::Http,
-                })
+                // The client's scheme decides how an undeclared destination is reached (no
+                // Backend says otherwise): `https://` or an HTTPS listener → TLS.
+                let carriage = if dest.scheme_default_port == 443 {
+                    Carriage::Https
+                } else {
+                    Carriage::Http
+                };
+                undeclared = undeclared_target(
+                    shared,
+                    snapshot,
+                    dest.host(),
+                    dest.port.unwrap_or(dest.scheme_default_port),
+                    Via::Http,
+                    carriage,
+                )?;
+                (&undeclared, None)
             }
         },
     };
@@ -684,6 +701,7 @@ fn destination(req: &Request<Incoming>, tls: bool) -> Result<Destination, ProxyE
 /// with the endpoint's own certificate).
 async fn tunnel(
     shared: &Shared,
+    snapshot: &Snapshot,
     router: &crate::http::router::HttpRouter,
     dest: &Destination,
     req: Request<Incoming>,
@@ -693,14 +711,33 @@ async fn tunnel(
     let port = dest.port.ok_or_else(|| {
         ProxyError::InvalidRequest("CONNECT needs host:port as its target".into())
     })?;
-    let target =
-        router
-            .tunnel(dest.host(), port)
-            .ok_or_else(|| ProxyError::DestinationNotAllowed {
+    let undeclared;
+    let target = match router.tunnel(dest.host(), port) {
+        Some(target) => target,
+        // A host a route or Backend declares keeps its own rules (no tunnel to it unless a
+        // TCP port says so), whatever the outbound policy.
+        None if snapshot.undeclared.is_some()
+            && (router.declares_host(dest.host()) || router.implicit(dest.host()).is_some()) =>
+        {
+            return Err(ProxyError::DestinationDenied {
                 host: dest.host().to_owned(),
                 port,
-                via: crate::telemetry::blocked::Via::Connect,
-            })?;
+                via: Via::Connect,
+                reason: Refusal::Declared,
+            });
+        }
+        None => {
+            undeclared = undeclared_target(
+                shared,
+                snapshot,
+                dest.host(),
+                port,
+                Via::Connect,
+                Carriage::Tcp,
+            )?;
+            &undeclared
+        }
+    };
     outcome.backend = Some(target.backend.label.clone());
     // A tunnel has no request headers of its own to hash: only SourceIP applies.
     let hash = target
@@ -743,6 +780,40 @@ async fn tunnel(
         }
     });
     Ok(Response::new(ProxyBody::empty()))
+}
+
+/// A destination nothing declares: 403 under `RegistryOnly`; under `AllowAny` and `AuditOnly`
+/// the target made for it, unless something denies it (`AuditOnly` records the use in
+/// `/blocked` as audited).
+fn undeclared_target(
+    shared: &Shared,
+    snapshot: &Snapshot,
+    host: &str,
+    port: u16,
+    via: Via,
+    carriage: Carriage,
+) -> Result<Arc<Target>, ProxyError> {
+    let Some(undeclared) = &snapshot.undeclared else {
+        return Err(ProxyError::DestinationNotAllowed {
+            host: host.to_owned(),
+            port,
+            via,
+        });
+    };
+    match undeclared.target(host, port, carriage) {
+        Ok(target) => {
+            if undeclared.audits() {
+                shared.audited(host, port, via);
+            }
+            Ok(target)
+        }
+        Err(reason) => Err(ProxyError::DestinationDenied {
+            host: host.to_owned(),
+            port,
+            via,
+            reason,
+        }),
+    }
 }
 
 /// Phase "prepare": the request as it goes upstream (origin-form, HTTP/1.1, filtered headers).

@@ -12,9 +12,14 @@ use super::sni::{peek_client_hello, Peek, MAX_HELLO};
 use crate::http::proxy::ConnInfo;
 use crate::http::router::SniDecision;
 use crate::runtime::shared::Shared;
+use crate::runtime::undeclared::{Carriage, Refusal};
 
 /// How long a client may take to send its ClientHello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The port an SNI nothing declares is reached on (AllowAny, AuditOnly) and suggested for in
+/// `/blocked`.
+const UNDECLARED_PORT: u16 = 443;
 
 /// Serves one connection; every refusal closes it with a logged reason and a counted one.
 pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Shared) {
@@ -46,6 +51,8 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
         .sni_routers
         .get(&info.listener)
         .map_or(SniDecision::NotAllowed, |router| router.route(&sni));
+    // A target made for an undeclared SNI (AllowAny, AuditOnly) lives here.
+    let undeclared;
     let target = match decision {
         SniDecision::Target(target) => target,
         SniDecision::NoBackend(route) => {
@@ -53,15 +60,33 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
             return refuse(shared, info, "no_backend", &why, Some(&sni));
         }
         SniDecision::NotAllowed => {
-            // The Backend that would allow it: its TLS on 443, passed through.
-            shared.blocked(&sni, 443, crate::telemetry::blocked::Via::TlsPassthrough);
-            return refuse(
-                shared,
-                info,
-                "destination_not_allowed",
-                "no TLSRoute or Passthrough Backend for this SNI",
-                Some(&sni),
-            );
+            // The destination port is not in the ClientHello: TLS's own 443 is assumed (the
+            // listener's port is often another, e.g. 8443 behind a Service).
+            let via = crate::telemetry::blocked::Via::TlsPassthrough;
+            let made = match &snapshot.undeclared {
+                None => Err(Refusal::NotAllowed),
+                Some(u) => u.target(&sni, UNDECLARED_PORT, Carriage::Tcp).inspect(|_| {
+                    if u.audits() {
+                        shared.audited(&sni, UNDECLARED_PORT, via);
+                    }
+                }),
+            };
+            match made {
+                Ok(target) => {
+                    undeclared = target;
+                    &undeclared
+                }
+                Err(refusal) => {
+                    shared.blocked(&sni, UNDECLARED_PORT, via);
+                    let why = match refusal {
+                        Refusal::NotAllowed => {
+                            "no TLSRoute or Passthrough Backend for this SNI".to_owned()
+                        }
+                        other => other.to_string(),
+                    };
+                    return refuse(shared, info, "destination_not_allowed", &why, Some(&sni));
+                }
+            }
         }
     };
     let group = &target.port.endpoints;

@@ -6,4 +6,5 @@ pub mod reload;
 pub mod shared;
 pub mod snapshot;
 pub mod status;
+pub mod undeclared;
 pub mod watch;

@@ -73,13 +73,36 @@ impl Shared {
     /// Records a destination refused because nothing declares it: the audit list, the
     /// metric (host labels capped), and a log line naming it.
     pub fn blocked(&self, host: &str, port: u16, via: crate::telemetry::blocked::Via) {
-        self.blocked_destinations.record(host, port, via);
+        self.blocked_destinations.record(
+            host,
+            port,
+            via,
+            crate::telemetry::blocked::Action::Blocked,
+        );
         self.metrics.blocked(host);
         tracing::debug!(
             host,
             port,
             via = via.as_str(),
             "blocked: no Backend declares this destination"
+        );
+    }
+
+    /// Records a use of an undeclared destination under `outboundPolicy: AuditOnly`: what
+    /// `RegistryOnly` would have refused, listed in `/blocked` as `audited`.
+    pub fn audited(&self, host: &str, port: u16, via: crate::telemetry::blocked::Via) {
+        self.blocked_destinations.record(
+            host,
+            port,
+            via,
+            crate::telemetry::blocked::Action::Audited,
+        );
+        self.metrics.audited(host);
+        tracing::debug!(
+            host,
+            port,
+            via = via.as_str(),
+            "audited: no Backend declares this destination (AuditOnly lets it through)"
         );
     }
 

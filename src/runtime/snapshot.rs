@@ -26,6 +26,8 @@ pub struct Snapshot {
     /// SNI routing of Passthrough listeners, per listener key.
     pub sni_routers: HashMap<Arc<str>, Arc<crate::http::router::SniRouter>>,
     pub backends: Vec<Arc<Backend>>,
+    /// Under `AllowAny` and `AuditOnly`: how destinations nothing declares are reached.
+    pub undeclared: Option<Arc<crate::runtime::undeclared::UndeclaredDestinations>>,
     /// The config as written (for `/config`, redacted there).
     pub config: Arc<ConfigSet>,
     /// Conditions of every object.
@@ -48,6 +50,7 @@ impl Snapshot {
             routers: HashMap::new(),
             sni_routers: HashMap::new(),
             backends: Vec::new(),
+            undeclared: None,
             config: Arc::default(),
             status: Arc::default(),
             referenced_files: Vec::new(),
@@ -61,6 +64,8 @@ impl Snapshot {
 pub struct ProxySettings {
     pub admin_addr: SocketAddr,
     pub outbound_policy: OutboundPolicy,
+    /// Networks undeclared destinations (`AllowAny`, `AuditOnly`) may not be or resolve to.
+    pub undeclared_denied_addresses: Vec<ipnet::IpNet>,
     pub drain_timeout: Duration,
     pub access_log: AccessLogSettings,
     /// Name servers for FQDN destinations (empty: the system's).
@@ -74,6 +79,12 @@ impl Default for ProxySettings {
         ProxySettings {
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 15000)),
             outbound_policy: OutboundPolicy::RegistryOnly,
+            // egressd's own loopback (its admin port, other local services): reachable only
+            // through a Backend that declares it, as squid's default `to_localhost` ACL does.
+            undeclared_denied_addresses: vec![
+                ipnet::IpNet::new_assert(std::net::IpAddr::from([127, 0, 0, 0]), 8),
+                ipnet::IpNet::new_assert(std::net::Ipv6Addr::LOCALHOST.into(), 128),
+            ],
             drain_timeout: Duration::from_secs(30),
             access_log: AccessLogSettings::default(),
             nameservers: Vec::new(),

@@ -1,7 +1,8 @@
 //! Destinations egressd refused because nothing declares them (`destination_not_allowed`):
 //! how often, first and last seen, and for each a Backend that would allow it — what admin
 //! `/blocked` shows, so an operator can see what was blocked and, when it should not have
-//! been, paste the Backend into the config directory.
+//! been, paste the Backend into the config directory. Under `outboundPolicy: AuditOnly` the
+//! undeclared destinations that were let through are listed the same way, as `audited`.
 //!
 //! Bounded: at most [`CAPACITY`] destinations are kept (the least recently seen one makes
 //! room), so a client trying random hosts cannot grow egressd's memory.
@@ -36,6 +37,26 @@ impl Via {
     }
 }
 
+/// What egressd did with the undeclared destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Refused (403 or a closed connection).
+    Blocked,
+    /// Let through under `AuditOnly`: what `RegistryOnly` would have refused.
+    Audited,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Blocked => "blocked",
+            Action::Audited => "audited",
+        }
+    }
+}
+
+type Key = (String, u16, Via, Action);
+
 #[derive(Clone, Debug)]
 struct Seen {
     count: u64,
@@ -49,6 +70,7 @@ pub struct Blocked {
     pub host: String,
     pub port: u16,
     pub via: Via,
+    pub action: Action,
     pub count: u64,
     pub first_seen: SystemTime,
     pub last_seen: SystemTime,
@@ -57,15 +79,16 @@ pub struct Blocked {
 /// The blocked destinations seen since start.
 #[derive(Debug, Default)]
 pub struct BlockedDestinations {
-    seen: Mutex<HashMap<(String, u16, Via), Seen>>,
+    seen: Mutex<HashMap<Key, Seen>>,
 }
 
 impl BlockedDestinations {
-    /// Counts one refusal of `host` (lower-case) on `port`.
-    pub fn record(&self, host: &str, port: u16, via: Via) {
+    /// Counts one refusal (or audited use) of `host` (lower-case) on `port`.
+    pub fn record(&self, host: &str, port: u16, via: Via, action: Action) {
         let now = SystemTime::now();
+        let key = (host.to_owned(), port, via, action);
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = seen.get_mut(&(host.to_owned(), port, via)) {
+        if let Some(s) = seen.get_mut(&key) {
             s.count += 1;
             s.last = now;
             return;
@@ -81,7 +104,7 @@ impl BlockedDestinations {
             }
         }
         seen.insert(
-            (host.to_owned(), port, via),
+            key,
             Seen {
                 count: 1,
                 first: now,
@@ -95,10 +118,11 @@ impl BlockedDestinations {
         let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let mut all: Vec<Blocked> = seen
             .iter()
-            .map(|((host, port, via), s)| Blocked {
+            .map(|((host, port, via, action), s)| Blocked {
                 host: host.clone(),
                 port: *port,
                 via: *via,
+                action: *action,
                 count: s.count,
                 first_seen: s.first,
                 last_seen: s.last,
@@ -138,6 +162,7 @@ impl Blocked {
             "host": self.host,
             "port": self.port,
             "via": self.via.as_str(),
+            "action": self.action.as_str(),
             "count": self.count,
             "firstSeen": rfc3339(self.first_seen),
             "lastSeen": rfc3339(self.last_seen),
@@ -173,15 +198,15 @@ mod tests {
     #[test]
     fn counts_and_orders_and_forgets_the_least_recent_when_full() {
         let blocked = BlockedDestinations::default();
-        blocked.record("a.example", 80, Via::Http);
-        blocked.record("b.example", 443, Via::Connect);
-        blocked.record("a.example", 80, Via::Http);
+        blocked.record("a.example", 80, Via::Http, Action::Blocked);
+        blocked.record("b.example", 443, Via::Connect, Action::Blocked);
+        blocked.record("a.example", 80, Via::Http, Action::Blocked);
         let list = blocked.list();
         assert_eq!(list[0].host, "a.example");
         assert_eq!(list[0].count, 2);
         assert_eq!(list[1].count, 1);
         for i in 0..CAPACITY {
-            blocked.record(&format!("h{i}.example"), 443, Via::Connect);
+            blocked.record(&format!("h{i}.example"), 443, Via::Connect, Action::Audited);
         }
         let list = blocked.list();
         assert_eq!(list.len(), CAPACITY);
@@ -197,6 +222,7 @@ mod tests {
             host: "api.example.com".into(),
             port: 8080,
             via: Via::Http,
+            action: Action::Blocked,
             count: 1,
             first_seen: SystemTime::UNIX_EPOCH,
             last_seen: SystemTime::UNIX_EPOCH,

@@ -208,6 +208,8 @@ pub struct Metrics {
     mcp_tool_names: CappedLabel,
     pub blocked: Family<HostLabel, Counter>,
     blocked_hosts: CappedLabel,
+    pub audited: Family<HostLabel, Counter>,
+    audited_hosts: CappedLabel,
     /// Read off the serving snapshot when `/metrics` is scraped (see `admin`): nothing on
     /// the hot path.
     pub downstream_responses: Family<ListenerClassLabel, Counter>,
@@ -346,6 +348,12 @@ impl Default for Metrics {
             "Requests and connections refused because no Backend declares the destination, by host (the first 256 hosts; later ones as other)",
             blocked.clone(),
         );
+        let audited = Family::<HostLabel, Counter>::default();
+        registry.register(
+            "audited_requests",
+            "Requests and connections to undeclared destinations let through by outboundPolicy AuditOnly (what RegistryOnly would refuse), by host (the first 256 hosts; later ones as other)",
+            audited.clone(),
+        );
         let downstream_responses = Family::<ListenerClassLabel, Counter>::default();
         registry.register(
             "downstream_responses",
@@ -444,6 +452,8 @@ impl Default for Metrics {
             mcp_tool_names: CappedLabel::default(),
             blocked,
             blocked_hosts: CappedLabel::default(),
+            audited,
+            audited_hosts: CappedLabel::default(),
             downstream_responses,
             downstream_latency,
             route_responses,
@@ -535,6 +545,16 @@ impl Metrics {
         self.blocked
             .get_or_create(&HostLabel {
                 host: self.blocked_hosts.label(host),
+            })
+            .inc();
+    }
+
+    /// Counts a use of an undeclared destination under `AuditOnly` (hosts capped as for
+    /// [`Metrics::blocked`]).
+    pub fn audited(&self, host: &str) {
+        self.audited
+            .get_or_create(&HostLabel {
+                host: self.audited_hosts.label(host),
             })
             .inc();
     }

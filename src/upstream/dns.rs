@@ -138,6 +138,9 @@ pub struct RefreshPlan {
     pub group: Weak<EndpointGroup>,
     pub template: EndpointTemplate,
     pub family: LookupFamily,
+    /// Networks answers may not lead to besides [`is_denied_address`] (undeclared
+    /// destinations: `undeclaredDestinations.deniedAddresses`); empty for Backends.
+    pub denied: Arc<[ipnet::IpNet]>,
 }
 
 /// Keeps one DNS group current until the group is dropped (no snapshot uses it any more).
@@ -159,7 +162,20 @@ pub async fn refresh_loop(plan: RefreshPlan, registry: Arc<StateRegistry>) {
         let (hostname, port, refresh, respect_ttl) =
             (hostname.clone(), *port, *refresh, *respect_ttl);
         let resolver = registry.resolver();
-        let wait = match resolver.resolve(&hostname, plan.family).await {
+        let resolved =
+            resolver
+                .resolve(&hostname, plan.family)
+                .await
+                .and_then(|(mut ips, valid_until)| {
+                    ips.retain(|ip| !plan.denied.iter().any(|net| net.contains(ip)));
+                    if ips.is_empty() {
+                        return Err(DnsError::NoAddress {
+                            host: hostname.clone(),
+                        });
+                    }
+                    Ok((ips, valid_until))
+                });
+        let wait = match resolved {
             Ok((ips, valid_until)) => {
                 failures = 0;
                 let endpoints = ips

@@ -319,10 +319,21 @@ pub struct TlsUpstream {
 
 impl TlsUpstream {
     pub async fn start(name: &str, server: CertAndKey, opts: TlsOptions<'_>) -> TlsUpstream {
-        let config = Arc::new(server_config(&server, &opts));
-        let listener = TcpListener::bind("127.0.0.1:0")
+        let addr = "127.0.0.1:0".parse().unwrap();
+        Self::start_on(name, addr, server, opts)
             .await
-            .expect("bind TLS upstream");
+            .expect("bind TLS upstream")
+    }
+
+    /// As [`TlsUpstream::start`], bound to `addr` (a fixed port may be refused: the error).
+    pub async fn start_on(
+        name: &str,
+        addr: SocketAddr,
+        server: CertAndKey,
+        opts: TlsOptions<'_>,
+    ) -> std::io::Result<TlsUpstream> {
+        let config = Arc::new(server_config(&server, &opts));
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr().expect("TLS upstream local addr");
         let state = Arc::new(TlsState::default());
         state
@@ -334,11 +345,11 @@ impl TlsUpstream {
             state.clone(),
             Arc::from(name),
         ));
-        TlsUpstream {
+        Ok(TlsUpstream {
             addr,
             state,
             accept,
-        }
+        })
     }
 
     /// Every ClientHello received, in order.

@@ -12,9 +12,14 @@ use crate::config::yaml::Spanned;
 pub struct ProxyConfigSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin: Option<AdminSpec>,
-    /// `RegistryOnly` (default): only declared destinations are reachable.
+    /// `RegistryOnly` (default): only declared destinations are reachable. `AllowAny`: every
+    /// destination is; `AuditOnly`: every destination is, and those `RegistryOnly` would
+    /// refuse are recorded (admin `/blocked`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outbound_policy: Option<Spanned<OutboundPolicy>>,
+    /// How `AllowAny` and `AuditOnly` reach destinations no Backend declares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undeclared_destinations: Option<UndeclaredDestinationsSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -33,6 +38,17 @@ pub struct ProxyConfigSpec {
     /// How egressd serves its clients' connections (every listener).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub downstream: Option<DownstreamSpec>,
+}
+
+/// `ProxyConfig.spec.undeclaredDestinations`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UndeclaredDestinationsSpec {
+    /// CIDRs an undeclared destination may not be or resolve to (default `127.0.0.0/8` and
+    /// `::1/128`: egressd's own loopback, where its admin port listens). Link-local and
+    /// unspecified addresses are refused whatever this says. `[]` allows loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_addresses: Option<Vec<Spanned<String>>>,
 }
 
 /// `ProxyConfig.spec.mcp`.

@@ -446,6 +446,7 @@ fn compile_one(
                         group: Arc::downgrade(&group),
                         template,
                         family,
+                        denied: Arc::new([]),
                     });
                 }
                 group

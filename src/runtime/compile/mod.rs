@@ -19,11 +19,13 @@ mod tls_routes;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::config::wire::enums::OutboundPolicy;
 use crate::config::yaml::Pos;
 use crate::config::{ConfigSet, Diagnostic, ObjectId, Reason};
 use crate::runtime::registry::StateRegistry;
 use crate::runtime::snapshot::Snapshot;
 use crate::runtime::status::StatusReport;
+use crate::runtime::undeclared::UndeclaredDestinations;
 use crate::upstream::dns::RefreshPlan;
 
 /// A new endpoint group whose outlier detector needs its interval tick, and the label of the
@@ -57,7 +59,7 @@ impl Compiled {
 pub fn compile(
     set: Arc<ConfigSet>,
     diagnostics: Vec<Diagnostic>,
-    registry: &StateRegistry,
+    registry: &Arc<StateRegistry>,
     generation: u64,
 ) -> Compiled {
     let mut cx = Cx {
@@ -73,6 +75,20 @@ pub fn compile(
     let listeners = listeners::compile(&mut cx, &set, &settings);
     let routers = routes::compile(&mut cx, &set, &listeners, &backends, &policies);
     let sni_routers = routes::compile_sni(&mut cx, &set, &listeners, &backends, &policies);
+    let undeclared = (settings.outbound_policy != OutboundPolicy::RegistryOnly).then(|| {
+        let declared = backends
+            .all()
+            .iter()
+            .filter_map(|b| b.hostname.clone())
+            .collect();
+        Arc::new(UndeclaredDestinations::new(
+            settings.outbound_policy == OutboundPolicy::AuditOnly,
+            declared,
+            settings.denied_hostnames.clone(),
+            &settings.undeclared_denied_addresses,
+            registry.clone(),
+        ))
+    });
 
     let mut diagnostics = cx.diagnostics;
     diagnostics.sort_by(|a, b| {
@@ -89,6 +105,7 @@ pub fn compile(
         routers,
         sni_routers,
         backends: backends.all(),
+        undeclared,
         config: set,
         status: Arc::new(status),
         certificate_expiries: cx

@@ -83,13 +83,36 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
         }
     }
     if let Some(policy) = &spec.outbound_policy {
-        match policy.value {
-            OutboundPolicy::RegistryOnly => {}
-            other => cx.not_yet(
+        settings.proxy.outbound_policy = policy.value;
+        if policy.value == OutboundPolicy::AllowAny {
+            cx.warn(
                 at(file, id, policy.pos, "spec.outboundPolicy"),
-                &format!("outboundPolicy {other}"),
-                "[ops]",
-            ),
+                Reason::Degraded,
+                "outboundPolicy AllowAny lets clients reach any destination, and records nothing of it",
+                "use AuditOnly to see what RegistryOnly would refuse (admin /blocked) while migrating",
+            );
+        }
+    }
+    if let Some(denied) = spec
+        .undeclared_destinations
+        .as_ref()
+        .and_then(|u| u.denied_addresses.as_ref())
+    {
+        settings.proxy.undeclared_denied_addresses.clear();
+        for (i, cidr) in denied.iter().enumerate() {
+            match parse_cidr(&cidr.value) {
+                Some(net) => settings.proxy.undeclared_denied_addresses.push(net),
+                None => cx.error(
+                    at(
+                        file,
+                        id,
+                        cidr.pos,
+                        format!("spec.undeclaredDestinations.deniedAddresses[{i}]"),
+                    ),
+                    format!("invalid CIDR `{}`", cidr.value),
+                    "write an address with a prefix length, e.g. 10.0.0.0/8 or fd00::/8 (a bare address means /32 or /128)",
+                ),
+            }
         }
     }
     if let Some(timeout) = spec.drain.as_ref().and_then(|d| d.timeout) {
@@ -158,4 +181,14 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
         cx.referenced.insert(path);
     }
     settings
+}
+
+/// `10.0.0.0/8`, `::1/128`, or a bare address (a single-address network).
+fn parse_cidr(text: &str) -> Option<ipnet::IpNet> {
+    let text = text.trim();
+    text.parse::<ipnet::IpNet>().ok().or_else(|| {
+        text.parse::<std::net::IpAddr>()
+            .ok()
+            .map(ipnet::IpNet::from)
+    })
 }

@@ -1,0 +1,296 @@
+//! Destinations no Backend or route declares, reached under `outboundPolicy: AllowAny` or
+//! `AuditOnly` (under `RegistryOnly` they get 403 `destination_not_allowed`).
+//!
+//! Each (host, port, carriage) gets a target made on first use, the way an FQDN Backend with
+//! default policy would be: a DNS group re-resolved when the answer's TTL runs out (or one
+//! endpoint for an IP literal), least-request balancing, pooled connections, default
+//! timeouts, no retries. The targets are shared by every request of one config generation;
+//! at most [`CAPACITY`] are kept (the least recently used makes room, and its refresher stops
+//! when its last request ends). A reload starts a new table; endpoints still in use keep their
+//! pools through the state registry.
+//!
+//! What this never reaches:
+//! - hosts a Backend declares: their own rules apply, so a port the Backend does not list or a
+//!   CONNECT to a host declared only for HTTP stays 403 whatever the policy;
+//! - `deniedHostnames`;
+//! - addresses in `undeclaredDestinations.deniedAddresses` (loopback by default: egressd's
+//!   admin port listens there) and link-local/unspecified ones (cloud metadata). An IP literal
+//!   there is refused with 403; a hostname whose answers are all denied gets 503
+//!   `no_healthy_upstream` naming the DNS result.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ipnet::IpNet;
+
+use crate::balance::outlier::OutlierSettings;
+use crate::balance::BalancerKind;
+use crate::config::wire::enums::{LookupFamily, Protocol};
+use crate::config::ObjectId;
+use crate::runtime::compile::{hostname_matches, is_valid_hostname};
+use crate::runtime::registry::{EndpointTemplate, StateRegistry};
+use crate::runtime::snapshot::{Backend, BackendPort, RequestPolicy, Target};
+use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, Transport};
+use crate::upstream::dns::{is_denied_address, refresh_loop, RefreshPlan};
+use crate::upstream::pool::PoolSettings;
+use crate::upstream::tls::{NameCheck, Roots, TlsSpec, TlsVersion};
+use crate::upstream::{EndpointGroup, EndpointSource};
+
+/// Undeclared destinations kept at most per config generation.
+pub const CAPACITY: usize = 1024;
+
+/// The Backend label undeclared destinations share in logs and metrics (one series, not one
+/// per host: clients choose the hosts).
+pub const LABEL: &str = "undeclared";
+
+/// How a request's bytes travel to an undeclared destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Carriage {
+    /// HTTP in plaintext: the client asked for `http://` on a plaintext listener.
+    Http,
+    /// HTTP over TLS verified against the system's roots, with SNI: the client asked for
+    /// `https://` (or came over an HTTPS listener).
+    Https,
+    /// Raw bytes: `CONNECT host:port`, or a TLS passthrough listener's connection.
+    Tcp,
+}
+
+/// Why an undeclared destination is refused even though the policy allows undeclared ones.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("no Backend or route declares it")]
+    NotAllowed,
+    #[error("a Backend declares this host; requests follow its ports and protocol")]
+    Declared,
+    #[error("the host matches ProxyConfig deniedHostnames `{0}`")]
+    DeniedHostname(String),
+    #[error("address {0} is not reachable as an undeclared destination (undeclaredDestinations.deniedAddresses, or link-local/unspecified)")]
+    DeniedAddress(IpAddr),
+    #[error("`{0}` is not a valid hostname")]
+    InvalidHost(String),
+    #[error("cannot originate TLS: {0}")]
+    Tls(String),
+}
+
+/// The undeclared destinations of one config generation.
+pub struct UndeclaredDestinations {
+    /// `AuditOnly`: every use is recorded as what `RegistryOnly` would have refused.
+    audit: bool,
+    /// Hostnames of FQDN Backends (lower-case).
+    declared: HashSet<String>,
+    denied_hostnames: Vec<String>,
+    denied_addresses: Arc<[IpNet]>,
+    registry: Arc<StateRegistry>,
+    targets: Mutex<HashMap<(String, u16, Carriage), Used>>,
+}
+
+struct Used {
+    target: Arc<Target>,
+    last: Instant,
+}
+
+impl std::fmt::Debug for UndeclaredDestinations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UndeclaredDestinations")
+            .field("audit", &self.audit)
+            .field("denied_addresses", &self.denied_addresses)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UndeclaredDestinations {
+    pub fn new(
+        audit: bool,
+        declared: HashSet<String>,
+        denied_hostnames: Vec<String>,
+        denied_addresses: &[IpNet],
+        registry: Arc<StateRegistry>,
+    ) -> Self {
+        UndeclaredDestinations {
+            audit,
+            declared,
+            denied_hostnames,
+            denied_addresses: denied_addresses.into(),
+            registry,
+            targets: Mutex::default(),
+        }
+    }
+
+    /// Whether uses are recorded as audited (`AuditOnly`).
+    pub fn audits(&self) -> bool {
+        self.audit
+    }
+
+    /// The target for `host` (lower-case, as the request named it) on `port`, made on first
+    /// use. Must run inside the runtime: a new hostname starts its DNS refresher.
+    pub fn target(
+        &self,
+        host: &str,
+        port: u16,
+        carriage: Carriage,
+    ) -> Result<Arc<Target>, Refusal> {
+        let key = (host.to_owned(), port, carriage);
+        if let Some(used) = self.lock().get_mut(&key) {
+            used.last = Instant::now();
+            return Ok(used.target.clone());
+        }
+        // Built without the lock held: a first TLS destination loads the system's roots.
+        let built = Arc::new(self.build(host, port, carriage)?);
+        let mut targets = self.lock();
+        if let Some(used) = targets.get_mut(&key) {
+            // Another request made it meanwhile; ours is dropped (its refresher stops).
+            used.last = Instant::now();
+            return Ok(used.target.clone());
+        }
+        if targets.len() >= CAPACITY {
+            // O(n) only when a new destination arrives at a full table.
+            let oldest = targets
+                .iter()
+                .min_by_key(|(_, u)| u.last)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                targets.remove(&oldest);
+            }
+        }
+        targets.insert(
+            key,
+            Used {
+                target: built.clone(),
+                last: Instant::now(),
+            },
+        );
+        Ok(built)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u16, Carriage), Used>> {
+        // Inserts and removals are single operations: a panic elsewhere cannot leave the map
+        // inconsistent, so poisoning is not a reason to fail.
+        self.targets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn build(&self, host: &str, port: u16, carriage: Carriage) -> Result<Target, Refusal> {
+        let bare = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        let literal = bare.parse::<IpAddr>().ok();
+        match literal {
+            Some(ip) => {
+                if is_denied_address(&ip) || self.denied_addresses.iter().any(|n| n.contains(&ip)) {
+                    return Err(Refusal::DeniedAddress(ip));
+                }
+            }
+            None => {
+                if !is_valid_hostname(host) {
+                    return Err(Refusal::InvalidHost(host.to_owned()));
+                }
+                if self.declared.contains(host) {
+                    return Err(Refusal::Declared);
+                }
+                if let Some(p) = self
+                    .denied_hostnames
+                    .iter()
+                    .find(|p| hostname_matches(p, host))
+                {
+                    return Err(Refusal::DeniedHostname(p.clone()));
+                }
+            }
+        }
+
+        let (transport, wire, protocol) = match carriage {
+            Carriage::Http => (Transport::Plain, HttpWire::Http1, Protocol::Http),
+            Carriage::Tcp => (Transport::Plain, HttpWire::Http1, Protocol::Tcp),
+            Carriage::Https => {
+                let spec = TlsSpec {
+                    roots: Roots::System,
+                    names: NameCheck::ServerName,
+                    client_cert: None,
+                    versions: vec![TlsVersion::V1_2, TlsVersion::V1_3],
+                    alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+                    // An IP literal is verified as an IP address, without SNI (RFC 6066 §3).
+                    sni: literal.is_none().then(|| host.to_owned()),
+                };
+                let origination =
+                    crate::upstream::tls::build(&spec).map_err(|e| Refusal::Tls(e.to_string()))?;
+                (
+                    Transport::Tls(Arc::new(origination)),
+                    HttpWire::Negotiated,
+                    Protocol::Http,
+                )
+            }
+        };
+        // Endpoints are identified by the host they were reached as and how: a pooled TLS
+        // connection made for one host must not carry another host's requests.
+        let id = ObjectId {
+            kind: "Backend".to_owned(),
+            namespace: String::new(),
+            name: format!("{LABEL} {host}"),
+        };
+        let template = EndpointTemplate {
+            backend: id.clone(),
+            port,
+            transport: carriage as u64,
+            pool: PoolSettings::default(),
+            weight: 1,
+            priority: 0,
+        };
+        let balancer = BalancerKind::default();
+        let group = match literal {
+            Some(ip) => Arc::new(EndpointGroup::new_static(
+                vec![self.registry.endpoint(&template, SocketAddr::new(ip, port))],
+                balancer.build(),
+                OutlierSettings::default(),
+            )),
+            None => {
+                let source = EndpointSource::Dns {
+                    hostname: host.to_owned(),
+                    port,
+                    refresh: Duration::from_secs(30),
+                    respect_ttl: true,
+                };
+                let group = Arc::new(EndpointGroup::new_dns(
+                    source,
+                    balancer.build(),
+                    OutlierSettings::default(),
+                ));
+                let plan = RefreshPlan {
+                    group: Arc::downgrade(&group),
+                    template,
+                    family: LookupFamily::IPv4Preferred,
+                    denied: self.denied_addresses.clone(),
+                };
+                tokio::spawn(refresh_loop(plan, self.registry.clone()));
+                group
+            }
+        };
+        let port = Arc::new(BackendPort {
+            number: port,
+            protocol,
+            passthrough: carriage == Carriage::Tcp,
+            transport,
+            wire,
+            http2: Http2Options::new(&Http2Settings::default()),
+            mcp: None,
+            tcp_keepalive: None,
+            endpoints: group,
+            authority: None,
+        });
+        let backend = Arc::new(Backend {
+            id,
+            label: LABEL.into(),
+            hostname: literal.is_none().then(|| host.to_owned()),
+            ports: vec![port.clone()],
+            fallback: false,
+            credentials: Vec::new(),
+            stats: std::sync::OnceLock::new(),
+        });
+        Ok(Target {
+            backend,
+            port,
+            policy: RequestPolicy::default(),
+            rewrite_authority: false,
+        })
+    }
+}
