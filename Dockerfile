@@ -31,7 +31,7 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
-    cargo build --release --locked --bin egressd \
+    cargo build --release --locked --features otel --bin egressd \
     && objcopy --strip-debug target/release/egressd /usr/local/bin/egressd
 
 # ---- runtime ----------------------------------------------------------------------------------

@@ -162,6 +162,7 @@ impl Proxy {
                 "drain timeout reached; closing remaining connections"
             );
         }
+        self.reloader.flush_tracing().await;
         for task in &self.background {
             task.abort();
         }

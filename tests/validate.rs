@@ -1279,3 +1279,44 @@ fn outbound_policy_allow_any_warns_and_bad_cidrs_are_errors_at_each_value() {
     assert_eq!(warning.field, "spec.outboundPolicy");
     assert!(warning.message.contains("AllowAny"), "{warning}");
 }
+
+#[test]
+fn tracing_mistakes_are_errors_at_each_value() {
+    let dir = fixture("tracing-mistakes");
+    let diags = diagnostics(&dir);
+    if !egressd::telemetry::trace::AVAILABLE {
+        // Without the otel feature the whole section is refused, at `tracing:`.
+        assert_eq!(diags.len(), 1, "{}", render(&diags));
+        assert!(
+            diags[0].message.contains("cannot export spans"),
+            "{}",
+            diags[0]
+        );
+        return;
+    }
+    assert_eq!(diags.len(), 2, "{}", render(&diags));
+    let expected = [
+        (
+            ("otlpEndpoint: https", "https"),
+            "spec.tracing.otlpEndpoint",
+            "https:// collectors are not supported",
+        ),
+        (
+            ("samplingPercent: 150", "150"),
+            "spec.tracing.samplingPercent",
+            "samplingPercent 150 is not between 0 and 100",
+        ),
+    ];
+    for (d, ((context, token), field, message)) in diags.iter().zip(expected) {
+        assert_error(
+            &dir,
+            d,
+            &Expect {
+                at: spot("proxy.yaml", context, token),
+                object: Some("ProxyConfig default/egressd"),
+                field,
+                message,
+            },
+        );
+    }
+}

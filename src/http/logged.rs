@@ -1,6 +1,7 @@
 //! The access log line of a request is written when its response body has been sent (or
 //! abandoned), so it can say how many bytes went out, how long the whole exchange took, and
-//! whether the client got all of it. Only used while the access log is on.
+//! whether the client got all of it; egressd's own span (`tracing`) ends then too. Only used
+//! while the access log or tracing is on.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,18 +15,21 @@ use tokio::time::Instant;
 use super::body::{BodyError, ProxyBody};
 use crate::runtime::shared::Shared;
 use crate::telemetry::access_log::{millis, AccessRecord};
+use crate::telemetry::trace::{RequestSpan, SpanEnd};
 
-/// `response` whose access log `record` is written when its body ends or is dropped.
+/// `response` whose access log `record` is written (and `span` ended) when its body ends or
+/// is dropped.
 pub(super) fn log_when_done(
     shared: Arc<Shared>,
     response: Response<ProxyBody>,
     record: AccessRecord,
+    span: Option<RequestSpan>,
     started: Instant,
 ) -> Response<ProxyBody> {
     response.map(|inner| {
         ProxyBody::Stream(Box::pin(LoggedBody {
             inner,
-            pending: Some((shared, record)),
+            pending: Some((shared, record, span)),
             started,
             bytes: 0,
             ended: false,
@@ -35,7 +39,7 @@ pub(super) fn log_when_done(
 
 struct LoggedBody {
     inner: ProxyBody,
-    pending: Option<(Arc<Shared>, AccessRecord)>,
+    pending: Option<(Arc<Shared>, AccessRecord, Option<RequestSpan>)>,
     started: Instant,
     bytes: u64,
     ended: bool,
@@ -43,11 +47,14 @@ struct LoggedBody {
 
 impl LoggedBody {
     fn write(&mut self) {
-        if let Some((shared, mut record)) = self.pending.take() {
+        if let Some((shared, mut record, span)) = self.pending.take() {
             record.bytes_out = self.bytes;
             record.duration_ms = millis(self.started.elapsed());
             record.complete = self.ended || self.inner.is_end_stream();
             shared.access_log.write(&record);
+            if let Some(span) = span {
+                span.end(&SpanEnd::from(&record));
+            }
         }
     }
 }

@@ -129,24 +129,27 @@ pub async fn handle(
     let started = Instant::now();
     shared.metrics.requests.inc();
     let snapshot = shared.snapshot.load_full();
-    // What the access log needs from the request, taken before the request moves on; nothing
-    // is copied when the access log is off.
-    let log_request = shared.access_log.enabled().then(|| LoggedRequest {
+    let mut req = req;
+    // egressd's own span, when tracing is configured: the request goes upstream under it.
+    let span = snapshot.tracing.as_ref().map(|tracing| {
+        let method = req.method().clone();
+        let authority = request_authority(&req).to_owned();
+        tracing.request_span(
+            req.headers_mut(),
+            &method,
+            &authority,
+            &conn.listener,
+            conn.client,
+        )
+    });
+    // What the access log (and the span) needs from the request, taken before the request
+    // moves on; nothing is copied when both are off.
+    let log_request = (shared.access_log.enabled() || span.is_some()).then(|| LoggedRequest {
         time: std::time::SystemTime::now(),
         bytes_in: http_body::Body::size_hint(req.body()).exact(),
         method: req.method().clone(),
         version: req.version(),
-        authority: req
-            .uri()
-            .authority()
-            .map(|a| a.as_str().to_owned())
-            .or_else(|| {
-                req.headers()
-                    .get(header::HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .map(str::to_owned)
-            })
-            .unwrap_or_default(),
+        authority: request_authority(&req).to_owned(),
         path: req.uri().path().to_owned(),
     });
     let mut outcome = Outcome {
@@ -236,7 +239,13 @@ pub async fn handle(
         complete: false,
     };
     if let Some(end) = outcome.tunnel_end.take() {
-        // A tunnel's line waits for the tunnel to close, with the bytes it carried.
+        // A tunnel's span ends at the 200; its line waits for the tunnel to close, with the
+        // bytes it carried.
+        if let Some(span) = span {
+            let mut at_200 = record.clone();
+            at_200.complete = true;
+            span.end(&crate::telemetry::trace::SpanEnd::from(&at_200));
+        }
         let shared = shared.clone();
         let mut record = record;
         tokio::spawn(async move {
@@ -253,8 +262,22 @@ pub async fn handle(
         shared.clone(),
         response,
         record,
+        span,
         started,
     ))
+}
+
+/// The authority the client named: the URI's (absolute-form, HTTP/2 `:authority`), else
+/// `Host`; empty when neither is there.
+fn request_authority<B>(req: &Request<B>) -> &str {
+    match req.uri().authority() {
+        Some(a) => a.as_str(),
+        None => req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default(),
+    }
 }
 
 async fn proxy(

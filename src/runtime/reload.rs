@@ -18,6 +18,7 @@ use crate::config::{load_paths, Diagnostic};
 use crate::listener::ListenerManager;
 use crate::runtime::watch::ConfigWatcher;
 use crate::telemetry::time::rfc3339;
+use crate::telemetry::trace::Tracing;
 use crate::upstream::dns::refresh_loop;
 
 /// Why a reload did not take effect.
@@ -53,6 +54,8 @@ struct Inner {
     last_fingerprint: Option<u64>,
     /// Told which extra files (certificates, keys) to watch after each load.
     watcher: Option<Arc<ConfigWatcher>>,
+    /// The span exporter of the serving config (`tracing`), reused while unchanged.
+    tracing: Option<Arc<Tracing>>,
 }
 
 impl Reloader {
@@ -73,6 +76,7 @@ impl Reloader {
                 admin_requested: None,
                 last_fingerprint: None,
                 watcher: None,
+                tracing: None,
             }),
             generation: AtomicU64::new(0),
             admin_override,
@@ -123,7 +127,24 @@ impl Reloader {
         for d in compiled.diagnostics.iter().filter(|d| !d.is_error()) {
             tracing::warn!(target: "egressd::config", "{d}");
         }
-        let snapshot = compiled.snapshot;
+        let mut snapshot = compiled.snapshot;
+        snapshot.tracing = match &snapshot.settings.tracing {
+            None => None,
+            Some(wanted) => match &inner.tracing {
+                Some(current) if current.settings() == wanted => Some(current.clone()),
+                _ => {
+                    // Building the exporter starts threads and joins one: off the workers.
+                    let wanted = wanted.clone();
+                    let started = tokio::task::spawn_blocking(move || Tracing::start(&wanted))
+                        .await
+                        .unwrap_or_else(|e| Err(format!("starting the span exporter: {e}")));
+                    match started {
+                        Ok(tracing) => Some(Arc::new(tracing)),
+                        Err(e) => return Err(self.fail_apply(cause, e)),
+                    }
+                }
+            },
+        };
         let settings = &snapshot.settings;
 
         // Everything that can fail happens before the swap.
@@ -193,7 +214,19 @@ impl Reloader {
         let http2 = snapshot.settings.downstream_http2;
         let referenced = snapshot.referenced_files.clone();
         let diagnostics = compiled.diagnostics;
+        let tracing = snapshot.tracing.clone();
         self.shared.snapshot.store(Arc::new(snapshot));
+        let replaced = std::mem::replace(&mut inner.tracing, tracing);
+        if let Some(old) = replaced.filter(|old| {
+            !inner
+                .tracing
+                .as_ref()
+                .is_some_and(|new| Arc::ptr_eq(old, new))
+        }) {
+            // Exports what the old exporter holds; requests still on the old config lose
+            // their spans.
+            tokio::task::spawn_blocking(move || old.shutdown());
+        }
         self.generation.store(generation, Ordering::Release);
         inner.listeners.activate(bound, &plans, &http2);
         if let Some(admin) = new_admin {
@@ -269,6 +302,13 @@ impl Reloader {
     /// Stops accepting on every listener (drain).
     pub async fn stop_listeners(&self) {
         self.inner.lock().await.listeners.stop_all();
+    }
+
+    /// Exports the spans still batched and stops the exporter (at the end of a drain).
+    pub async fn flush_tracing(&self) {
+        if let Some(tracing) = self.inner.lock().await.tracing.take() {
+            let _ = tokio::task::spawn_blocking(move || tracing.shutdown()).await;
+        }
     }
 
     fn fail_apply(&self, cause: &str, message: String) -> ReloadError {

@@ -26,6 +26,9 @@ pub struct Snapshot {
     /// SNI routing of Passthrough listeners, per listener key.
     pub sni_routers: HashMap<Arc<str>, Arc<crate::http::router::SniRouter>>,
     pub backends: Vec<Arc<Backend>>,
+    /// The span exporter of `settings.tracing`, attached when the config is applied (the
+    /// same one across reloads while the settings do not change).
+    pub tracing: Option<Arc<crate::telemetry::trace::Tracing>>,
     /// Under `AllowAny` and `AuditOnly`: how destinations nothing declares are reached.
     pub undeclared: Option<Arc<crate::runtime::undeclared::UndeclaredDestinations>>,
     /// The config as written (for `/config`, redacted there).
@@ -51,6 +54,7 @@ impl Snapshot {
             sni_routers: HashMap::new(),
             backends: Vec::new(),
             undeclared: None,
+            tracing: None,
             config: Arc::default(),
             status: Arc::default(),
             referenced_files: Vec::new(),
@@ -72,6 +76,8 @@ pub struct ProxySettings {
     pub nameservers: Vec<SocketAddr>,
     /// HTTP/2 server settings of downstream connections.
     pub downstream_http2: Http2ServerSettings,
+    /// egressd's own spans (`tracing`), when configured.
+    pub tracing: Option<crate::telemetry::trace::TracingSettings>,
 }
 
 impl Default for ProxySettings {
@@ -89,6 +95,7 @@ impl Default for ProxySettings {
             access_log: AccessLogSettings::default(),
             nameservers: Vec::new(),
             downstream_http2: Http2ServerSettings::default(),
+            tracing: None,
         }
     }
 }

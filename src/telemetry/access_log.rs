@@ -17,7 +17,7 @@ use crate::runtime::snapshot::AccessLogSettings;
 
 /// One request (or tunnelled connection), as logged: built when the response headers go out
 /// and written when its body has been sent or abandoned.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct AccessRecord {
     /// When the request arrived.
     pub time: String,

@@ -5,3 +5,4 @@ pub mod blocked;
 pub mod log_level;
 pub mod metrics;
 pub mod time;
+pub mod trace;

@@ -38,6 +38,29 @@ pub struct ProxyConfigSpec {
     /// How egressd serves its clients' connections (every listener).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub downstream: Option<DownstreamSpec>,
+    /// egressd's own span per request, exported over OTLP/HTTP (builds with the `otel`
+    /// feature only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<Spanned<TracingSpec>>,
+}
+
+/// `ProxyConfig.spec.tracing`.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TracingSpec {
+    /// OTLP/HTTP (protobuf) traces URL of a collector, e.g.
+    /// `http://127.0.0.1:4318/v1/traces`. Plain `http://` only.
+    pub otlp_endpoint: Spanned<String>,
+    /// Percent of new traces sampled (0–100, default 100); requests with a `traceparent`
+    /// follow its sampled flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_percent: Option<Spanned<f64>>,
+    /// `service.name` of the spans (default `egressd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_name: Option<Spanned<String>>,
+    /// How long finished spans wait to be exported together (default 5s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export_interval: Option<GwDuration>,
 }
 
 /// `ProxyConfig.spec.undeclaredDestinations`.

@@ -106,6 +106,7 @@ pub fn compile(
         sni_routers,
         backends: backends.all(),
         undeclared,
+        tracing: None,
         config: set,
         status: Arc::new(status),
         certificate_expiries: cx

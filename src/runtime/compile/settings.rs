@@ -7,6 +7,7 @@ use super::{at, is_valid_hostname_pattern, Cx};
 use crate::config::wire::enums::{AccessLogFormat, OutboundPolicy};
 use crate::config::{ConfigSet, Reason};
 use crate::runtime::snapshot::{AccessLogSettings, ProxySettings};
+use crate::telemetry::trace::TracingSettings;
 
 /// The files of `ProxyConfig.spec.platformIdentity`, resolved.
 #[derive(Clone, Debug)]
@@ -161,6 +162,9 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
     if let Some(http2) = spec.downstream.as_ref().and_then(|d| d.http2.as_ref()) {
         settings.proxy.downstream_http2 = super::downstream::compile_http2(cx, file, id, http2);
     }
+    if let Some(tracing) = &spec.tracing {
+        settings.proxy.tracing = compile_tracing(cx, file, id, tracing);
+    }
     if let Some(key_file) = spec
         .mcp
         .as_ref()
@@ -181,6 +185,66 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
         cx.referenced.insert(path);
     }
     settings
+}
+
+/// `spec.tracing` → [`TracingSettings`]; an error in builds without the `otel` feature.
+fn compile_tracing(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &crate::config::ObjectId,
+    tracing: &crate::config::yaml::Spanned<crate::config::wire::proxy::TracingSpec>,
+) -> Option<TracingSettings> {
+    if !crate::telemetry::trace::AVAILABLE {
+        cx.error(
+            at(file, id, tracing.pos, "spec.tracing"),
+            "this build of egressd cannot export spans",
+            "build with `cargo build --release --features otel` (the container image has it), or remove `tracing`",
+        );
+        return None;
+    }
+    let spec = &tracing.value;
+    let before = super::route_rules::error_count(cx);
+    let endpoint = &spec.otlp_endpoint;
+    match endpoint.value.parse::<http::Uri>() {
+        Ok(uri) if uri.scheme_str() == Some("http") && uri.host().is_some() => {}
+        Ok(uri) if uri.scheme_str() == Some("https") => cx.error(
+            at(file, id, endpoint.pos, "spec.tracing.otlpEndpoint"),
+            "https:// collectors are not supported: the exporter has no TLS",
+            "send to a collector agent on the node or in the pod over http://",
+        ),
+        _ => cx.error(
+            at(file, id, endpoint.pos, "spec.tracing.otlpEndpoint"),
+            format!("`{}` is not an http:// URL", endpoint.value),
+            "e.g. http://127.0.0.1:4318/v1/traces",
+        ),
+    }
+    let sampling = match &spec.sampling_percent {
+        None => 1.0,
+        Some(p) if (0.0..=100.0).contains(&p.value) => p.value / 100.0,
+        Some(p) => {
+            cx.error(
+                at(file, id, p.pos, "spec.tracing.samplingPercent"),
+                format!("samplingPercent {} is not between 0 and 100", p.value),
+                "e.g. 100 (every new trace) or 0.1",
+            );
+            1.0
+        }
+    };
+    let service_name = spec
+        .service_name
+        .as_ref()
+        .map_or_else(|| "egressd".to_owned(), |s| s.value.clone());
+    if super::route_rules::error_count(cx) > before {
+        return None;
+    }
+    Some(TracingSettings {
+        endpoint: endpoint.value.clone(),
+        sampling,
+        service_name,
+        export_interval: spec
+            .export_interval
+            .map_or(Duration::from_secs(5), Duration::from),
+    })
 }
 
 /// `10.0.0.0/8`, `::1/128`, or a bare address (a single-address network).
