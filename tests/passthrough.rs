@@ -225,3 +225,85 @@ async fn client_hello_trickled_byte_by_byte_still_routes() {
         .unwrap();
     assert_eq!(response.status(), 200);
 }
+
+#[tokio::test]
+async fn each_connection_gets_an_access_log_line() {
+    let dns = TestDns::start().await;
+    dns.set(API, &[Ipv4Addr::LOCALHOST], 60);
+    let ca = TestCa::new("logged");
+    let upstream = TlsUpstream::start(
+        "api",
+        ca.server_cert(&[San::dns(API)]),
+        TlsOptions::default(),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let yaml = config(dns.addr, upstream.addr.port()).replace(
+        "accessLog: {enabled: false}",
+        &format!("accessLog: {{path: {}}}", log.display()),
+    );
+    assert!(yaml.contains("access.log"));
+    let proxy = TestProxy::start(&yaml).await;
+    let listener = proxy.listener("default/edge/tls");
+
+    // One relayed connection with one request, closed by the client.
+    let tcp = TcpStream::connect(listener).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(ca.client_config(true))
+        .connect(API.try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    let driver = tokio::spawn(conn);
+    let response = sender
+        .send_request(
+            http::Request::get("/")
+                .header("host", API)
+                .body(Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    drop(response);
+    drop(sender);
+    driver.await.unwrap().unwrap();
+    // And one refused by SNI.
+    let tcp = TcpStream::connect(listener).await.unwrap();
+    let _ = tokio_rustls::TlsConnector::from(ca.client_config(true))
+        .connect("elsewhere.pass.test".try_into().unwrap(), tcp)
+        .await;
+
+    let lines = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || async { lines().len() == 2 }).await,
+        "{:?}",
+        lines()
+    );
+    let all = lines();
+    let relayed = all.iter().find(|l| l["authority"] == API).unwrap();
+    assert_eq!(relayed["method"], "TLS");
+    assert_eq!(relayed["protocol"], "passthrough");
+    assert_eq!(relayed["listener"], "default/edge/tls");
+    assert_eq!(relayed["backend"], "default/api");
+    assert_eq!(relayed["endpoint"], upstream.addr.to_string());
+    assert_eq!(relayed["complete"], true);
+    assert!(relayed["bytes_in"].as_u64().unwrap() > 100, "{relayed}");
+    assert!(relayed["bytes_out"].as_u64().unwrap() > 100, "{relayed}");
+    assert!(relayed.get("error").is_none(), "{relayed}");
+    let refused = all
+        .iter()
+        .find(|l| l["authority"] == "elsewhere.pass.test")
+        .unwrap();
+    assert_eq!(refused["error"], "destination_not_allowed");
+    assert_eq!(refused["attempts"], 0);
+    assert_eq!(refused["complete"], false);
+}

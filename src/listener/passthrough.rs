@@ -23,22 +23,21 @@ const UNDECLARED_PORT: u16 = 443;
 
 /// Serves one connection; every refusal closes it with a logged reason and a counted one.
 pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Shared) {
+    let mut passage = Passage::new(shared, info);
     let mut hello = Vec::with_capacity(1024);
     let sni = match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut client, &mut hello)).await {
         Err(_) => {
             return refuse(
-                shared,
-                info,
+                &mut passage,
                 "client_hello_timeout",
                 "no ClientHello in time",
                 None,
             )
         }
-        Ok(Err(reason)) => return refuse(shared, info, "not_tls", reason, None),
+        Ok(Err(reason)) => return refuse(&mut passage, "not_tls", reason, None),
         Ok(Ok(None)) => {
             return refuse(
-                shared,
-                info,
+                &mut passage,
                 "no_sni",
                 "ClientHello without SNI: nothing to route by",
                 None,
@@ -46,6 +45,7 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
         }
         Ok(Ok(Some(sni))) => sni,
     };
+    passage.sni = Some(sni.clone());
     let snapshot = shared.snapshot.load_full();
     let decision = snapshot
         .sni_routers
@@ -57,7 +57,7 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
         SniDecision::Target(target) => target,
         SniDecision::NoBackend(route) => {
             let why = format!("{} has no backend with a non-zero weight", route.name);
-            return refuse(shared, info, "no_backend", &why, Some(&sni));
+            return refuse(&mut passage, "no_backend", &why, Some(&sni));
         }
         SniDecision::NotAllowed => {
             // The destination port is not in the ClientHello: TLS's own 443 is assumed (the
@@ -84,11 +84,12 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
                         }
                         other => other.to_string(),
                     };
-                    return refuse(shared, info, "destination_not_allowed", &why, Some(&sni));
+                    return refuse(&mut passage, "destination_not_allowed", &why, Some(&sni));
                 }
             }
         }
     };
+    passage.backend = Some(target.backend.label.clone());
     let group = &target.port.endpoints;
     if !group.is_resolved() {
         group.wait_resolved(target.policy.connect_timeout).await;
@@ -99,13 +100,13 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
         .and_then(|k| k.hash_connection(info.client.ip()));
     let Some(endpoint) = group.pick(hash) else {
         return refuse(
-            shared,
-            info,
+            &mut passage,
             "no_healthy_upstream",
             "the Backend has no endpoint",
             Some(&sni),
         );
     };
+    passage.endpoint = Some(endpoint.addr);
     let active = endpoint.start_request();
     let connected = crate::http::tunnel::connect_upstream(shared, target, &endpoint).await;
     let mut upstream = match connected {
@@ -119,6 +120,7 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
                     cause: "upstream_connect_failure",
                 })
                 .inc();
+            passage.error = Some("upstream_connect_failure");
             return;
         }
     };
@@ -127,7 +129,82 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
     }
     let end = crate::http::tunnel::relay(client, upstream, target.policy.stream_idle_timeout).await;
     tracing::debug!(listener = %info.listener, sni, backend = %target.backend.label, endpoint = %endpoint.addr, ?end, "passthrough closed");
+    if let crate::http::tunnel::TunnelEnd::Closed(up, down) = end {
+        passage.bytes = Some((up, down));
+        passage.complete = true;
+    }
     drop(active);
+}
+
+/// The access log line of one passthrough connection, written when it is dropped: after the
+/// relay ends, on a refusal, or when a drain cuts the connection. No HTTP exchange happened,
+/// so `method` is `TLS`, `protocol` `passthrough`, `status` 0; `authority` is the SNI.
+struct Passage<'a> {
+    shared: &'a Shared,
+    info: &'a ConnInfo,
+    time: std::time::SystemTime,
+    started: std::time::Instant,
+    sni: Option<String>,
+    error: Option<&'static str>,
+    backend: Option<std::sync::Arc<str>>,
+    endpoint: Option<std::net::SocketAddr>,
+    /// Bytes client → upstream and upstream → client, when the relay closed cleanly.
+    bytes: Option<(u64, u64)>,
+    complete: bool,
+}
+
+impl<'a> Passage<'a> {
+    fn new(shared: &'a Shared, info: &'a ConnInfo) -> Self {
+        Passage {
+            shared,
+            info,
+            time: std::time::SystemTime::now(),
+            started: std::time::Instant::now(),
+            sni: None,
+            error: None,
+            backend: None,
+            endpoint: None,
+            bytes: None,
+            complete: false,
+        }
+    }
+}
+
+impl Drop for Passage<'_> {
+    fn drop(&mut self) {
+        if !self.shared.access_log.enabled() {
+            return;
+        }
+        let duration = crate::telemetry::access_log::millis(self.started.elapsed());
+        let record = crate::telemetry::access_log::AccessRecord {
+            time: crate::telemetry::time::rfc3339(self.time),
+            client: self.info.client,
+            listener: self.info.listener.to_string(),
+            method: "TLS".to_owned(),
+            authority: self.sni.take().unwrap_or_default(),
+            path: String::new(),
+            protocol: "passthrough",
+            status: 0,
+            error: self.error,
+            error_cause: None,
+            route: None,
+            backend: self.backend.as_deref().map(str::to_owned),
+            endpoint: self.endpoint,
+            attempts: u32::from(self.endpoint.is_some()),
+            bytes_in: self.bytes.map(|(up, _)| up),
+            bytes_out: self.bytes.map_or(0, |(_, down)| down),
+            mcp_method: None,
+            mcp_tool: None,
+            upstream_ttfb_ms: None,
+            upstream_connect_ms: None,
+            upstream_tls: None,
+            upstream_alpn: None,
+            headers_ms: 0.0,
+            duration_ms: duration,
+            complete: self.complete,
+        };
+        self.shared.access_log.write(&record);
+    }
 }
 
 /// Reads until the ClientHello is complete; returns its SNI.
@@ -156,7 +233,9 @@ async fn read_hello(
 /// Closes the connection (by returning), logging why and counting it. Logged at info: unlike
 /// a failed TLS handshake on an HTTPS listener, a refused SNI is an egress decision an
 /// operator wants to see (the destination is named).
-fn refuse(shared: &Shared, info: &ConnInfo, cause: &'static str, why: &str, sni: Option<&str>) {
+fn refuse(passage: &mut Passage<'_>, cause: &'static str, why: &str, sni: Option<&str>) {
+    passage.error = Some(cause);
+    let (shared, info) = (passage.shared, passage.info);
     shared
         .metrics
         .tls_passthrough_rejected
