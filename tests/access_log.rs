@@ -10,7 +10,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::proxy::{eventually, fetch, get, ip_backend, preamble, request, route_to, TestProxy};
 use common::upstream::{full, Upstream};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const HOST: &str = "app.test";
 
@@ -30,6 +31,11 @@ async fn every_request_gets_a_json_line_with_its_fields() {
     let upstream = Upstream::start_with(move |req: http::Request<hyper::body::Incoming>| {
         let flaky = flaky.clone();
         async move {
+            if req.uri().path() == "/chunked" {
+                // Read to the end, so the whole body was sent before the response.
+                let body = req.into_body().collect().await.unwrap().to_bytes();
+                return http::Response::new(full(body.len().to_string()));
+            }
             match req.uri().path() {
                 "/flaky" if flaky.fetch_add(1, Ordering::SeqCst) == 0 => http::Response::builder()
                     .status(503)
@@ -63,9 +69,23 @@ async fn every_request_gets_a_json_line_with_its_fields() {
     assert_eq!(fetch(proxy.http(), post).await.status, 200);
     let blocked = get(proxy.http(), "nowhere.test", "/").await;
     assert_eq!(blocked.status, 403);
+    // A chunked body declares no length: egressd counts what it sends.
+    let mut raw = tokio::net::TcpStream::connect(proxy.http()).await.unwrap();
+    raw.write_all(
+        b"POST /chunked HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n7\r\n world!\r\n0\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut answer = String::new();
+    raw.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.ends_with("12"),
+        "the upstream got all 12 bytes: {answer}"
+    );
 
     assert!(
-        eventually(Duration::from_secs(5), || async { lines(&log).len() == 4 }).await,
+        eventually(Duration::from_secs(5), || async { lines(&log).len() == 5 }).await,
         "{:?}",
         lines(&log)
     );
@@ -105,6 +125,8 @@ async fn every_request_gets_a_json_line_with_its_fields() {
 
     assert_eq!(by_path("/flaky")["attempts"], 2, "the retry is counted");
     assert_eq!(by_path("/upload")["bytes_in"], 12);
+    assert_eq!(by_path("/chunked")["bytes_in"], 12, "counted, not declared");
+    assert_eq!(big["bytes_in"], 0, "a GET without a body");
     let refused = all
         .iter()
         .find(|l| l["authority"] == "nowhere.test")

@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -20,8 +21,9 @@ use crate::upstream::Endpoint;
 /// The body sent upstream.
 #[derive(Debug)]
 pub enum RequestBody {
-    /// The client's request body, streamed.
-    Client(Incoming),
+    /// The client's request body, streamed; with a counter of its bytes when the access log
+    /// must say how long a body without a declared length was.
+    Client(Incoming, Option<Arc<AtomicU64>>),
     /// No body: a request without one can be sent again as is (a stream refused by an
     /// HTTP/2 server, a connection that went away before the request was written).
     Empty,
@@ -36,7 +38,18 @@ impl RequestBody {
         if body.is_end_stream() {
             RequestBody::Empty
         } else {
-            RequestBody::Client(body)
+            RequestBody::Client(body, None)
+        }
+    }
+
+    /// Starts counting the bytes of a client body whose length was not declared (chunked,
+    /// HTTP/2 without `content-length`); the counter, if one was started.
+    pub fn count_undeclared(&mut self) -> Option<Arc<AtomicU64>> {
+        match self {
+            RequestBody::Client(body, counter @ None) if body.size_hint().exact().is_none() => {
+                Some(counter.insert(Arc::default()).clone())
+            }
+            _ => None,
         }
     }
 }
@@ -50,7 +63,15 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
-            RequestBody::Client(body) => Pin::new(body).poll_frame(cx),
+            RequestBody::Client(body, counter) => {
+                let polled = Pin::new(body).poll_frame(cx);
+                if let (Some(counter), Poll::Ready(Some(Ok(frame)))) = (counter, &polled) {
+                    if let Some(data) = frame.data_ref() {
+                        counter.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    }
+                }
+                polled
+            }
             RequestBody::Empty => Poll::Ready(None),
             RequestBody::Buffered(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
         }
@@ -58,7 +79,7 @@ impl Body for RequestBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            RequestBody::Client(body) => body.is_end_stream(),
+            RequestBody::Client(body, _) => body.is_end_stream(),
             RequestBody::Empty => true,
             RequestBody::Buffered(bytes) => bytes.is_none(),
         }
@@ -66,7 +87,7 @@ impl Body for RequestBody {
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            RequestBody::Client(body) => body.size_hint(),
+            RequestBody::Client(body, _) => body.size_hint(),
             RequestBody::Empty => SizeHint::with_exact(0),
             RequestBody::Buffered(bytes) => {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))

@@ -49,6 +49,9 @@ impl LoggedBody {
     fn write(&mut self) {
         if let Some((shared, mut record, span)) = self.pending.take() {
             record.bytes_out = self.bytes;
+            if let Some(counted) = record.bytes_in_counted.take() {
+                record.bytes_in = Some(counted.load(std::sync::atomic::Ordering::Relaxed));
+            }
             record.duration_ms = millis(self.started.elapsed());
             record.complete = self.ended || self.inner.is_end_stream();
             shared.access_log.write(&record);

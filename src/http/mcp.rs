@@ -111,9 +111,9 @@ async fn read_body(
         limit: inspect::BODY_LIMIT,
     };
     match (req.body(), size) {
-        (RequestBody::Client(_), Some(len)) if len <= inspect::BODY_LIMIT => {}
-        (RequestBody::Client(_), Some(_)) if policy => return Err(too_large()),
-        (RequestBody::Client(_), None) if policy => {}
+        (RequestBody::Client(..), Some(len)) if len <= inspect::BODY_LIMIT => {}
+        (RequestBody::Client(..), Some(_)) if policy => return Err(too_large()),
+        (RequestBody::Client(..), None) if policy => {}
         _ => return Ok(req),
     }
     let (parts, body) = req.into_parts();

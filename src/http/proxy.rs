@@ -115,6 +115,9 @@ pub(super) struct Outcome {
     /// What TLS with the endpoint settled on (its latest handshake).
     pub(super) upstream_tls: Option<crate::upstream::connect::TlsSummary>,
     pub(super) timed: bool,
+    /// The bytes of a request body without a declared length, counted as it is sent (when
+    /// `timed`).
+    pub(super) bytes_in: Option<Arc<std::sync::atomic::AtomicU64>>,
     /// A CONNECT tunnel's end (bytes client→upstream and back, when it closed cleanly), for
     /// the access log line written when the tunnel closes.
     pub(super) tunnel_end: Option<tokio::sync::oneshot::Receiver<Option<(u64, u64)>>>,
@@ -227,6 +230,7 @@ pub async fn handle(
         endpoint: outcome.endpoint,
         attempts: outcome.attempts,
         bytes_in: logged.bytes_in,
+        bytes_in_counted: outcome.bytes_in.take(),
         bytes_out: 0,
         mcp_method: outcome.mcp_method,
         mcp_tool: outcome.mcp_tool,
@@ -389,6 +393,9 @@ async fn proxy(
     // Taken from the client's request, before the headers are rewritten for the upstream.
     let hash = request_hash(target, req.headers(), conn);
     let mut upstream_req = prepare_request(req, &dest, target, entry, conn)?;
+    if outcome.timed {
+        outcome.bytes_in = upstream_req.body_mut().count_undeclared();
+    }
     // Credentials the application never holds (`CredentialInjector` extensions).
     for credential in &target.backend.credentials {
         credential

@@ -79,7 +79,7 @@ pub(super) async fn read_ahead(
     limit: u64,
     idle: Option<Duration>,
 ) -> Result<Request<RequestBody>, ProxyError> {
-    let fits = matches!(req.body(), RequestBody::Client(_))
+    let fits = matches!(req.body(), RequestBody::Client(..))
         && http_body::Body::size_hint(req.body())
             .exact()
             .is_some_and(|len| len <= limit);

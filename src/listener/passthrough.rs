@@ -192,6 +192,7 @@ impl Drop for Passage<'_> {
             endpoint: self.endpoint,
             attempts: u32::from(self.endpoint.is_some()),
             bytes_in: self.bytes.map(|(up, _)| up),
+            bytes_in_counted: None,
             bytes_out: self.bytes.map_or(0, |(_, down)| down),
             mcp_method: None,
             mcp_tool: None,

@@ -43,9 +43,14 @@ pub struct AccessRecord {
     /// Times the request was sent upstream (retries included); 0 when egressd answered
     /// before sending it.
     pub attempts: u32,
-    /// The request body's declared size (`Content-Length`), when it had one.
+    /// The request body's size: declared (`Content-Length`), or counted as it was sent
+    /// upstream when none was declared (absent when nothing was sent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes_in: Option<u64>,
+    /// For a body without a declared size: its bytes, counted as they were sent upstream
+    /// (read into `bytes_in` when the line is written).
+    #[serde(skip)]
+    pub bytes_in_counted: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
     /// Response body bytes sent to the client.
     pub bytes_out: u64,
     /// MCP requests: the JSON-RPC method and the tool of a `tools/call`.
