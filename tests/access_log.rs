@@ -15,14 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const HOST: &str = "app.test";
 
-/// The log's lines so far, parsed (each must be one JSON object).
-fn lines(path: &std::path::Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect()
-}
+use common::proxy::json_lines as lines;
 
 #[tokio::test]
 async fn every_request_gets_a_json_line_with_its_fields() {

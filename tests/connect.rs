@@ -12,8 +12,6 @@ use common::dns::TestDns;
 use common::proxy::{eventually, preamble, TestProxy};
 use common::tls::{San, TestCa, TlsOptions, TlsUpstream};
 use common::upstream::Upstream;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -111,21 +109,8 @@ async fn connect_to_a_passthrough_backend_tunnels_the_clients_own_tls() {
         .connect(API.try_into().unwrap(), tunnel)
         .await
         .expect("end-to-end TLS handshake through the tunnel");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let response = sender
-        .send_request(
-            http::Request::get("/")
-                .header("host", API)
-                .body(Empty::<bytes::Bytes>::new())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let (status, body) = common::tls::get_over(tls, API).await;
+    assert_eq!(status, 200);
     assert_eq!(&body[..], b"api");
     assert_eq!(
         upstream.snis(),

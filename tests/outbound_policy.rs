@@ -14,8 +14,6 @@ use common::outlier::metric;
 use common::proxy::{eventually, get, get_absolute, preamble_with, TestProxy};
 use common::tls::{San, TestCa, TlsOptions, TlsUpstream};
 use common::upstream::Upstream;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -286,24 +284,8 @@ async fn audit_only_passes_an_undeclared_sni_through_to_port_443() {
         .connect(host.try_into().unwrap(), tcp)
         .await
         .expect("TLS end to end with the destination's own certificate");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let response = sender
-        .send_request(
-            http::Request::get("/")
-                .header("host", host)
-                .body(Empty::<bytes::Bytes>::new())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    assert_eq!(
-        &response.into_body().collect().await.unwrap().to_bytes()[..],
-        b"sni"
-    );
+    let (status, body) = common::tls::get_over(tls, host).await;
+    assert_eq!((status.as_u16(), &body[..]), (200, &b"sni"[..]));
     assert_eq!(upstream.snis(), vec![Some(host.to_owned())]);
     let listed = eventually(Duration::from_secs(5), || async {
         blocked_list(&proxy)

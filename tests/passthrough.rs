@@ -210,20 +210,7 @@ async fn client_hello_trickled_byte_by_byte_still_routes() {
         .await
         .unwrap()
         .expect("handshake through a trickled ClientHello");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let response = sender
-        .send_request(
-            http::Request::get("/")
-                .header("host", API)
-                .body(Empty::<bytes::Bytes>::new())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    assert_eq!(common::tls::get_over(tls, API).await.0, 200);
 }
 
 #[tokio::test]
@@ -253,36 +240,14 @@ async fn each_connection_gets_an_access_log_line() {
         .connect(API.try_into().unwrap(), tcp)
         .await
         .unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .unwrap();
-    let driver = tokio::spawn(conn);
-    let response = sender
-        .send_request(
-            http::Request::get("/")
-                .header("host", API)
-                .body(Empty::<bytes::Bytes>::new())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    drop(response);
-    drop(sender);
-    driver.await.unwrap().unwrap();
+    assert_eq!(common::tls::get_over(tls, API).await.0, 200);
     // And one refused by SNI.
     let tcp = TcpStream::connect(listener).await.unwrap();
     let _ = tokio_rustls::TlsConnector::from(ca.client_config(true))
         .connect("elsewhere.pass.test".try_into().unwrap(), tcp)
         .await;
 
-    let lines = || -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    };
+    let lines = || common::proxy::json_lines(&log);
     assert!(
         eventually(Duration::from_secs(5), || async { lines().len() == 2 }).await,
         "{:?}",

@@ -1244,13 +1244,7 @@ async fn the_access_log_names_connect_time_tls_version_and_alpn() {
     for _ in 0..2 {
         assert_eq!(get_api(&proxy, port).await.status, 200);
     }
-    let lines = || -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    };
+    let lines = || common::proxy::json_lines(&log);
     assert!(
         common::proxy::eventually(Duration::from_secs(5), || async { lines().len() == 2 }).await
     );

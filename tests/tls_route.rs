@@ -17,8 +17,6 @@ use egressd::config::{load_paths, Diagnostic, Reason};
 use egressd::runtime::compile::compile;
 use egressd::runtime::registry::StateRegistry;
 use egressd::upstream::dns::DnsResolver;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 /// Hostnames the Backends are declared with; no client ever sends them as SNI except
@@ -180,21 +178,8 @@ async fn fetch(listener: SocketAddr, config: Arc<rustls::ClientConfig>, sni: &st
         .connect(sni.to_owned().try_into().unwrap(), tcp)
         .await
         .unwrap_or_else(|e| panic!("TLS with {sni} through egressd: {e}"));
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let response = sender
-        .send_request(
-            http::Request::get("/")
-                .header("host", sni)
-                .body(Empty::<bytes::Bytes>::new())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let (status, body) = common::tls::get_over(tls, sni).await;
+    assert_eq!(status, 200);
     String::from_utf8(body.to_vec()).unwrap()
 }
 

@@ -367,3 +367,13 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The lines of a JSON-lines file (the access log) so far, parsed; each must be one JSON
+/// object. A file not written yet has none.
+pub fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}

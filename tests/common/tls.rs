@@ -627,3 +627,33 @@ pub async fn passthrough_rejected(proxy: &super::proxy::TestProxy, cause: &str) 
         .find_map(|l| l.strip_prefix(&needle))
         .map_or(0, |v| v.trim().parse().expect("counter value"))
 }
+
+/// `GET /` with `Host: host` over an established TLS stream, as HTTP/1.1: the status and the
+/// whole body. The connection closes once both are dropped.
+pub async fn get_over<S>(stream: S, host: &str) -> (http::StatusCode, bytes::Bytes)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use http_body_util::BodyExt;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("HTTP/1.1 handshake");
+    tokio::spawn(conn);
+    let response = sender
+        .send_request(
+            http::Request::get("/")
+                .header("host", host)
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .expect("request"),
+        )
+        .await
+        .expect("response");
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("response body")
+        .to_bytes();
+    (status, body)
+}
