@@ -296,3 +296,14 @@ async fn audit_only_passes_an_undeclared_sni_through_to_port_443() {
     .await;
     assert!(listed, "{:#?}", blocked_list(&proxy).await);
 }
+
+#[tokio::test]
+async fn a_destination_that_is_egressd_itself_ends_as_a_detected_loop() {
+    // Loopback allowed: egressd's own listener is an undeclared destination like any other.
+    let proxy = TestProxy::start(&preamble_with(None, &policy("AllowAny"))).await;
+    let url = format!("http://{}/again", proxy.http());
+    let r = get_absolute(proxy.http(), &url).await;
+    assert_eq!(r.status, 508, "{}", r.text());
+    assert_eq!(r.error_code(), Some("loop_detected"));
+    assert!(r.text().contains("8 times"), "{}", r.text());
+}

@@ -114,6 +114,8 @@ pub enum ProxyError {
         extension: String,
         reason: String,
     },
+    #[error("request loop: it has already passed egressd {hops} times (Via); a Backend or destination points back at egressd")]
+    LoopDetected { hops: usize },
     #[error("{0} is not supported yet")]
     NotSupported(&'static str),
     #[error("this listener is being removed; retry the request")]
@@ -153,6 +155,7 @@ impl ProxyError {
             ProxyError::McpHeaderMismatch { .. } => "mcp_header_mismatch",
             ProxyError::McpBodyTooLarge { .. } => "mcp_body_too_large",
             ProxyError::CredentialUnavailable { .. } => "credential_unavailable",
+            ProxyError::LoopDetected { .. } => "loop_detected",
             ProxyError::NotSupported(_) => "not_supported",
             ProxyError::ListenerGone => "listener_draining",
         }
@@ -183,6 +186,7 @@ impl ProxyError {
             | ProxyError::UpstreamProtocol { .. }
             | ProxyError::UpstreamTls { .. } => StatusCode::BAD_GATEWAY,
             ProxyError::NotSupported(_) => StatusCode::NOT_IMPLEMENTED,
+            ProxyError::LoopDetected { .. } => StatusCode::LOOP_DETECTED,
         }
     }
 

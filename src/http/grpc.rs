@@ -85,7 +85,9 @@ pub fn status_of(err: &ProxyError) -> GrpcStatus {
         | ProxyError::UpgradeNotAllowed { .. } => GrpcStatus::PermissionDenied,
         ProxyError::NoRoute { .. } | ProxyError::NotSupported(_) => GrpcStatus::Unimplemented,
         ProxyError::UpstreamTimeout { .. } => GrpcStatus::DeadlineExceeded,
-        ProxyError::NoBackend { .. } | ProxyError::UpstreamProtocol { .. } => GrpcStatus::Internal,
+        ProxyError::NoBackend { .. }
+        | ProxyError::UpstreamProtocol { .. }
+        | ProxyError::LoopDetected { .. } => GrpcStatus::Internal,
         ProxyError::NoHealthyUpstream { .. }
         | ProxyError::CredentialUnavailable { .. }
         | ProxyError::ConnectFailure { .. }

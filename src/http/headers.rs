@@ -80,6 +80,29 @@ pub fn via_value(version: Version) -> HeaderValue {
     })
 }
 
+/// How many egressd hops a request may have passed before egressd refuses it as a loop: a
+/// sidecar in front of a gateway is two; a Backend or undeclared destination that points back
+/// at egressd adds one per pass.
+pub const MAX_EGRESSD_HOPS: usize = 8;
+
+/// How many times egressd is named in the request's `Via` (entries `<version> egressd`, the
+/// pseudonym this proxy uses).
+pub fn egressd_hops(headers: &HeaderMap) -> usize {
+    headers
+        .get_all(header::VIA)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .filter(|entry| {
+            let entry = entry.trim_ascii();
+            // `1.1 egressd`, optionally followed by a comment: `1.1 egressd (...)`.
+            entry
+                .split(|&b| b == b' ')
+                .nth(1)
+                .is_some_and(|pseudonym| pseudonym == b"egressd")
+        })
+        .count()
+}
+
 /// Appends this proxy to `Via` (one header line, comma-joined, as RFC 9110 allows).
 pub fn append_via(headers: &mut HeaderMap, version: Version) {
     let ours = via_value(version);
@@ -126,6 +149,21 @@ fn append_list(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn egressd_hops_counts_our_via_entries_only() {
+        let mut h = HeaderMap::new();
+        assert_eq!(egressd_hops(&h), 0);
+        h.append(
+            header::VIA,
+            HeaderValue::from_static("1.1 egressd, 1.1 squid"),
+        );
+        h.append(
+            header::VIA,
+            HeaderValue::from_static("2 egressd (sidecar),1.0 notegressd"),
+        );
+        assert_eq!(egressd_hops(&h), 2);
+    }
 
     #[test]
     fn strips_hop_by_hop_and_connection_listed() {

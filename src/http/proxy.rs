@@ -294,6 +294,12 @@ async fn proxy(
     outcome: &mut Outcome,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let dest = destination(&req, conn.tls)?;
+    // A request that keeps coming back (a Backend or destination pointing at egressd itself)
+    // is stopped here instead of multiplying until a limit breaks.
+    let hops = super::headers::egressd_hops(req.headers());
+    if hops >= super::headers::MAX_EGRESSD_HOPS {
+        return Err(ProxyError::LoopDetected { hops });
+    }
     let router = snapshot
         .routers
         .get(&conn.listener)
