@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::snapshot::Snapshot;
 use crate::config::Diagnostic;
 use crate::telemetry::access_log::AccessLog;
+use crate::telemetry::blocked::{Action, Via};
 use crate::telemetry::metrics::Metrics;
 
 /// The outcome of the last reload attempt, for `/status`.
@@ -72,37 +73,28 @@ impl Shared {
 
     /// Records a destination refused because nothing declares it: the audit list, the
     /// metric (host labels capped), and a log line naming it.
-    pub fn blocked(&self, host: &str, port: u16, via: crate::telemetry::blocked::Via) {
-        self.blocked_destinations.record(
-            host,
-            port,
-            via,
-            crate::telemetry::blocked::Action::Blocked,
-        );
-        self.metrics.blocked(host);
-        tracing::debug!(
-            host,
-            port,
-            via = via.as_str(),
-            "blocked: no Backend declares this destination"
-        );
+    pub fn blocked(&self, host: &str, port: u16, via: Via) {
+        self.undeclared_seen(host, port, via, Action::Blocked);
     }
 
     /// Records a use of an undeclared destination under `outboundPolicy: AuditOnly`: what
     /// `RegistryOnly` would have refused, listed in `/blocked` as `audited`.
-    pub fn audited(&self, host: &str, port: u16, via: crate::telemetry::blocked::Via) {
-        self.blocked_destinations.record(
-            host,
-            port,
-            via,
-            crate::telemetry::blocked::Action::Audited,
-        );
-        self.metrics.audited(host);
+    pub fn audited(&self, host: &str, port: u16, via: Via) {
+        self.undeclared_seen(host, port, via, Action::Audited);
+    }
+
+    fn undeclared_seen(&self, host: &str, port: u16, via: Via, action: Action) {
+        self.blocked_destinations.record(host, port, via, action);
+        match action {
+            Action::Blocked => self.metrics.blocked(host),
+            Action::Audited => self.metrics.audited(host),
+        }
         tracing::debug!(
             host,
             port,
             via = via.as_str(),
-            "audited: no Backend declares this destination (AuditOnly lets it through)"
+            action = action.as_str(),
+            "no Backend declares this destination"
         );
     }
 
