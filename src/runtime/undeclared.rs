@@ -144,23 +144,11 @@ impl UndeclaredDestinations {
             used.last = Instant::now();
             return Ok(used.target.clone());
         }
-        if targets.len() >= CAPACITY {
-            // O(n) only when a new destination arrives at a full table.
-            let oldest = targets
-                .iter()
-                .min_by_key(|(_, u)| u.last)
-                .map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                targets.remove(&oldest);
-            }
-        }
-        targets.insert(
-            key,
-            Used {
-                target: built.clone(),
-                last: Instant::now(),
-            },
-        );
+        let used = Used {
+            target: built.clone(),
+            last: Instant::now(),
+        };
+        super::bounded::insert_bounded(&mut targets, CAPACITY, key, used, |u| u.last);
         Ok(built)
     }
 

@@ -93,24 +93,12 @@ impl BlockedDestinations {
             s.last = now;
             return;
         }
-        if seen.len() >= CAPACITY {
-            // O(n) only when a new destination arrives at a full table.
-            let oldest = seen
-                .iter()
-                .min_by_key(|(_, s)| s.last)
-                .map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                seen.remove(&oldest);
-            }
-        }
-        seen.insert(
-            key,
-            Seen {
-                count: 1,
-                first: now,
-                last: now,
-            },
-        );
+        let first = Seen {
+            count: 1,
+            first: now,
+            last: now,
+        };
+        crate::runtime::bounded::insert_bounded(&mut seen, CAPACITY, key, first, |s| s.last);
     }
 
     /// Every destination remembered, the most recently blocked first.
