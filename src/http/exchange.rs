@@ -36,6 +36,10 @@ const MAX_REFUSED_RETRIES: u32 = 3;
 /// busy connection anyway (h2 then holds it until a stream ends), so a burst far above the
 /// stream limit does not open connections one after another without end.
 const MAX_SLOT_ROUNDS: u32 = 4;
+/// Rounds after which a request that found no connection to queue on gives up: every round
+/// waits for a connection attempt (its own or another request's), and an upstream whose
+/// connections never take a stream must not keep a request going round for ever.
+const MAX_ROUNDS: u32 = 2 * MAX_SLOT_ROUNDS;
 
 /// Phase "send": a pooled (or new) connection carries the request; the deadline covers
 /// connecting and waiting for the response headers. `deadline` is when the whole request must
@@ -169,16 +173,29 @@ async fn exchange_http2(
 ) -> Result<(Response<Incoming>, Lease), ProxyError> {
     let mut refused = 0;
     let mut rounds = 0;
+    // Every round either ends the request or awaits something (a connection attempt, or the
+    // upstream's answer), and the rounds are bounded: `MAX_ROUNDS` for finding a stream,
+    // `MAX_REFUSED_RETRIES` for streams the server refused.
     loop {
         rounds += 1;
-        let stream = match endpoint.h2.checkout() {
-            Checkout::Stream(stream) => stream,
-            Checkout::Wait(_) | Checkout::Connect(_) if rounds > MAX_SLOT_ROUNDS => {
-                match endpoint.h2.claim_least_busy() {
-                    Some(stream) => stream,
-                    None => continue,
+        let mut checkout = endpoint.h2.checkout();
+        if rounds > MAX_SLOT_ROUNDS && !matches!(checkout, Checkout::Stream(_)) {
+            checkout = match endpoint.h2.claim_least_busy() {
+                Some(stream) => Checkout::Stream(stream),
+                None if rounds > MAX_ROUNDS => {
+                    return Err(ProxyError::UpstreamReset {
+                        backend: target.backend.label.clone(),
+                        endpoint: endpoint.addr,
+                        cause: format!(
+                            "no HTTP/2 connection took the request after {MAX_ROUNDS} attempts (GOAWAY, or no stream allowed)"
+                        ),
+                    });
                 }
-            }
+                None => checkout,
+            };
+        }
+        let stream = match checkout {
+            Checkout::Stream(stream) => stream,
             Checkout::Wait(mut attempt) => {
                 // Another request is connecting: share its outcome.
                 let _ = attempt.wait_for(|a| !matches!(a, Attempt::Pending)).await;

@@ -43,6 +43,10 @@ pub enum ConnectError {
     },
     #[error("{addr} does not speak HTTP/2: {detail}")]
     NotHttp2 { addr: SocketAddr, detail: String },
+    /// The server's preface allows no stream at all (`SETTINGS_MAX_CONCURRENT_STREAMS` 0), or
+    /// it went away (GOAWAY) before any stream: the connection can carry nothing.
+    #[error("{addr} takes no HTTP/2 streams: {detail}")]
+    NoStreams { addr: SocketAddr, detail: String },
     #[error("HTTP handshake with {addr} failed: {source}")]
     Handshake {
         addr: SocketAddr,
@@ -352,6 +356,16 @@ where
     // once per connection) means a burst of requests sees the real stream limit and does not
     // open connections it does not need.
     match tokio::time::timeout(timeout, peer.preface()).await {
+        // A connection that can carry no stream is useless to the request that opened it;
+        // keeping it would have that request wait (or look for another) without end.
+        Ok(true) if peer.goaway() => Err(ConnectError::NoStreams {
+            addr,
+            detail: "the server sent GOAWAY with its preface".into(),
+        }),
+        Ok(true) if peer.max_concurrent_streams() == 0 => Err(ConnectError::NoStreams {
+            addr,
+            detail: "the server's SETTINGS_MAX_CONCURRENT_STREAMS is 0".into(),
+        }),
         Ok(true) => Ok(H2Conn::new(sender, peer, options.max_streams)),
         Ok(false) => Err(ConnectError::NotHttp2 {
             addr,

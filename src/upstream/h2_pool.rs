@@ -208,13 +208,15 @@ impl H2Pool {
     }
 
     /// A slot on the usable connection with the fewest streams, past its limit if need be:
-    /// the request then waits inside that connection for a stream to end.
+    /// the request then waits inside that connection for a stream to end. A connection whose
+    /// server allows no stream at all now (`SETTINGS_MAX_CONCURRENT_STREAMS` lowered to 0) is
+    /// not one to wait in: nothing says it will ever allow one again.
     pub fn claim_least_busy(&self) -> Option<H2Stream> {
         let conns = self.lock();
         let conn = conns
             .list
             .iter()
-            .filter(|c| c.is_usable())
+            .filter(|c| c.is_usable() && c.peer.max_concurrent_streams() > 0)
             .min_by_key(|c| c.streams_in_flight())?;
         conn.in_flight.fetch_add(1, Ordering::AcqRel);
         Some(H2Stream(conn.clone()))
