@@ -61,9 +61,9 @@ impl ConnInfo {
 /// Where the client wants to go, from the absolute URI or `Host`.
 #[derive(Debug)]
 pub(super) struct Destination {
-    /// The host lower-cased, only when the client did not send it lower-case already (the
-    /// common case needs no copy).
-    lowered: Option<String>,
+    /// The host in canonical form (`upstream::address::canonical_host`), only when that is not
+    /// the client's text without its trailing dot (the common case needs no copy).
+    canonical: Option<String>,
     port: Option<u16>,
     /// The authority as the client gave it (used as `Host` when not rewritten).
     authority: Authority,
@@ -72,11 +72,14 @@ pub(super) struct Destination {
 }
 
 impl Destination {
-    /// Lower-case, without port or trailing dot.
+    /// Lower-case, without port or trailing dot, IP literals canonical (IPv6 in brackets).
     fn host(&self) -> &str {
-        match &self.lowered {
+        match &self.canonical {
             Some(h) => h,
-            None => self.authority.host().trim_end_matches('.'),
+            None => {
+                let raw = self.authority.host();
+                raw.strip_suffix('.').unwrap_or(raw)
+            }
         }
     }
 }
@@ -705,9 +708,7 @@ fn destination(req: &Request<Incoming>, tls: bool) -> Result<Destination, ProxyE
                 .to_str()
                 .ok()
                 .and_then(|h| h.parse::<Authority>().ok())
-                .ok_or_else(|| {
-                    ProxyError::InvalidRequest(format!("malformed Host header {host:?}"))
-                })?;
+                .ok_or_else(|| ProxyError::InvalidRequest("malformed Host header".into()))?;
             (authority, if tls { 443 } else { 80 })
         }
     };
@@ -716,16 +717,17 @@ fn destination(req: &Request<Incoming>, tls: bool) -> Result<Destination, ProxyE
             "userinfo in the request authority is not allowed".into(),
         ));
     }
-    let host = authority.host().trim_end_matches('.');
-    if host.is_empty() {
-        return Err(ProxyError::InvalidRequest("empty host".into()));
-    }
-    let lowered = host
-        .bytes()
-        .any(|b| b.is_ascii_uppercase())
-        .then(|| host.to_ascii_lowercase());
+    // Checked and canonicalised before anything routes, records or judges it: a host that is
+    // no host name or IP literal never reaches a table, and every spelling of an address is
+    // one address.
+    let raw = authority.host();
+    let canonical = match crate::upstream::address::canonical_host(raw) {
+        Ok(std::borrow::Cow::Borrowed(_)) => None,
+        Ok(std::borrow::Cow::Owned(host)) => Some(host),
+        Err(e) => return Err(ProxyError::InvalidRequest(format!("invalid host: {e}"))),
+    };
     Ok(Destination {
-        lowered,
+        canonical,
         port: authority.port_u16(),
         authority,
         scheme_default_port: default_port,

@@ -43,7 +43,12 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
                 None,
             )
         }
-        Ok(Ok(Some(sni))) => sni,
+        // Canonical before routing or recording: an SNI that is no host name is refused
+        // without a trace in `/blocked`, and an address literal in any spelling is one address.
+        Ok(Ok(Some(sni))) => match crate::upstream::address::canonical_host(&sni) {
+            Ok(host) => host.into_owned(),
+            Err(e) => return refuse(&mut passage, "invalid_sni", &e.to_string(), None),
+        },
     };
     passage.sni = Some(sni.clone());
     let snapshot = shared.snapshot.load_full();

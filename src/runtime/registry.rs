@@ -85,6 +85,11 @@ impl StateRegistry {
 
     /// The endpoint for this identity: the existing one if any snapshot still holds it.
     pub fn endpoint(&self, template: &EndpointTemplate, addr: SocketAddr) -> Arc<Endpoint> {
+        // One identity per address, however it was spelled (`::ffff:10.0.0.1` is 10.0.0.1).
+        let addr = SocketAddr::new(
+            crate::upstream::address::canonical_ip(addr.ip()),
+            addr.port(),
+        );
         let key = EndpointKey {
             template: template.clone(),
             addr,

@@ -68,8 +68,8 @@ impl Snapshot {
 pub struct ProxySettings {
     pub admin_addr: SocketAddr,
     pub outbound_policy: OutboundPolicy,
-    /// Networks undeclared destinations (`AllowAny`, `AuditOnly`) may not be or resolve to.
-    pub undeclared_denied_addresses: Vec<ipnet::IpNet>,
+    /// Addresses undeclared destinations (`AllowAny`, `AuditOnly`) may be or resolve to.
+    pub undeclared_addresses: crate::upstream::address::AddressPolicy,
     pub drain_timeout: Duration,
     pub access_log: AccessLogSettings,
     /// Name servers for FQDN destinations (empty: the system's).
@@ -85,12 +85,10 @@ impl Default for ProxySettings {
         ProxySettings {
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 15000)),
             outbound_policy: OutboundPolicy::RegistryOnly,
-            // egressd's own loopback (its admin port, other local services): reachable only
-            // through a Backend that declares it, as squid's default `to_localhost` ACL does.
-            undeclared_denied_addresses: vec![
-                ipnet::IpNet::new_assert(std::net::IpAddr::from([127, 0, 0, 0]), 8),
-                ipnet::IpNet::new_assert(std::net::Ipv6Addr::LOCALHOST.into(), 128),
-            ],
+            // Every non-public address (egressd's own loopback with its admin port, private
+            // networks, cloud metadata): reachable only through a Backend that declares it, as
+            // smokescreen and squid's `to_localhost` do by default.
+            undeclared_addresses: crate::upstream::address::AddressPolicy::default(),
             drain_timeout: Duration::from_secs(30),
             access_log: AccessLogSettings::default(),
             nameservers: Vec::new(),

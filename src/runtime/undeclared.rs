@@ -13,17 +13,17 @@
 //! - hosts a Backend declares: their own rules apply, so a port the Backend does not list or a
 //!   CONNECT to a host declared only for HTTP stays 403 whatever the policy;
 //! - `deniedHostnames`;
-//! - addresses in `undeclaredDestinations.deniedAddresses` (loopback by default: egressd's
-//!   admin port listens there) and link-local/unspecified ones (cloud metadata). An IP literal
-//!   there is refused with 403; a hostname whose answers are all denied gets 503
-//!   `no_healthy_upstream` naming the DNS result.
+//! - addresses in `undeclaredDestinations.deniedAddresses` (every non-public address by
+//!   default: loopback, where egressd's admin port listens, private networks, link-local with
+//!   the cloud metadata service, …) unless `allowedAddresses` opens them, and never
+//!   link-local/unspecified ones. Judged on the canonical address (`::ffff:127.0.0.1` is
+//!   127.0.0.1, see `upstream::address`). An IP literal there is refused with 403; a hostname
+//!   whose answers are all denied gets 503 `no_healthy_upstream` naming the DNS result.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use ipnet::IpNet;
 
 use crate::balance::outlier::OutlierSettings;
 use crate::balance::BalancerKind;
@@ -32,8 +32,9 @@ use crate::config::ObjectId;
 use crate::runtime::compile::{hostname_matches, is_valid_hostname};
 use crate::runtime::registry::{EndpointTemplate, StateRegistry};
 use crate::runtime::snapshot::{Backend, BackendPort, RequestPolicy, Target};
+use crate::upstream::address::{canonical_ip, AddressPolicy};
 use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, Transport};
-use crate::upstream::dns::{is_denied_address, refresh_loop, RefreshPlan};
+use crate::upstream::dns::{refresh_loop, RefreshPlan};
 use crate::upstream::pool::PoolSettings;
 use crate::upstream::tls::{NameCheck, Roots, TlsSpec, TlsVersion};
 use crate::upstream::{EndpointGroup, EndpointSource};
@@ -66,7 +67,7 @@ pub enum Refusal {
     Declared,
     #[error("the host matches ProxyConfig deniedHostnames `{0}`")]
     DeniedHostname(String),
-    #[error("address {0} is not reachable as an undeclared destination (undeclaredDestinations.deniedAddresses, or link-local/unspecified)")]
+    #[error("address {0} is not reachable as an undeclared destination: it is not public (undeclaredDestinations.deniedAddresses; allowedAddresses opens it), or link-local/unspecified")]
     DeniedAddress(IpAddr),
     #[error("`{0}` is not a valid hostname")]
     InvalidHost(String),
@@ -81,7 +82,7 @@ pub struct UndeclaredDestinations {
     /// Hostnames of FQDN Backends (lower-case).
     declared: HashSet<String>,
     denied_hostnames: Vec<String>,
-    denied_addresses: Arc<[IpNet]>,
+    addresses: Arc<AddressPolicy>,
     registry: Arc<StateRegistry>,
     targets: Mutex<HashMap<(String, u16, Carriage), Used>>,
 }
@@ -95,7 +96,7 @@ impl std::fmt::Debug for UndeclaredDestinations {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UndeclaredDestinations")
             .field("audit", &self.audit)
-            .field("denied_addresses", &self.denied_addresses)
+            .field("addresses", &self.addresses)
             .finish_non_exhaustive()
     }
 }
@@ -105,14 +106,14 @@ impl UndeclaredDestinations {
         audit: bool,
         declared: HashSet<String>,
         denied_hostnames: Vec<String>,
-        denied_addresses: &[IpNet],
+        addresses: &AddressPolicy,
         registry: Arc<StateRegistry>,
     ) -> Self {
         UndeclaredDestinations {
             audit,
             declared,
             denied_hostnames,
-            denied_addresses: denied_addresses.into(),
+            addresses: Arc::new(addresses.clone()),
             registry,
             targets: Mutex::default(),
         }
@@ -163,10 +164,10 @@ impl UndeclaredDestinations {
             .strip_prefix('[')
             .and_then(|h| h.strip_suffix(']'))
             .unwrap_or(host);
-        let literal = bare.parse::<IpAddr>().ok();
+        let literal = bare.parse::<IpAddr>().ok().map(canonical_ip);
         match literal {
             Some(ip) => {
-                if is_denied_address(&ip) || self.denied_addresses.iter().any(|n| n.contains(&ip)) {
+                if self.addresses.refuses(ip) {
                     return Err(Refusal::DeniedAddress(ip));
                 }
             }
@@ -247,7 +248,7 @@ impl UndeclaredDestinations {
                     group: Arc::downgrade(&group),
                     template,
                     family: LookupFamily::IPv4Preferred,
-                    denied: self.denied_addresses.clone(),
+                    addresses: Some(self.addresses.clone()),
                 };
                 tokio::spawn(refresh_loop(plan, self.registry.clone()));
                 group

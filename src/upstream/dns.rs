@@ -16,6 +16,7 @@ use hickory_resolver::config::{
 use hickory_resolver::name_server::TokioConnectionProvider;
 use hickory_resolver::TokioResolver;
 
+use super::address::{canonical_ip, is_never_reachable, AddressPolicy};
 use super::group::{EndpointGroup, EndpointList, EndpointSource};
 use crate::config::wire::enums::LookupFamily;
 use crate::runtime::registry::{EndpointTemplate, StateRegistry};
@@ -90,7 +91,12 @@ impl DnsResolver {
                 message: e.to_string(),
             })?;
         let valid_until = lookup.valid_until();
-        let all: Vec<IpAddr> = lookup.iter().filter(|ip| !is_denied_address(ip)).collect();
+        // Canonical first: an AAAA answer `::ffff:169.254.169.254` is the IPv4 address.
+        let all: Vec<IpAddr> = lookup
+            .iter()
+            .map(canonical_ip)
+            .filter(|ip| !is_never_reachable(*ip))
+            .collect();
         let v4: Vec<IpAddr> = all.iter().copied().filter(IpAddr::is_ipv4).collect();
         let v6: Vec<IpAddr> = all.iter().copied().filter(IpAddr::is_ipv6).collect();
         let mut chosen = match family {
@@ -123,24 +129,14 @@ impl DnsResolver {
     }
 }
 
-/// Addresses no resolved name may lead to: link-local (which includes the cloud metadata
-/// service at 169.254.169.254) and the unspecified address. A DNS answer pointing there is a
-/// classic SSRF pivot, so it is dropped whatever the Backend says.
-pub fn is_denied_address(ip: &IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => v4.is_link_local() || v4.is_unspecified() || v4.is_broadcast(),
-        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80 || v6.is_unspecified(),
-    }
-}
-
 /// What a refresher needs besides its group.
 pub struct RefreshPlan {
     pub group: Weak<EndpointGroup>,
     pub template: EndpointTemplate,
     pub family: LookupFamily,
-    /// Networks answers may not lead to besides [`is_denied_address`] (undeclared
-    /// destinations: `undeclaredDestinations.deniedAddresses`); empty for Backends.
-    pub denied: Arc<[ipnet::IpNet]>,
+    /// Which answers undeclared destinations may use (`undeclaredDestinations`); `None` for
+    /// Backends, which may resolve to anything but never-reachable addresses.
+    pub addresses: Option<Arc<AddressPolicy>>,
 }
 
 /// Keeps one DNS group current until the group is dropped (no snapshot uses it any more).
@@ -167,7 +163,9 @@ pub async fn refresh_loop(plan: RefreshPlan, registry: Arc<StateRegistry>) {
                 .resolve(&hostname, plan.family)
                 .await
                 .and_then(|(mut ips, valid_until)| {
-                    ips.retain(|ip| !plan.denied.iter().any(|net| net.contains(ip)));
+                    if let Some(policy) = &plan.addresses {
+                        ips.retain(|ip| !policy.refuses(*ip));
+                    }
                     if ips.is_empty() {
                         return Err(DnsError::NoAddress {
                             host: hostname.clone(),

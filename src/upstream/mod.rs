@@ -1,6 +1,7 @@
 //! Upstream side: endpoints and their state, connection pools, connecting, DNS, active health
 //! checks.
 
+pub mod address;
 pub mod breaker;
 pub mod connect;
 pub mod dns;

@@ -2,23 +2,23 @@
 //! egressd runs. egressd is pointed at it with `ProxyConfig.spec.dns.nameservers`.
 //!
 //! Names are matched case-insensitively without the trailing dot. Known names get their A
-//! records and an empty NOERROR answer for AAAA (so an IPv4-and-IPv6 lookup succeeds with the
-//! IPv4 addresses only); unknown names get NXDOMAIN; `set_failing(true)` turns every answer into
+//! and AAAA records, and an empty NOERROR answer for a type they have none of (so an
+//! IPv4-and-IPv6 lookup succeeds with what there is); unknown names get NXDOMAIN; `set_failing(true)` turns every answer into
 //! SERVFAIL.
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 use hickory_proto::op::{Message, MessageType, ResponseCode};
-use hickory_proto::rr::rdata::{A, SOA};
+use hickory_proto::rr::rdata::{A, AAAA, SOA};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 use tokio::net::UdpSocket;
 use tokio::task::JoinHandle;
 
 #[derive(Default)]
 struct Table {
-    records: HashMap<String, (Vec<Ipv4Addr>, u32)>,
+    records: HashMap<String, (Vec<IpAddr>, u32)>,
     failing: bool,
     /// A queries seen per name (one per lookup; AAAA queries are not counted).
     queries: HashMap<String, usize>,
@@ -48,6 +48,13 @@ impl TestDns {
 
     /// Answers A queries for `name` with `ips`, each with `ttl_secs`.
     pub fn set(&self, name: &str, ips: &[Ipv4Addr], ttl_secs: u32) {
+        let ips: Vec<IpAddr> = ips.iter().map(|ip| IpAddr::V4(*ip)).collect();
+        self.set_ips(name, &ips, ttl_secs);
+    }
+
+    /// Answers A queries for `name` with the IPv4 addresses of `ips` and AAAA queries with the
+    /// IPv6 ones, each with `ttl_secs`.
+    pub fn set_ips(&self, name: &str, ips: &[IpAddr], ttl_secs: u32) {
         self.table
             .lock()
             .unwrap()
@@ -127,17 +134,20 @@ fn answer(request: &Message, table: &Mutex<Table>) -> Message {
         }
         Some((ips, ttl)) => {
             response.set_response_code(ResponseCode::NoError);
-            if query.query_type() == RecordType::A {
-                for ip in ips {
-                    response.add_answer(Record::from_rdata(
-                        query.name().clone(),
-                        *ttl,
-                        RData::A(A(*ip)),
-                    ));
-                }
-            } else {
-                // NOERROR with no answer ("NODATA") for AAAA and anything else.
+            let answers: Vec<RData> = ips
+                .iter()
+                .filter_map(|ip| match (ip, query.query_type()) {
+                    (IpAddr::V4(v4), RecordType::A) => Some(RData::A(A(*v4))),
+                    (IpAddr::V6(v6), RecordType::AAAA) => Some(RData::AAAA(AAAA(*v6))),
+                    _ => None,
+                })
+                .collect();
+            if answers.is_empty() {
+                // NOERROR with no answer ("NODATA") for a type the name has none of.
                 response.add_name_server(soa_record());
+            }
+            for rdata in answers {
+                response.add_answer(Record::from_rdata(query.name().clone(), *ttl, rdata));
             }
         }
     }

@@ -67,11 +67,18 @@ pub struct TracingSpec {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UndeclaredDestinationsSpec {
-    /// CIDRs an undeclared destination may not be or resolve to (default `127.0.0.0/8` and
-    /// `::1/128`: egressd's own loopback, where its admin port listens). Link-local and
-    /// unspecified addresses are refused whatever this says. `[]` allows loopback.
+    /// CIDRs an undeclared destination may not be or resolve to. Default: every non-public
+    /// network (loopback, where egressd's admin port listens; RFC 1918; CGNAT; link-local;
+    /// ULA; multicast; documentation and reserved ranges). Setting it replaces that list
+    /// (`[]` denies nothing but link-local and unspecified addresses, which are refused
+    /// whatever this says). Addresses are compared in canonical form (`::ffff:127.0.0.1` is
+    /// 127.0.0.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub denied_addresses: Option<Vec<Spanned<String>>>,
+    /// CIDRs undeclared destinations may reach although `deniedAddresses` holds them, e.g.
+    /// `10.0.0.0/8` for an internal network (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_addresses: Option<Vec<Spanned<String>>>,
 }
 
 /// `ProxyConfig.spec.mcp`.

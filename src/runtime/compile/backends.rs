@@ -28,9 +28,10 @@ use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, Reason};
 use crate::runtime::registry::{DnsGroupKey, EndpointTemplate, StateRegistry};
 use crate::runtime::snapshot::{Backend, BackendPort};
+use crate::upstream::address::is_never_reachable;
 use crate::upstream::breaker::{BreakerSettings, RetryBudget};
 use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, TcpKeepalive, Transport};
-use crate::upstream::dns::{is_denied_address, RefreshPlan};
+use crate::upstream::dns::RefreshPlan;
 use crate::upstream::health_check::CheckPlan;
 use crate::upstream::pool::PoolSettings;
 use crate::upstream::{EndpointGroup, EndpointSource};
@@ -174,8 +175,8 @@ fn compile_one(
                     for (i, ep) in ip.endpoints.iter().enumerate() {
                         let field = format!("spec.destination.ip.endpoints[{i}]");
                         match ep.address.value.parse::<IpAddr>() {
-                            Ok(addr) if is_denied_address(&addr) => cx.error(at(file, id, ep.address.pos, format!("{field}.address")), format!("address {addr} is link-local or unspecified and never a destination"), "use the service's real address"),
-                            Ok(addr) => ips.push((addr, ep.weight.unwrap_or(1), ep.priority.as_ref().map_or(0, |p| p.value))),
+                            Ok(addr) if is_never_reachable(addr) => cx.error(at(file, id, ep.address.pos, format!("{field}.address")), format!("address {addr} is link-local or unspecified and never a destination"), "use the service's real address"),
+                            Ok(addr) => ips.push((crate::upstream::address::canonical_ip(addr), ep.weight.unwrap_or(1), ep.priority.as_ref().map_or(0, |p| p.value))),
                             Err(_) => cx.error(at(file, id, ep.address.pos, format!("{field}.address")), format!("invalid IP address `{}`", ep.address.value), "write an IPv4 or IPv6 address without port"),
                         }
                         if ep.weight == Some(0) {
@@ -446,7 +447,7 @@ fn compile_one(
                         group: Arc::downgrade(&group),
                         template,
                         family,
-                        denied: Arc::new([]),
+                        addresses: None,
                     });
                 }
                 group

@@ -85,7 +85,7 @@ pub fn compile(
             settings.outbound_policy == OutboundPolicy::AuditOnly,
             declared,
             settings.denied_hostnames.clone(),
-            &settings.undeclared_denied_addresses,
+            &settings.undeclared_addresses,
             registry.clone(),
         ))
     });

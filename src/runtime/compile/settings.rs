@@ -94,26 +94,29 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
             );
         }
     }
-    if let Some(denied) = spec
-        .undeclared_destinations
-        .as_ref()
-        .and_then(|u| u.denied_addresses.as_ref())
-    {
-        settings.proxy.undeclared_denied_addresses.clear();
-        for (i, cidr) in denied.iter().enumerate() {
-            match parse_cidr(&cidr.value) {
-                Some(net) => settings.proxy.undeclared_denied_addresses.push(net),
-                None => cx.error(
-                    at(
-                        file,
-                        id,
-                        cidr.pos,
-                        format!("spec.undeclaredDestinations.deniedAddresses[{i}]"),
+    if let Some(undeclared) = &spec.undeclared_destinations {
+        let mut cidrs = |list: &[crate::config::yaml::Spanned<String>],
+                         field: &str|
+         -> Vec<ipnet::IpNet> {
+            let mut nets = Vec::with_capacity(list.len());
+            for (i, cidr) in list.iter().enumerate() {
+                match parse_cidr(&cidr.value) {
+                    Some(net) => nets.push(crate::upstream::address::canonical_net(net)),
+                    None => cx.error(
+                        at(file, id, cidr.pos, format!("spec.undeclaredDestinations.{field}[{i}]")),
+                        format!("invalid CIDR `{}`", cidr.value),
+                        "write an address with a prefix length, e.g. 10.0.0.0/8 or fd00::/8 (a bare address means /32 or /128)",
                     ),
-                    format!("invalid CIDR `{}`", cidr.value),
-                    "write an address with a prefix length, e.g. 10.0.0.0/8 or fd00::/8 (a bare address means /32 or /128)",
-                ),
+                }
             }
+            nets
+        };
+        let policy = &mut settings.proxy.undeclared_addresses;
+        if let Some(denied) = &undeclared.denied_addresses {
+            policy.denied = cidrs(denied, "deniedAddresses").into();
+        }
+        if let Some(allowed) = &undeclared.allowed_addresses {
+            policy.allowed = cidrs(allowed, "allowedAddresses").into();
         }
     }
     if let Some(timeout) = spec.drain.as_ref().and_then(|d| d.timeout) {

@@ -1,0 +1,128 @@
+//! Undeclared destinations (`AllowAny`, `AuditOnly`) are judged on the canonical address:
+//! `::ffff:127.0.0.1` is 127.0.0.1, whether it comes as an absolute URI, a `Host`, a
+//! `CONNECT` target or a DNS answer, so egressd's own admin port stays out of reach. Every
+//! non-public address is refused by default; `allowedAddresses` opens one explicitly.
+//!
+//! Only loopback is ever a target here: the IPv4-mapped spellings are loopback to the kernel
+//! too. Spellings that are not (NAT64 `64:ff9b::/96`, IPv4-compatible `::a.b.c.d`) are
+//! covered by the unit tests of `upstream::address`, which open no socket.
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr};
+
+use common::dns::TestDns;
+use common::proxy::{get, get_absolute, preamble_with, request, ClientBody, TestProxy};
+use common::upstream::Upstream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Spellings of 127.0.0.1 as an IPv6 literal that the kernel connects to loopback.
+const MAPPED_LOOPBACK: [&str; 3] = [
+    "[::ffff:127.0.0.1]",
+    "[::FFFF:7f00:1]",
+    "[0:0:0:0:0:ffff:127.0.0.1]",
+];
+
+/// `CONNECT target`: the status line's code.
+async fn connect_status(proxy: SocketAddr, target: &str) -> u16 {
+    let mut stream = TcpStream::connect(proxy).await.unwrap();
+    let request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).await.unwrap();
+    std::str::from_utf8(&head[9..12]).unwrap().parse().unwrap()
+}
+
+/// The admin server's log filter, asked directly.
+async fn log_filter(proxy: &TestProxy) -> String {
+    get(proxy.admin, "admin", "/logging").await.text()
+}
+
+#[tokio::test]
+async fn the_admin_port_is_out_of_reach_in_every_spelling_of_loopback() {
+    let dns = TestDns::start().await;
+    let mapped: IpAddr = "::ffff:127.0.0.1".parse().unwrap();
+    dns.set_ips("admin.mapped.test", &[mapped], 60);
+    let spec = "  outboundPolicy: AllowAny\n";
+    let proxy = TestProxy::start(&preamble_with(Some(dns.addr), spec)).await;
+    let admin = proxy.admin.port();
+    let filter_before = log_filter(&proxy).await;
+
+    for host in MAPPED_LOOPBACK {
+        // Absolute URI (HTTP_PROXY clients).
+        let r = get_absolute(proxy.http(), &format!("http://{host}:{admin}/config")).await;
+        assert_eq!(r.status, 403, "{host}: {}", r.text());
+        assert_eq!(r.error_code(), Some("destination_not_allowed"), "{host}");
+        assert!(
+            r.text().contains("127.0.0.1"),
+            "named canonically: {}",
+            r.text()
+        );
+
+        // Host header.
+        let r = get(proxy.http(), &format!("{host}:{admin}"), "/config").await;
+        assert_eq!(r.status, 403, "{host} by Host: {}", r.text());
+
+        // CONNECT.
+        assert_eq!(
+            connect_status(proxy.http(), &format!("{host}:{admin}")).await,
+            403,
+            "{host} by CONNECT"
+        );
+
+        // A write: the admin's log filter must not change.
+        let post = request("POST", &format!("{host}:{admin}"), "/logging?level=trace")
+            .uri(format!("http://{host}:{admin}/logging?level=trace"))
+            .body(ClientBody::default())
+            .unwrap();
+        let r = common::proxy::fetch(proxy.http(), post).await;
+        assert_eq!(r.status, 403, "{host} POST: {}", r.text());
+    }
+
+    // A DNS name whose only answer (AAAA) is mapped loopback has no usable address.
+    let r = get_absolute(
+        proxy.http(),
+        &format!("http://admin.mapped.test:{admin}/config"),
+    )
+    .await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.error_code(), Some("no_healthy_upstream"));
+
+    assert_eq!(
+        log_filter(&proxy).await,
+        filter_before,
+        "the log level did not change"
+    );
+}
+
+#[tokio::test]
+async fn allowed_addresses_open_a_non_public_network_in_every_spelling() {
+    let upstream = Upstream::start("inside").await;
+    let port = upstream.addr.port();
+    let dns = TestDns::start().await;
+    let mapped: IpAddr = "::ffff:127.0.0.1".parse().unwrap();
+    dns.set_ips("inside.mapped.test", &[mapped], 60);
+
+    // By default loopback is not public: refused.
+    let spec = "  outboundPolicy: AllowAny\n";
+    let proxy = TestProxy::start(&preamble_with(Some(dns.addr), spec)).await;
+    let r = get_absolute(proxy.http(), &format!("http://127.0.0.1:{port}/")).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.text().contains("allowedAddresses"), "{}", r.text());
+    drop(proxy);
+
+    // Opened by allowedAddresses, written as a mapped network: both spellings reach it.
+    let spec = "  outboundPolicy: AllowAny\n  undeclaredDestinations: {allowedAddresses: [\"::ffff:127.0.0.0/104\"]}\n";
+    let proxy = TestProxy::start(&preamble_with(Some(dns.addr), spec)).await;
+    for url in [
+        format!("http://127.0.0.1:{port}/"),
+        format!("http://[::ffff:127.0.0.1]:{port}/"),
+        format!("http://inside.mapped.test:{port}/"),
+    ] {
+        let r = get_absolute(proxy.http(), &url).await;
+        assert_eq!(r.status, 200, "{url}: {}", r.text());
+        assert_eq!(r.upstream(), Some("inside"), "{url}");
+    }
+    assert_eq!(upstream.request_count(), 3);
+}
