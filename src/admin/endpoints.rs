@@ -164,6 +164,9 @@ pub(super) fn refresh_gauges(shared: &crate::runtime::shared::Shared) {
                 .set(count);
         }
     }
+    let undeclared = snapshot.undeclared.as_ref().map_or(0, |u| u.len());
+    m.undeclared_destinations
+        .set(i64::try_from(undeclared).unwrap_or(i64::MAX));
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);

@@ -186,7 +186,8 @@ fn percent_decode(s: &str) -> String {
 /// each with a Backend that would allow it; `?format=yaml`: just those Backends, one YAML
 /// document each, ready for the config directory.
 fn blocked(shared: &Shared, query: Option<&str>) -> Response<Full<Bytes>> {
-    let list = shared.blocked_destinations.list();
+    let limits = shared.snapshot.load().settings.blocked_audit;
+    let list = shared.blocked_destinations.list(limits);
     if query.is_some_and(|q| q.split('&').any(|p| p == "format=yaml")) {
         let docs: Vec<String> = list.iter().map(|b| b.backend_yaml()).collect();
         let mut r = text(StatusCode::OK, &docs.join("---\n"));
@@ -198,7 +199,7 @@ fn blocked(shared: &Shared, query: Option<&str>) -> Response<Full<Bytes>> {
     }
     let entries: Vec<serde_json::Value> = list.iter().map(|b| b.to_json()).collect();
     json(&serde_json::json!({
-        "capacity": crate::telemetry::blocked::CAPACITY,
+        "capacity": limits.max_entries,
         "blocked": entries,
     }))
 }

@@ -19,6 +19,7 @@ use crate::mcp::inspect::{self, Call, Mirrored, ToolPolicy};
 use crate::mcp::{legacy, McpPort};
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{BackendPort, Target};
+use crate::telemetry::access_log;
 use crate::telemetry::metrics::{BackendLabel, BackendReasonLabel};
 use crate::upstream::Endpoint;
 
@@ -58,7 +59,8 @@ pub(super) async fn inbound(
     };
     if let ([call], false) = (calls.as_slice(), mirrored.is_empty()) {
         if let Some(reason) = mirrored.contradiction(call) {
-            tracing::info!(%backend, %reason, "MCP headers contradict the body");
+            // Per request and the client's doing: the access log line carries the code.
+            tracing::debug!(%backend, %reason, "MCP headers contradict the body");
             outcome.local_error = Some("mcp_header_mismatch");
             let body = inspect::header_mismatch_reply(call.id.as_ref(), &reason);
             return Ok(Inbound::Reply(json_reply(
@@ -69,8 +71,9 @@ pub(super) async fn inbound(
         }
     }
     if let Some(first) = calls.first() {
-        outcome.mcp_method = first.method.clone();
-        outcome.mcp_tool = first.tool.clone();
+        // Names from the body, for the access log: bounded like every client text there.
+        outcome.mcp_method = first.method.as_deref().map(access_log::clipped);
+        outcome.mcp_tool = first.tool.as_deref().map(access_log::clipped);
     }
     for call in &calls {
         let method = call
@@ -142,7 +145,9 @@ fn refused_tool_call(
     let (call, tool) = calls
         .iter()
         .find_map(|c| Some((c, c.tool.as_deref().filter(|t| !policy.permits(t))?)))?;
-    tracing::info!(backend = %target.backend.label, tool, "MCP tool call denied by policy");
+    // Counted (egressd_mcp_tool_calls_denied_total) and in the access log; a line per call
+    // at info would let a client fill the log.
+    tracing::debug!(backend = %target.backend.label, tool = %access_log::clipped(tool), "MCP tool call denied by policy");
     shared
         .metrics
         .mcp_tools_denied

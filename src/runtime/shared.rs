@@ -84,7 +84,9 @@ impl Shared {
     }
 
     fn undeclared_seen(&self, host: &str, port: u16, via: Via, action: Action) {
-        self.blocked_destinations.record(host, port, via, action);
+        let limits = self.snapshot.load().settings.blocked_audit;
+        self.blocked_destinations
+            .record(host, port, via, action, limits);
         match action {
             Action::Blocked => self.metrics.blocked(host),
             Action::Audited => self.metrics.audited(host),

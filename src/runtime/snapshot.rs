@@ -70,6 +70,10 @@ pub struct ProxySettings {
     pub outbound_policy: OutboundPolicy,
     /// Addresses undeclared destinations (`AllowAny`, `AuditOnly`) may be or resolve to.
     pub undeclared_addresses: crate::upstream::address::AddressPolicy,
+    /// How many undeclared destinations are kept, and for how long unused.
+    pub undeclared_limits: crate::runtime::undeclared::UndeclaredLimits,
+    /// How much the blocked-egress audit (admin `/blocked`) remembers.
+    pub blocked_audit: crate::telemetry::blocked::AuditLimits,
     pub drain_timeout: Duration,
     pub access_log: AccessLogSettings,
     /// Name servers for FQDN destinations (empty: the system's).
@@ -89,6 +93,8 @@ impl Default for ProxySettings {
             // networks, cloud metadata): reachable only through a Backend that declares it, as
             // smokescreen and squid's `to_localhost` do by default.
             undeclared_addresses: crate::upstream::address::AddressPolicy::default(),
+            undeclared_limits: Default::default(),
+            blocked_audit: Default::default(),
             drain_timeout: Duration::from_secs(30),
             access_log: AccessLogSettings::default(),
             nameservers: Vec::new(),

@@ -4,10 +4,12 @@
 //! Each (host, port, carriage) gets a target made on first use, the way an FQDN Backend with
 //! default policy would be: a DNS group re-resolved when the answer's TTL runs out (or one
 //! endpoint for an IP literal), least-request balancing, pooled connections, default
-//! timeouts, no retries. The targets are shared by every request of one config generation;
-//! at most [`CAPACITY`] are kept (the least recently used makes room, and its refresher stops
-//! when its last request ends). A reload starts a new table; endpoints still in use keep their
-//! pools through the state registry.
+//! timeouts, no retries. The targets are shared by every request of one config generation.
+//! Clients choose the hosts, so the table is bounded ([`UndeclaredLimits`]): at most
+//! `maxDestinations` targets (the least recently used makes room), and a target nobody used
+//! for `idleTimeout` is forgotten; either way its DNS refresher stops (at once when idle, or
+//! when the last request holding it ends). A reload starts a new table; endpoints still in
+//! use keep their pools through the state registry.
 //!
 //! What this never reaches:
 //! - hosts a Backend declares: their own rules apply, so a port the Backend does not list or a
@@ -22,7 +24,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::balance::outlier::OutlierSettings;
@@ -39,8 +42,24 @@ use crate::upstream::pool::PoolSettings;
 use crate::upstream::tls::{NameCheck, Roots, TlsSpec, TlsVersion};
 use crate::upstream::{EndpointGroup, EndpointSource};
 
-/// Undeclared destinations kept at most per config generation.
-pub const CAPACITY: usize = 1024;
+/// How many undeclared destinations one config generation keeps, and for how long unused
+/// (`undeclaredDestinations.maxDestinations`, `.idleTimeout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UndeclaredLimits {
+    pub max_destinations: usize,
+    pub idle_timeout: Duration,
+}
+
+impl Default for UndeclaredLimits {
+    fn default() -> Self {
+        UndeclaredLimits {
+            max_destinations: 1024,
+            idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+type Key = (String, u16, Carriage);
 
 /// The Backend label undeclared destinations share in logs and metrics (one series, not one
 /// per host: clients choose the hosts).
@@ -83,13 +102,18 @@ pub struct UndeclaredDestinations {
     declared: HashSet<String>,
     denied_hostnames: Vec<String>,
     addresses: Arc<AddressPolicy>,
+    limits: UndeclaredLimits,
     registry: Arc<StateRegistry>,
-    targets: Mutex<HashMap<(String, u16, Carriage), Used>>,
+    targets: Mutex<HashMap<Key, Used>>,
+    /// The zero of the `last` stamps.
+    epoch: Instant,
 }
 
 struct Used {
     target: Arc<Target>,
-    last: Instant,
+    /// When it was last asked for, in milliseconds since `epoch` (shared with the task that
+    /// forgets it when idle).
+    last: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for UndeclaredDestinations {
@@ -107,6 +131,7 @@ impl UndeclaredDestinations {
         declared: HashSet<String>,
         denied_hostnames: Vec<String>,
         addresses: &AddressPolicy,
+        limits: UndeclaredLimits,
         registry: Arc<StateRegistry>,
     ) -> Self {
         UndeclaredDestinations {
@@ -114,9 +139,25 @@ impl UndeclaredDestinations {
             declared,
             denied_hostnames,
             addresses: Arc::new(addresses.clone()),
+            limits,
             registry,
             targets: Mutex::default(),
+            epoch: Instant::now(),
         }
+    }
+
+    /// Undeclared destinations kept now (for `/metrics`).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Whether uses are recorded as audited (`AuditOnly`).
@@ -124,42 +165,85 @@ impl UndeclaredDestinations {
         self.audit
     }
 
-    /// The target for `host` (lower-case, as the request named it) on `port`, made on first
-    /// use. Must run inside the runtime: a new hostname starts its DNS refresher.
+    /// The target for `host` (canonical, as `upstream::address::canonical_host` makes it) on
+    /// `port`, made on first use. Must run inside the runtime: a new target starts the task
+    /// that forgets it when idle (and, for a hostname, its DNS refresher).
     pub fn target(
-        &self,
+        self: &Arc<Self>,
         host: &str,
         port: u16,
         carriage: Carriage,
     ) -> Result<Arc<Target>, Refusal> {
         let key = (host.to_owned(), port, carriage);
-        if let Some(used) = self.lock().get_mut(&key) {
-            used.last = Instant::now();
+        if let Some(used) = self.lock().get(&key) {
+            used.last.store(self.now_ms(), Ordering::Relaxed);
             return Ok(used.target.clone());
         }
         // Built without the lock held: a first TLS destination loads the system's roots.
-        let built = Arc::new(self.build(host, port, carriage)?);
-        let mut targets = self.lock();
-        if let Some(used) = targets.get_mut(&key) {
-            // Another request made it meanwhile; ours is dropped (its refresher stops).
-            used.last = Instant::now();
-            return Ok(used.target.clone());
+        let (built, refresh) = self.build(host, port, carriage)?;
+        let built = Arc::new(built);
+        let last = Arc::new(AtomicU64::new(self.now_ms()));
+        {
+            let mut targets = self.lock();
+            if let Some(used) = targets.get(&key) {
+                // Another request made it meanwhile; ours is dropped.
+                used.last.store(self.now_ms(), Ordering::Relaxed);
+                return Ok(used.target.clone());
+            }
+            let used = Used {
+                target: built.clone(),
+                last: last.clone(),
+            };
+            let full = targets.len() >= self.limits.max_destinations;
+            super::bounded::insert_bounded(
+                &mut targets,
+                self.limits.max_destinations,
+                key.clone(),
+                used,
+                |u| u.last.load(Ordering::Relaxed),
+            );
+            if full {
+                tracing::debug!(
+                    max = self.limits.max_destinations,
+                    "undeclared destinations at maxDestinations: the least recently used was forgotten"
+                );
+            }
         }
-        let used = Used {
-            target: built.clone(),
-            last: Instant::now(),
-        };
-        super::bounded::insert_bounded(&mut targets, CAPACITY, key, used, |u| u.last);
+        let forget = forget_when_idle(
+            Arc::downgrade(self),
+            key,
+            Arc::downgrade(&built.port.endpoints),
+            last,
+        );
+        let registry = self.registry.clone();
+        tokio::spawn(async move {
+            match refresh {
+                // The refresher ends when the group is dropped; forgetting an idle target
+                // ends it at once.
+                Some(plan) => tokio::select! {
+                    _ = refresh_loop(plan, registry) => {}
+                    _ = forget => {}
+                },
+                None => forget.await,
+            }
+        });
         Ok(built)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u16, Carriage), Used>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Used>> {
         // Inserts and removals are single operations: a panic elsewhere cannot leave the map
         // inconsistent, so poisoning is not a reason to fail.
         self.targets.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn build(&self, host: &str, port: u16, carriage: Carriage) -> Result<Target, Refusal> {
+    /// The target, and the DNS refresher it needs (a hostname's), not started yet: only the
+    /// target that makes it into the table gets one.
+    fn build(
+        &self,
+        host: &str,
+        port: u16,
+        carriage: Carriage,
+    ) -> Result<(Target, Option<RefreshPlan>), Refusal> {
         let bare = host
             .strip_prefix('[')
             .and_then(|h| h.strip_suffix(']'))
@@ -226,6 +310,7 @@ impl UndeclaredDestinations {
             priority: 0,
         };
         let balancer = BalancerKind::default();
+        let mut refresh = None;
         let group = match literal {
             Some(ip) => Arc::new(EndpointGroup::new_static(
                 vec![self.registry.endpoint(&template, SocketAddr::new(ip, port))],
@@ -244,13 +329,12 @@ impl UndeclaredDestinations {
                     balancer.build(),
                     OutlierSettings::default(),
                 ));
-                let plan = RefreshPlan {
+                refresh = Some(RefreshPlan {
                     group: Arc::downgrade(&group),
                     template,
                     family: LookupFamily::IPv4Preferred,
                     addresses: Some(self.addresses.clone()),
-                };
-                tokio::spawn(refresh_loop(plan, self.registry.clone()));
+                });
                 group
             }
         };
@@ -275,11 +359,45 @@ impl UndeclaredDestinations {
             credentials: Vec::new(),
             stats: std::sync::OnceLock::new(),
         });
-        Ok(Target {
+        let target = Target {
             backend,
             port,
             policy: RequestPolicy::default(),
             rewrite_authority: false,
-        })
+        };
+        Ok((target, refresh))
+    }
+}
+
+/// Waits until the target of `key` has not been asked for during `idleTimeout`, then removes
+/// it from the table (if the entry is still the one this task was started for). Holds nothing
+/// strongly while it waits, so a reload's new table lets the old one go.
+async fn forget_when_idle(
+    table: Weak<UndeclaredDestinations>,
+    key: Key,
+    group: Weak<EndpointGroup>,
+    last: Arc<AtomicU64>,
+) {
+    loop {
+        let wait = {
+            let Some(table) = table.upgrade() else {
+                return;
+            };
+            let idle_for = table.now_ms().saturating_sub(last.load(Ordering::Relaxed));
+            let idle_for = Duration::from_millis(idle_for);
+            if idle_for >= table.limits.idle_timeout {
+                let mut targets = table.lock();
+                let same = targets.get(&key).is_some_and(|u| {
+                    std::ptr::eq(Arc::as_ptr(&u.target.port.endpoints), group.as_ptr())
+                });
+                if same {
+                    targets.remove(&key);
+                    tracing::debug!(host = %key.0, port = key.1, "undeclared destination idle: forgotten");
+                }
+                return;
+            }
+            table.limits.idle_timeout - idle_for
+        };
+        tokio::time::sleep(wait).await;
     }
 }

@@ -79,6 +79,22 @@ pub struct AccessRecord {
     pub complete: bool,
 }
 
+/// The longest text a client controls that an access log field carries (MCP method and tool
+/// names come from request bodies of up to 4 MiB).
+pub const MAX_CLIENT_FIELD_BYTES: usize = 256;
+
+/// `text` cut to [`MAX_CLIENT_FIELD_BYTES`] (on a character boundary, marked with `…`).
+pub fn clipped(text: &str) -> String {
+    if text.len() <= MAX_CLIENT_FIELD_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_CLIENT_FIELD_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 /// Milliseconds with microsecond precision: plenty, and lines stay short.
 pub fn millis(d: std::time::Duration) -> f64 {
     (d.as_secs_f64() * 1_000_000.0).round() / 1000.0

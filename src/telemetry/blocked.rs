@@ -4,17 +4,35 @@
 //! been, paste the Backend into the config directory. Under `outboundPolicy: AuditOnly` the
 //! undeclared destinations that were let through are listed the same way, as `audited`.
 //!
-//! Bounded: at most [`CAPACITY`] destinations are kept (the least recently seen one makes
-//! room), so a client trying random hosts cannot grow egressd's memory.
+//! Bounded ([`AuditLimits`], `ProxyConfig.spec.blockedAudit`): at most `maxEntries`
+//! destinations are kept (the least recently seen one makes room) and one not seen for
+//! `retention` is dropped, so a client trying random hosts cannot grow egressd's memory. Hosts
+//! are at most 253 bytes (a longer one is no host name, and never gets here), so the list is
+//! bounded in bytes too.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use super::time::rfc3339;
 
-/// Destinations remembered at most.
-pub const CAPACITY: usize = 1024;
+/// How much the audit remembers (`ProxyConfig.spec.blockedAudit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuditLimits {
+    /// Destinations remembered at most.
+    pub max_entries: usize,
+    /// How long a destination stays listed after it was last seen.
+    pub retention: Duration,
+}
+
+impl Default for AuditLimits {
+    fn default() -> Self {
+        AuditLimits {
+            max_entries: 1024,
+            retention: Duration::from_secs(24 * 3600),
+        }
+    }
+}
 
 /// How the client tried to reach the destination (it decides the suggested Backend).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -84,8 +102,23 @@ pub struct BlockedDestinations {
 
 impl BlockedDestinations {
     /// Counts one refusal (or audited use) of `host` (lower-case) on `port`.
-    pub fn record(&self, host: &str, port: u16, via: Via, action: Action) {
-        let now = SystemTime::now();
+    pub fn record(&self, host: &str, port: u16, via: Via, action: Action, limits: AuditLimits) {
+        self.record_at(host, port, via, action, limits, SystemTime::now());
+    }
+
+    fn record_at(
+        &self,
+        host: &str,
+        port: u16,
+        via: Via,
+        action: Action,
+        limits: AuditLimits,
+        now: SystemTime,
+    ) {
+        if host.len() > crate::upstream::address::MAX_HOST_LEN {
+            // Not a host name: callers check first; this keeps the bound whatever they do.
+            return;
+        }
         let key = (host.to_owned(), port, via, action);
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = seen.get_mut(&key) {
@@ -93,17 +126,26 @@ impl BlockedDestinations {
             s.last = now;
             return;
         }
+        // A new destination: the expired ones go first (O(n) only when a new key arrives).
+        seen.retain(|_, s| !expired(s.last, now, limits.retention));
         let first = Seen {
             count: 1,
             first: now,
             last: now,
         };
-        crate::runtime::bounded::insert_bounded(&mut seen, CAPACITY, key, first, |s| s.last);
+        crate::runtime::bounded::insert_bounded(&mut seen, limits.max_entries, key, first, |s| {
+            s.last
+        });
     }
 
     /// Every destination remembered, the most recently blocked first.
-    pub fn list(&self) -> Vec<Blocked> {
-        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+    pub fn list(&self, limits: AuditLimits) -> Vec<Blocked> {
+        self.list_at(limits, SystemTime::now())
+    }
+
+    fn list_at(&self, limits: AuditLimits, now: SystemTime) -> Vec<Blocked> {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.retain(|_, s| !expired(s.last, now, limits.retention));
         let mut all: Vec<Blocked> = seen
             .iter()
             .map(|((host, port, via, action), s)| Blocked {
@@ -119,6 +161,11 @@ impl BlockedDestinations {
         all.sort_by(|a, b| b.last_seen.cmp(&a.last_seen).then(a.host.cmp(&b.host)));
         all
     }
+}
+
+/// Whether a destination last seen at `last` is past its retention at `now`.
+fn expired(last: SystemTime, now: SystemTime, retention: Duration) -> bool {
+    now.duration_since(last).is_ok_and(|age| age > retention)
 }
 
 impl Blocked {
@@ -185,23 +232,50 @@ mod tests {
 
     #[test]
     fn counts_and_orders_and_forgets_the_least_recent_when_full() {
+        let limits = AuditLimits {
+            max_entries: 16,
+            ..AuditLimits::default()
+        };
         let blocked = BlockedDestinations::default();
-        blocked.record("a.example", 80, Via::Http, Action::Blocked);
-        blocked.record("b.example", 443, Via::Connect, Action::Blocked);
-        blocked.record("a.example", 80, Via::Http, Action::Blocked);
-        let list = blocked.list();
+        blocked.record("a.example", 80, Via::Http, Action::Blocked, limits);
+        blocked.record("b.example", 443, Via::Connect, Action::Blocked, limits);
+        blocked.record("a.example", 80, Via::Http, Action::Blocked, limits);
+        let list = blocked.list(limits);
         assert_eq!(list[0].host, "a.example");
         assert_eq!(list[0].count, 2);
         assert_eq!(list[1].count, 1);
-        for i in 0..CAPACITY {
-            blocked.record(&format!("h{i}.example"), 443, Via::Connect, Action::Audited);
+        for i in 0..limits.max_entries {
+            let host = format!("h{i}.example");
+            blocked.record(&host, 443, Via::Connect, Action::Audited, limits);
         }
-        let list = blocked.list();
-        assert_eq!(list.len(), CAPACITY);
+        let list = blocked.list(limits);
+        assert_eq!(list.len(), limits.max_entries);
         assert!(
             !list.iter().any(|b| b.host == "b.example"),
             "the least recently seen went"
         );
+    }
+
+    #[test]
+    fn destinations_past_their_retention_leave_and_non_hosts_never_enter() {
+        let limits = AuditLimits {
+            max_entries: 16,
+            retention: Duration::from_secs(60),
+        };
+        let blocked = BlockedDestinations::default();
+        let then = SystemTime::now();
+        let (http, block) = (Via::Http, Action::Blocked);
+        blocked.record_at("old.example", 80, http, block, limits, then);
+        let later = then + Duration::from_secs(30);
+        blocked.record_at("new.example", 80, http, block, limits, later);
+        blocked.record_at(&"a".repeat(300), 80, http, block, limits, later);
+        assert_eq!(blocked.list_at(limits, later).len(), 2);
+        let hosts: Vec<String> = blocked
+            .list_at(limits, then + Duration::from_secs(61))
+            .into_iter()
+            .map(|b| b.host)
+            .collect();
+        assert_eq!(hosts, ["new.example"], "old.example is past its retention");
     }
 
     #[test]

@@ -146,13 +146,22 @@ pub struct HostLabel {
 /// have; later ones count as `other`, so clients cannot grow the label set without bound.
 pub const TRAFFIC_LABELS: usize = 256;
 
+/// The longest value a traffic-derived label may have: a host name's longest (253 bytes);
+/// tool names are far shorter in practice (MCP suggests at most 128).
+pub const MAX_TRAFFIC_LABEL_BYTES: usize = 253;
+
 /// The values a traffic-derived label has taken so far (at most [`TRAFFIC_LABELS`]).
 #[derive(Debug, Default)]
 struct CappedLabel(std::sync::Mutex<std::collections::HashSet<String>>);
 
 impl CappedLabel {
-    /// `value` itself while there is room (or it already has a series), else `other`.
+    /// `value` itself while there is room (or it already has a series), else `other`; a
+    /// value longer than [`MAX_TRAFFIC_LABEL_BYTES`] is `other` too, so the set is bounded in
+    /// bytes as well as in entries.
     fn label(&self, value: &str) -> String {
+        if value.len() > MAX_TRAFFIC_LABEL_BYTES {
+            return "other".to_owned();
+        }
         let mut seen = self
             .0
             .lock()
@@ -225,6 +234,8 @@ pub struct Metrics {
     pub upstream_connections_opened: Family<BackendLabel, Gauge>,
     pub upstream_endpoints: Family<BackendHealthLabel, Gauge>,
     pub certificate_expiry: Family<FileLabel, Gauge>,
+    /// Undeclared destinations kept now (`undeclaredDestinations.maxDestinations` bounds it).
+    pub undeclared_destinations: Gauge,
     pub retries: Family<BackendLabel, Counter>,
     pub health_checks: Family<BackendResultLabel, Counter>,
 }
@@ -429,6 +440,12 @@ impl Default for Metrics {
             "Seconds until the first certificate of each certificate file the config uses expires (negative once expired)",
             certificate_expiry.clone(),
         );
+        let undeclared_destinations = Gauge::default();
+        registry.register(
+            "undeclared_destinations",
+            "Undeclared destinations (AllowAny, AuditOnly) kept now, each with its pool and DNS refresher; at most undeclaredDestinations.maxDestinations",
+            undeclared_destinations.clone(),
+        );
         let retries = Family::<BackendLabel, Counter>::default();
         registry.register(
             "upstream_retries",
@@ -466,6 +483,7 @@ impl Default for Metrics {
             upstream_connections_opened,
             upstream_endpoints,
             certificate_expiry,
+            undeclared_destinations,
             retries,
             websockets_active,
             websocket_bytes,

@@ -192,7 +192,14 @@ pub async fn refresh_loop(plan: RefreshPlan, registry: Arc<StateRegistry>) {
             Err(e) => {
                 failures = failures.saturating_add(1);
                 let previous = group.list();
-                tracing::warn!(host = %hostname, error = %e, kept = previous.endpoints.len(), "DNS resolution failed; keeping the last good addresses");
+                if plan.addresses.is_some() {
+                    // An undeclared destination: the client chose the name, and each request
+                    // for it gets 503 naming this error; a warning per name would let clients
+                    // fill the log.
+                    tracing::debug!(host = %hostname, error = %e, kept = previous.endpoints.len(), "DNS resolution of an undeclared destination failed");
+                } else {
+                    tracing::warn!(host = %hostname, error = %e, kept = previous.endpoints.len(), "DNS resolution failed; keeping the last good addresses");
+                }
                 let mut kept = EndpointList::resolved(previous.endpoints.clone());
                 kept.last_error = Some(e.to_string());
                 group.publish(kept);

@@ -20,6 +20,9 @@ pub struct ProxyConfigSpec {
     /// How `AllowAny` and `AuditOnly` reach destinations no Backend declares.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undeclared_destinations: Option<UndeclaredDestinationsSpec>,
+    /// The blocked-egress audit (admin `/blocked`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_audit: Option<BlockedAuditSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -79,6 +82,26 @@ pub struct UndeclaredDestinationsSpec {
     /// `10.0.0.0/8` for an internal network (default none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_addresses: Option<Vec<Spanned<String>>>,
+    /// Undeclared destinations (host, port, how) kept at once, each with its DNS refresher
+    /// and connection pool (default 1024); the least recently used makes room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_destinations: Option<Spanned<u32>>,
+    /// An undeclared destination nobody asked for this long is forgotten, and its DNS
+    /// refresher stops (default 5m, as Envoy's dynamic forward proxy `host_ttl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<Spanned<GwDuration>>,
+}
+
+/// `ProxyConfig.spec.blockedAudit`: how much of what was refused admin `/blocked` remembers.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BlockedAuditSpec {
+    /// Destinations listed at most (default 1024); the least recently seen makes room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_entries: Option<Spanned<u32>>,
+    /// A destination not seen for this long leaves the list (default 24h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Spanned<GwDuration>>,
 }
 
 /// `ProxyConfig.spec.mcp`.

@@ -15,6 +15,7 @@ mod routes;
 mod settings;
 mod tls;
 mod tls_routes;
+mod undeclared;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -86,6 +87,7 @@ pub fn compile(
             declared,
             settings.denied_hostnames.clone(),
             &settings.undeclared_addresses,
+            settings.undeclared_limits,
             registry.clone(),
         ))
     });

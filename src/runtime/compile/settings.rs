@@ -95,29 +95,10 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
         }
     }
     if let Some(undeclared) = &spec.undeclared_destinations {
-        let mut cidrs = |list: &[crate::config::yaml::Spanned<String>],
-                         field: &str|
-         -> Vec<ipnet::IpNet> {
-            let mut nets = Vec::with_capacity(list.len());
-            for (i, cidr) in list.iter().enumerate() {
-                match parse_cidr(&cidr.value) {
-                    Some(net) => nets.push(crate::upstream::address::canonical_net(net)),
-                    None => cx.error(
-                        at(file, id, cidr.pos, format!("spec.undeclaredDestinations.{field}[{i}]")),
-                        format!("invalid CIDR `{}`", cidr.value),
-                        "write an address with a prefix length, e.g. 10.0.0.0/8 or fd00::/8 (a bare address means /32 or /128)",
-                    ),
-                }
-            }
-            nets
-        };
-        let policy = &mut settings.proxy.undeclared_addresses;
-        if let Some(denied) = &undeclared.denied_addresses {
-            policy.denied = cidrs(denied, "deniedAddresses").into();
-        }
-        if let Some(allowed) = &undeclared.allowed_addresses {
-            policy.allowed = cidrs(allowed, "allowedAddresses").into();
-        }
+        super::undeclared::compile_undeclared(cx, file, id, undeclared, &mut settings.proxy);
+    }
+    if let Some(audit) = &spec.blocked_audit {
+        super::undeclared::compile_blocked_audit(cx, file, id, audit, &mut settings.proxy);
     }
     if let Some(timeout) = spec.drain.as_ref().and_then(|d| d.timeout) {
         settings.proxy.drain_timeout = Duration::from(timeout);
@@ -247,15 +228,5 @@ fn compile_tracing(
         export_interval: spec
             .export_interval
             .map_or(Duration::from_secs(5), Duration::from),
-    })
-}
-
-/// `10.0.0.0/8`, `::1/128`, or a bare address (a single-address network).
-fn parse_cidr(text: &str) -> Option<ipnet::IpNet> {
-    let text = text.trim();
-    text.parse::<ipnet::IpNet>().ok().or_else(|| {
-        text.parse::<std::net::IpAddr>()
-            .ok()
-            .map(ipnet::IpNet::from)
     })
 }
