@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::config::load_paths;
 use crate::runtime::compile::{compile, Compiled};
 use crate::runtime::registry::StateRegistry;
+use crate::runtime::reload::refuse_without_listeners;
 use crate::upstream::dns::DnsResolver;
 
 /// The report of `egressd validate`: every diagnostic, then each object's conditions.
@@ -38,7 +39,9 @@ pub fn validate_compiled(paths: &[PathBuf]) -> (Validation, Option<Compiled>) {
             return (validation, None);
         }
     };
-    let compiled = compile(Arc::new(loaded.set), loaded.diagnostics, &registry, 1);
+    let mut compiled = compile(Arc::new(loaded.set), loaded.diagnostics, &registry, 1);
+    // A reload would refuse it, so validation does too.
+    refuse_without_listeners(&mut compiled, paths);
     let mut report = String::new();
     for d in &compiled.diagnostics {
         let _ = writeln!(report, "{d}");

@@ -21,6 +21,19 @@ struct Cli {
     /// Defaults to RUST_LOG, then `info`.
     #[arg(long, global = true, env = "EGRESSD_LOG_LEVEL")]
     log_level: Option<String>,
+    /// Largest config file read, in bytes or as a quantity (`1Mi`); a larger file is an error.
+    #[arg(long, global = true, env = "EGRESSD_MAX_CONFIG_FILE_SIZE", value_parser = parse_size,
+          default_value = "1Mi")]
+    max_config_file_size: u64,
+    /// Largest config in all (every file of every config path); beyond it, an error.
+    #[arg(long, global = true, env = "EGRESSD_MAX_CONFIG_SIZE", value_parser = parse_size,
+          default_value = "16Mi")]
+    max_config_size: u64,
+    /// Bytes YAML anchors and aliases may copy in one file (memory, about 60 bytes per value
+    /// plus its text); beyond it, an error.
+    #[arg(long, global = true, env = "EGRESSD_MAX_CONFIG_ALIAS_EXPANSION",
+          value_parser = parse_size, default_value = "4Mi")]
+    max_config_alias_expansion: u64,
     #[command(subcommand)]
     command: Command,
 }
@@ -71,6 +84,12 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_level.as_deref());
+    egressd::config::LoadLimits {
+        max_file_bytes: cli.max_config_file_size,
+        max_total_bytes: cli.max_config_size,
+        max_alias_bytes: usize::try_from(cli.max_config_alias_expansion).unwrap_or(usize::MAX),
+    }
+    .install();
     match cli.command {
         Command::Validate { paths }
         | Command::Check {
@@ -112,6 +131,13 @@ fn main() -> ExitCode {
             run(options, admin_address_file)
         }
     }
+}
+
+/// A byte count: a plain number or a Kubernetes quantity (`512Ki`, `1Mi`).
+fn parse_size(s: &str) -> Result<u64, String> {
+    s.parse::<egressd::config::units::Quantity>()
+        .map(u64::from)
+        .map_err(|e| e.to_string())
 }
 
 /// `check --probe` on a single-threaded runtime: probes are I/O-bound and few.

@@ -34,6 +34,7 @@ impl fmt::Display for ObjectId {
 pub struct Diagnostic {
     pub severity: Severity,
     pub file: PathBuf,
+    /// 1-based; 0 (with column 0) when the problem is the whole file or directory.
     pub line: u32,
     pub column: u32,
     /// The object, when the problem is inside one (syntax errors have none).
@@ -130,13 +131,18 @@ impl fmt::Display for Diagnostic {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        write!(
-            f,
-            "{}:{}:{}: {level}",
-            self.file.display(),
-            self.line,
-            self.column
-        )?;
+        // Line 0 means the whole file (it cannot be read, it is too large, ...): no position.
+        if self.line == 0 {
+            write!(f, "{}: {level}", self.file.display())?;
+        } else {
+            write!(
+                f,
+                "{}:{}:{}: {level}",
+                self.file.display(),
+                self.line,
+                self.column
+            )?;
+        }
         if let Some(object) = &self.object {
             write!(f, ": {object}")?;
         }

@@ -12,6 +12,8 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 
 use super::error::{Diagnostic, ObjectId};
+use super::files;
+use super::limits::{show_bytes, LoadLimits};
 use super::wire::backend::BackendSpec;
 use super::wire::common::ObjectMeta;
 use super::wire::enums::take_alias_uses;
@@ -45,28 +47,59 @@ pub struct Loaded {
     pub diagnostics: Vec<Diagnostic>,
 }
 
-/// Reads every `*.yaml`/`*.yml` file of the given directories (or single files).
+/// Reads every `*.yaml`/`*.yml` file of the given directories (or single files), within the
+/// process's [`LoadLimits`].
 ///
 /// Directories are read non-recursively; hidden entries are skipped, which also skips the
 /// `..data`/`..<timestamp>` machinery of Kubernetes ConfigMap volumes (their files are reached
 /// through the visible per-key symlinks).
 pub fn load_paths(paths: &[PathBuf]) -> Loaded {
+    load_paths_with(paths, &LoadLimits::current())
+}
+
+/// [`load_paths`] within explicit limits.
+pub fn load_paths_with(paths: &[PathBuf], limits: &LoadLimits) -> Loaded {
     let mut loaded = Loaded::default();
     let mut hasher = DefaultHasher::new();
-    for path in paths {
-        for file in list_yaml_files(path, &mut loaded.diagnostics) {
-            match std::fs::read_to_string(&file) {
-                Ok(text) => {
-                    file.hash(&mut hasher);
-                    text.hash(&mut hasher);
-                    load_file(&file, &text, &mut loaded);
-                    loaded.set.files.push(file);
+    let mut total: u64 = 0;
+    'paths: for path in paths {
+        let listed = files::list(path, &mut loaded.diagnostics);
+        for (i, file) in listed.iter().enumerate() {
+            let opened = match files::open(file) {
+                Ok(opened) => opened,
+                Err(d) => {
+                    loaded.diagnostics.push(*d);
+                    continue;
                 }
-                Err(e) => loaded.diagnostics.push(
-                    Diagnostic::error(&file, Pos::default(), format!("cannot read file: {e}"))
-                        .hint("check the file's permissions"),
-                ),
+            };
+            if total.saturating_add(opened.size) > limits.max_total_bytes {
+                let skipped = listed.len() - i - 1;
+                loaded.diagnostics.push(
+                    Diagnostic::error(
+                        file,
+                        Pos::default(),
+                        format!(
+                            "the config is larger than {} in all: this file (and {skipped} \
+                             more in this directory, and any other config path) was not read",
+                            show_bytes(limits.max_total_bytes)
+                        ),
+                    )
+                    .hint("remove files that do not belong, or raise --max-config-size"),
+                );
+                break 'paths;
             }
+            let text = match opened.read(file, limits.max_file_bytes) {
+                Ok(text) => text,
+                Err(d) => {
+                    loaded.diagnostics.push(*d);
+                    continue;
+                }
+            };
+            total = total.saturating_add(text.len() as u64);
+            file.hash(&mut hasher);
+            text.hash(&mut hasher);
+            load_file(file, &text, limits, &mut loaded);
+            loaded.set.files.push(file.clone());
         }
     }
     loaded.set.fingerprint = hasher.finish();
@@ -74,56 +107,34 @@ pub fn load_paths(paths: &[PathBuf]) -> Loaded {
     loaded
 }
 
-fn list_yaml_files(path: &Path, diagnostics: &mut Vec<Diagnostic>) -> Vec<PathBuf> {
-    let meta = match std::fs::metadata(path) {
-        Ok(meta) => meta,
-        Err(e) => {
-            diagnostics.push(
-                Diagnostic::error(
-                    path,
-                    Pos::default(),
-                    format!("cannot read config path: {e}"),
-                )
-                .hint("pass an existing directory of *.yaml files"),
-            );
-            return Vec::new();
-        }
-    };
-    if meta.is_file() {
-        return vec![path.to_path_buf()];
+pub use files::is_config_file;
+
+fn load_file(file: &Path, text: &str, limits: &LoadLimits, loaded: &mut Loaded) {
+    if text.trim().is_empty() {
+        // Not an error (a placeholder file is legitimate), but `: > file` on a running
+        // egressd must not go unnoticed: it removes whatever the file declared.
+        loaded.diagnostics.push(
+            Diagnostic::warning(file, Pos::default(), "file is empty: it declares nothing")
+                .hint("if it was truncated by mistake, restore it; otherwise delete it"),
+        );
+        return;
     }
-    let entries = match std::fs::read_dir(path) {
-        Ok(entries) => entries,
-        Err(e) => {
-            diagnostics.push(Diagnostic::error(
-                path,
-                Pos::default(),
-                format!("cannot list directory: {e}"),
-            ));
-            return Vec::new();
-        }
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .filter(|p| is_config_file(p) && p.is_file())
-        .collect();
-    files.sort();
-    files
-}
-
-/// `*.yaml`/`*.yml`, not hidden.
-pub fn is_config_file(path: &Path) -> bool {
-    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-        return false;
-    };
-    !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
-}
-
-fn load_file(file: &Path, text: &str, loaded: &mut Loaded) {
     let file: Arc<Path> = Arc::from(file);
-    let docs = match yaml::parse_documents(text) {
+    let docs = match yaml::parse_documents_with(text, limits.parse()) {
         Ok(docs) => docs,
+        Err(e) if e.limit.is_some() => {
+            let hint = match e.limit {
+                Some(yaml::Limit::Copies) => {
+                    "nothing in this file was loaded; use fewer or smaller aliases, \
+                     or raise --max-config-alias-expansion"
+                }
+                _ => "nothing in this file was loaded; nest less deeply",
+            };
+            loaded
+                .diagnostics
+                .push(Diagnostic::error(&*file, e.pos, e.message).hint(hint));
+            return;
+        }
         Err(e) => {
             loaded.diagnostics.push(
                 Diagnostic::error(&*file, e.pos, format!("YAML syntax error: {}", e.message))
@@ -144,6 +155,9 @@ fn flush_unknown(diags: &mut Vec<Diagnostic>, keys: &[&Node], error: &dyn Fn(&No
 }
 
 const TOP_LEVEL_FIELDS: [&str; 4] = ["apiVersion", "kind", "metadata", "spec"];
+
+/// Errors reported for one object at most; beyond this, fixing what is shown comes first.
+const MAX_ERRORS_PER_OBJECT: usize = 50;
 
 fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
     let diags = &mut loaded.diagnostics;
@@ -199,9 +213,13 @@ fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
         return flush_unknown(diags, &unknown_keys, &unknown_key_error);
     };
 
-    let meta: ObjectMeta = match doc.get("metadata") {
+    // A broken `metadata` still names the object as well as it can, and the rest of the
+    // document is still checked: one run reports every error of an object.
+    let meta_node = doc.get("metadata");
+    let mut meta_errors = Vec::new();
+    let meta: ObjectMeta = match meta_node {
         None => {
-            diags.push(
+            meta_errors.push(
                 Diagnostic::error(
                     &**file,
                     doc.pos,
@@ -209,32 +227,51 @@ fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
                 )
                 .hint("add `metadata: {name: ...}`"),
             );
-            return flush_unknown(diags, &unknown_keys, &unknown_key_error);
+            ObjectMeta::default()
         }
-        Some(node) => match yaml::from_node(node) {
+        Some(node) => match yaml::from_node_all(node, MAX_ERRORS_PER_OBJECT) {
             Ok(meta) => meta,
-            Err(e) => {
-                diags.push(
+            Err(errors) => {
+                meta_errors.extend(errors.into_iter().map(|e| {
                     Diagnostic::error(&**file, e.pos, e.message)
-                        .field(join_path("metadata", &e.path)),
-                );
-                return flush_unknown(diags, &unknown_keys, &unknown_key_error);
+                        .field(join_path("metadata", &e.path))
+                }));
+                ObjectMeta::default()
             }
         },
     };
-    let id = ObjectId {
-        kind: kind.name().to_owned(),
-        namespace: meta
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".to_owned()),
-        name: meta.name.clone(),
+    let meta_ok = meta_errors.is_empty();
+    let written = |field: &str| {
+        meta_node
+            .and_then(|n| n.get(field))
+            .and_then(Node::scalar_text)
+            .map(std::borrow::Cow::into_owned)
     };
+    let id = if meta_ok {
+        ObjectId {
+            kind: kind.name().to_owned(),
+            namespace: meta
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".to_owned()),
+            name: meta.name.clone(),
+        }
+    } else {
+        ObjectId {
+            kind: kind.name().to_owned(),
+            namespace: written("namespace").unwrap_or_else(|| "default".to_owned()),
+            name: written("name").unwrap_or_else(|| "<unnamed>".to_owned()),
+        }
+    };
+    ok &= meta_ok;
+    for d in meta_errors {
+        diags.push(d.object(&id));
+    }
     for key in &unknown_keys {
         diags.push(unknown_key_error(key).object(&id));
         ok = false;
     }
-    if let Some(node) = doc.get("metadata") {
+    if let Some(node) = meta_node.filter(|_| meta_ok) {
         for (field, value) in [
             ("name", Some(id.name.as_str())),
             ("namespace", meta.namespace.as_deref()),
@@ -321,8 +358,13 @@ impl Base<'_> {
         diags: &mut Vec<Diagnostic>,
         out: &mut Vec<Object<S>>,
     ) {
-        let parsed = yaml::from_node::<S>(spec);
-        for (written, canonical, pos) in take_alias_uses() {
+        let parsed = yaml::from_node_all::<S>(spec, MAX_ERRORS_PER_OBJECT);
+        // Collecting every error deserializes the spec more than once: each alias use is
+        // recorded once per attempt.
+        let mut uses = take_alias_uses();
+        uses.sort_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
+        uses.dedup();
+        for (written, canonical, pos) in uses {
             // Point at the value when its position is known, else at the document.
             let pos = if pos == Pos::default() {
                 self.doc.pos
@@ -348,12 +390,12 @@ impl Base<'_> {
                 spec,
             }),
             Ok(_) => {}
-            Err(e) => diags.push(
+            Err(errors) => diags.extend(errors.into_iter().map(|e| {
                 Diagnostic::error(&**self.file, e.pos, e.message)
                     .object(&self.id)
                     .field(join_path("spec", &e.path))
-                    .hint("see `egressd schema` or the config reference in README.md"),
-            ),
+                    .hint("see `egressd schema` or the config reference in README.md")
+            })),
         }
     }
 }

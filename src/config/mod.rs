@@ -2,6 +2,8 @@
 //! the status conditions each object gets.
 
 pub mod error;
+mod files;
+pub mod limits;
 pub mod load;
 pub mod schema;
 pub mod units;
@@ -9,4 +11,6 @@ pub mod wire;
 pub mod yaml;
 
 pub use error::{ConfigErrors, Diagnostic, ObjectId, Reason, Severity};
-pub use load::{load_paths, ConfigSet};
+pub use files::read_regular_file;
+pub use limits::LoadLimits;
+pub use load::{load_paths, load_paths_with, ConfigSet};

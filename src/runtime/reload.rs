@@ -14,8 +14,11 @@ use super::compile::compile;
 use super::registry::StateRegistry;
 use super::shared::{ReloadStatus, Shared};
 use crate::admin::{self, AdminHandle};
-use crate::config::{load_paths, Diagnostic};
+use crate::config::yaml::Pos;
+use crate::config::{load_paths, Diagnostic, LoadLimits};
 use crate::listener::ListenerManager;
+use crate::runtime::compile::Compiled;
+use crate::runtime::status::StatusReport;
 use crate::runtime::watch::ConfigWatcher;
 use crate::telemetry::time::rfc3339;
 use crate::telemetry::trace::Tracing;
@@ -102,12 +105,13 @@ impl Reloader {
         }
         let generation = self.generation.load(Ordering::Acquire) + 1;
         let yaml_fingerprint = loaded.set.fingerprint;
-        let compiled = compile(
+        let mut compiled = compile(
             Arc::new(loaded.set),
             loaded.diagnostics,
             &self.registry,
             generation,
         );
+        refuse_without_listeners(&mut compiled, &self.paths);
 
         if compiled.has_errors() {
             // Forget the last good fingerprint, so that reverting the files to it reloads (and
@@ -369,15 +373,47 @@ impl Reloader {
     }
 }
 
+/// A config that would serve no listener is refused like an invalid one: an emptied or
+/// truncated file must not take every listener down while `/ready` stays 200, and at start a
+/// proxy that serves nothing must not report ready. Only added when nothing else is wrong
+/// (a broken Gateway already explains the missing listener).
+pub fn refuse_without_listeners(compiled: &mut Compiled, paths: &[PathBuf]) {
+    if !compiled.snapshot.listeners.is_empty() || compiled.has_errors() {
+        return;
+    }
+    let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    let diagnostic = Diagnostic::error(
+        paths.first().cloned().unwrap_or_default(),
+        Pos::default(),
+        format!(
+            "the config declares no listener: it would serve nothing (read from {})",
+            shown.join(", ")
+        ),
+    )
+    .hint("add a Gateway with a listener; if a file was emptied or truncated, restore it");
+    // Errors come first (compile's order).
+    compiled.diagnostics.insert(0, diagnostic);
+    compiled.snapshot.status = Arc::new(StatusReport::build(
+        &compiled.snapshot.config,
+        &compiled.diagnostics,
+        false,
+    ));
+}
+
 /// The YAML fingerprint combined with the content of the referenced files (a missing or
 /// unreadable file counts as a distinct state, so it appearing later is a change too).
 fn combined_fingerprint(yaml: u64, files: &[PathBuf]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     yaml.hash(&mut hasher);
+    let max = LoadLimits::current().max_file_bytes;
     for file in files {
         file.hash(&mut hasher);
-        std::fs::read(file).ok().hash(&mut hasher);
+        // Never blocks on a FIFO nor reads a huge file whole: its first bytes and its size
+        // (in the error when it is too large) still tell a change.
+        crate::config::read_regular_file(file, max)
+            .map_err(|e| e.to_string())
+            .hash(&mut hasher);
     }
     hasher.finish()
 }

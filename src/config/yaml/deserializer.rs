@@ -2,6 +2,7 @@
 //! dotted path of the offending node.
 
 use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::fmt::{self, Display, Write as _};
 
 use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
@@ -32,19 +33,111 @@ pub struct DeError {
 /// # Errors
 /// Any mismatch between the YAML and `T`, as a [`DeError`].
 pub fn from_node<T: de::DeserializeOwned>(node: &Node) -> Result<T, DeError> {
-    let root = NodeDe {
+    attempt(node, &Pruned::new()).map_err(|e| e.positioned(node))
+}
+
+/// Like [`from_node`], but reports every error of the node, up to `max_errors`.
+///
+/// serde stops at the first error, so after each error the offending node is left out (its
+/// mapping entry, its sequence item) and deserialization starts over, until it succeeds or
+/// nothing more can be left out. An error that only follows from a node left out (its mapping
+/// now lacks that field, its sequence is now too short) is not reported; a field missing from
+/// the start still is. Sequence indices in paths stay those of the file.
+///
+/// # Errors
+/// Every mismatch found, in the order found (at least one).
+pub fn from_node_all<T: de::DeserializeOwned>(
+    node: &Node,
+    max_errors: usize,
+) -> Result<T, Vec<DeError>> {
+    let mut pruned = Pruned::new();
+    // Collections something was left out of, with the keys left out (none for sequences).
+    let mut touched: HashMap<usize, Vec<String>> = HashMap::new();
+    let mut errors = Vec::new();
+    // Each attempt leaves out one more node, so this ends; the cap bounds the time a hostile
+    // object can take (each attempt walks it whole).
+    for _ in 0..max_errors.saturating_mul(4).saturating_add(16) {
+        let e = match attempt::<T>(node, &pruned) {
+            Ok(value) if errors.is_empty() => return Ok(value),
+            Ok(_) => return Err(errors),
+            Err(e) => e,
+        };
+        let consequence = e.chain.first().is_some_and(|id| {
+            pruned.contains(id)
+                || touched
+                    .get(id)
+                    .is_some_and(|left_out| !is_missing_field_other_than(&e.message, left_out))
+        });
+        // The innermost node not left out yet: one already left out is still visited when its
+        // container cannot skip it (an enum's value), so its container goes instead.
+        let victim = e.chain.iter().position(|id| !pruned.contains(id));
+        let chain = e.chain.clone();
+        if !consequence {
+            errors.push(e.positioned(node));
+            if errors.len() >= max_errors {
+                return Err(errors);
+            }
+        }
+        // The root cannot be left out: stop there.
+        let Some((victim, parent)) = victim.and_then(|i| Some((chain[i], *chain.get(i + 1)?)))
+        else {
+            return Err(errors);
+        };
+        pruned.insert(victim);
+        let key = entry_key(node, parent, victim);
+        touched.entry(parent).or_default().extend(key);
+    }
+    Err(errors)
+}
+
+/// One deserialization of `node`, skipping the `pruned` nodes.
+fn attempt<T: de::DeserializeOwned>(node: &Node, pruned: &Pruned) -> Result<T, Error> {
+    T::deserialize(NodeDe {
         node,
         path: Path::Root,
-    };
-    T::deserialize(root).map_err(|e| {
-        let (pos, path) = e.loc.unwrap_or((node.pos, String::new()));
-        DeError {
-            pos,
-            path,
-            message: e.message,
-        }
+        pruned,
     })
 }
+
+/// Whether `message` is serde's "missing field `x`" for an `x` that was not left out.
+fn is_missing_field_other_than(message: &str, left_out: &[String]) -> bool {
+    message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.strip_suffix('`'))
+        .is_some_and(|field| !left_out.iter().any(|k| k == field))
+}
+
+/// The key of the entry of mapping `parent` (somewhere below `root`) whose key or value is
+/// `child`; `None` for sequences.
+fn entry_key(root: &Node, parent: usize, child: usize) -> Option<String> {
+    let entries = find(root, parent)?.as_map()?;
+    entries
+        .iter()
+        .find(|(k, v)| node_id(k) == child || node_id(v) == child)
+        .and_then(|(k, _)| k.scalar_text().map(Cow::into_owned))
+}
+
+fn find(node: &Node, id: usize) -> Option<&Node> {
+    if node_id(node) == id {
+        return Some(node);
+    }
+    match &node.value {
+        Value::Seq(items) => items.iter().find_map(|n| find(n, id)),
+        Value::Map(entries) => entries
+            .iter()
+            .find_map(|(k, v)| find(k, id).or_else(|| find(v, id))),
+        _ => None,
+    }
+}
+
+/// A node's identity while one tree is deserialized: its address (the tree is borrowed, so
+/// nothing moves).
+fn node_id(node: &Node) -> usize {
+    std::ptr::from_ref(node).addr()
+}
+
+/// Nodes an earlier attempt found bad, skipped by the next one.
+type Pruned = HashSet<usize>;
 
 /// The serde error type used inside the deserializer.
 ///
@@ -54,6 +147,9 @@ pub fn from_node<T: de::DeserializeOwned>(node: &Node) -> Result<T, DeError> {
 #[derive(Debug)]
 struct Error {
     loc: Option<(Pos, String)>,
+    /// The offending node and its ancestors, innermost first, as the error passed them on
+    /// its way out (for [`from_node_all`]).
+    chain: Vec<usize>,
     message: String,
 }
 
@@ -62,7 +158,20 @@ impl Error {
         if self.loc.is_none() {
             self.loc = Some((node.pos, path.render()));
         }
+        let id = node_id(node);
+        if self.chain.last() != Some(&id) {
+            self.chain.push(id);
+        }
         self
+    }
+
+    fn positioned(self, root: &Node) -> DeError {
+        let (pos, path) = self.loc.unwrap_or((root.pos, String::new()));
+        DeError {
+            pos,
+            path,
+            message: self.message,
+        }
     }
 }
 
@@ -78,6 +187,7 @@ impl de::Error for Error {
     fn custom<T: Display>(msg: T) -> Self {
         Self {
             loc: None,
+            chain: Vec::new(),
             message: msg.to_string(),
         }
     }
@@ -140,13 +250,29 @@ fn is_plain_segment(text: &str) -> bool {
 struct NodeDe<'a> {
     node: &'a Node,
     path: Path<'a>,
+    pruned: &'a Pruned,
+}
+
+/// Whether an earlier attempt left `node` out.
+fn is_pruned(pruned: &Pruned, node: &Node) -> bool {
+    !pruned.is_empty() && pruned.contains(&node_id(node))
 }
 
 impl<'a> NodeDe<'a> {
     fn error(&self, message: impl Into<String>) -> Error {
         Error {
             loc: Some((self.node.pos, self.path.render())),
+            chain: vec![node_id(self.node)],
             message: message.into(),
+        }
+    }
+
+    /// Another node deserialized in this one's attempt.
+    fn child(&self, node: &'a Node, path: Path<'a>) -> NodeDe<'a> {
+        NodeDe {
+            node,
+            path,
+            pruned: self.pruned,
         }
     }
 
@@ -220,26 +346,25 @@ impl<'a> NodeDe<'a> {
                 None => self.type_error("a sequence"),
             });
         };
+        let pruned = self.pruned;
+        let live = |items: &mut dyn Iterator<Item = &Node>| {
+            items.filter(|n| !is_pruned(pruned, n)).count()
+        };
+        let len = live(&mut items.iter());
         if let Some(n) = expected {
-            if items.len() != n {
-                return Err(self.error(format!(
-                    "expected a sequence of {n} elements, found {}",
-                    items.len()
-                )));
+            if len != n {
+                return Err(self.error(format!("expected a sequence of {n} elements, found {len}")));
             }
         }
         let mut access = SeqDe {
             items: items.iter().enumerate(),
             path: &self.path,
+            pruned: self.pruned,
         };
         let value = self.wrap(visitor.visit_seq(&mut access))?;
-        let left = access.items.len();
+        let left = live(&mut access.items.clone().map(|(_, n)| n));
         if left > 0 {
-            return Err(self.error(format!(
-                "expected {} elements, found {}",
-                items.len() - left,
-                items.len()
-            )));
+            return Err(self.error(format!("expected {} elements, found {len}", len - left)));
         }
         Ok(value)
     }
@@ -252,6 +377,7 @@ impl<'a> NodeDe<'a> {
             entries: entries.iter(),
             value: None,
             path: &self.path,
+            pruned: self.pruned,
         };
         self.wrap(visitor.visit_map(access))
     }
@@ -357,7 +483,7 @@ impl<'de> de::Deserializer<'de> for NodeDe<'_> {
             self.wrap(visitor.visit_none())
         } else {
             let (node, path) = (self.node, self.path);
-            let inner = NodeDe { node, path };
+            let inner = self.child(node, path);
             visitor.visit_some(inner).map_err(|e| e.at(node, &path))
         }
     }
@@ -387,10 +513,11 @@ impl<'de> de::Deserializer<'de> for NodeDe<'_> {
             visitor.visit_map(SpannedAccess {
                 node,
                 path: &path,
+                pruned: self.pruned,
                 step: 0,
             })
         } else {
-            visitor.visit_newtype_struct(NodeDe { node, path })
+            visitor.visit_newtype_struct(self.child(node, path))
         };
         result.map_err(|e| e.at(node, &path))
     }
@@ -448,6 +575,7 @@ impl<'de> de::Deserializer<'de> for NodeDe<'_> {
         };
         let access = EnumDe {
             path: &self.path,
+            pruned: self.pruned,
             variant,
             value,
         };
@@ -472,6 +600,7 @@ impl<'de> de::Deserializer<'de> for NodeDe<'_> {
 struct SeqDe<'a> {
     items: std::iter::Enumerate<std::slice::Iter<'a, Node>>,
     path: &'a Path<'a>,
+    pruned: &'a Pruned,
 }
 
 impl<'de> de::SeqAccess<'de> for SeqDe<'_> {
@@ -481,11 +610,13 @@ impl<'de> de::SeqAccess<'de> for SeqDe<'_> {
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, Error> {
-        let Some((i, node)) = self.items.next() else {
+        // Indices count the items left out, so paths stay those of the file.
+        let Some((i, node)) = self.items.find(|(_, n)| !is_pruned(self.pruned, n)) else {
             return Ok(None);
         };
         let path = Path::Index(self.path, i);
-        seed.deserialize(NodeDe { node, path })
+        let pruned = self.pruned;
+        seed.deserialize(NodeDe { node, path, pruned })
             .map(Some)
             .map_err(|e| e.at(node, &path))
     }
@@ -500,6 +631,7 @@ struct MapDe<'a> {
     /// The entry whose key was just handed out and whose value is next.
     value: Option<&'a (Node, Node)>,
     path: &'a Path<'a>,
+    pruned: &'a Pruned,
 }
 
 impl<'de> de::MapAccess<'de> for MapDe<'_> {
@@ -509,7 +641,11 @@ impl<'de> de::MapAccess<'de> for MapDe<'_> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, Error> {
-        let Some(entry) = self.entries.next() else {
+        let pruned = self.pruned;
+        let Some(entry) = self
+            .entries
+            .find(|(k, v)| !is_pruned(pruned, k) && !is_pruned(pruned, v))
+        else {
             return Ok(None);
         };
         self.value = Some(entry);
@@ -518,6 +654,7 @@ impl<'de> de::MapAccess<'de> for MapDe<'_> {
         seed.deserialize(NodeDe {
             node: &entry.0,
             path,
+            pruned,
         })
         .map(Some)
         .map_err(|e| e.at(&entry.0, &path))
@@ -528,7 +665,8 @@ impl<'de> de::MapAccess<'de> for MapDe<'_> {
             return Err(de::Error::custom("map value requested before its key"));
         };
         let path = Path::Key(self.path, key);
-        seed.deserialize(NodeDe { node, path })
+        let pruned = self.pruned;
+        seed.deserialize(NodeDe { node, path, pruned })
             .map_err(|e| e.at(node, &path))
     }
 
@@ -541,6 +679,7 @@ impl<'de> de::MapAccess<'de> for MapDe<'_> {
 struct EnumDe<'a> {
     /// Path of the enum node itself.
     path: &'a Path<'a>,
+    pruned: &'a Pruned,
     variant: &'a Node,
     value: Option<&'a Node>,
 }
@@ -556,13 +695,15 @@ impl<'a> EnumDe<'a> {
     /// The value of a `{Variant: value}` mapping, or an error at the bare variant name.
     fn value_de(&self, what: &str) -> Result<NodeDe<'a>, Error> {
         let path = self.value_path();
+        let pruned = self.pruned;
         if let Some(node) = self.value {
-            return Ok(NodeDe { node, path });
+            return Ok(NodeDe { node, path, pruned });
         }
         let name = self.variant.scalar_text().unwrap_or_default();
         let at_variant = NodeDe {
             node: self.variant,
             path,
+            pruned,
         };
         Err(at_variant.error(format!(
             "variant `{name}` needs {what}: write it as `{name}: ...`"
@@ -576,9 +717,9 @@ impl<'de> de::EnumAccess<'de> for EnumDe<'_> {
 
     fn variant_seed<V: DeserializeSeed<'de>>(self, seed: V) -> Result<(V::Value, Self), Error> {
         let path = self.value_path();
-        let node = self.variant;
+        let (node, pruned) = (self.variant, self.pruned);
         let value = seed
-            .deserialize(NodeDe { node, path })
+            .deserialize(NodeDe { node, path, pruned })
             .map_err(|e| e.at(node, &path))?;
         Ok((value, self))
     }
@@ -594,6 +735,7 @@ impl<'de> de::VariantAccess<'de> for EnumDe<'_> {
                 NodeDe {
                     node,
                     path: self.value_path(),
+                    pruned: self.pruned,
                 },
                 de::IgnoredAny,
             )
@@ -624,6 +766,7 @@ impl<'de> de::VariantAccess<'de> for EnumDe<'_> {
 struct SpannedAccess<'a> {
     node: &'a Node,
     path: &'a Path<'a>,
+    pruned: &'a Pruned,
     step: u8,
 }
 
@@ -650,8 +793,8 @@ impl<'de> de::MapAccess<'de> for SpannedAccess<'_> {
             0 => seed.deserialize(self.node.pos.line.into_deserializer()),
             1 => seed.deserialize(self.node.pos.column.into_deserializer()),
             _ => {
-                let (node, path) = (self.node, *self.path);
-                seed.deserialize(NodeDe { node, path })
+                let (node, path, pruned) = (self.node, *self.path, self.pruned);
+                seed.deserialize(NodeDe { node, path, pruned })
                     .map_err(|e| e.at(node, &path))
             }
         }

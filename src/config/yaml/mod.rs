@@ -24,8 +24,8 @@ mod tests;
 use std::borrow::Cow;
 use std::fmt::{self, Display};
 
-pub use deserializer::{from_node, DeError};
-pub use parse::{parse_documents, SyntaxError};
+pub use deserializer::{from_node, from_node_all, DeError};
+pub use parse::{parse_documents, parse_documents_with, Limit, ParseLimits, SyntaxError};
 pub use spanned::Spanned;
 
 /// Longest string shown verbatim in an error message before it is shortened.
@@ -186,33 +186,6 @@ impl Node {
                 let text = self.scalar_text().unwrap_or_default();
                 format!("{} {}", self.kind_name(), shorten(&text))
             }
-        }
-    }
-
-    /// Number of collection levels below and including this node (0 for a scalar).
-    fn height(&self) -> usize {
-        let children = match &self.value {
-            Value::Seq(items) => items.iter().map(Node::height).max(),
-            Value::Map(entries) => entries
-                .iter()
-                .map(|(k, v)| k.height().max(v.height()))
-                .max(),
-            _ => return 0,
-        };
-        1 + children.unwrap_or(0)
-    }
-
-    /// Total number of nodes in this subtree, counting mapping keys.
-    fn count(&self) -> usize {
-        match &self.value {
-            Value::Seq(items) => 1 + items.iter().map(Node::count).sum::<usize>(),
-            Value::Map(entries) => {
-                1 + entries
-                    .iter()
-                    .map(|(k, v)| k.count() + v.count())
-                    .sum::<usize>()
-            }
-            _ => 1,
         }
     }
 }

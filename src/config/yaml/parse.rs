@@ -13,8 +13,32 @@ use super::{shorten, Node, Pos, Value};
 /// so that hostile input cannot overflow the stack in the (recursive) deserializer or in `Drop`.
 pub(super) const MAX_DEPTH: usize = 128;
 
-/// How many nodes alias expansion may create in one file, to defuse "billion laughs" inputs.
-const ALIAS_NODE_BUDGET: usize = 100_000;
+/// What one node costs in the tree before its text: the unit in which copies are counted.
+const NODE_BYTES: usize = std::mem::size_of::<Node>();
+
+/// Bounds on what parsing one file may build beyond what its text spells out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParseLimits {
+    /// Bytes of tree that anchors and aliases may copy in one file: every alias is a copy of
+    /// its anchored node (and registering an anchor keeps one copy). Counted in bytes (each
+    /// node's own size plus its text), not nodes, so that 10,000 aliases of one 50 KB string
+    /// cost 500 MB of budget, not 10,000 nodes ("billion laughs" and its long-string cousin).
+    pub max_copy_bytes: usize,
+}
+
+impl ParseLimits {
+    /// 4 MiB: thousands of copies of a typical shared block (a policy, a header list) fit,
+    /// and the worst a file can add stays small next to the process.
+    pub const DEFAULT_MAX_COPY_BYTES: usize = 4 << 20;
+}
+
+impl Default for ParseLimits {
+    fn default() -> Self {
+        Self {
+            max_copy_bytes: Self::DEFAULT_MAX_COPY_BYTES,
+        }
+    }
+}
 
 impl Pos {
     /// saphyr markers have 1-based lines but 0-based columns.
@@ -30,7 +54,7 @@ fn saturating_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// A YAML syntax error (from saphyr), positioned.
+/// A YAML syntax error (from saphyr), or a file that goes beyond a parse limit; positioned.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct SyntaxError {
@@ -38,6 +62,17 @@ pub struct SyntaxError {
     pub pos: Pos,
     /// What went wrong.
     pub message: String,
+    /// Set when the file may be well-formed but goes beyond a limit.
+    pub limit: Option<Limit>,
+}
+
+/// The limit a [`SyntaxError`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// Collections nested deeper than 128 levels, aliases included.
+    Nesting,
+    /// Anchors and aliases copying more than [`ParseLimits::max_copy_bytes`].
+    Copies,
 }
 
 impl SyntaxError {
@@ -45,6 +80,14 @@ impl SyntaxError {
         Self {
             pos,
             message: message.into(),
+            limit: None,
+        }
+    }
+
+    fn limit(limit: Limit, pos: Pos, message: impl Into<String>) -> Self {
+        Self {
+            limit: Some(limit),
+            ..Self::new(pos, message)
         }
     }
 }
@@ -64,11 +107,19 @@ impl From<ScanError> for SyntaxError {
 /// Tags are only used to resolve scalars (`!!str 5` is a string) and otherwise ignored.
 ///
 /// # Errors
-/// Malformed YAML, duplicate keys, undefined aliases, nesting deeper than 128 levels, or alias
-/// expansion beyond 100 000 nodes.
+/// Malformed YAML, duplicate keys, undefined aliases, nesting deeper than 128 levels, or
+/// anchors and aliases copying more than the default [`ParseLimits`].
 pub fn parse_documents(text: &str) -> Result<Vec<Node>, SyntaxError> {
+    parse_documents_with(text, ParseLimits::default())
+}
+
+/// [`parse_documents`] with explicit limits.
+///
+/// # Errors
+/// As [`parse_documents`], with `limits` instead of the defaults.
+pub fn parse_documents_with(text: &str, limits: ParseLimits) -> Result<Vec<Node>, SyntaxError> {
     let mut parser = Parser::new_from_str(text);
-    let mut builder = Builder::default();
+    let mut builder = Builder::new(limits);
     let mut docs = Vec::new();
     while let Some(next) = parser.next_event() {
         let (event, span) = next?;
@@ -88,7 +139,12 @@ pub fn parse_documents(text: &str) -> Result<Vec<Node>, SyntaxError> {
                 }
             }
             Event::Scalar(text, style, anchor, tag) => {
-                builder.insert(scalar_node(text, style, tag.as_ref(), pos), anchor)?;
+                let node = scalar_node(text, style, tag.as_ref(), pos);
+                let size = Size {
+                    bytes: own_bytes(&node),
+                    height: 0,
+                };
+                builder.insert(node, size, anchor)?;
             }
             Event::SequenceStart(anchor, _) => builder.open(pos, anchor, Open::Seq(Vec::new()))?,
             Event::MappingStart(anchor, _) => {
@@ -145,13 +201,61 @@ fn scalar_node(
     }
 }
 
+/// A node's own size and text: what a copy of a scalar costs.
+fn own_bytes(node: &Node) -> usize {
+    let text = match &node.value {
+        Value::String(s) => s.len(),
+        _ => 0,
+    };
+    NODE_BYTES + text + node.raw.as_deref().map_or(0, str::len)
+}
+
+/// What a finished subtree costs to copy, and how deep it nests; tracked as the tree is
+/// built, so an alias is priced without walking its target.
+#[derive(Clone, Copy, Default)]
+struct Size {
+    /// Bytes of the whole subtree (see [`own_bytes`]).
+    bytes: usize,
+    /// Collection levels below and including the node (0 for a scalar).
+    height: usize,
+}
+
+/// An anchored node, kept for the aliases that refer to it.
+struct Anchored {
+    node: Node,
+    size: Size,
+}
+
+/// Takes `bytes` from the copy budget before anything is copied.
+fn charge(
+    budget: &mut usize,
+    limits: ParseLimits,
+    bytes: usize,
+    pos: Pos,
+) -> Result<(), SyntaxError> {
+    match budget.checked_sub(bytes) {
+        Some(left) => {
+            *budget = left;
+            Ok(())
+        }
+        None => Err(SyntaxError::limit(
+            Limit::Copies,
+            pos,
+            format!(
+                "anchors and aliases expand to more than {}",
+                crate::config::limits::show_bytes(limits.max_copy_bytes as u64)
+            ),
+        )),
+    }
+}
+
 /// Turns the flat event stream into trees.
-#[derive(Default)]
 struct Builder {
     stack: Vec<Frame>,
-    anchors: HashMap<usize, Node>,
-    /// Nodes already created by alias expansion in this file.
-    alias_nodes: usize,
+    anchors: HashMap<usize, Anchored>,
+    /// Bytes anchors and aliases may still copy in this file.
+    copy_budget: usize,
+    limits: ParseLimits,
     root: Option<Node>,
 }
 
@@ -160,6 +264,8 @@ struct Frame {
     pos: Pos,
     anchor: usize,
     open: Open,
+    /// The sizes of its children so far: bytes summed, height the deepest.
+    children: Size,
 }
 
 enum Open {
@@ -253,14 +359,30 @@ impl MapFrame {
 }
 
 impl Builder {
+    fn new(limits: ParseLimits) -> Self {
+        Self {
+            stack: Vec::new(),
+            anchors: HashMap::new(),
+            copy_budget: limits.max_copy_bytes,
+            limits,
+            root: None,
+        }
+    }
+
     fn open(&mut self, pos: Pos, anchor: usize, open: Open) -> Result<(), SyntaxError> {
         if self.stack.len() >= MAX_DEPTH {
-            return Err(SyntaxError::new(
+            return Err(SyntaxError::limit(
+                Limit::Nesting,
                 pos,
                 format!("collections are nested deeper than {MAX_DEPTH} levels"),
             ));
         }
-        self.stack.push(Frame { pos, anchor, open });
+        self.stack.push(Frame {
+            pos,
+            anchor,
+            open,
+            children: Size::default(),
+        });
         Ok(())
     }
 
@@ -275,7 +397,11 @@ impl Builder {
             Open::Seq(items) => Value::Seq(items),
             Open::Map(map) => Value::Map(map.entries),
         };
-        self.insert(Node::new(frame.pos, value), frame.anchor)
+        let size = Size {
+            bytes: NODE_BYTES.saturating_add(frame.children.bytes),
+            height: frame.children.height + 1,
+        };
+        self.insert(Node::new(frame.pos, value), size, frame.anchor)
     }
 
     fn alias(&mut self, id: usize, pos: Pos) -> Result<(), SyntaxError> {
@@ -285,40 +411,42 @@ impl Builder {
                 "alias refers to an anchor that is not defined earlier in this document",
             )
         })?;
-        if self.stack.len() + target.height() > MAX_DEPTH {
-            return Err(SyntaxError::new(
+        let size = target.size;
+        if self.stack.len() + size.height > MAX_DEPTH {
+            return Err(SyntaxError::limit(
+                Limit::Nesting,
                 pos,
                 format!("alias expansion nests collections deeper than {MAX_DEPTH} levels"),
             ));
         }
-        self.alias_nodes += target.count();
-        if self.alias_nodes > ALIAS_NODE_BUDGET {
-            return Err(SyntaxError::new(
-                pos,
-                format!("aliases expand to more than {ALIAS_NODE_BUDGET} nodes"),
-            ));
-        }
-        let mut node = target.clone();
+        charge(&mut self.copy_budget, self.limits, size.bytes, pos)?;
+        let mut node = target.node.clone();
         node.pos = pos;
-        self.insert(node, 0)
+        self.insert(node, size, 0)
     }
 
     /// Attaches a finished node to its parent (or makes it the document root).
-    fn insert(&mut self, node: Node, anchor: usize) -> Result<(), SyntaxError> {
+    fn insert(&mut self, node: Node, size: Size, anchor: usize) -> Result<(), SyntaxError> {
         // saphyr numbers anchors from 1; 0 means "no anchor".
         if anchor > 0 {
-            self.anchors.insert(anchor, node.clone());
+            // Keeping the anchor is a copy too: nested anchors would otherwise copy a large
+            // subtree once per level without a single alias.
+            charge(&mut self.copy_budget, self.limits, size.bytes, node.pos)?;
+            let anchored = Anchored {
+                node: node.clone(),
+                size,
+            };
+            self.anchors.insert(anchor, anchored);
         }
-        match self.stack.last_mut() {
-            None => self.root = Some(node),
-            Some(Frame {
-                open: Open::Seq(items),
-                ..
-            }) => items.push(node),
-            Some(Frame {
-                open: Open::Map(map),
-                ..
-            }) => match map.key.take() {
+        let Some(frame) = self.stack.last_mut() else {
+            self.root = Some(node);
+            return Ok(());
+        };
+        frame.children.bytes = frame.children.bytes.saturating_add(size.bytes);
+        frame.children.height = frame.children.height.max(size.height);
+        match &mut frame.open {
+            Open::Seq(items) => items.push(node),
+            Open::Map(map) => match map.key.take() {
                 None => {
                     map.check_duplicate(&node)?;
                     map.key = Some(node);

@@ -1,0 +1,292 @@
+//! Finding and reading config files without trusting the file system: every entry that looks
+//! like config but cannot be read as a regular file is an error naming it, nothing but a
+//! regular file is ever opened (a FIFO would block the loader), and a file is read only up to
+//! its size bound.
+
+use std::fs::{self, File, Metadata, OpenOptions};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use super::error::Diagnostic;
+use super::limits::show_bytes;
+use super::yaml::Pos;
+
+/// A problem with a whole file or directory has no line: it is reported at `0:0`.
+const WHOLE_FILE: Pos = Pos::new(0, 0);
+
+/// The config files of `path`: `path` itself when it is a file, else the `*.yaml`/`*.yml`
+/// entries of the directory (not recursive, hidden entries skipped), sorted. An entry with a
+/// config name that is not a readable regular file (a dangling symlink, a symlink loop, a
+/// directory, a FIFO, a socket, a device) is an error in `diagnostics`.
+pub(super) fn list(path: &Path, diagnostics: &mut Vec<Diagnostic>) -> Vec<PathBuf> {
+    let meta = match fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) => {
+            diagnostics.push(
+                Diagnostic::error(path, WHOLE_FILE, format!("cannot read config path: {e}"))
+                    .hint("pass an existing directory of *.yaml files"),
+            );
+            return Vec::new();
+        }
+    };
+    if meta.is_file() {
+        return vec![path.to_path_buf()];
+    }
+    if !meta.is_dir() {
+        diagnostics.push(
+            Diagnostic::error(
+                path,
+                WHOLE_FILE,
+                format!("config path is {}", not_a_file(&meta)),
+            )
+            .hint("pass a directory of *.yaml files, or one regular file"),
+        );
+        return Vec::new();
+    }
+    let entries = match fs::read_dir(path) {
+        Ok(entries) => entries,
+        Err(e) => {
+            diagnostics.push(Diagnostic::error(
+                path,
+                WHOLE_FILE,
+                format!("cannot list directory: {e}"),
+            ));
+            return Vec::new();
+        }
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                diagnostics.push(Diagnostic::error(
+                    path,
+                    WHOLE_FILE,
+                    format!("cannot list directory: {e}"),
+                ));
+                continue;
+            }
+        };
+        let file = entry.path();
+        if !is_config_file(&file) {
+            continue;
+        }
+        match regular_file(&file) {
+            Ok(()) => files.push(file),
+            Err(d) => diagnostics.push(*d),
+        }
+    }
+    files.sort();
+    files
+}
+
+/// `*.yaml`/`*.yml`, not hidden. Hidden entries include the `..data`/`..<timestamp>`
+/// machinery of Kubernetes ConfigMap volumes, whose files are reached through the visible
+/// per-key symlinks.
+pub fn is_config_file(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
+}
+
+/// Ok when `file` is, or is a symlink to, a regular file; else the error that says why not.
+fn regular_file(file: &Path) -> Result<(), Box<Diagnostic>> {
+    let error = |message: String, hint: &str| {
+        Err(Box::new(
+            Diagnostic::error(file, WHOLE_FILE, message).hint(hint),
+        ))
+    };
+    match fs::metadata(file) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(meta) if meta.is_dir() => error(
+            "is a directory named like a config file; config directories are not read recursively"
+                .to_owned(),
+            "rename it, or pass it as a config path of its own",
+        ),
+        Ok(meta) => error(
+            format!(
+                "is {}, not a regular file; it was not read",
+                not_a_file(&meta)
+            ),
+            "a config entry must be a regular file or a symlink to one",
+        ),
+        Err(e) => {
+            let is_link = fs::symlink_metadata(file).is_ok_and(|m| m.file_type().is_symlink());
+            if !is_link {
+                return error(
+                    format!("cannot read file: {e}"),
+                    "check the file's permissions",
+                );
+            }
+            let target = fs::read_link(file)
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|_| "?".to_owned());
+            if e.kind() == io::ErrorKind::NotFound {
+                error(
+                    format!("is a dangling symlink: its target `{target}` does not exist"),
+                    "restore the target or remove the symlink",
+                )
+            } else {
+                // ELOOP lands here ("Too many levels of symbolic links").
+                error(
+                    format!("is a symlink that cannot be followed (to `{target}`): {e}"),
+                    "a symlink loop never reaches a file; point it at a regular file",
+                )
+            }
+        }
+    }
+}
+
+/// What a non-regular file is, for messages ("a FIFO (named pipe)").
+fn not_a_file(meta: &Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// The bytes of a regular file, at most `max` of them.
+///
+/// `size` is the size the file had when opened; it is checked against the bounds before
+/// anything is read.
+pub(super) struct Opened {
+    file: File,
+    pub size: u64,
+}
+
+/// The bytes of the regular file `path`, at most `max` of them; an error for anything else
+/// (nothing but a regular file is opened, see [`open`]) or a larger file.
+///
+/// # Errors
+/// The file cannot be opened or read, is not a regular file, or holds more than `max` bytes.
+pub fn read_regular_file(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::other(format!(
+            "{} is {}",
+            path.display(),
+            not_a_file(&meta)
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(io::Error::other(format!(
+            "{} is {} bytes, more than {max}",
+            path.display(),
+            meta.len()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Opens `path` for reading if it is a regular file.
+///
+/// Opened non-blocking, so that a FIFO swapped in after [`list`] looked cannot block the
+/// loader (for a regular file the flag changes nothing); the open file is then checked again.
+pub(super) fn open(path: &Path) -> Result<Opened, Box<Diagnostic>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| read_error(path, &e))?;
+    let meta = file.metadata().map_err(|e| read_error(path, &e))?;
+    if !meta.is_file() {
+        return Err(Box::new(
+            Diagnostic::error(
+                path,
+                WHOLE_FILE,
+                format!(
+                    "is {}, not a regular file; it was not read",
+                    not_a_file(&meta)
+                ),
+            )
+            .hint("a config entry must be a regular file or a symlink to one"),
+        ));
+    }
+    Ok(Opened {
+        file,
+        size: meta.len(),
+    })
+}
+
+impl Opened {
+    /// The whole content as UTF-8, refusing more than `max` bytes (a file may grow after it
+    /// was measured).
+    pub(super) fn read(self, path: &Path, max: u64) -> Result<String, Box<Diagnostic>> {
+        if self.size > max {
+            return Err(too_large(path, self.size, max));
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(self.size).unwrap_or(0));
+        self.file
+            .take(max.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(|e| read_error(path, &e))?;
+        if bytes.len() as u64 > max {
+            return Err(too_large(path, bytes.len() as u64, max));
+        }
+        String::from_utf8(bytes).map_err(|e| Box::new(utf8_error(path, e.as_bytes())))
+    }
+}
+
+fn too_large(path: &Path, size: u64, max: u64) -> Box<Diagnostic> {
+    Box::new(
+        Diagnostic::error(
+            path,
+            WHOLE_FILE,
+            format!(
+                "file is {size} bytes, more than the {} a config file may have; it was not read",
+                show_bytes(max)
+            ),
+        )
+        .hint("split it into several files, or raise --max-config-file-size"),
+    )
+}
+
+fn read_error(path: &Path, e: &io::Error) -> Box<Diagnostic> {
+    let d = Diagnostic::error(path, WHOLE_FILE, format!("cannot read file: {e}"));
+    Box::new(if e.kind() == io::ErrorKind::PermissionDenied {
+        d.hint("check the file's permissions")
+    } else {
+        d
+    })
+}
+
+/// Invalid UTF-8, positioned at the first bad byte (line, and column in characters).
+fn utf8_error(path: &Path, bytes: &[u8]) -> Diagnostic {
+    let valid = match std::str::from_utf8(bytes) {
+        Ok(_) => bytes.len(),
+        Err(e) => e.valid_up_to(),
+    };
+    // Everything before `valid` is UTF-8 by definition of `valid_up_to`.
+    let before = String::from_utf8_lossy(&bytes[..valid]);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    let pos = Pos::new(
+        u32::try_from(line).unwrap_or(u32::MAX),
+        u32::try_from(column).unwrap_or(u32::MAX),
+    );
+    let byte = bytes.get(valid).copied().unwrap_or_default();
+    Diagnostic::error(
+        path,
+        pos,
+        format!("file is not valid UTF-8: byte 0x{byte:02x} cannot start or continue a character"),
+    )
+    .hint("config files are UTF-8; convert it (e.g. `iconv -t UTF-8`)")
+}
