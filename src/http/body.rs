@@ -18,6 +18,40 @@ use crate::upstream::h2_pool::H2Stream;
 use crate::upstream::pool::H1Sender;
 use crate::upstream::Endpoint;
 
+/// An error reading the client's request body: it broke the protocol, or the client went
+/// away (or stopped sending) before it ended. Kept apart from upstream errors all the way up,
+/// so that a client can never make an endpoint look broken (outlier detection, retries).
+#[derive(Debug, thiserror::Error)]
+#[error("client request body: {0}")]
+pub struct ClientBodyError(#[source] pub hyper::Error);
+
+impl ClientBodyError {
+    /// The client sent something that is not HTTP (a bad chunk), rather than leaving early.
+    /// hyper reports a bad chunk as an `InvalidData` I/O error of the body; an early end as
+    /// an incomplete message or a reset connection.
+    pub fn is_malformed(&self) -> bool {
+        if self.0.is_parse() {
+            return true;
+        }
+        let mut source = std::error::Error::source(&self.0);
+        while let Some(e) = source {
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                return matches!(
+                    io.kind(),
+                    std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput
+                );
+            }
+            source = e.source();
+        }
+        false
+    }
+
+    /// hyper's own words, for the reply and the log.
+    pub fn cause(&self) -> String {
+        super::proxy::error_chain(&self.0)
+    }
+}
+
 /// The body sent upstream.
 #[derive(Debug)]
 pub enum RequestBody {
@@ -56,15 +90,15 @@ impl RequestBody {
 
 impl Body for RequestBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = ClientBodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
         match self.get_mut() {
             RequestBody::Client(body, counter) => {
-                let polled = Pin::new(body).poll_frame(cx);
+                let polled = Pin::new(body).poll_frame(cx).map_err(ClientBodyError);
                 if let (Some(counter), Poll::Ready(Some(Ok(frame)))) = (counter, &polled) {
                     if let Some(data) = frame.data_ref() {
                         counter.fetch_add(data.len() as u64, Ordering::Relaxed);

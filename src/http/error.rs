@@ -14,6 +14,13 @@ use crate::upstream::tls::TlsFailure;
 /// The response header that carries the short error code of a local reply.
 pub const ERROR_HEADER: &str = "x-egressd-error";
 
+/// The status logged for a request whose client left before it was sent (nginx's 499): no
+/// one receives it.
+const CLIENT_CLOSED_REQUEST: StatusCode = match StatusCode::from_u16(499) {
+    Ok(status) => status,
+    Err(_) => StatusCode::BAD_REQUEST,
+};
+
 /// Why egressd answered a request itself.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
@@ -120,6 +127,14 @@ pub enum ProxyError {
     NotSupported(&'static str),
     #[error("this listener is being removed; retry the request")]
     ListenerGone,
+    /// The client's request body broke the protocol (a bad chunk): the client's fault, never
+    /// the upstream's.
+    #[error("malformed request body: {cause}")]
+    MalformedBody { cause: String },
+    /// The client went away before its request body ended (a `Content-Length` upload cut
+    /// short): nobody receives this reply; it is for the access log and metrics.
+    #[error("the client closed the connection before its request body ended: {cause}")]
+    ClientClosed { cause: String },
 }
 
 /// A CONNECT names its port; a plain request's port is usually the scheme's.
@@ -134,7 +149,8 @@ impl ProxyError {
     /// The short code in `x-egressd-error` and the access log.
     pub fn code(&self) -> &'static str {
         match self {
-            ProxyError::InvalidRequest(_) => "invalid_request",
+            ProxyError::InvalidRequest(_) | ProxyError::MalformedBody { .. } => "invalid_request",
+            ProxyError::ClientClosed { .. } => "client_closed",
             ProxyError::DestinationNotAllowed { .. }
             | ProxyError::DestinationDenied { .. }
             | ProxyError::PortNotAllowed { .. } => "destination_not_allowed",
@@ -164,6 +180,7 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::InvalidRequest(_)
+            | ProxyError::MalformedBody { .. }
             | ProxyError::McpProtocolVersion { .. }
             | ProxyError::McpHeaderMismatch { .. } => StatusCode::BAD_REQUEST,
             ProxyError::McpBodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -187,7 +204,26 @@ impl ProxyError {
             | ProxyError::UpstreamTls { .. } => StatusCode::BAD_GATEWAY,
             ProxyError::NotSupported(_) => StatusCode::NOT_IMPLEMENTED,
             ProxyError::LoopDetected { .. } => StatusCode::LOOP_DETECTED,
+            ProxyError::ClientClosed { .. } => CLIENT_CLOSED_REQUEST,
         }
+    }
+
+    /// The failure of a request whose body the client broke or abandoned, when `err` (from
+    /// sending upstream or reading the body ahead) comes from the client's body.
+    pub fn from_client_body(err: &(dyn std::error::Error + 'static)) -> Option<ProxyError> {
+        let mut source = Some(err);
+        while let Some(e) = source {
+            if let Some(body) = e.downcast_ref::<super::body::ClientBodyError>() {
+                let cause = body.cause();
+                return Some(if body.is_malformed() {
+                    ProxyError::MalformedBody { cause }
+                } else {
+                    ProxyError::ClientClosed { cause }
+                });
+            }
+            source = e.source();
+        }
+        None
     }
 
     /// The finer cause, where the code alone is not enough (TLS failures).

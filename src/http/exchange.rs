@@ -498,6 +498,10 @@ pub(super) fn is_idempotent(method: &http::Method) -> bool {
 
 /// The reply for a request that failed after a connection was there.
 fn upstream_error(target: &Target, endpoint: &Endpoint, err: &hyper::Error) -> ProxyError {
+    // The client's body failed, not the upstream: never blamed on the endpoint.
+    if let Some(client) = ProxyError::from_client_body(err) {
+        return client;
+    }
     let backend = target.backend.label.clone();
     let addr = endpoint.addr;
     let cause = error_chain(err);

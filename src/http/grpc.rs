@@ -75,6 +75,8 @@ pub fn parse_timeout(value: &[u8]) -> Option<Duration> {
 pub fn status_of(err: &ProxyError) -> GrpcStatus {
     match err {
         ProxyError::InvalidRequest(_)
+        | ProxyError::MalformedBody { .. }
+        | ProxyError::ClientClosed { .. }
         | ProxyError::McpProtocolVersion { .. }
         | ProxyError::McpSessionNotFound { .. }
         | ProxyError::McpHeaderMismatch { .. }

@@ -126,7 +126,10 @@ async fn read_body(
     let bytes = match collected {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
-        Err(e) => return Err(ProxyError::InvalidRequest(format!("request body: {e}"))),
+        Err(e) => {
+            return Err(ProxyError::from_client_body(&*e)
+                .unwrap_or_else(|| ProxyError::InvalidRequest(format!("request body: {e}"))))
+        }
     };
     Ok(Request::from_parts(
         parts,

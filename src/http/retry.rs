@@ -89,7 +89,10 @@ pub(super) async fn read_ahead(
     let (parts, body) = req.into_parts();
     let bytes = read_request_body(body, idle)
         .await?
-        .map_err(|e| ProxyError::InvalidRequest(format!("request body: {e}")))?
+        .map_err(|e| {
+            ProxyError::from_client_body(&e)
+                .unwrap_or_else(|| ProxyError::InvalidRequest(format!("request body: {e}")))
+        })?
         .to_bytes();
     Ok(Request::from_parts(
         parts,
