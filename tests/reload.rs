@@ -332,6 +332,108 @@ async fn yaml_syntax_error_is_rejected_with_its_position_and_old_config_keeps_se
     .await;
 }
 
+/// Waits until the failed-reload count rises above `failed`, returning `/status`.
+async fn wait_for_failed_reload(egressd: &Egressd, failed: u64, what: &str) -> serde_json::Value {
+    let refused = eventually(RELOAD_WITHIN, || async move {
+        egressd.status().await["lastReload"]["failed"]
+            .as_u64()
+            .unwrap()
+            > failed
+    })
+    .await;
+    if !refused {
+        egressd.fail(&format!("{what} was not refused within {RELOAD_WITHIN:?}"));
+    }
+    egressd.status().await
+}
+
+fn messages(status: &serde_json::Value) -> Vec<String> {
+    status["lastReload"]["messages"]
+        .as_array()
+        .expect("lastReload.messages")
+        .iter()
+        .filter_map(|m| m.as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn emptying_the_config_file_is_refused_and_the_last_good_config_keeps_serving() {
+    let rig = Rig::plain(&[]).await;
+    let generation = rig.egressd.generation().await;
+    let failed = rig.egressd.status().await["lastReload"]["failed"]
+        .as_u64()
+        .unwrap();
+
+    // `: > egressd.yaml`: truncated in place, nothing written.
+    std::fs::File::create(rig.config_path()).expect("truncate config");
+    let status = wait_for_failed_reload(&rig.egressd, failed, "the emptied config").await;
+
+    let messages = messages(&status);
+    println!("refused as expected: {messages:?}");
+    let path = rig.config_path().display().to_string();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.starts_with(&format!("{path}: warning: file is empty"))),
+        "{messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("error: the config declares no listener")),
+        "{messages:?}"
+    );
+    assert_eq!(status["generation"].as_u64(), Some(generation));
+    assert_eq!(rig.egressd.ready().await, Some(http::StatusCode::OK));
+    assert_eq!(rig.answered_by().await.as_deref(), Ok("a"));
+    assert_eq!(rig.egressd.listener_addr(LISTENER).await, rig.listener);
+
+    // Restoring the file reloads.
+    std::fs::write(rig.config_path(), rig.config("b")).expect("restore config");
+    rig.expect_reload_to(generation, "b").await;
+}
+
+/// What an alias bomb may cost the running process at most, in all (the issue's bomb took
+/// 498 MB in `validate` and killed a running egressd).
+const BOMB_PEAK_RSS_KIB: u64 = 64 * 1024;
+
+#[tokio::test]
+async fn alias_bomb_dropped_into_the_config_dir_is_refused_within_64_mib() {
+    let rig = Rig::plain(&[]).await;
+    let generation = rig.egressd.generation().await;
+    let failed = rig.egressd.status().await["lastReload"]["failed"]
+        .as_u64()
+        .unwrap();
+    let before = rig.egressd.peak_rss_kib();
+
+    // 595 KB, as in the issue: a 500 KB string anchored once and aliased 19,000 times
+    // (9.5 GB expanded).
+    let mut bomb = format!("big: &b \"{}\"\nlist:\n", "x".repeat(500_000));
+    for _ in 0..19_000 {
+        bomb.push_str("- *b\n");
+    }
+    let bomb_path = rig.dir.path().join("bomb.yaml");
+    replace_by_rename(&bomb_path, &bomb);
+    let status = wait_for_failed_reload(&rig.egressd, failed, "the alias bomb").await;
+
+    let messages = messages(&status);
+    let positioned =
+        regex::Regex::new(r"bomb\.yaml:\d+:\d+: error: anchors and aliases expand to more than")
+            .unwrap();
+    assert!(
+        messages.iter().any(|m| positioned.is_match(m)),
+        "{messages:?}"
+    );
+    let peak = rig.egressd.peak_rss_kib();
+    println!("peak RSS {before} KiB before the bomb, {peak} KiB after");
+    assert!(
+        peak < BOMB_PEAK_RSS_KIB,
+        "peak RSS {peak} KiB (was {before} KiB before the bomb)"
+    );
+    assert_eq!(status["generation"].as_u64(), Some(generation));
+    assert_eq!(rig.answered_by().await.as_deref(), Ok("a"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_reloads_under_load_lose_no_request() {
     const RELOADS: usize = 50;

@@ -5,31 +5,11 @@ use serde_json::{json, Value};
 use crate::config::wire::Kind;
 use crate::config::ConfigSet;
 
-/// Header names whose values are credentials.
-fn is_sensitive_header(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    [
-        "authorization",
-        "proxy-authorization",
-        "cookie",
-        "set-cookie",
-    ]
-    .contains(&n.as_str())
-        || [
-            "token",
-            "secret",
-            "key",
-            "password",
-            "auth",
-            "credential",
-            "session",
-        ]
-        .iter()
-        .any(|w| n.contains(w))
-}
+/// What replaces a redacted value.
+const REDACTED: &str = "<redacted>";
 
-/// Every object of the config, as written, with header values of credential-looking headers
-/// replaced by `<redacted>`.
+/// Every object of the config, as written, with the values that may be secrets replaced by
+/// `<redacted>` (see [`redact`]); names, paths and hostnames stay visible.
 pub fn config_dump(set: &ConfigSet) -> Value {
     let mut objects = Vec::new();
     let mut push = |kind: Kind, meta: Value, spec: Value| {
@@ -62,16 +42,22 @@ pub fn config_dump(set: &ConfigSet) -> Value {
     json!({ "files": set.files, "objects": objects })
 }
 
+/// Redacts by shape, not by header name, so that no naming convention can leak a secret:
+///
+/// - every `{name, value}` pair: the headers a `RequestHeaderModifier` or
+///   `ResponseHeaderModifier` sets or adds (`X-Upstream-Bearer`, `X-Signature`, ...) and every
+///   header or query parameter match value, wherever the kind puts them (HTTPRoute filters
+///   and matches today, policies later); the name stays;
+/// - every `credential` (a CredentialInjector's source).
+///
+/// A path match (`{type, value}`) has no `name` and stays visible.
 fn redact(v: &mut Value) {
     match v {
         Value::Object(map) => {
-            let sensitive = map
-                .get("name")
-                .and_then(Value::as_str)
-                .is_some_and(is_sensitive_header);
+            let pair = map.get("name").is_some_and(Value::is_string);
             for (k, child) in map.iter_mut() {
-                if (k == "value" && sensitive) || k == "credential" {
-                    *child = Value::String("<redacted>".into());
+                if (k == "value" && pair) || k == "credential" {
+                    *child = Value::String(REDACTED.into());
                 } else {
                     redact(child);
                 }
@@ -87,10 +73,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn redacts_credential_headers() {
-        let mut v = json!({"set": [{"name": "Authorization", "value": "Bearer x"}, {"name": "x-team", "value": "a"}]});
+    fn redacts_every_name_value_pair_and_keeps_names_and_paths() {
+        let mut v = json!({
+            "set": [{"name": "Authorization", "value": "Bearer x"}, {"name": "x-team", "value": "a"}],
+            "path": {"type": "PathPrefix", "value": "/v1"},
+            "credential": {"valueFile": "/k"},
+        });
         redact(&mut v);
-        assert_eq!(v["set"][0]["value"], "<redacted>");
-        assert_eq!(v["set"][1]["value"], "a");
+        assert_eq!(v["set"][0]["value"], REDACTED);
+        assert_eq!(v["set"][1]["value"], REDACTED);
+        assert_eq!(v["set"][1]["name"], "x-team");
+        assert_eq!(v["path"]["value"], "/v1");
+        assert_eq!(v["credential"], REDACTED);
     }
 }

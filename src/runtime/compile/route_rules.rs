@@ -250,9 +250,10 @@ fn check_match(
                     Err(e) => {
                         cx.error(
                             at(file, id, v.value.value.pos, format!("{f}.value")),
+                            // Match values may be secrets (a signature): never quoted.
                             format!(
-                                "invalid regular expression `{}`: {}",
-                                v.value.value.value,
+                                "invalid regular expression for `{}`: {}",
+                                v.value.name,
                                 regex_error(&e)
                             ),
                             "RE2 syntax; it must match the whole value",
@@ -442,11 +443,20 @@ fn header_ops(
         let v = HeaderValue::from_str(value);
         match (n, v) {
             (Ok(n), Ok(v)) => Some((n, v)),
-            _ => {
+            // The value may be a secret (a bearer token): never quoted, only its name.
+            (Err(_), _) => {
                 cx.error(
                     at(file, id, f.pos, field.to_owned()),
-                    format!("invalid header `{name}: {value}`"),
-                    "header names are tokens; values are visible ASCII",
+                    format!("invalid header name `{name}`"),
+                    "header names are tokens such as x-env",
+                );
+                None
+            }
+            (Ok(_), Err(_)) => {
+                cx.error(
+                    at(file, id, f.pos, field.to_owned()),
+                    format!("invalid value for header `{name}` (not shown)"),
+                    "header values are visible ASCII: no control characters or line breaks",
                 );
                 None
             }
