@@ -392,6 +392,31 @@ fn a_field_missing_from_the_start_is_still_reported_next_to_other_errors() {
     assert_eq!(found.len(), 2, "{}", render(&loaded.diagnostics));
 }
 
+#[test]
+fn errors_of_one_object_are_capped_at_fifty_with_a_warning_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "gateway.yaml", GATEWAY);
+    let mut text = BACKEND.to_owned();
+    for i in 0..60 {
+        text.push_str(&format!("  unknown{i}: 1\n"));
+    }
+    write(dir.path(), "backend.yaml", &text);
+
+    let loaded = load_paths(&[dir.path().to_path_buf()]);
+    assert_eq!(
+        errors(&loaded.diagnostics).len(),
+        50,
+        "{}",
+        render(&loaded.diagnostics)
+    );
+    let note = loaded
+        .diagnostics
+        .iter()
+        .find(|d| d.severity == Severity::Warning)
+        .unwrap_or_else(|| panic!("no warning:\n{}", render(&loaded.diagnostics)));
+    assert!(note.message.contains("only the first 50 errors"), "{note}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Point 8: alias expansion bounded in bytes, files and the whole config bounded in size
 // ---------------------------------------------------------------------------------------------

@@ -390,12 +390,29 @@ impl Base<'_> {
                 spec,
             }),
             Ok(_) => {}
-            Err(errors) => diags.extend(errors.into_iter().map(|e| {
-                Diagnostic::error(&**self.file, e.pos, e.message)
-                    .object(&self.id)
-                    .field(join_path("spec", &e.path))
-                    .hint("see `egressd schema` or the config reference in README.md")
-            })),
+            Err(errors) => {
+                let capped = errors.len() >= MAX_ERRORS_PER_OBJECT;
+                diags.extend(errors.into_iter().map(|e| {
+                    Diagnostic::error(&**self.file, e.pos, e.message)
+                        .object(&self.id)
+                        .field(join_path("spec", &e.path))
+                        .hint("see `egressd schema` or the config reference in README.md")
+                }));
+                if capped {
+                    diags.push(
+                        Diagnostic::warning(
+                            &**self.file,
+                            self.doc.pos,
+                            format!(
+                                "only the first {MAX_ERRORS_PER_OBJECT} errors of this object \
+                                 are shown"
+                            ),
+                        )
+                        .object(&self.id)
+                        .hint("fix these and validate again"),
+                    );
+                }
+            }
         }
     }
 }
