@@ -164,6 +164,8 @@ pub(super) fn refresh_gauges(shared: &crate::runtime::shared::Shared) {
                 .set(count);
         }
     }
+    m.buffered_body_bytes
+        .set(i64::try_from(shared.buffered_bodies.used()).unwrap_or(i64::MAX));
     let undeclared = snapshot.undeclared.as_ref().map_or(0, |u| u.len());
     m.undeclared_destinations
         .set(i64::try_from(undeclared).unwrap_or(i64::MAX));

@@ -61,9 +61,11 @@ pub enum RequestBody {
     /// No body: a request without one can be sent again as is (a stream refused by an
     /// HTTP/2 server, a connection that went away before the request was written).
     Empty,
-    /// A small body read ahead so the request can be retried (`retry.replayBodyLimit`); the
-    /// `Option` empties as it is sent, and a copy is taken before each attempt.
-    Buffered(Option<Bytes>),
+    /// A body read whole: ahead so the request can be retried (`retry.replayBodyLimit`), or
+    /// for MCP inspection. The `Option` empties as it is sent, and a copy is taken before each
+    /// attempt. The reservation of the buffer budget (`http::budget`) is shared by the copies
+    /// and given back when the last one is gone, when the bytes are.
+    Buffered(Option<Bytes>, Option<Arc<crate::http::budget::Reservation>>),
 }
 
 impl RequestBody {
@@ -107,7 +109,9 @@ impl Body for RequestBody {
                 polled
             }
             RequestBody::Empty => Poll::Ready(None),
-            RequestBody::Buffered(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            RequestBody::Buffered(bytes, _) => {
+                Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b))))
+            }
         }
     }
 
@@ -115,7 +119,7 @@ impl Body for RequestBody {
         match self {
             RequestBody::Client(body, _) => body.is_end_stream(),
             RequestBody::Empty => true,
-            RequestBody::Buffered(bytes) => bytes.is_none(),
+            RequestBody::Buffered(bytes, _) => bytes.is_none(),
         }
     }
 
@@ -123,7 +127,7 @@ impl Body for RequestBody {
         match self {
             RequestBody::Client(body, _) => body.size_hint(),
             RequestBody::Empty => SizeHint::with_exact(0),
-            RequestBody::Buffered(bytes) => {
+            RequestBody::Buffered(bytes, _) => {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }
         }

@@ -135,6 +135,15 @@ pub enum ProxyError {
     /// short): nobody receives this reply; it is for the access log and metrics.
     #[error("the client closed the connection before its request body ended: {cause}")]
     ClientClosed { cause: String },
+    /// egressd's memory for whole bodies (`bufferedBodies.budget`) is in use by other
+    /// requests, and this one cannot go on without its body buffered.
+    #[error("egressd's budget for buffered bodies ({budget} bytes, bufferedBodies.budget) is in use; try again later")]
+    BufferOverflow { budget: u64 },
+    /// A body egressd needs whole did not arrive in time (`bufferedBodies.readTimeout`).
+    #[error(
+        "the request body did not arrive whole within {timeout:?} (bufferedBodies.readTimeout)"
+    )]
+    BodyTimeout { timeout: Duration },
 }
 
 /// A CONNECT names its port; a plain request's port is usually the scheme's.
@@ -151,6 +160,8 @@ impl ProxyError {
         match self {
             ProxyError::InvalidRequest(_) | ProxyError::MalformedBody { .. } => "invalid_request",
             ProxyError::ClientClosed { .. } => "client_closed",
+            ProxyError::BufferOverflow { .. } => "overflow",
+            ProxyError::BodyTimeout { .. } => "request_body_timeout",
             ProxyError::DestinationNotAllowed { .. }
             | ProxyError::DestinationDenied { .. }
             | ProxyError::PortNotAllowed { .. } => "destination_not_allowed",
@@ -195,7 +206,9 @@ impl ProxyError {
             | ProxyError::CredentialUnavailable { .. }
             | ProxyError::ConnectFailure { .. }
             | ProxyError::Overflow { .. }
+            | ProxyError::BufferOverflow { .. }
             | ProxyError::ListenerGone => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ProxyError::ConnectTimeout { .. }
             | ProxyError::UpstreamTimeout { .. }
             | ProxyError::StreamIdleTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,

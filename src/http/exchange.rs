@@ -452,7 +452,9 @@ fn refused_retry_copy(req: &Request<RequestBody>, refused: u32) -> Option<Reques
 pub(super) fn replayable_copy(req: &Request<RequestBody>) -> Option<Request<RequestBody>> {
     let body = match req.body() {
         RequestBody::Empty => RequestBody::Empty,
-        RequestBody::Buffered(Some(bytes)) => RequestBody::Buffered(Some(bytes.clone())),
+        RequestBody::Buffered(Some(bytes), held) => {
+            RequestBody::Buffered(Some(bytes.clone()), held.clone())
+        }
         _ => return None,
     };
     let mut copy = Request::new(body);

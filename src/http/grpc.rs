@@ -86,7 +86,9 @@ pub fn status_of(err: &ProxyError) -> GrpcStatus {
         | ProxyError::PortNotAllowed { .. }
         | ProxyError::UpgradeNotAllowed { .. } => GrpcStatus::PermissionDenied,
         ProxyError::NoRoute { .. } | ProxyError::NotSupported(_) => GrpcStatus::Unimplemented,
-        ProxyError::UpstreamTimeout { .. } => GrpcStatus::DeadlineExceeded,
+        ProxyError::UpstreamTimeout { .. } | ProxyError::BodyTimeout { .. } => {
+            GrpcStatus::DeadlineExceeded
+        }
         ProxyError::NoBackend { .. }
         | ProxyError::UpstreamProtocol { .. }
         | ProxyError::LoopDetected { .. } => GrpcStatus::Internal,
@@ -98,6 +100,7 @@ pub fn status_of(err: &ProxyError) -> GrpcStatus {
         | ProxyError::UpstreamTls { .. }
         | ProxyError::UpstreamReset { .. }
         | ProxyError::Overflow { .. }
+        | ProxyError::BufferOverflow { .. }
         | ProxyError::ListenerGone => GrpcStatus::Unavailable,
     }
 }

@@ -5,11 +5,13 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
 use super::body::{ProxyBody, RequestBody};
+use super::budget;
 use super::error::ProxyError;
 use super::proxy::Outcome;
 use super::router::RouteEntry;
@@ -52,9 +54,9 @@ pub(super) async fn inbound(
             backend: backend.clone(),
             reason,
         })?;
-    let req = read_body(req, mcp.tools.is_some(), target).await?;
+    let req = read_body(shared, req, mcp.tools.is_some(), target).await?;
     let calls = match req.body() {
-        RequestBody::Buffered(Some(body)) => inspect::calls(body),
+        RequestBody::Buffered(Some(body), _) => inspect::calls(body),
         _ => mirrored.as_call().into_iter().collect(),
     };
     if let ([call], false) = (calls.as_slice(), mirrored.is_empty()) {
@@ -102,8 +104,11 @@ pub(super) async fn inbound(
 /// Reads an MCP POST's body for inspection when it fits [`inspect::BODY_LIMIT`]. A tool policy
 /// needs every body: one without a declared length is read up to the limit, and a body over
 /// it is refused (413) rather than let through unchecked. Without a policy, bodies of unknown
-/// or larger size stream on uninspected (the headers, when sent, still name the call).
+/// or larger size stream on uninspected (the headers, when sent, still name the call), and so
+/// does a body the buffer budget has no room for (`http::budget`); with a policy, that is 503
+/// `overflow`.
 async fn read_body(
+    shared: &Shared,
     req: Request<RequestBody>,
     policy: bool,
     target: &Target,
@@ -120,21 +125,16 @@ async fn read_body(
         _ => return Ok(req),
     }
     let (parts, body) = req.into_parts();
-    let limited = http_body_util::Limited::new(body, inspect::BODY_LIMIT as usize);
-    let collected =
-        super::retry::read_request_body(limited, target.policy.stream_idle_timeout).await?;
-    let bytes = match collected {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
-        Err(e) => {
-            return Err(ProxyError::from_client_body(&*e)
-                .unwrap_or_else(|| ProxyError::InvalidRequest(format!("request body: {e}"))))
+    let body = match budget::buffer_request_body(shared, body, inspect::BODY_LIMIT).await {
+        Ok(budget::Buffered::Whole(body)) => body,
+        Ok(budget::Buffered::NoRoom(_)) if policy => {
+            return Err(budget::BufferError::Overflow.into_proxy_error(shared))
         }
+        Ok(budget::Buffered::NoRoom(body)) => body,
+        Err(budget::BufferError::TooLarge(_)) => return Err(too_large()),
+        Err(e) => return Err(e.into_proxy_error(shared)),
     };
-    Ok(Request::from_parts(
-        parts,
-        RequestBody::Buffered(Some(bytes)),
-    ))
+    Ok(Request::from_parts(parts, body))
 }
 
 /// The answer to the first call of `calls` the tool policy denies, if one does.
@@ -340,9 +340,11 @@ impl http_body::Body for EndpointRewrite {
 }
 
 /// A `tools/list` answer without the tools the policy denies. The body (JSON, or the event
-/// stream a POST is answered with) is read whole, within `FILTER_LIMIT` and the stream idle
-/// timeout, filtered, and sent with its new length; the upstream connection is not reused.
+/// stream a POST is answered with) is read whole, within `FILTER_LIMIT`, the buffer budget
+/// (503 `overflow` past it: unfiltered it may not pass) and the stream idle timeout, filtered,
+/// and sent with its new length; the upstream connection is not reused.
 pub(super) async fn filtered_tools_list(
+    shared: &Shared,
     response: Response<Incoming>,
     policy: &ToolPolicy,
     entry: Option<&RouteEntry>,
@@ -356,12 +358,25 @@ pub(super) async fn filtered_tools_list(
         endpoint,
         cause,
     };
-    let limited = http_body_util::Limited::new(body, inspect::FILTER_LIMIT);
-    let collected = super::retry::collect_within(limited, target.policy.stream_idle_timeout)
-        .await
-        .map_err(|t| endpoint_error(format!("tools/list answer not complete within {t:?}")))?
-        .map_err(|e| endpoint_error(format!("tools/list answer: {e}")))?;
-    let bytes = collected.to_bytes();
+    let settings = shared.snapshot.load().settings.buffered_bodies;
+    let mut reservation = shared.buffered_bodies.reservation(settings.budget);
+    let idle = target.policy.stream_idle_timeout.unwrap_or(Duration::MAX);
+    let limit = inspect::FILTER_LIMIT as u64;
+    let bytes = match budget::collect(body, limit, &mut reservation, idle).await {
+        Ok(bytes) => bytes,
+        Err(budget::BufferError::Overflow) => {
+            shared.metrics.buffered_body_overflow("refused");
+            return Err(ProxyError::BufferOverflow {
+                budget: settings.budget,
+            });
+        }
+        Err(budget::BufferError::Timeout(t)) => {
+            return Err(endpoint_error(format!(
+                "tools/list answer not complete within {t:?}"
+            )))
+        }
+        Err(e) => return Err(endpoint_error(format!("tools/list answer: {e}"))),
+    };
     let event_stream = crate::mcp::is_event_stream(&parts.headers);
     if let Some(verdict) = verdict {
         let mut scan = ErrorScan::new(event_stream);

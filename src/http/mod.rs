@@ -9,6 +9,7 @@
 //! ```
 
 pub mod body;
+pub mod budget;
 pub mod credentials;
 pub mod error;
 mod exchange;

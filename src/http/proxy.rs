@@ -450,12 +450,8 @@ async fn proxy(
     let deadline = request_deadline(target.policy.request_timeout, grpc, started);
     let retry = target.policy.retry.as_ref();
     if let Some(policy) = retry {
-        upstream_req = super::retry::read_ahead(
-            upstream_req,
-            policy.replay_body_limit,
-            target.policy.stream_idle_timeout,
-        )
-        .await?;
+        upstream_req =
+            super::retry::read_ahead(shared, upstream_req, policy.replay_body_limit).await?;
     }
     let mut retries = 0u32;
     let mut retry_slot = None;
@@ -586,6 +582,7 @@ async fn proxy(
                 .filter(|_| outcome.mcp_method.as_deref() == Some("tools/list"))
             {
                 return super::mcp::filtered_tools_list(
+                    shared,
                     response,
                     policy,
                     entry,

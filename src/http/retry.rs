@@ -11,12 +11,13 @@
 use std::time::Duration;
 
 use http::{Method, Request, Response};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::body::{Lease, RequestBody};
+use super::budget::Buffered;
 use super::error::ProxyError;
 use super::exchange::is_idempotent;
+use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::RetryPolicy;
 
 pub(super) fn should_retry(
@@ -73,11 +74,12 @@ pub(super) async fn back_off(policy: &RetryPolicy, retry: u32) {
 }
 
 /// Reads a small request body ahead (its declared length within `limit`), so the request can
-/// be sent again. Bodies without a known length, or larger, stream as usual and are sent once.
+/// be sent again. Bodies without a known length, or larger, stream as usual and are sent once;
+/// so does a body the buffer budget has no room for (`http::budget`).
 pub(super) async fn read_ahead(
+    shared: &Shared,
     req: Request<RequestBody>,
     limit: u64,
-    idle: Option<Duration>,
 ) -> Result<Request<RequestBody>, ProxyError> {
     let fits = matches!(req.body(), RequestBody::Client(..))
         && http_body::Body::size_hint(req.body())
@@ -87,38 +89,9 @@ pub(super) async fn read_ahead(
         return Ok(req);
     }
     let (parts, body) = req.into_parts();
-    let bytes = read_request_body(body, idle)
-        .await?
-        .map_err(|e| {
-            ProxyError::from_client_body(&e)
-                .unwrap_or_else(|| ProxyError::InvalidRequest(format!("request body: {e}")))
-        })?
-        .to_bytes();
-    Ok(Request::from_parts(
-        parts,
-        RequestBody::Buffered(Some(bytes)),
-    ))
-}
-
-/// Reads a whole body, unless `idle` passes first (`Err` with that timeout).
-pub(super) async fn collect_within<B: http_body::Body>(
-    body: B,
-    idle: Option<Duration>,
-) -> Result<Result<http_body_util::Collected<B::Data>, B::Error>, Duration> {
-    let collect = body.collect();
-    match idle {
-        Some(t) => tokio::time::timeout(t, collect).await.map_err(|_| t),
-        None => Ok(collect.await),
-    }
-}
-
-/// Reads a client's request body ahead of sending it: a client that stops sending is
-/// bounded like a silent upstream (the stream idle timeout), and answered 400.
-pub(super) async fn read_request_body<B: http_body::Body>(
-    body: B,
-    idle: Option<Duration>,
-) -> Result<Result<http_body_util::Collected<B::Data>, B::Error>, ProxyError> {
-    collect_within(body, idle).await.map_err(|t| {
-        ProxyError::InvalidRequest(format!("the request body did not arrive within {t:?}"))
-    })
+    let body = match super::budget::buffer_request_body(shared, body, limit).await {
+        Ok(Buffered::Whole(body) | Buffered::NoRoom(body)) => body,
+        Err(e) => return Err(e.into_proxy_error(shared)),
+    };
+    Ok(Request::from_parts(parts, body))
 }

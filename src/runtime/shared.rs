@@ -43,6 +43,8 @@ pub struct Shared {
     pub metrics: Metrics,
     /// Destinations refused because nothing declares them (admin `/blocked`).
     pub blocked_destinations: crate::telemetry::blocked::BlockedDestinations,
+    /// Bytes of bodies egressd holds whole now (`bufferedBodies.budget` bounds them).
+    pub buffered_bodies: Arc<crate::http::budget::BufferBudget>,
     draining: AtomicBool,
     pub reload_status: Mutex<ReloadStatus>,
     /// Bound listener addresses by key (ports may be ephemeral), for `/status` and tests.
@@ -56,6 +58,7 @@ impl Default for Shared {
             access_log: AccessLog::default(),
             metrics: Metrics::default(),
             blocked_destinations: Default::default(),
+            buffered_bodies: Default::default(),
             draining: AtomicBool::new(false),
             reload_status: Mutex::new(ReloadStatus {
                 result: "pending",

@@ -74,6 +74,8 @@ pub struct ProxySettings {
     pub undeclared_limits: crate::runtime::undeclared::UndeclaredLimits,
     /// How much the blocked-egress audit (admin `/blocked`) remembers.
     pub blocked_audit: crate::telemetry::blocked::AuditLimits,
+    /// The budget for bodies egressd holds whole, and how long they may take to arrive.
+    pub buffered_bodies: crate::http::budget::BufferSettings,
     pub drain_timeout: Duration,
     pub access_log: AccessLogSettings,
     /// Name servers for FQDN destinations (empty: the system's).
@@ -95,6 +97,7 @@ impl Default for ProxySettings {
             undeclared_addresses: crate::upstream::address::AddressPolicy::default(),
             undeclared_limits: Default::default(),
             blocked_audit: Default::default(),
+            buffered_bodies: Default::default(),
             drain_timeout: Duration::from_secs(30),
             access_log: AccessLogSettings::default(),
             nameservers: Vec::new(),

@@ -138,6 +138,11 @@ pub struct BackendToolLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabel {
+    pub action: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HostLabel {
     pub host: String,
 }
@@ -236,6 +241,10 @@ pub struct Metrics {
     pub certificate_expiry: Family<FileLabel, Gauge>,
     /// Undeclared destinations kept now (`undeclaredDestinations.maxDestinations` bounds it).
     pub undeclared_destinations: Gauge,
+    /// Bytes of bodies egressd holds whole now (`bufferedBodies.budget` bounds them).
+    pub buffered_body_bytes: Gauge,
+    /// Bodies the buffer budget had no room for, by what happened to them.
+    pub buffered_body_overflows: Family<ActionLabel, Counter>,
     pub retries: Family<BackendLabel, Counter>,
     pub health_checks: Family<BackendResultLabel, Counter>,
 }
@@ -440,6 +449,18 @@ impl Default for Metrics {
             "Seconds until the first certificate of each certificate file the config uses expires (negative once expired)",
             certificate_expiry.clone(),
         );
+        let buffered_body_bytes = Gauge::default();
+        registry.register(
+            "buffered_body_bytes",
+            "Bytes of bodies egressd holds whole now (MCP inspection, tools/list filtering, retry read-ahead); at most bufferedBodies.budget",
+            buffered_body_bytes.clone(),
+        );
+        let buffered_body_overflows = Family::<ActionLabel, Counter>::default();
+        registry.register(
+            "buffered_body_overflows",
+            "Bodies the bufferedBodies budget had no room for: no_room (a declared length that did not fit: streamed on if the request can go without, else 503 overflow), refused (503 overflow part-way)",
+            buffered_body_overflows.clone(),
+        );
         let undeclared_destinations = Gauge::default();
         registry.register(
             "undeclared_destinations",
@@ -484,6 +505,8 @@ impl Default for Metrics {
             upstream_endpoints,
             certificate_expiry,
             undeclared_destinations,
+            buffered_body_bytes,
+            buffered_body_overflows,
             retries,
             websockets_active,
             websocket_bytes,
@@ -555,6 +578,13 @@ impl Metrics {
             &self.upstream_latency,
             &BackendLabel { backend: name() },
         )
+    }
+
+    /// Counts a body the buffer budget had no room for (`no_room` or `refused`).
+    pub fn buffered_body_overflow(&self, action: &'static str) {
+        self.buffered_body_overflows
+            .get_or_create(&ActionLabel { action })
+            .inc();
     }
 
     /// Counts a refused destination (labelled `other` once [`TRAFFIC_LABELS`] hosts are in

@@ -374,7 +374,7 @@ async fn mcp_post(
     for (name, value) in headers {
         builder = builder.header(name, value);
     }
-    let body = RequestBody::Buffered(Some(message.to_string().into()));
+    let body = RequestBody::Buffered(Some(message.to_string().into()), None);
     conn.send(builder, path, host, plan, body).await
 }
 

@@ -23,6 +23,9 @@ pub struct ProxyConfigSpec {
     /// The blocked-egress audit (admin `/blocked`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_audit: Option<BlockedAuditSpec>,
+    /// Bodies egressd holds whole (MCP inspection, retry read-ahead): their memory budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffered_bodies: Option<BufferedBodiesSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,6 +93,21 @@ pub struct UndeclaredDestinationsSpec {
     /// refresher stops (default 5m, as Envoy's dynamic forward proxy `host_ttl`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<Spanned<GwDuration>>,
+}
+
+/// `ProxyConfig.spec.bufferedBodies`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BufferedBodiesSpec {
+    /// Bytes all bodies egressd holds whole may take together, process-wide (default `32Mi`).
+    /// Past it, a retry read-ahead is skipped (the request streams, without retries), an MCP
+    /// request without a tool policy passes uninspected, and what needs its body whole gets
+    /// 503 `overflow`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Spanned<Quantity>>,
+    /// How long a body egressd holds whole may take to arrive (default 30s); later: 408.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_timeout: Option<Spanned<GwDuration>>,
 }
 
 /// `ProxyConfig.spec.blockedAudit`: how much of what was refused admin `/blocked` remembers.

@@ -100,6 +100,9 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
     if let Some(audit) = &spec.blocked_audit {
         super::undeclared::compile_blocked_audit(cx, file, id, audit, &mut settings.proxy);
     }
+    if let Some(buffers) = &spec.buffered_bodies {
+        super::undeclared::compile_buffered_bodies(cx, file, id, buffers, &mut settings.proxy);
+    }
     if let Some(timeout) = spec.drain.as_ref().and_then(|d| d.timeout) {
         settings.proxy.drain_timeout = Duration::from(timeout);
     }

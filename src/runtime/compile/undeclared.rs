@@ -1,5 +1,5 @@
-//! `ProxyConfig.spec.undeclaredDestinations` and `.blockedAudit` → the limits of the tables
-//! that clients fill by naming destinations.
+//! `ProxyConfig.spec.undeclaredDestinations`, `.blockedAudit` and `.bufferedBodies` → the
+//! limits of what clients fill by naming destinations and sending bodies.
 
 use std::path::Path;
 use std::time::Duration;
@@ -117,4 +117,40 @@ fn parse_cidr(text: &str) -> Option<ipnet::IpNet> {
             .ok()
             .map(ipnet::IpNet::from)
     })
+}
+
+/// Reads `bufferedBodies` into `settings`.
+pub(super) fn compile_buffered_bodies(
+    cx: &mut Cx,
+    file: &Path,
+    id: &ObjectId,
+    spec: &crate::config::wire::proxy::BufferedBodiesSpec,
+    settings: &mut ProxySettings,
+) {
+    let buffers = &mut settings.buffered_bodies;
+    if let Some(budget) = &spec.budget {
+        let bytes = u64::from(budget.value);
+        // At least one whole MCP body (4 MiB), or inspection could never happen.
+        if bytes < crate::mcp::inspect::BODY_LIMIT {
+            cx.error(
+                at(file, id, budget.pos, "spec.bufferedBodies.budget"),
+                format!("budget must be at least 4Mi (one MCP body egressd inspects), got {bytes} bytes"),
+                "omit it for the default, 32Mi",
+            );
+        } else {
+            buffers.budget = bytes;
+        }
+    }
+    if let Some(timeout) = &spec.read_timeout {
+        let read_timeout = Duration::from(timeout.value);
+        if read_timeout.is_zero() {
+            cx.error(
+                at(file, id, timeout.pos, "spec.bufferedBodies.readTimeout"),
+                "readTimeout must be longer than 0s",
+                "omit it for the default, 30s",
+            );
+        } else {
+            buffers.read_timeout = read_timeout;
+        }
+    }
 }
