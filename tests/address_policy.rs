@@ -126,3 +126,76 @@ async fn allowed_addresses_open_a_non_public_network_in_every_spelling() {
     }
     assert_eq!(upstream.request_count(), 3);
 }
+
+/// A minimal TLS 1.2 ClientHello naming `sni` (RFC 5246 §7.4.1.2, RFC 6066 §3), written by
+/// hand: TLS libraries refuse to send names such as `2130706433`, which is the point.
+fn client_hello(sni: &str) -> Vec<u8> {
+    let name = sni.as_bytes();
+    let mut server_name = vec![0u8]; // host_name
+    server_name.extend_from_slice(&(name.len() as u16).to_be_bytes());
+    server_name.extend_from_slice(name);
+    let mut list = (server_name.len() as u16).to_be_bytes().to_vec();
+    list.extend_from_slice(&server_name);
+    let mut extensions = vec![0u8, 0]; // server_name
+    extensions.extend_from_slice(&(list.len() as u16).to_be_bytes());
+    extensions.extend_from_slice(&list);
+    let mut hello = vec![3u8, 3]; // TLS 1.2
+    hello.extend_from_slice(&[7u8; 32]); // random
+    hello.push(0); // no session id
+    hello.extend_from_slice(&[0, 2, 0x13, 0x01]); // one cipher suite
+    hello.extend_from_slice(&[1, 0]); // null compression
+    hello.extend_from_slice(&(extensions.len() as u16).to_be_bytes());
+    hello.extend_from_slice(&extensions);
+    let mut handshake = vec![1u8]; // client_hello
+    handshake.extend_from_slice(&(hello.len() as u32).to_be_bytes()[1..]);
+    handshake.extend_from_slice(&hello);
+    let mut record = vec![0x16u8, 3, 1];
+    record.extend_from_slice(&(handshake.len() as u16).to_be_bytes());
+    record.extend_from_slice(&handshake);
+    record
+}
+
+/// Sends a ClientHello naming `sni` to the passthrough listener and waits until egressd
+/// closes the connection (it refuses before any upstream could answer).
+async fn hello_with_sni(proxy: SocketAddr, sni: &str) {
+    let mut tcp = TcpStream::connect(proxy).await.unwrap();
+    tcp.write_all(&client_hello(sni)).await.unwrap();
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tcp.read_to_end(&mut rest),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_passthrough_sni_is_judged_in_canonical_form() {
+    let dns = TestDns::start().await;
+    let mapped: IpAddr = "::ffff:127.0.0.1".parse().unwrap();
+    dns.set_ips("sni.mapped.test", &[mapped], 60);
+    let spec = "  outboundPolicy: AuditOnly\n";
+    let yaml = preamble_with(Some(dns.addr), spec)
+        + "---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: edge}\nspec:\n  listeners:\n  - {name: tls, address: 127.0.0.1, port: 0, protocol: TLS, tls: {mode: Passthrough}}\n";
+    let proxy = TestProxy::start(&yaml).await;
+    let edge = proxy.listener("default/edge/tls");
+
+    // A number inet_aton reads as 127.0.0.1 is no host name: refused, not recorded.
+    hello_with_sni(edge, "2130706433").await;
+    // A name whose only answer is mapped loopback has no usable address.
+    hello_with_sni(edge, "sni.mapped.test").await;
+
+    let metric =
+        |cause: &str| format!("egressd_tls_passthrough_rejected_total{{cause=\"{cause}\"}}");
+    let counted = common::proxy::eventually(std::time::Duration::from_secs(5), || async {
+        common::outlier::metric(&proxy, &metric("invalid_sni")).await == 1.0
+            && common::outlier::metric(&proxy, &metric("no_healthy_upstream")).await == 1.0
+    })
+    .await;
+    assert!(
+        counted,
+        "{}",
+        get(proxy.admin, "admin", "/metrics").await.text()
+    );
+    let blocked = get(proxy.admin, "admin", "/blocked").await.text();
+    assert!(!blocked.contains("2130706433"), "{blocked}");
+}

@@ -1320,3 +1320,73 @@ fn tracing_mistakes_are_errors_at_each_value() {
         );
     }
 }
+
+#[test]
+fn limits_out_of_range_are_errors_at_each_value() {
+    let dir = fixture("limits-mistakes");
+    let diags = diagnostics(&dir);
+    let errors: Vec<&Diagnostic> = diags
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .collect();
+    assert_eq!(errors.len(), 7, "{}", render(&diags));
+    let expected = [
+        (
+            "- 10.0.0.0/40",
+            "10.0.0.0/40",
+            "spec.undeclaredDestinations.allowedAddresses[0]",
+            "invalid CIDR",
+        ),
+        (
+            "maxDestinations: 0",
+            "0",
+            "spec.undeclaredDestinations.maxDestinations",
+            "at least 1",
+        ),
+        (
+            "idleTimeout: 0s",
+            "0s",
+            "spec.undeclaredDestinations.idleTimeout",
+            "longer than 0s",
+        ),
+        (
+            "maxEntries: 0",
+            "0",
+            "spec.blockedAudit.maxEntries",
+            "at least 1",
+        ),
+        (
+            "retention: 0s",
+            "0s",
+            "spec.blockedAudit.retention",
+            "longer than 0s",
+        ),
+        (
+            "budget: 1Mi",
+            "1Mi",
+            "spec.bufferedBodies.budget",
+            "at least 4Mi",
+        ),
+        (
+            "readTimeout: 0s",
+            "0s",
+            "spec.bufferedBodies.readTimeout",
+            "longer than 0s",
+        ),
+    ];
+    for (context, token, field, message) in expected {
+        let found = errors.iter().find(|d| d.field == field);
+        let d = found.unwrap_or_else(|| panic!("no error for {field}: {}", render(&diags)));
+        assert!(d.message.contains(message), "{d}");
+        assert_error(
+            &dir,
+            d,
+            &Expect {
+                at: spot("proxy.yaml", context, token),
+                object: Some("ProxyConfig default/egressd"),
+                field,
+                message: &d.message,
+            },
+        );
+    }
+}
