@@ -59,7 +59,7 @@ pub async fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<Adm
                 accepted = listener.accept() => match accepted {
                     Ok(a) => a,
                     Err(e) => {
-                        tracing::warn!(error = %e, "admin accept failed");
+                        crate::telemetry::log_limit::limited!(warn, error = %e, "admin accept failed");
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                         continue;
                     }

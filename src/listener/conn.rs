@@ -127,7 +127,7 @@ pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
             Err(e) => {
                 // EMFILE/ENFILE and friends: back off instead of spinning; the backlog holds
                 // connections meanwhile.
-                tracing::warn!(listener = %ctx.key, error = %e, "accept failed");
+                crate::telemetry::log_limit::limited!(warn, listener = %ctx.key, error = %e, "accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }

@@ -13,6 +13,7 @@ use crate::http::proxy::ConnInfo;
 use crate::http::router::SniDecision;
 use crate::runtime::shared::Shared;
 use crate::runtime::undeclared::{Carriage, Refusal};
+use crate::telemetry::log_limit::limited;
 
 /// How long a client may take to send its ClientHello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -21,7 +22,8 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// `/blocked`.
 const UNDECLARED_PORT: u16 = 443;
 
-/// Serves one connection; every refusal closes it with a logged reason and a counted one.
+/// Serves one connection; every refusal closes it with a counted reason (and a logged one,
+/// within the log's rate limit).
 pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Shared) {
     let mut passage = Passage::new(shared, info);
     let mut hello = Vec::with_capacity(1024);
@@ -117,7 +119,7 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
     let mut upstream = match connected {
         Ok(stream) => stream,
         Err(e) => {
-            tracing::info!(listener = %info.listener, client = %info.client, sni, backend = %target.backend.label, error = %e, "passthrough: upstream connect failed");
+            limited!(info, listener = %info.listener, client = %info.client, sni, backend = %target.backend.label, error = %e, "passthrough: upstream connect failed");
             shared
                 .metrics
                 .tls_passthrough_rejected
@@ -236,9 +238,10 @@ async fn read_hello(
     }
 }
 
-/// Closes the connection (by returning), logging why and counting it. Logged at info: unlike
+/// Closes the connection (by returning), counting why and logging it. Logged at info: unlike
 /// a failed TLS handshake on an HTTPS listener, a refused SNI is an egress decision an
-/// operator wants to see (the destination is named).
+/// operator wants to see (the destination is named); but any client can cause one per
+/// connection, so the lines are rate-limited and the counter is what counts them all.
 fn refuse(passage: &mut Passage<'_>, cause: &'static str, why: &str, sni: Option<&str>) {
     passage.error = Some(cause);
     let (shared, info) = (passage.shared, passage.info);
@@ -247,5 +250,5 @@ fn refuse(passage: &mut Passage<'_>, cause: &'static str, why: &str, sni: Option
         .tls_passthrough_rejected
         .get_or_create(&crate::telemetry::metrics::CauseLabel { cause })
         .inc();
-    tracing::info!(listener = %info.listener, client = %info.client, sni = sni.unwrap_or("-"), cause, "passthrough refused: {why}");
+    limited!(info, listener = %info.listener, client = %info.client, sni = sni.unwrap_or("-"), cause, "passthrough refused: {why}");
 }
