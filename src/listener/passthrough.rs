@@ -3,10 +3,9 @@
 //! itself) to an endpoint. egressd never sees plaintext; the client verifies the endpoint's
 //! own certificate.
 
-use std::time::Duration;
-
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use super::sni::{peek_client_hello, Peek, MAX_HELLO};
 use crate::http::proxy::ConnInfo;
@@ -15,29 +14,33 @@ use crate::runtime::shared::Shared;
 use crate::runtime::undeclared::{Carriage, Refusal};
 use crate::telemetry::log_limit::limited;
 
-/// How long a client may take to send its ClientHello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// The port an SNI nothing declares is reached on (AllowAny, AuditOnly) and suggested for in
 /// `/blocked`.
 const UNDECLARED_PORT: u16 = 443;
 
 /// Serves one connection; every refusal closes it with a counted reason (and a logged one,
-/// within the log's rate limit).
-pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Shared) {
+/// within the log's rate limit). The ClientHello must be complete by `hello_deadline`
+/// (`headerReadTimeout` after accept).
+pub(super) async fn serve(
+    mut client: TcpStream,
+    info: &ConnInfo,
+    shared: &Shared,
+    hello_deadline: Option<Instant>,
+) {
     let mut passage = Passage::new(shared, info);
     let mut hello = Vec::with_capacity(1024);
-    let sni = match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut client, &mut hello)).await {
-        Err(_) => {
+    let sni = match super::conn::within(hello_deadline, read_hello(&mut client, &mut hello)).await {
+        None => {
+            super::conn::timed_out(shared, info, super::watchdog::Expiry::HeaderRead);
             return refuse(
                 &mut passage,
                 "client_hello_timeout",
                 "no ClientHello in time",
                 None,
-            )
+            );
         }
-        Ok(Err(reason)) => return refuse(&mut passage, "not_tls", reason, None),
-        Ok(Ok(None)) => {
+        Some(Err(reason)) => return refuse(&mut passage, "not_tls", reason, None),
+        Some(Ok(None)) => {
             return refuse(
                 &mut passage,
                 "no_sni",
@@ -47,7 +50,7 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
         }
         // Canonical before routing or recording: an SNI that is no host name is refused
         // without a trace in `/blocked`, and an address literal in any spelling is one address.
-        Ok(Ok(Some(sni))) => match crate::upstream::address::canonical_host(&sni) {
+        Some(Ok(Some(sni))) => match crate::upstream::address::canonical_host(&sni) {
             Ok(host) => host.into_owned(),
             Err(e) => return refuse(&mut passage, "invalid_sni", &e.to_string(), None),
         },
