@@ -26,6 +26,8 @@ const CLIENT_CLOSED_REQUEST: StatusCode = match StatusCode::from_u16(499) {
 pub enum ProxyError {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    #[error("{0}")]
+    HeadRejected(#[from] super::limits::HeadRejection),
     #[error("destination {host}{} is not allowed: no Backend or route declares it", shown_port(*via, *port))]
     DestinationNotAllowed {
         host: String,
@@ -151,6 +153,7 @@ impl ProxyError {
         match self {
             ProxyError::InvalidRequest(_) | ProxyError::MalformedBody { .. } => "invalid_request",
             ProxyError::ClientClosed { .. } => "client_closed",
+            ProxyError::HeadRejected(rejection) => rejection.code(),
             ProxyError::DestinationNotAllowed { .. }
             | ProxyError::DestinationDenied { .. }
             | ProxyError::PortNotAllowed { .. } => "destination_not_allowed",
@@ -179,6 +182,7 @@ impl ProxyError {
 
     pub fn status(&self) -> StatusCode {
         match self {
+            ProxyError::HeadRejected(rejection) => rejection.status(),
             ProxyError::InvalidRequest(_)
             | ProxyError::MalformedBody { .. }
             | ProxyError::McpProtocolVersion { .. }
