@@ -396,10 +396,9 @@ async fn tls_passthrough_and_https_connections_count_against_max_connections() {
     assert!(eventually(WITHIN, || async { try_get(setup.http()).await.is_some() }).await);
 }
 
-#[tokio::test]
-async fn a_connect_tunnel_keeps_its_slot_after_the_upgrade() {
-    let upstream = Upstream::start("svc").await;
-    let echo = common::upstream::RawUpstream::start(|mut stream| async move {
+/// A raw TCP server echoing what it reads, for tunnels.
+async fn echo_upstream() -> common::upstream::RawUpstream {
+    common::upstream::RawUpstream::start(|mut stream| async move {
         let mut buf = [0u8; 1024];
         while let Ok(n) = stream.read(&mut buf).await {
             if n == 0 || stream.write_all(&buf[..n]).await.is_err() {
@@ -407,16 +406,28 @@ async fn a_connect_tunnel_keeps_its_slot_after_the_upgrade() {
             }
         }
     })
-    .await;
+    .await
+}
+
+/// A proxy as [`config`] with `downstream`, letting `CONNECT` reach undeclared destinations,
+/// loopback included (the echo server).
+async fn tunnel_proxy(downstream: &str) -> (TestProxy, Upstream, tempfile::TempDir) {
+    let upstream = Upstream::start("svc").await;
     let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new("tunnel");
-    let cert = ca.server_cert(&[San::dns(APP)]).write(dir.path(), "app");
-    // Undeclared destinations allowed, loopback included: CONNECT to the echo server.
-    let yaml = config("    maxConnections: 1\n", "", upstream.addr, &cert).replace(
+    let cert = TestCa::new("tunnel")
+        .server_cert(&[San::dns(APP)])
+        .write(dir.path(), "app");
+    let yaml = config(downstream, "", upstream.addr, &cert).replace(
         "  accessLog:",
         "  outboundPolicy: AllowAny\n  undeclaredDestinations: {deniedAddresses: []}\n  accessLog:",
     );
-    let proxy = TestProxy::start(&yaml).await;
+    (TestProxy::start(&yaml).await, upstream, dir)
+}
+
+#[tokio::test]
+async fn a_connect_tunnel_keeps_its_slot_after_the_upgrade() {
+    let echo = echo_upstream().await;
+    let (proxy, _upstream, _dir) = tunnel_proxy("    maxConnections: 1\n").await;
     let http = proxy.listener("default/gw/http");
     let mut tunnel = TcpStream::connect(http).await.unwrap();
     let target = format!("127.0.0.1:{}", echo.addr.port());
@@ -438,6 +449,47 @@ async fn a_connect_tunnel_keeps_its_slot_after_the_upgrade() {
     assert!(try_get(http).await.is_none());
     drop(tunnel);
     assert!(eventually(WITHIN, || async { try_get(http).await.is_some() }).await);
+}
+
+#[tokio::test]
+async fn an_http2_connection_carrying_only_a_tunnel_is_not_idle() {
+    let echo = echo_upstream().await;
+    let (proxy, _upstream, _dir) = tunnel_proxy("    idleTimeout: 300ms\n").await;
+    let mut sender = common::h2::client(proxy.listener("default/gw/http")).await;
+    let request = http::Request::connect(format!("127.0.0.1:{}", echo.addr.port()))
+        .body(common::h2::body(""))
+        .unwrap();
+    let response = sender
+        .send_request(request)
+        .await
+        .expect("CONNECT response");
+    assert_eq!(response.status(), 200);
+    let mut tunnel =
+        hyper_util::rt::TokioIo::new(hyper::upgrade::on(response).await.expect("tunnel stream"));
+    let mut buf = [0u8; 16];
+    tunnel.write_all(b"one").await.unwrap();
+    tunnel.read_exact(&mut buf[..3]).await.unwrap();
+    // Silent for longer than idleTimeout and the grace after a GOAWAY together: the tunnel's
+    // stream is a request in flight, so the connection is not idle.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    tunnel.write_all(b"two").await.unwrap();
+    let read = tokio::time::timeout(WITHIN, tunnel.read_exact(&mut buf[..3])).await;
+    assert!(matches!(read, Ok(Ok(3))), "the tunnel was cut: {read:?}");
+    assert_eq!(&buf[..3], b"two");
+    assert_eq!(proxy_metric(&proxy, &timeouts("idle_timeout")), 0.0);
+    // Once the tunnel closes, the connection is idle like any other.
+    drop(tunnel);
+    assert!(
+        eventually(WITHIN, || {
+            let closed = sender.is_closed();
+            async move { closed }
+        })
+        .await
+    );
+}
+
+fn proxy_metric(proxy: &TestProxy, series: &str) -> f64 {
+    sample(&proxy.egressd().shared().metrics.encode(), series)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -82,13 +82,17 @@ pub async fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<Adm
             };
             backoff.reset();
             let accepted_at = tokio::time::Instant::now();
-            let settings = shared.snapshot.load().settings.clone();
-            let Some(slot) = cap.try_take(settings.admin_max_connections) else {
+            let (downstream, max) = {
+                let snapshot = shared.snapshot.load();
+                let settings = &snapshot.settings;
+                (settings.downstream, settings.admin_max_connections)
+            };
+            let Some(slot) = cap.try_take(max) else {
                 listener_refused(&shared, "admin_max_connections");
                 drop(stream);
                 limited!(
                     warn,
-                    max_connections = settings.admin_max_connections,
+                    max_connections = max,
                     "admin connection refused: admin.maxConnections connections are open"
                 );
                 continue;
@@ -96,15 +100,7 @@ pub async fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<Adm
             let shared = shared.clone();
             let stopped = stopped.clone();
             tokio::spawn(async move {
-                serve(
-                    stream,
-                    slot,
-                    accepted_at,
-                    &settings.downstream,
-                    shared,
-                    stopped,
-                )
-                .await;
+                serve(stream, slot, accepted_at, &downstream, shared, stopped).await;
             });
         }
     });

@@ -11,7 +11,6 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,13 +19,14 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
-use super::cap::{AcceptBackoff, ConnectionCap, Slot};
+use super::cap::{AcceptBackoff, Slot};
 use super::detect::{sniff, Protocol, ServedIo};
 use super::http::HttpServer;
+use super::tracker::{ConnGuard, ConnTracker};
 use super::watchdog::{watchdog, Activity, Expiry, Tracked};
 use super::Accept;
 use crate::http::proxy::{handle, ConnInfo};
@@ -34,76 +34,6 @@ use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{AcceptMode, DownstreamSettings};
 use crate::telemetry::log_limit::limited;
 use crate::telemetry::metrics::{CodeLabel, ReasonLabel};
-
-/// Counts open downstream connections and tells them to finish up when draining.
-#[derive(Debug)]
-pub struct ConnTracker {
-    open: AtomicUsize,
-    closed: Notify,
-    drain: watch::Sender<bool>,
-    /// Client sockets open, against `downstream.maxConnections` (unlike `open`, a CONNECT
-    /// tunnel over HTTP/2 is not counted apart from its connection).
-    sockets: Arc<ConnectionCap>,
-}
-
-impl Default for ConnTracker {
-    fn default() -> Self {
-        ConnTracker {
-            open: AtomicUsize::new(0),
-            closed: Notify::new(),
-            drain: watch::channel(false).0,
-            sockets: Arc::default(),
-        }
-    }
-}
-
-/// One open connection; dropping it updates the count.
-pub struct ConnGuard(Arc<ConnTracker>);
-
-impl Drop for ConnGuard {
-    fn drop(&mut self) {
-        if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.closed.notify_waiters();
-        }
-    }
-}
-
-impl ConnGuard {
-    fn tracker(&self) -> Arc<ConnTracker> {
-        self.0.clone()
-    }
-}
-
-impl ConnTracker {
-    /// Registers an open connection (or tunnel) until the guard is dropped.
-    pub fn enter(self: &Arc<Self>) -> ConnGuard {
-        self.open.fetch_add(1, Ordering::AcqRel);
-        ConnGuard(self.clone())
-    }
-
-    pub fn open_connections(&self) -> usize {
-        self.open.load(Ordering::Acquire)
-    }
-
-    /// Asks every connection to finish its in-flight requests and close.
-    pub fn start_drain(&self) {
-        self.drain.send_replace(true);
-    }
-
-    /// Waits until no connection is open, for at most `limit`. True if all closed.
-    pub async fn wait_closed(&self, limit: Duration) -> bool {
-        let wait = async {
-            loop {
-                let closed = self.closed.notified();
-                if self.open_connections() == 0 {
-                    return;
-                }
-                closed.await;
-            }
-        };
-        tokio::time::timeout(limit, wait).await.is_ok()
-    }
-}
 
 pub(super) struct AcceptCtx {
     pub key: Arc<str>,
@@ -115,8 +45,8 @@ pub(super) struct AcceptCtx {
 }
 
 /// How long a client told to go away (HTTP/2 GOAWAY after `idleTimeout`) may take to let the
-/// connection close before it is closed under it.
-const GOAWAY_GRACE: Duration = Duration::from_secs(5);
+/// connection close before it is closed under it, unless a request started meanwhile.
+const GOAWAY_GRACE: Duration = Duration::from_secs(1);
 
 pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
     let mut backoff = AcceptBackoff::default();
@@ -131,7 +61,7 @@ pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
                 let accepted_at = Instant::now();
                 let accept = ctx.accept.load_full();
                 let max = accept.http.settings.max_connections;
-                let Some(slot) = ctx.tracker.sockets.try_take(max) else {
+                let Some(slot) = ctx.tracker.sockets().try_take(max) else {
                     // Counted, then closed before anything is read: a client over the cap
                     // costs a descriptor for a moment, never a task or a buffer.
                     refused(&ctx.shared, "max_connections");
@@ -153,7 +83,7 @@ pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
                     conn,
                     ctx.shared.clone(),
                     ctx.stop.clone(),
-                    ctx.tracker.drain.subscribe(),
+                    ctx.tracker.drain_signal(),
                     guard,
                 ));
             }
@@ -199,8 +129,11 @@ async fn serve(
     guard: ConnGuard,
 ) {
     shared.metrics.downstream_connections.inc();
+    let activity = Activity::new(conn.accepted_at);
     let mut info = ConnInfo::new(conn.listener, conn.peer);
-    info.tracker = Some(guard.tracker());
+    // Tunnels and websockets register with this view of the tracker: SIGTERM waits for them,
+    // and while one is open its connection is not idle.
+    info.tracker = Some(guard.tracker().for_connection(activity.clone()));
     info.stats = Some(Arc::new(shared.metrics.listener_stats(&info.listener)));
     let http = &conn.accept.http;
     // Everything up to the first request head happens by then.
@@ -211,7 +144,7 @@ async fn serve(
     let served = Served {
         shared: &shared,
         http,
-        accepted_at: conn.accepted_at,
+        activity,
         head_deadline,
     };
     match &conn.accept.mode {
@@ -302,7 +235,8 @@ fn count_timeout(shared: &Shared, expiry: Expiry) {
 struct Served<'a> {
     shared: &'a Arc<Shared>,
     http: &'a HttpServer,
-    accepted_at: Instant,
+    /// What the connection's requests (and tunnels) are doing, for its watchdog.
+    activity: Arc<Activity>,
     head_deadline: Option<Instant>,
 }
 
@@ -330,7 +264,7 @@ impl Served<'_> {
             None => return timed_out(self.shared, &info, Expiry::HeaderRead),
         };
         let io = TokioIo::new(ServedIo::new(io, prefix, Some(slot)));
-        let activity = Activity::new(self.accepted_at);
+        let activity = &self.activity;
         let info = Arc::new(info);
         let service = {
             let (shared, activity) = (self.shared.clone(), activity.clone());
@@ -349,7 +283,7 @@ impl Served<'_> {
         let result = match protocol {
             Protocol::Http1 => {
                 let conn = self.http.h1.serve_connection(io, service).with_upgrades();
-                let timers = Timers::new(&activity, self.head_deadline, settings);
+                let timers = Timers::new(activity, self.head_deadline, settings);
                 let (on_expiry, shared) = (OnExpiry::Close, self.shared);
                 drive(
                     conn,
@@ -366,7 +300,7 @@ impl Served<'_> {
                 // The preface is in: from now on the connection is idle until a stream opens.
                 activity.idle_from_now();
                 let conn = self.http.h2.serve_connection(io, service);
-                let timers = Timers::new(&activity, self.head_deadline, settings);
+                let timers = Timers::new(activity, self.head_deadline, settings);
                 let (on_expiry, shared) = (OnExpiry::GoAway, self.shared);
                 drive(
                     conn,
@@ -413,7 +347,8 @@ impl<'a> Timers<'a> {
 pub(crate) enum OnExpiry {
     /// Drop it, which closes the socket (HTTP/1.1: there is nothing to say).
     Close,
-    /// Tell the client to go away (HTTP/2 GOAWAY) and give it [`GOAWAY_GRACE`] to close.
+    /// Tell the client to go away (HTTP/2 GOAWAY) and give it [`GOAWAY_GRACE`] to close
+    /// (longer while requests it sent meanwhile are in flight).
     GoAway,
 }
 
@@ -446,7 +381,14 @@ where
                 OnExpiry::Close => Ok(()),
                 OnExpiry::GoAway => {
                     graceful_shutdown(conn.as_mut());
-                    tokio::time::timeout(GOAWAY_GRACE, conn).await.unwrap_or(Ok(()))
+                    // A request the client sent before it saw the GOAWAY is still served.
+                    loop {
+                        match tokio::time::timeout(GOAWAY_GRACE, conn.as_mut()).await {
+                            Ok(result) => return result,
+                            Err(_) if timers.activity.is_busy() => {}
+                            Err(_) => return Ok(()),
+                        }
+                    }
                 }
             }
         }

@@ -1,4 +1,5 @@
-//! Listeners: binding, accept loops on the worker runtimes, and connection draining.
+//! Listeners: binding, accept loops on the worker runtimes, connection limits and timeouts,
+//! and connection draining.
 //!
 //! Each worker is a current-thread runtime on its own thread (measured faster than a
 //! multi-thread runtime for this workload, see DESIGN.md). A listening socket is shared by all
@@ -13,11 +14,12 @@ mod http;
 mod passthrough;
 pub mod sni;
 pub mod tls;
+mod tracker;
 pub(crate) mod watchdog;
 
 pub(crate) use conn::{count_parse_error, drive, refused, OnExpiry, Timers};
-pub use conn::{ConnGuard, ConnTracker};
 pub(crate) use http::http1_server;
+pub use tracker::{ConnGuard, ConnTracker};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

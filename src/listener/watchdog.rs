@@ -70,6 +70,11 @@ impl Activity {
         InFlight(self.clone())
     }
 
+    /// Whether a request (or a tunnel or websocket) is in flight.
+    pub(crate) fn is_busy(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
+    }
+
     fn millis_now(&self) -> u64 {
         self.born.elapsed().as_millis() as u64
     }
