@@ -34,6 +34,11 @@ struct Cli {
     #[arg(long, global = true, env = "EGRESSD_MAX_CONFIG_ALIAS_EXPANSION",
           value_parser = parse_size, default_value = "4Mi")]
     max_config_alias_expansion: u64,
+    /// Lines each repeated warning (a refused connection, a failed accept: messages traffic
+    /// can cause once per event) may log per 10 s; the rest are counted and reported in one
+    /// "N similar messages suppressed" line. 0: no limit.
+    #[arg(long, global = true, env = "EGRESSD_LOG_RATE_LIMIT", default_value_t = egressd::telemetry::log_limit::DEFAULT_LINES_PER_WINDOW)]
+    log_rate_limit: u32,
     #[command(subcommand)]
     command: Command,
 }
@@ -90,6 +95,7 @@ fn main() -> ExitCode {
         max_alias_bytes: usize::try_from(cli.max_config_alias_expansion).unwrap_or(usize::MAX),
     }
     .install();
+    egressd::telemetry::log_limit::set_lines_per_window(cli.log_rate_limit);
     match cli.command {
         Command::Validate { paths }
         | Command::Check {

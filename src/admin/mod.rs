@@ -27,7 +27,14 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::listener::cap::{AcceptBackoff, ConnectionCap, Slot};
+use crate::listener::detect::{Prefix, ServedIo};
+use crate::listener::watchdog::{Activity, Tracked};
+use crate::listener::{count_parse_error, drive, http1_server, refused as listener_refused};
+use crate::listener::{OnExpiry, Timers};
 use crate::runtime::shared::Shared;
+use crate::runtime::snapshot::DownstreamSettings;
+use crate::telemetry::log_limit::limited;
 
 /// A running admin server; dropping the handle (or `stop`) closes it.
 pub struct AdminHandle {
@@ -47,38 +54,101 @@ impl Drop for AdminHandle {
     }
 }
 
-/// Binds the admin address and serves it on the current runtime.
+/// Binds the admin address and serves it on the current runtime. Connections are capped
+/// (`admin.maxConnections`) and get the proxy's `downstream.headerReadTimeout` and
+/// `downstream.idleTimeout`, both read at each accept: a stuck prober or a flood of silent
+/// sockets cannot take the readiness endpoint's descriptors.
 pub async fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<AdminHandle> {
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let (stop, mut stopped) = watch::channel(false);
     tokio::spawn(async move {
+        let cap = Arc::new(ConnectionCap::default());
+        let mut backoff = AcceptBackoff::default();
         loop {
-            let (stream, _) = tokio::select! {
+            let accepted = tokio::select! {
                 _ = async { let _ = stopped.wait_for(|s| *s).await; } => break,
-                accepted = listener.accept() => match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "admin accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
+                accepted = listener.accept() => accepted,
+            };
+            let stream = match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    shared.metrics.downstream_accept_errors.inc();
+                    let pause = backoff.next();
+                    limited!(warn, error = %e, retry_in = ?pause, "admin accept failed");
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+            };
+            backoff.reset();
+            let accepted_at = tokio::time::Instant::now();
+            let (downstream, max) = {
+                let snapshot = shared.snapshot.load();
+                let settings = &snapshot.settings;
+                (settings.downstream, settings.admin_max_connections)
+            };
+            let Some(slot) = cap.try_take(max) else {
+                listener_refused(&shared, "admin_max_connections");
+                drop(stream);
+                limited!(
+                    warn,
+                    max_connections = max,
+                    "admin connection refused: admin.maxConnections connections are open"
+                );
+                continue;
             };
             let shared = shared.clone();
+            let stopped = stopped.clone();
             tokio::spawn(async move {
-                let service = service_fn(move |req| {
-                    let shared = shared.clone();
-                    async move { Ok::<_, Infallible>(route(&shared, &req)) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                serve(stream, slot, accepted_at, &downstream, shared, stopped).await;
             });
         }
     });
     tracing::info!(address = %addr, "admin listener bound");
     Ok(AdminHandle { addr, stop })
+}
+
+/// Serves one admin connection (HTTP/1.1) until the client closes it, a timeout does, or
+/// the admin server stops.
+async fn serve(
+    stream: tokio::net::TcpStream,
+    slot: Slot,
+    accepted_at: tokio::time::Instant,
+    settings: &DownstreamSettings,
+    shared: Arc<Shared>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let activity = Activity::new(accepted_at);
+    let service = {
+        let (shared, activity) = (shared.clone(), activity.clone());
+        service_fn(move |req| {
+            let in_flight = activity.begin();
+            let response = route(&shared, &req).map(|body| Tracked::new(body, in_flight));
+            async move { Ok::<_, Infallible>(response) }
+        })
+    };
+    let io = TokioIo::new(ServedIo::new(stream, Prefix::default(), Some(slot)));
+    let conn = http1_server(settings).serve_connection(io, service);
+    let timers = Timers::new(
+        &activity,
+        settings.header_read_timeout.map(|t| accepted_at + t),
+        settings,
+    );
+    // The admin server has no drain of its own: it stops with the process.
+    let (_never, mut no_drain) = watch::channel(false);
+    let result = drive(
+        conn,
+        |c| c.graceful_shutdown(),
+        OnExpiry::Close,
+        timers,
+        &mut stopped,
+        &mut no_drain,
+        &shared,
+    )
+    .await;
+    if let Err(e) = result {
+        count_parse_error(&shared, &e);
+    }
 }
 
 fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {

@@ -26,6 +26,8 @@ const CLIENT_CLOSED_REQUEST: StatusCode = match StatusCode::from_u16(499) {
 pub enum ProxyError {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    #[error("{0}")]
+    HeadRejected(#[from] super::limits::HeadRejection),
     #[error("destination {host}{} is not allowed: no Backend or route declares it", shown_port(*via, *port))]
     DestinationNotAllowed {
         host: String,
@@ -162,6 +164,7 @@ impl ProxyError {
             ProxyError::ClientClosed { .. } => "client_closed",
             ProxyError::BufferOverflow { .. } => "overflow",
             ProxyError::BodyTimeout { .. } => "request_body_timeout",
+            ProxyError::HeadRejected(rejection) => rejection.code(),
             ProxyError::DestinationNotAllowed { .. }
             | ProxyError::DestinationDenied { .. }
             | ProxyError::PortNotAllowed { .. } => "destination_not_allowed",
@@ -190,6 +193,7 @@ impl ProxyError {
 
     pub fn status(&self) -> StatusCode {
         match self {
+            ProxyError::HeadRejected(rejection) => rejection.status(),
             ProxyError::InvalidRequest(_)
             | ProxyError::MalformedBody { .. }
             | ProxyError::McpProtocolVersion { .. }

@@ -77,6 +77,7 @@ pub fn status_of(err: &ProxyError) -> GrpcStatus {
         ProxyError::InvalidRequest(_)
         | ProxyError::MalformedBody { .. }
         | ProxyError::ClientClosed { .. }
+        | ProxyError::HeadRejected(_)
         | ProxyError::McpProtocolVersion { .. }
         | ProxyError::McpSessionNotFound { .. }
         | ProxyError::McpHeaderMismatch { .. }

@@ -24,6 +24,8 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 /// the websocket path (`http/websocket`) puts back the two it relays; any other upgrade
 /// (e.g. h2c) is refused by leaving it out, so the upstream answers as plain HTTP.
 ///
+/// `Content-Length` goes too when `Transfer-Encoding` is there (RFC 9112 §6.3).
+///
 /// Returns whether the removed `TE` accepted trailers (`TE: trailers`), so the caller can say
 /// the same for itself upstream.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
@@ -33,6 +35,12 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
         return false;
     }
     let trailers = has_token(headers, &header::TE, "trailers");
+    // A message framed by Transfer-Encoding has no Content-Length, whatever it says (RFC 9112
+    // §6.3): the sender's chunked body is relayed whole, re-framed by this hop, and a stale
+    // length left behind would make the next hop cut it (or read the next message into it).
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
+    }
     // Names listed in Connection first, while the header is still there.
     let listed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
@@ -184,6 +192,23 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-keep"));
+    }
+
+    #[test]
+    fn transfer_encoding_drops_content_length() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
+        strip_hop_by_hop(&mut h);
+        assert!(h.is_empty());
+
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.get(header::CONTENT_LENGTH).unwrap(), "5");
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod exchange;
 pub mod filters;
 pub mod grpc;
 pub mod headers;
+pub mod limits;
 mod logged;
 mod mcp;
 pub mod proxy;

@@ -296,6 +296,7 @@ async fn proxy(
     grpc: Option<GrpcCall>,
     outcome: &mut Outcome,
 ) -> Result<Response<ProxyBody>, ProxyError> {
+    super::limits::check_head(&req, &snapshot.settings.downstream.head)?;
     let dest = destination(&req, conn.tls)?;
     // A request that keeps coming back (a Backend or destination pointing at egressd itself)
     // is stopped here instead of multiplying until a limit breaks.

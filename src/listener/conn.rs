@@ -1,91 +1,39 @@
 //! Accepting and serving downstream connections (terminating TLS on HTTPS listeners), and
 //! draining them.
+//!
+//! The life of a connection: accept (counted against `maxConnections`, or closed at once) →
+//! TLS handshake (HTTPS) → protocol detection → HTTP/1.1 or HTTP/2 server, watched by the
+//! connection's watchdog. Everything up to the first request head (the HTTP/2 preface, for
+//! HTTP/2) must happen within `headerReadTimeout` of accept; after that, a connection with no
+//! request in flight is closed after `idleTimeout`.
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
+use super::cap::{AcceptBackoff, Slot};
+use super::detect::{sniff, Protocol, ServedIo};
+use super::http::HttpServer;
+use super::tracker::{ConnGuard, ConnTracker};
+use super::watchdog::{watchdog, Activity, Expiry, Tracked};
+use super::Accept;
 use crate::http::proxy::{handle, ConnInfo};
 use crate::runtime::shared::Shared;
-use crate::runtime::snapshot::AcceptMode;
-
-use super::Accept;
-
-/// Counts open downstream connections and tells them to finish up when draining.
-#[derive(Debug)]
-pub struct ConnTracker {
-    open: AtomicUsize,
-    closed: Notify,
-    drain: watch::Sender<bool>,
-}
-
-impl Default for ConnTracker {
-    fn default() -> Self {
-        ConnTracker {
-            open: AtomicUsize::new(0),
-            closed: Notify::new(),
-            drain: watch::channel(false).0,
-        }
-    }
-}
-
-/// One open connection; dropping it updates the count.
-pub struct ConnGuard(Arc<ConnTracker>);
-
-impl Drop for ConnGuard {
-    fn drop(&mut self) {
-        if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.closed.notify_waiters();
-        }
-    }
-}
-
-impl ConnGuard {
-    fn tracker(&self) -> Arc<ConnTracker> {
-        self.0.clone()
-    }
-}
-
-impl ConnTracker {
-    /// Registers an open connection (or tunnel) until the guard is dropped.
-    pub fn enter(self: &Arc<Self>) -> ConnGuard {
-        self.open.fetch_add(1, Ordering::AcqRel);
-        ConnGuard(self.clone())
-    }
-
-    pub fn open_connections(&self) -> usize {
-        self.open.load(Ordering::Acquire)
-    }
-
-    /// Asks every connection to finish its in-flight requests and close.
-    pub fn start_drain(&self) {
-        self.drain.send_replace(true);
-    }
-
-    /// Waits until no connection is open, for at most `limit`. True if all closed.
-    pub async fn wait_closed(&self, limit: Duration) -> bool {
-        let wait = async {
-            loop {
-                let closed = self.closed.notified();
-                if self.open_connections() == 0 {
-                    return;
-                }
-                closed.await;
-            }
-        };
-        tokio::time::timeout(limit, wait).await.is_ok()
-    }
-}
+use crate::runtime::snapshot::{AcceptMode, DownstreamSettings};
+use crate::telemetry::log_limit::limited;
+use crate::telemetry::metrics::{CodeLabel, ReasonLabel};
 
 pub(super) struct AcceptCtx {
     pub key: Arc<str>,
@@ -96,11 +44,12 @@ pub(super) struct AcceptCtx {
     pub accept: Arc<ArcSwap<Accept>>,
 }
 
-/// How long a client may take to complete the TLS handshake on an HTTPS listener. Bounds what
-/// a client that connects and says nothing (or trickles its ClientHello) costs.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client told to go away (HTTP/2 GOAWAY after `idleTimeout`) may take to let the
+/// connection close before it is closed under it, unless a request started meanwhile.
+const GOAWAY_GRACE: Duration = Duration::from_secs(1);
 
 pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
+    let mut backoff = AcceptBackoff::default();
     loop {
         let accepted = tokio::select! {
             _ = async { let _ = ctx.stop.wait_for(|stop| *stop).await; } => break,
@@ -108,32 +57,58 @@ pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
         };
         match accepted {
             Ok((stream, peer)) => {
+                backoff.reset();
+                let accepted_at = Instant::now();
+                let accept = ctx.accept.load_full();
+                let max = accept.http.settings.max_connections;
+                let Some(slot) = ctx.tracker.sockets().try_take(max) else {
+                    // Counted, then closed before anything is read: a client over the cap
+                    // costs a descriptor for a moment, never a task or a buffer.
+                    refused(&ctx.shared, "max_connections");
+                    drop(stream);
+                    limited!(warn, listener = %ctx.key, client = %peer, max_connections = max, "connection refused: downstream.maxConnections connections are open");
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 let guard = ctx.tracker.enter();
                 let conn = Accepted {
                     stream,
                     peer,
                     listener: ctx.key.clone(),
-                    accept: ctx.accept.load_full(),
+                    accept,
+                    accepted_at,
+                    slot,
                 };
                 tokio::spawn(serve(
                     conn,
                     ctx.shared.clone(),
                     ctx.stop.clone(),
-                    ctx.tracker.drain.subscribe(),
+                    ctx.tracker.drain_signal(),
                     guard,
                 ));
             }
             Err(e) => {
-                // EMFILE/ENFILE and friends: back off instead of spinning; the backlog holds
-                // connections meanwhile.
-                tracing::warn!(listener = %ctx.key, error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                ctx.shared.metrics.downstream_accept_errors.inc();
+                let pause = backoff.next();
+                limited!(warn, listener = %ctx.key, error = %e, retry_in = ?pause, "accept failed");
+                tokio::select! {
+                    _ = async { let _ = ctx.stop.wait_for(|stop| *stop).await; } => break,
+                    _ = tokio::time::sleep(pause) => {}
+                }
             }
         }
     }
     // Dropping the listener here closes this worker's copy of the socket; once every worker
     // has dropped its copy, new connections are refused.
+}
+
+/// Counts a connection closed at accept (`egressd_downstream_connections_refused_total`).
+pub(crate) fn refused(shared: &Shared, reason: &'static str) {
+    shared
+        .metrics
+        .downstream_connections_refused
+        .get_or_create(&ReasonLabel { reason })
+        .inc();
 }
 
 /// A connection just accepted, with the listener's mode and HTTP server at that moment.
@@ -142,6 +117,8 @@ struct Accepted {
     peer: SocketAddr,
     listener: Arc<str>,
     accept: Arc<Accept>,
+    accepted_at: Instant,
+    slot: Slot,
 }
 
 async fn serve(
@@ -152,23 +129,38 @@ async fn serve(
     guard: ConnGuard,
 ) {
     shared.metrics.downstream_connections.inc();
+    let activity = Activity::new(conn.accepted_at);
     let mut info = ConnInfo::new(conn.listener, conn.peer);
-    info.tracker = Some(guard.tracker());
+    // Tunnels and websockets register with this view of the tracker: SIGTERM waits for them,
+    // and while one is open its connection is not idle.
+    info.tracker = Some(guard.tracker().for_connection(activity.clone()));
     info.stats = Some(Arc::new(shared.metrics.listener_stats(&info.listener)));
     let http = &conn.accept.http;
+    // Everything up to the first request head happens by then.
+    let head_deadline = http
+        .settings
+        .header_read_timeout
+        .map(|t| conn.accepted_at + t);
+    let served = Served {
+        shared: &shared,
+        http,
+        activity,
+        head_deadline,
+    };
     match &conn.accept.mode {
-        AcceptMode::Http => serve_http(conn.stream, info, &shared, http, stop, drain).await,
+        AcceptMode::Http => served.http(conn.stream, info, conn.slot, stop, drain).await,
         AcceptMode::TlsPassthrough => {
             tokio::select! {
-                _ = super::passthrough::serve(conn.stream, &info, &shared) => {}
+                _ = super::passthrough::serve(conn.stream, &info, &shared, head_deadline) => {}
                 // A tunnel that is still being set up is closed when the proxy drains;
                 // established tunnels are not cut by a reload (they do not watch `stop`).
                 _ = async { let _ = drain.wait_for(|d| *d).await; } => {}
             }
+            drop(conn.slot);
         }
         AcceptMode::Https(config) => {
-            let handshake = tokio::time::timeout(
-                HANDSHAKE_TIMEOUT,
+            let handshake = within(
+                head_deadline,
                 TlsAcceptor::from(config.clone()).accept(conn.stream),
             );
             let outcome = tokio::select! {
@@ -178,21 +170,28 @@ async fn serve(
                 _ = closing(&mut stop, &mut drain) => None,
             };
             match outcome {
-                Some(Ok(Ok(stream))) => {
+                Some(Some(Ok(stream))) => {
                     let info = ConnInfo { tls: true, ..info };
-                    serve_http(stream, info, &shared, http, stop, drain).await;
+                    served.http(stream, info, conn.slot, stop, drain).await;
                 }
-                Some(Ok(Err(e))) => handshake_failed(&shared, &info, &e.to_string()),
-                Some(Err(_)) => handshake_failed(
-                    &shared,
-                    &info,
-                    &format!("no handshake within {}s", HANDSHAKE_TIMEOUT.as_secs()),
-                ),
+                Some(Some(Err(e))) => handshake_failed(&shared, &info, &e.to_string()),
+                Some(None) => {
+                    timed_out(&shared, &info, Expiry::HeaderRead);
+                    handshake_failed(&shared, &info, "no handshake within headerReadTimeout");
+                }
                 None => {}
             }
         }
     }
     shared.metrics.downstream_connections.dec();
+}
+
+/// `fut`, unless `deadline` passes first (`None`).
+pub(crate) async fn within<F: Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, fut).await.ok(),
+        None => Some(fut.await),
+    }
 }
 
 /// Resolves when the listener stops or the proxy drains.
@@ -216,33 +215,199 @@ fn handshake_failed(shared: &Shared, info: &ConnInfo, error: &str) {
     );
 }
 
-/// Serves HTTP/1.1 or HTTP/2 (told apart by the client's first bytes) on `io` until the client
-/// closes, or the listener stops or the proxy drains.
-async fn serve_http<S>(
-    io: S,
-    info: ConnInfo,
-    shared: &Arc<Shared>,
-    http: &auto::Builder<TokioExecutor>,
-    mut stop: watch::Receiver<bool>,
-    mut drain: watch::Receiver<bool>,
-) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+/// Counts (and logs at debug level, as for handshakes) a connection closed by a timer.
+pub(crate) fn timed_out(shared: &Shared, info: &ConnInfo, expiry: Expiry) {
+    count_timeout(shared, expiry);
+    tracing::debug!(listener = %info.listener, client = %info.client, reason = expiry.as_str(), "downstream connection closed");
+}
+
+fn count_timeout(shared: &Shared, expiry: Expiry) {
+    shared
+        .metrics
+        .downstream_connection_timeouts
+        .get_or_create(&ReasonLabel {
+            reason: expiry.as_str(),
+        })
+        .inc();
+}
+
+/// What serving one accepted connection needs besides the connection.
+struct Served<'a> {
+    shared: &'a Arc<Shared>,
+    http: &'a HttpServer,
+    /// What the connection's requests (and tunnels) are doing, for its watchdog.
+    activity: Arc<Activity>,
+    head_deadline: Option<Instant>,
+}
+
+impl Served<'_> {
+    /// Serves HTTP/1.1 or HTTP/2 (told apart by the client's first bytes) on `io` until the
+    /// client closes, a timeout closes it, or the listener stops or the proxy drains.
+    async fn http<S>(
+        &self,
+        mut io: S,
+        info: ConnInfo,
+        slot: Slot,
+        mut stop: watch::Receiver<bool>,
+        mut drain: watch::Receiver<bool>,
+    ) where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let sniffed = tokio::select! {
+            sniffed = within(self.head_deadline, sniff(&mut io)) => sniffed,
+            _ = closing(&mut stop, &mut drain) => return,
+        };
+        let (protocol, prefix) = match sniffed {
+            Some(Ok(Some(sniffed))) => sniffed,
+            // Closed, or a read error, before the first bytes: nothing to answer.
+            Some(Ok(None) | Err(_)) => return,
+            None => return timed_out(self.shared, &info, Expiry::HeaderRead),
+        };
+        let io = TokioIo::new(ServedIo::new(io, prefix, Some(slot)));
+        let activity = &self.activity;
+        let info = Arc::new(info);
+        let service = {
+            let (shared, activity) = (self.shared.clone(), activity.clone());
+            service_fn(move |req| {
+                // Counted from here, synchronously: the watchdog must never see a request
+                // whose head is complete as "no request yet".
+                let in_flight = activity.begin();
+                let response = handle(shared.clone(), info.clone(), req);
+                async move {
+                    let response = response.await?;
+                    Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
+                }
+            })
+        };
+        let settings = &self.http.settings;
+        let result = match protocol {
+            Protocol::Http1 => {
+                let conn = self.http.h1.serve_connection(io, service).with_upgrades();
+                let timers = Timers::new(activity, self.head_deadline, settings);
+                let (on_expiry, shared) = (OnExpiry::Close, self.shared);
+                drive(
+                    conn,
+                    |c| c.graceful_shutdown(),
+                    on_expiry,
+                    timers,
+                    &mut stop,
+                    &mut drain,
+                    shared,
+                )
+                .await
+            }
+            Protocol::Http2 => {
+                // The preface is in: from now on the connection is idle until a stream opens.
+                activity.idle_from_now();
+                let conn = self.http.h2.serve_connection(io, service);
+                let timers = Timers::new(activity, self.head_deadline, settings);
+                let (on_expiry, shared) = (OnExpiry::GoAway, self.shared);
+                drive(
+                    conn,
+                    |c| c.graceful_shutdown(),
+                    on_expiry,
+                    timers,
+                    &mut stop,
+                    &mut drain,
+                    shared,
+                )
+                .await
+            }
+        };
+        if let Err(e) = result {
+            count_parse_error(self.shared, &e);
+            tracing::debug!(error = %e, "downstream connection ended with error");
+        }
+    }
+}
+
+/// The timeouts a connection's watchdog applies.
+pub(crate) struct Timers<'a> {
+    pub activity: &'a Activity,
+    pub head_deadline: Option<Instant>,
+    pub idle: Option<Duration>,
+}
+
+impl<'a> Timers<'a> {
+    pub(crate) fn new(
+        activity: &'a Activity,
+        head_deadline: Option<Instant>,
+        settings: &DownstreamSettings,
+    ) -> Self {
+        Timers {
+            activity,
+            head_deadline,
+            idle: settings.idle_timeout,
+        }
+    }
+}
+
+/// What to do with a connection whose watchdog fired (nothing is in flight).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnExpiry {
+    /// Drop it, which closes the socket (HTTP/1.1: there is nothing to say).
+    Close,
+    /// Tell the client to go away (HTTP/2 GOAWAY) and give it [`GOAWAY_GRACE`] to close
+    /// (longer while requests it sent meanwhile are in flight).
+    GoAway,
+}
+
+/// Drives a connection until it ends: on stop or drain it finishes what is in flight and
+/// closes (HTTP/1.1: after the current response; HTTP/2: GOAWAY); when the watchdog fires,
+/// `on_expiry` says how it ends.
+pub(crate) async fn drive<C>(
+    conn: C,
+    graceful_shutdown: fn(Pin<&mut C>),
+    on_expiry: OnExpiry,
+    timers: Timers<'_>,
+    stop: &mut watch::Receiver<bool>,
+    drain: &mut watch::Receiver<bool>,
+    shared: &Shared,
+) -> hyper::Result<()>
+where
+    C: Future<Output = hyper::Result<()>>,
 {
-    let info = Arc::new(info);
-    let svc_shared = shared.clone();
-    let service = service_fn(move |req| handle(svc_shared.clone(), info.clone(), req));
-    let conn = http.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(conn);
-    let result = tokio::select! {
+    tokio::select! {
         result = conn.as_mut() => result,
-        _ = closing(&mut stop, &mut drain) => {
-            // Finish what is in flight, then close (HTTP/1.1: after the current response;
-            // HTTP/2: GOAWAY).
-            conn.as_mut().graceful_shutdown();
+        _ = closing(stop, drain) => {
+            graceful_shutdown(conn.as_mut());
             conn.await
         }
-    };
-    if let Err(e) = result {
-        tracing::debug!(error = %e, "downstream connection ended with error");
+        expiry = watchdog(timers.activity, timers.head_deadline, timers.idle) => {
+            count_timeout(shared, expiry);
+            tracing::debug!(reason = expiry.as_str(), "downstream connection closed");
+            match on_expiry {
+                OnExpiry::Close => Ok(()),
+                OnExpiry::GoAway => {
+                    graceful_shutdown(conn.as_mut());
+                    // A request the client sent before it saw the GOAWAY is still served.
+                    loop {
+                        match tokio::time::timeout(GOAWAY_GRACE, conn.as_mut()).await {
+                            Ok(result) => return result,
+                            Err(_) if timers.activity.is_busy() => {}
+                            Err(_) => return Ok(()),
+                        }
+                    }
+                }
+            }
+        }
     }
+}
+
+/// A request head hyper refused itself (HTTP/1.1: it answered 431, 414 or 400 before egressd
+/// saw the request) counts as the local reply it is.
+pub(crate) fn count_parse_error(shared: &Shared, e: &hyper::Error) {
+    let code = if e.is_parse_too_large() {
+        "request_header_too_large"
+    } else if e.is_parse() {
+        "invalid_request"
+    } else {
+        return;
+    };
+    shared
+        .metrics
+        .local_replies
+        .get_or_create(&CodeLabel { code })
+        .inc();
 }

@@ -1,5 +1,5 @@
-//! The HTTP server of downstream connections: HTTP/1.1 and HTTP/2 (h2c by prior knowledge, or
-//! `h2` by ALPN behind TLS), built from [`Http2ServerSettings`].
+//! The HTTP servers of downstream connections: HTTP/1.1 and HTTP/2 (h2c by prior knowledge, or
+//! `h2` by ALPN behind TLS), built from [`Http2ServerSettings`] and [`DownstreamSettings`].
 //!
 //! # Stream-reset floods
 //!
@@ -31,26 +31,47 @@
 //! Both limits are configurable (`ProxyConfig.spec.downstream.http2`) but cannot be turned
 //! off: h2 allows disabling the second, egressd does not offer it.
 
-use std::time::Duration;
-
+use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use hyper_util::server::conn::auto;
 
-use crate::runtime::snapshot::Http2ServerSettings;
+use crate::runtime::snapshot::{DownstreamSettings, Http2ServerSettings};
 
-/// How long an HTTP/1.1 client may take to send a request's headers. Also closes keep-alive
-/// connections idle for this long.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The HTTP servers of downstream connections, one per protocol (see `detect`), and the
+/// connection settings they were built with.
+#[derive(Debug)]
+pub(crate) struct HttpServer {
+    pub h1: http1::Builder,
+    pub h2: http2::Builder<TokioExecutor>,
+    pub settings: DownstreamSettings,
+}
 
-/// The server for connections accepted under `http2`.
-pub(super) fn server(http2: &Http2ServerSettings) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+/// The servers for connections accepted under `http2` and `settings`.
+pub(super) fn server(http2: &Http2ServerSettings, settings: &DownstreamSettings) -> HttpServer {
+    HttpServer {
+        h1: http1_server(settings),
+        h2: http2_server(http2),
+        settings: *settings,
+    }
+}
+
+/// The HTTP/1.1 server: the head bounded while it is read (hyper answers 431 and closes past
+/// `maxRequestHeadersBytes` or `maxRequestHeaders`); no timer of its own, the connection's
+/// watchdog applies `headerReadTimeout` and `idleTimeout`.
+pub(crate) fn http1_server(settings: &DownstreamSettings) -> http1::Builder {
+    let mut h1 = http1::Builder::new();
+    h1.header_read_timeout(None)
+        .max_header_size(settings.head.max_bytes);
+    // hyper keeps its default 100 header slots on the stack; any other count costs a heap
+    // allocation per request, paid only when asked for.
+    if settings.head.max_headers != crate::runtime::snapshot::RequestHeadLimits::HYPER_MAX_HEADERS {
+        h1.max_headers(settings.head.max_headers);
+    }
+    h1
+}
+
+fn http2_server(http2: &Http2ServerSettings) -> http2::Builder<TokioExecutor> {
+    let mut builder = http2::Builder::new(TokioExecutor::new());
     builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    builder
-        .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(http2.max_concurrent_streams)
         .max_header_list_size(http2.max_header_list_size)

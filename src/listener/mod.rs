@@ -1,31 +1,37 @@
-//! Listeners: binding, accept loops on the worker runtimes, and connection draining.
+//! Listeners: binding, accept loops on the worker runtimes, connection limits and timeouts,
+//! and connection draining.
 //!
 //! Each worker is a current-thread runtime on its own thread (measured faster than a
 //! multi-thread runtime for this workload, see DESIGN.md). A listening socket is shared by all
 //! workers (one `dup` per worker); each worker accepts on its own copy and serves the
 //! connections it accepted.
 
+pub(crate) mod cap;
 mod conn;
+pub(crate) mod detect;
+pub mod fd_limit;
 mod http;
 mod passthrough;
 pub mod sni;
 pub mod tls;
+mod tracker;
+pub(crate) mod watchdog;
 
-pub use conn::{ConnGuard, ConnTracker};
+pub(crate) use conn::{count_parse_error, drive, refused, OnExpiry, Timers};
+pub(crate) use http::http1_server;
+pub use tracker::{ConnGuard, ConnTracker};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use hyper_util::rt::TokioExecutor;
-use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
 use crate::runtime::shared::Shared;
-use crate::runtime::snapshot::{AcceptMode, Http2ServerSettings, ListenerPlan};
+use crate::runtime::snapshot::{AcceptMode, DownstreamSettings, Http2ServerSettings, ListenerPlan};
 
 /// A listener that could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -42,9 +48,9 @@ struct Running {
     bound: SocketAddr,
     stop: watch::Sender<bool>,
     /// How new connections are handled (plaintext HTTP, TLS termination with a config, TLS
-    /// passthrough, and the HTTP server settings), shared with the accept loops. A reload
-    /// that changes only the certificates (rotation), HTTP ↔ HTTPS or the HTTP/2 settings
-    /// keeps the socket and swaps this in [`ListenerManager::activate`], right after the new
+    /// passthrough, and the HTTP servers with the connection limits and timeouts), shared
+    /// with the accept loops. A reload that changes only the certificates (rotation),
+    /// HTTP ↔ HTTPS, the HTTP/2 settings or the downstream limits keeps the socket and swaps this in [`ListenerManager::activate`], right after the new
     /// snapshot is published: connections accepted from then on use the new values, open ones
     /// keep the session and settings they have. Held here rather than looked up in the
     /// snapshot at each accept, because a removed listener is still accepting for a moment
@@ -57,7 +63,7 @@ struct Running {
 #[derive(Debug)]
 struct Accept {
     mode: AcceptMode,
-    http: Arc<auto::Builder<TokioExecutor>>,
+    http: Arc<http::HttpServer>,
 }
 
 /// Sockets bound for a config that is not serving yet.
@@ -71,9 +77,9 @@ pub struct ListenerManager {
     running: HashMap<Arc<str>, Running>,
     shared: Arc<Shared>,
     tracker: Arc<ConnTracker>,
-    /// The HTTP server for new connections, and the settings it was built from (rebuilt only
-    /// when a reload changes them).
-    http: Arc<auto::Builder<TokioExecutor>>,
+    /// The HTTP servers for new connections, and the HTTP/2 settings they were built from
+    /// (rebuilt only when a reload changes them or the downstream settings).
+    http: Arc<http::HttpServer>,
     http2: Http2ServerSettings,
 }
 
@@ -85,7 +91,7 @@ impl ListenerManager {
             running: HashMap::new(),
             shared,
             tracker,
-            http: Arc::new(http::server(&http2)),
+            http: Arc::new(http::server(&http2, &DownstreamSettings::default())),
             http2,
         }
     }
@@ -118,11 +124,13 @@ impl ListenerManager {
     }
 
     /// Starts accepting on newly bound listeners and stops those the config no longer has;
-    /// connections accepted from now on get `http2`. Called right after the new snapshot is
-    /// published, so new listeners route with it.
+    /// connections accepted from now on get `http2` and the snapshot's downstream settings
+    /// (limits, timeouts). Called right after the new snapshot is published, so new
+    /// listeners route with it.
     pub fn activate(&mut self, bound: Bound, plans: &[ListenerPlan], http2: &Http2ServerSettings) {
-        if *http2 != self.http2 {
-            self.http = Arc::new(http::server(http2));
+        let downstream = self.shared.snapshot.load().settings.downstream;
+        if *http2 != self.http2 || downstream != self.http.settings {
+            self.http = Arc::new(http::server(http2, &downstream));
             self.http2 = *http2;
         }
         for (plan, listener, local) in bound.new {

@@ -3,39 +3,44 @@
 //! itself) to an endpoint. egressd never sees plaintext; the client verifies the endpoint's
 //! own certificate.
 
-use std::time::Duration;
-
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use super::sni::{peek_client_hello, Peek, MAX_HELLO};
 use crate::http::proxy::ConnInfo;
 use crate::http::router::SniDecision;
 use crate::runtime::shared::Shared;
 use crate::runtime::undeclared::{Carriage, Refusal};
-
-/// How long a client may take to send its ClientHello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::telemetry::log_limit::limited;
 
 /// The port an SNI nothing declares is reached on (AllowAny, AuditOnly) and suggested for in
 /// `/blocked`.
 const UNDECLARED_PORT: u16 = 443;
 
-/// Serves one connection; every refusal closes it with a logged reason and a counted one.
-pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Shared) {
+/// Serves one connection; every refusal closes it with a counted reason (and a logged one,
+/// within the log's rate limit). The ClientHello must be complete by `hello_deadline`
+/// (`headerReadTimeout` after accept).
+pub(super) async fn serve(
+    mut client: TcpStream,
+    info: &ConnInfo,
+    shared: &Shared,
+    hello_deadline: Option<Instant>,
+) {
     let mut passage = Passage::new(shared, info);
     let mut hello = Vec::with_capacity(1024);
-    let sni = match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut client, &mut hello)).await {
-        Err(_) => {
+    let sni = match super::conn::within(hello_deadline, read_hello(&mut client, &mut hello)).await {
+        None => {
+            super::conn::timed_out(shared, info, super::watchdog::Expiry::HeaderRead);
             return refuse(
                 &mut passage,
                 "client_hello_timeout",
                 "no ClientHello in time",
                 None,
-            )
+            );
         }
-        Ok(Err(reason)) => return refuse(&mut passage, "not_tls", reason, None),
-        Ok(Ok(None)) => {
+        Some(Err(reason)) => return refuse(&mut passage, "not_tls", reason, None),
+        Some(Ok(None)) => {
             return refuse(
                 &mut passage,
                 "no_sni",
@@ -45,7 +50,7 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
         }
         // Canonical before routing or recording: an SNI that is no host name is refused
         // without a trace in `/blocked`, and an address literal in any spelling is one address.
-        Ok(Ok(Some(sni))) => match crate::upstream::address::canonical_host(&sni) {
+        Some(Ok(Some(sni))) => match crate::upstream::address::canonical_host(&sni) {
             Ok(host) => host.into_owned(),
             Err(e) => return refuse(&mut passage, "invalid_sni", &e.to_string(), None),
         },
@@ -117,7 +122,7 @@ pub(super) async fn serve(mut client: TcpStream, info: &ConnInfo, shared: &Share
     let mut upstream = match connected {
         Ok(stream) => stream,
         Err(e) => {
-            tracing::info!(listener = %info.listener, client = %info.client, sni, backend = %target.backend.label, error = %e, "passthrough: upstream connect failed");
+            limited!(info, listener = %info.listener, client = %info.client, sni, backend = %target.backend.label, error = %e, "passthrough: upstream connect failed");
             shared
                 .metrics
                 .tls_passthrough_rejected
@@ -236,9 +241,10 @@ async fn read_hello(
     }
 }
 
-/// Closes the connection (by returning), logging why and counting it. Logged at info: unlike
+/// Closes the connection (by returning), counting why and logging it. Logged at info: unlike
 /// a failed TLS handshake on an HTTPS listener, a refused SNI is an egress decision an
-/// operator wants to see (the destination is named).
+/// operator wants to see (the destination is named); but any client can cause one per
+/// connection, so the lines are rate-limited and the counter is what counts them all.
 fn refuse(passage: &mut Passage<'_>, cause: &'static str, why: &str, sni: Option<&str>) {
     passage.error = Some(cause);
     let (shared, info) = (passage.shared, passage.info);
@@ -247,5 +253,5 @@ fn refuse(passage: &mut Passage<'_>, cause: &'static str, why: &str, sni: Option
         .tls_passthrough_rejected
         .get_or_create(&crate::telemetry::metrics::CauseLabel { cause })
         .inc();
-    tracing::info!(listener = %info.listener, client = %info.client, sni = sni.unwrap_or("-"), cause, "passthrough refused: {why}");
+    limited!(info, listener = %info.listener, client = %info.client, sni = sni.unwrap_or("-"), cause, "passthrough refused: {why}");
 }

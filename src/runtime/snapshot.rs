@@ -82,6 +82,10 @@ pub struct ProxySettings {
     pub nameservers: Vec<SocketAddr>,
     /// HTTP/2 server settings of downstream connections.
     pub downstream_http2: Http2ServerSettings,
+    /// Connection limits, timeouts and request head bounds of downstream connections.
+    pub downstream: DownstreamSettings,
+    /// Admin connections open at once; more are closed at accept.
+    pub admin_max_connections: usize,
     /// egressd's own spans (`tracing`), when configured.
     pub tracing: Option<crate::telemetry::trace::TracingSettings>,
 }
@@ -102,7 +106,79 @@ impl Default for ProxySettings {
             access_log: AccessLogSettings::default(),
             nameservers: Vec::new(),
             downstream_http2: Http2ServerSettings::default(),
+            downstream: DownstreamSettings::default(),
+            // Probes, a scraper and a person with curl: a few at a time. Enough that a
+            // Prometheus scrape and the kubelet's probes never meet the cap, small enough
+            // that the admin port cannot hold many descriptors.
+            admin_max_connections: 32,
             tracing: None,
+        }
+    }
+}
+
+/// How client connections are served (`ProxyConfig.spec.downstream`, besides `http2`),
+/// validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DownstreamSettings {
+    /// Client connections open at once over every listener (TLS passthrough and tunnels
+    /// included); more are closed as soon as they are accepted.
+    pub max_connections: usize,
+    /// From accept until the first request head is complete: TLS handshake, protocol
+    /// detection, HTTP/2 preface, TLS passthrough ClientHello. `None`: no limit.
+    pub header_read_timeout: Option<Duration>,
+    /// How long a connection with no request in flight stays open (HTTP/1.1 keep-alive,
+    /// HTTP/2 without streams). `None`: no limit.
+    pub idle_timeout: Option<Duration>,
+    /// Bounds of a request head.
+    pub head: RequestHeadLimits,
+}
+
+impl Default for DownstreamSettings {
+    fn default() -> Self {
+        DownstreamSettings {
+            max_connections: crate::listener::fd_limit::default_max_connections(),
+            // Envoy's and nginx's order of magnitude: ample for a slow client on a slow
+            // network, short enough that silent sockets do not pile up.
+            header_read_timeout: Some(Duration::from_secs(10)),
+            // Longer than most clients keep an idle connection (30–120 s), so the client,
+            // not egressd, usually closes it; bounded so abandoned ones are reclaimed.
+            idle_timeout: Some(Duration::from_secs(300)),
+            head: RequestHeadLimits::default(),
+        }
+    }
+}
+
+/// What a request head may hold (HTTP/1.1 and HTTP/2 alike).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestHeadLimits {
+    /// The head's size: request line and header lines as HTTP/1.1 writes them.
+    pub max_bytes: usize,
+    /// Header fields.
+    pub max_headers: usize,
+    /// The request target (path and query, or the absolute URI).
+    pub max_uri_bytes: usize,
+    pub max_method_bytes: usize,
+}
+
+impl RequestHeadLimits {
+    /// hyper's own bound on header fields, which it keeps on the stack: a different one costs
+    /// a heap allocation per request.
+    pub const HYPER_MAX_HEADERS: usize = 100;
+    /// The smallest head limit hyper's HTTP/1.1 server accepts.
+    pub const MIN_BYTES: usize = 1024;
+}
+
+impl Default for RequestHeadLimits {
+    fn default() -> Self {
+        RequestHeadLimits {
+            // Envoy's default (60 KiB): big cookies and JWTs fit; hyper's ~400 KiB would
+            // let one connection hold that much in buffers.
+            max_bytes: 60 * 1024,
+            max_headers: Self::HYPER_MAX_HEADERS,
+            // Long signed URLs and GET queries fit; nginx and Apache stop at 8 KiB.
+            max_uri_bytes: 16 * 1024,
+            // The longest registered method (UPDATEREDIRECTREF) has 17 bytes.
+            max_method_bytes: 32,
         }
     }
 }

@@ -18,6 +18,11 @@ pub struct CodeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CauseLabel {
     pub cause: &'static str,
 }
@@ -205,6 +210,14 @@ pub struct Metrics {
     pub requests: Counter,
     pub local_replies: Family<CodeLabel, Counter>,
     pub downstream_connections: Gauge,
+    /// Client connections closed at accept, by reason (`max_connections`,
+    /// `admin_max_connections`).
+    pub downstream_connections_refused: Family<ReasonLabel, Counter>,
+    /// Failed `accept` calls (e.g. out of file descriptors).
+    pub downstream_accept_errors: Counter,
+    /// Client connections closed by egressd's timers, by reason (`header_read_timeout`,
+    /// `idle_timeout`).
+    pub downstream_connection_timeouts: Family<ReasonLabel, Counter>,
     pub access_log_dropped: Counter,
     pub upstream_tls_failures: Family<CauseLabel, Counter>,
     pub insecure_upstreams: Gauge,
@@ -283,6 +296,24 @@ impl Default for Metrics {
             "downstream_connections_active",
             "Open client connections",
             downstream_connections.clone(),
+        );
+        let downstream_connections_refused = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "downstream_connections_refused",
+            "Client connections closed as soon as they were accepted, by reason (max_connections, admin_max_connections)",
+            downstream_connections_refused.clone(),
+        );
+        let downstream_accept_errors = Counter::default();
+        registry.register(
+            "downstream_accept_errors",
+            "Failed accepts on listeners and the admin port (e.g. out of file descriptors); accepting backs off meanwhile",
+            downstream_accept_errors.clone(),
+        );
+        let downstream_connection_timeouts = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "downstream_connection_timeouts",
+            "Client connections egressd closed because a timer ran out, by reason (header_read_timeout: no complete request head, TLS handshake or ClientHello in time; idle_timeout: no request for that long)",
+            downstream_connection_timeouts.clone(),
         );
         let access_log_dropped = Counter::default();
         registry.register(
@@ -521,6 +552,9 @@ impl Default for Metrics {
             requests,
             local_replies,
             downstream_connections,
+            downstream_connections_refused,
+            downstream_accept_errors,
+            downstream_connection_timeouts,
             access_log_dropped,
         }
     }

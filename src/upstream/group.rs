@@ -346,7 +346,7 @@ impl EndpointGroup {
         match verdict {
             Verdict::Ejected => {
                 let e = endpoint.outlier.ejection();
-                tracing::info!(endpoint = %endpoint.addr, reason = reason.as_str(), duration = ?e.duration, ejections = e.ejections, "endpoint ejected");
+                crate::telemetry::log_limit::limited!(info, endpoint = %endpoint.addr, reason = reason.as_str(), duration = ?e.duration, ejections = e.ejections, "endpoint ejected");
             }
             Verdict::AlreadyEjected => {}
             other => {
@@ -365,7 +365,7 @@ impl EndpointGroup {
         let mut changed = false;
         for endpoint in &list.endpoints {
             if endpoint.outlier.tick(&self.outlier, now) {
-                tracing::info!(endpoint = %endpoint.addr, "endpoint back from ejection");
+                crate::telemetry::log_limit::limited!(info, endpoint = %endpoint.addr, "endpoint back from ejection");
                 endpoint.mark_ready();
                 changed = true;
             }
@@ -413,17 +413,17 @@ impl EndpointGroup {
                     CheckResult::Fail(reason) => reason.as_str(),
                     CheckResult::Pass => "",
                 };
-                tracing::warn!(endpoint = %endpoint.addr, reason, "endpoint failed active health checks: unhealthy")
+                crate::telemetry::log_limit::limited!(warn, endpoint = %endpoint.addr, reason, "endpoint failed active health checks: unhealthy")
             }
             Some(Transition::BecameHealthy) => {
                 endpoint.mark_ready();
-                tracing::info!(endpoint = %endpoint.addr, "endpoint passed active health checks: healthy")
+                crate::telemetry::log_limit::limited!(info, endpoint = %endpoint.addr, "endpoint passed active health checks: healthy")
             }
             None => {}
         }
         if unejected {
             endpoint.mark_ready();
-            tracing::info!(endpoint = %endpoint.addr, "endpoint back from ejection: active health check passed");
+            crate::telemetry::log_limit::limited!(info, endpoint = %endpoint.addr, "endpoint back from ejection: active health check passed");
         }
         if transition.is_some() || unejected {
             let list = self.list.load();
@@ -511,7 +511,10 @@ impl EndpointGroup {
 
         if panic.iter().any(|p| *p) {
             let healthy: usize = levels.iter().map(|(_, h)| h.len()).sum();
-            tracing::warn!(
+            // Every rebuild while in panic would say it again: an upstream flapping can cause
+            // one per event.
+            crate::telemetry::log_limit::limited!(
+                warn,
                 healthy,
                 total = list.endpoints.len(),
                 "too few healthy endpoints: balancing over unhealthy ones too (panic threshold)"

@@ -49,11 +49,40 @@ impl Egressd {
 
     /// As [`Egressd::spawn`], with `extra_args` appended (e.g. `--no-watch`).
     pub async fn spawn_with(config_dir: &Path, extra_args: &[&str]) -> Egressd {
+        Self::spawn_inner(config_dir, extra_args, None).await
+    }
+
+    /// As [`Egressd::spawn_with`], with the soft and hard `RLIMIT_NOFILE` lowered to
+    /// `open_files` (`ulimit -n` in a shell that then execs egressd).
+    pub async fn spawn_with_open_files(
+        config_dir: &Path,
+        extra_args: &[&str],
+        open_files: u32,
+    ) -> Egressd {
+        Self::spawn_inner(config_dir, extra_args, Some(open_files)).await
+    }
+
+    async fn spawn_inner(
+        config_dir: &Path,
+        extra_args: &[&str],
+        open_files: Option<u32>,
+    ) -> Egressd {
         let scratch = tempfile::tempdir().expect("scratch dir");
         let address_file = scratch.path().join("admin-address");
         let stderr_path = scratch.path().join("stderr.log");
         let stderr = File::create(&stderr_path).expect("create stderr log");
-        let child = Command::new(env!("CARGO_BIN_EXE_egressd"))
+        let binary = env!("CARGO_BIN_EXE_egressd");
+        let mut command = match open_files {
+            None => Command::new(binary),
+            Some(n) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(binary);
+                sh
+            }
+        };
+        let child = command
             .arg("run")
             .arg("--config")
             .arg(config_dir)

@@ -141,6 +141,34 @@ pub struct DownstreamSpec {
     /// listeners. A change applies to connections accepted after the reload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http2: Option<DownstreamHttp2Spec>,
+    /// Client connections open at once, over every listener (TLS passthrough and tunnels
+    /// included); more are closed as soon as they are accepted. Default: half of the file
+    /// descriptors the process may open (`RLIMIT_NOFILE`) less 64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<Spanned<u32>>,
+    /// From accept until the first request head is complete (TLS handshake, HTTP/2 preface
+    /// and TLS passthrough ClientHello included); a connection that sends nothing is closed
+    /// too (default 10s; `0s` disables).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header_read_timeout: Option<Spanned<GwDuration>>,
+    /// How long a connection with no request in flight stays open: HTTP/1.1 keep-alive, and
+    /// HTTP/2 without streams (closed with GOAWAY). Default 5m; `0s` disables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<Spanned<GwDuration>>,
+    /// Largest request head: request line and headers as HTTP/1.1 writes them (default
+    /// 60Ki); larger ones are answered 431.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_request_headers_bytes: Option<Spanned<Quantity>>,
+    /// Most header fields in a request (default 100); more are answered 431.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_request_headers: Option<Spanned<u32>>,
+    /// Longest request target, path and query or absolute URI (default 16Ki); longer ones
+    /// are answered 414.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_request_uri_bytes: Option<Spanned<Quantity>>,
+    /// Longest request method (default 32); longer ones are answered 400.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_request_method_bytes: Option<Spanned<u32>>,
 }
 
 /// What egressd announces in its HTTP/2 SETTINGS and how much abuse it tolerates before it
@@ -179,6 +207,11 @@ pub struct AdminSpec {
     /// `127.0.0.1:15000` by default. Binding a non-loopback address exposes config dumps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<Spanned<String>>,
+    /// Admin connections open at once (default 32); more are closed as soon as they are
+    /// accepted. The admin server also applies `downstream.headerReadTimeout` and
+    /// `downstream.idleTimeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<Spanned<u32>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]

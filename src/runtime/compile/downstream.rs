@@ -1,16 +1,106 @@
-//! `ProxyConfig.spec.downstream` → [`Http2ServerSettings`]: defaults filled in, each value
-//! checked against the range HTTP/2 (RFC 9113 §6.5.2) and h2 accept.
+//! `ProxyConfig.spec.downstream` → [`DownstreamSettings`] and [`Http2ServerSettings`]:
+//! defaults filled in, each value checked against the range HTTP/2 (RFC 9113 §6.5.2), h2 and
+//! hyper accept.
 
 use std::path::Path;
+use std::time::Duration;
 
 use super::{at, Cx};
-use crate::config::units::Quantity;
-use crate::config::wire::proxy::DownstreamHttp2Spec;
+use crate::config::units::{GwDuration, Quantity};
+use crate::config::wire::proxy::{DownstreamHttp2Spec, DownstreamSpec};
 use crate::config::yaml::Spanned;
-use crate::config::ObjectId;
-use crate::runtime::snapshot::Http2ServerSettings;
+use crate::config::{ObjectId, Reason};
+use crate::runtime::snapshot::{DownstreamSettings, Http2ServerSettings, RequestHeadLimits};
 
 const FIELD: &str = "spec.downstream.http2";
+
+/// The connection limits, timeouts and request head bounds `spec` asks for; a value out of
+/// range is an error at its position, and the default stands in for it.
+pub(super) fn compile_limits(
+    cx: &mut Cx,
+    file: &Path,
+    id: &ObjectId,
+    spec: &DownstreamSpec,
+) -> DownstreamSettings {
+    let defaults = DownstreamSettings::default();
+    let mut check = Checker {
+        cx,
+        file,
+        id,
+        field: "spec.downstream",
+    };
+    let head = RequestHeadLimits {
+        max_bytes: check.size(
+            spec.max_request_headers_bytes.as_ref(),
+            "maxRequestHeadersBytes",
+            defaults.head.max_bytes,
+            (RequestHeadLimits::MIN_BYTES, u32::MAX as usize),
+            "a smaller head cannot hold an ordinary request",
+        ),
+        max_headers: check.count(
+            spec.max_request_headers.as_ref(),
+            "maxRequestHeaders",
+            defaults.head.max_headers,
+            "no request could carry a Host header",
+        ),
+        max_uri_bytes: check.size(
+            spec.max_request_uri_bytes.as_ref(),
+            "maxRequestUriBytes",
+            defaults.head.max_uri_bytes,
+            (1, u32::MAX as usize),
+            "a request target has at least one byte",
+        ),
+        max_method_bytes: check.count(
+            spec.max_request_method_bytes.as_ref(),
+            "maxRequestMethodBytes",
+            defaults.head.max_method_bytes,
+            "no request could have a method",
+        ),
+    };
+    DownstreamSettings {
+        max_connections: check.count(
+            spec.max_connections.as_ref(),
+            "maxConnections",
+            defaults.max_connections,
+            "no client could connect",
+        ),
+        header_read_timeout: check.timeout(
+            spec.header_read_timeout.as_ref(),
+            "headerReadTimeout",
+            defaults.header_read_timeout,
+            "a client that connects and sends nothing then holds its connection forever",
+        ),
+        idle_timeout: check.timeout(
+            spec.idle_timeout.as_ref(),
+            "idleTimeout",
+            defaults.idle_timeout,
+            "idle keep-alive and HTTP/2 connections then stay open until the client closes them",
+        ),
+        head,
+    }
+}
+
+/// `spec.admin.maxConnections`, at least 1.
+pub(super) fn compile_admin_max_connections(
+    cx: &mut Cx,
+    file: &Path,
+    id: &ObjectId,
+    value: Option<&Spanned<u32>>,
+    default: usize,
+) -> usize {
+    Checker {
+        cx,
+        file,
+        id,
+        field: "spec.admin",
+    }
+    .count(
+        value,
+        "maxConnections",
+        default,
+        "the admin server (readiness, metrics) could not be reached",
+    )
+}
 
 /// The settings `spec` asks for; a value out of range is an error at its position, and the
 /// default stands in for it (the config is rejected anyway).
@@ -21,7 +111,12 @@ pub(super) fn compile_http2(
     spec: &DownstreamHttp2Spec,
 ) -> Http2ServerSettings {
     let defaults = Http2ServerSettings::default();
-    let mut check = Checker { cx, file, id };
+    let mut check = Checker {
+        cx,
+        file,
+        id,
+        field: FIELD,
+    };
     Http2ServerSettings {
         max_concurrent_streams: check.count(
             spec.max_concurrent_streams.as_ref(),
@@ -73,6 +168,8 @@ struct Checker<'a, 'c> {
     cx: &'c mut Cx,
     file: &'a Path,
     id: &'a ObjectId,
+    /// The section the checked fields are in, e.g. `spec.downstream`.
+    field: &'a str,
 }
 
 impl Checker<'_, '_> {
@@ -89,7 +186,12 @@ impl Checker<'_, '_> {
         };
         if value.value == 0 {
             self.cx.error(
-                at(self.file, self.id, value.pos, format!("{FIELD}.{name}")),
+                at(
+                    self.file,
+                    self.id,
+                    value.pos,
+                    format!("{}.{name}", self.field),
+                ),
                 format!("{name} must be at least 1"),
                 format!("with 0 {zero}; leave it out for the default"),
             );
@@ -98,23 +200,60 @@ impl Checker<'_, '_> {
         T::try_from(value.value).unwrap_or(default)
     }
 
-    /// A byte size within `min..=max` (both inclusive); `why` explains the range.
-    fn size(
+    /// A timeout; `0s` turns it off, which is allowed but reported as Degraded with what
+    /// `off` then permits.
+    fn timeout(
         &mut self,
-        value: Option<&Spanned<Quantity>>,
+        value: Option<&Spanned<GwDuration>>,
         name: &str,
-        default: u32,
-        (min, max): (u32, u32),
-        why: &str,
-    ) -> u32 {
+        default: Option<Duration>,
+        off: &str,
+    ) -> Option<Duration> {
         let Some(value) = value else {
             return default;
         };
-        match u32::try_from(value.value.0) {
-            Ok(bytes) if (min..=max).contains(&bytes) => bytes,
+        if value.value.0.is_zero() {
+            self.cx.warn(
+                at(
+                    self.file,
+                    self.id,
+                    value.pos,
+                    format!("{}.{name}", self.field),
+                ),
+                Reason::Degraded,
+                format!("{name} 0s turns the timeout off: {off}"),
+                "leave it out for the default",
+            );
+            return None;
+        }
+        Some(value.value.0)
+    }
+
+    /// A byte size within `min..=max` (both inclusive); `why` explains the range.
+    fn size<T>(
+        &mut self,
+        value: Option<&Spanned<Quantity>>,
+        name: &str,
+        default: T,
+        (min, max): (T, T),
+        why: &str,
+    ) -> T
+    where
+        T: TryFrom<u64> + PartialOrd + Copy + std::fmt::Display,
+    {
+        let Some(value) = value else {
+            return default;
+        };
+        match T::try_from(value.value.0) {
+            Ok(bytes) if min <= bytes && bytes <= max => bytes,
             _ => {
                 self.cx.error(
-                    at(self.file, self.id, value.pos, format!("{FIELD}.{name}")),
+                    at(
+                        self.file,
+                        self.id,
+                        value.pos,
+                        format!("{}.{name}", self.field),
+                    ),
                     format!(
                         "{name} {} is out of range ({min} to {max} bytes)",
                         value.value

@@ -146,8 +146,20 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
             ca: identity.ca_certificate_file.as_deref().map(path),
         });
     }
-    if let Some(http2) = spec.downstream.as_ref().and_then(|d| d.http2.as_ref()) {
-        settings.proxy.downstream_http2 = super::downstream::compile_http2(cx, file, id, http2);
+    if let Some(downstream) = &spec.downstream {
+        if let Some(http2) = &downstream.http2 {
+            settings.proxy.downstream_http2 = super::downstream::compile_http2(cx, file, id, http2);
+        }
+        settings.proxy.downstream = super::downstream::compile_limits(cx, file, id, downstream);
+    }
+    if let Some(admin) = &spec.admin {
+        settings.proxy.admin_max_connections = super::downstream::compile_admin_max_connections(
+            cx,
+            file,
+            id,
+            admin.max_connections.as_ref(),
+            settings.proxy.admin_max_connections,
+        );
     }
     if let Some(tracing) = &spec.tracing {
         settings.proxy.tracing = compile_tracing(cx, file, id, tracing);
