@@ -109,6 +109,20 @@ pub fn load_paths_with(paths: &[PathBuf], limits: &LoadLimits) -> Loaded {
 
 pub use files::is_config_file;
 
+/// Loads one file's `text` as [`load_paths_with`] loads each file it reads, without touching
+/// the file system: the fuzz targets (`fuzz/`) drive the loader and the compiler with it.
+pub fn load_text(file: &Path, text: &str, limits: &LoadLimits) -> Loaded {
+    let mut loaded = Loaded::default();
+    let mut hasher = DefaultHasher::new();
+    file.hash(&mut hasher);
+    text.hash(&mut hasher);
+    load_file(file, text, limits, &mut loaded);
+    loaded.set.files.push(file.to_owned());
+    loaded.set.fingerprint = hasher.finish();
+    check_duplicates(&mut loaded);
+    loaded
+}
+
 fn load_file(file: &Path, text: &str, limits: &LoadLimits, loaded: &mut Loaded) {
     if text.trim().is_empty() {
         // Not an error (a placeholder file is legitimate), but `: > file` on a running

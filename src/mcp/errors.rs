@@ -67,10 +67,14 @@ impl ErrorScan {
             }
             if !piece.ends_with(b"\n") {
                 self.line.extend_from_slice(piece);
-                if self.line.len() > MESSAGE_LIMIT {
+                // Past this, the line cannot matter: a `data:` line makes the message too big
+                // (as it would once complete: its data is at least the line less `data: ` and a
+                // `\r`), and any other line is ignored anyway. Judged alike however the line
+                // is split into chunks.
+                if self.line.len() > MESSAGE_LIMIT + "data: \r".len() {
+                    self.skipping |= self.line.starts_with(b"data:");
                     self.line = Vec::new();
                     self.dropping_line = true;
-                    self.skipping = true;
                 }
                 continue;
             }
@@ -188,6 +192,28 @@ mod tests {
         let mut scan = ErrorScan::new(true);
         scan.feed(b"data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n");
         assert!(!scan.finish());
+    }
+
+    /// Found by fuzzing (`fuzz/fuzz_targets/mcp_stream.rs`): a line over the limit that is
+    /// not a `data:` line made the event unscanned when it arrived in several chunks, and was
+    /// ignored (the event scanned) when it arrived in one.
+    #[test]
+    fn a_long_line_is_judged_alike_however_the_stream_is_split() {
+        // Chunks of 4096 or 1000 bytes end inside the line, past the limit.
+        let long = "x".repeat(MESSAGE_LIMIT + 10_000);
+        for (line, found) in [
+            (format!(": {long}"), true),
+            (format!("data: {long}"), false),
+        ] {
+            let stream = format!("{line}\ndata: {INTERNAL}\n\n");
+            for chunk in [stream.len(), 4096, 1000] {
+                let mut scan = ErrorScan::new(true);
+                for piece in stream.as_bytes().chunks(chunk) {
+                    scan.feed(piece);
+                }
+                assert_eq!(scan.finish(), found, "{}…, chunks of {chunk}", &line[..8]);
+            }
+        }
     }
 
     #[test]

@@ -291,6 +291,32 @@ mod tests {
             .is_empty());
     }
 
+    /// Found by fuzzing (`fuzz/fuzz_targets/mcp_inspect.rs`): a number id came back in
+    /// egressd's own replies as another number (the parse was not correctly rounded), so a
+    /// client could not match the reply to its request.
+    #[test]
+    fn replies_carry_the_request_id_exactly() {
+        for id in [
+            "1.5e200",
+            "0.1",
+            "7",
+            "-9223372036854775808",
+            "18446744073709551615",
+        ] {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"rm"}}}}"#
+            );
+            let call = &calls(body.as_bytes())[0];
+            for reply in [
+                denied_reply(call.id.as_ref(), "rm"),
+                header_mismatch_reply(call.id.as_ref(), "x"),
+            ] {
+                let reply: Value = serde_json::from_slice(&reply).unwrap();
+                assert_eq!(reply.get("id"), call.id.as_ref(), "{id}");
+            }
+        }
+    }
+
     #[test]
     fn allow_then_deny_with_prefixes() {
         let p = ToolPolicy {

@@ -38,26 +38,14 @@ fn session_value(query: &str) -> Option<std::ops::Range<usize>> {
 
 /// The announced endpoint (an `endpoint` event's data) as the client must see it: relative to
 /// egressd, the session wrapped with `endpoint`. Anything that is not a URL with a session is
-/// left as it is, except that an absolute URL still loses its origin.
+/// left as it is, except that it never keeps a scheme or an authority.
 pub fn rewrite_endpoint(
     announced: &str,
     key: &SessionKey,
     backend: &str,
     endpoint: SocketAddr,
 ) -> String {
-    let announced = announced.trim();
-    let relative = match announced
-        .strip_prefix("http://")
-        .or_else(|| announced.strip_prefix("https://"))
-    {
-        // `scheme://authority/path?query`: keep from the path on.
-        Some(rest) => match rest.find(['/', '?']) {
-            Some(i) if rest.as_bytes()[i] == b'/' => rest[i..].to_owned(),
-            Some(i) => format!("/{}", &rest[i..]),
-            None => "/".to_owned(),
-        },
-        None => announced.to_owned(),
-    };
+    let relative = origin_relative(announced);
     let Some(q) = relative.find('?') else {
         return relative;
     };
@@ -72,6 +60,46 @@ pub fn rewrite_endpoint(
         wrapped,
         &relative[range.end..]
     )
+}
+
+/// `announced` without its scheme and authority: a reference every client resolves against
+/// the URL it used (egressd's), never one that leads it to another host. Read as the WHATWG
+/// URL standard reads it (MCP's TypeScript SDK resolves it with `new URL`): tabs and line
+/// breaks are dropped, leading and trailing controls and spaces trimmed, `\` is `/`, and
+/// `https:host` (a special scheme without slashes) names a host too.
+fn origin_relative(announced: &str) -> String {
+    let cleaned;
+    let mut s = announced;
+    if s.contains(['\t', '\n', '\r']) {
+        cleaned = s.replace(['\t', '\n', '\r'], "");
+        s = &cleaned;
+    }
+    s = s.trim_matches(|c: char| c.is_whitespace() || c.is_ascii_control());
+    // `\` is `/` to WHATWG parsers.
+    const SLASHES: [char; 2] = ['/', '\\'];
+    // Any scheme (RFC 3986 §3.1): a letter, then letters, digits, `+`, `-`, `.`, then `:`.
+    let scheme = s.find(':').filter(|&colon| {
+        let mut chars = s[..colon].chars();
+        chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+            && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    });
+    let mut rooted = false;
+    if let Some(colon) = scheme {
+        s = &s[colon + 1..];
+        rooted = true;
+    }
+    // An authority: `//host` (after a scheme or not); kept from the path on.
+    if s.starts_with(SLASHES) && s[1..].starts_with(SLASHES) {
+        let host = s.trim_start_matches(SLASHES);
+        s = host.find(['/', '\\', '?', '#']).map_or("", |i| &host[i..]);
+        rooted = true;
+    }
+    if rooted || s.starts_with(SLASHES) {
+        // One `/`, then the path: more would start an authority again.
+        format!("/{}", s.trim_start_matches(SLASHES))
+    } else {
+        s.to_owned()
+    }
 }
 
 /// A request's session, when its query carries one egressd wrapped: the endpoint, and the
@@ -104,21 +132,26 @@ pub fn unwrap_request(
 
 /// Rewrites the `endpoint` event of a legacy event stream as it passes; every other byte is
 /// relayed unchanged. Complete events are let through as soon as they are complete; only an
-/// event still arriving is held, and once the endpoint event has passed (or
-/// [`Self::HOLD_LIMIT`] bytes went by without one) nothing is held at all.
+/// event still arriving is held, and once the endpoint event has passed (or the stream's first
+/// [`Self::HOLD_LIMIT`] bytes went by without one) nothing is held at all. The bytes sent are
+/// the same however the stream is split into chunks.
 pub struct EndpointEvent<F> {
     rewrite: Option<F>,
     held: Vec<u8>,
+    /// Bytes of the stream already sent on (before `held`).
+    passed: usize,
 }
 
 impl<F: FnOnce(&str) -> String> EndpointEvent<F> {
-    /// Bytes looked at for the endpoint event before giving up on finding it.
+    /// Bytes looked at for the endpoint event before giving up on finding it: it must end
+    /// within the stream's first `HOLD_LIMIT` bytes.
     pub const HOLD_LIMIT: usize = 64 << 10;
 
     pub fn new(rewrite: F) -> Self {
         EndpointEvent {
             rewrite: Some(rewrite),
             held: Vec::new(),
+            passed: 0,
         }
     }
 
@@ -136,6 +169,12 @@ impl<F: FnOnce(&str) -> String> EndpointEvent<F> {
         let mut out = Vec::with_capacity(self.held.len());
         let mut start = 0;
         while let Some(end) = event_end(&self.held[start..]) {
+            // Judged on the event's place in the stream, not on what this chunk brought: an
+            // event ending past the limit is never rewritten, however the bytes arrived.
+            if self.passed + start + end > Self::HOLD_LIMIT {
+                self.rewrite = None;
+                break;
+            }
             let event = &self.held[start..start + end];
             match self.endpoint_data(event) {
                 Some((line, data)) => {
@@ -154,7 +193,8 @@ impl<F: FnOnce(&str) -> String> EndpointEvent<F> {
             }
         }
         let rest = self.held.split_off(start);
-        if self.rewrite.is_none() || rest.len() > Self::HOLD_LIMIT {
+        self.passed += start;
+        if self.rewrite.is_none() || self.passed + rest.len() > Self::HOLD_LIMIT {
             // Found, or not coming: the rest goes on as it is.
             self.rewrite = None;
             out.extend_from_slice(&rest);
@@ -275,6 +315,69 @@ mod tests {
                 "split at {split}"
             );
         }
+    }
+
+    /// Found by fuzzing (`fuzz/fuzz_targets/mcp_stream.rs`): a first event bigger than the
+    /// hold limit, then the endpoint event, was rewritten when the bytes came in one piece and
+    /// passed unrewritten when they came in several.
+    #[test]
+    fn the_endpoint_event_is_rewritten_alike_however_a_big_stream_is_split() {
+        const LIMIT: usize = EndpointEvent::<fn(&str) -> String>::HOLD_LIMIT;
+        let endpoint_event = "event: endpoint\ndata: /m?sessionId=s\n\n";
+        for (padding, rewritten) in [(LIMIT + 100, false), (LIMIT - 200, true)] {
+            let stream = format!(": {}\n\n{endpoint_event}", "x".repeat(padding));
+            let expected = if rewritten {
+                stream.replace("/m?sessionId=s", "/m?sessionId=X")
+            } else {
+                stream.clone()
+            };
+            for chunk in [stream.len(), 1000, 7] {
+                let mut rewrite = EndpointEvent::new(|data: &str| {
+                    assert_eq!(data, "/m?sessionId=s");
+                    "/m?sessionId=X".to_owned()
+                });
+                let mut out = Vec::new();
+                for piece in stream.as_bytes().chunks(chunk) {
+                    out.extend(rewrite.feed(piece));
+                }
+                out.extend(rewrite.finish());
+                assert!(
+                    out == expected.as_bytes(),
+                    "padding {padding}, chunks of {chunk}: rewritten {}",
+                    String::from_utf8_lossy(&out).contains("sessionId=X")
+                );
+            }
+        }
+    }
+
+    /// Found by fuzzing: announced URLs that a client resolves to another host than egressd
+    /// (another scheme's case, a network-path reference, backslashes and tabs as the WHATWG
+    /// URL parser reads them, `https:host`) kept their origin.
+    #[test]
+    fn announced_endpoints_never_lead_the_client_to_another_host() {
+        let key = key();
+        for (announced, expected) in [
+            ("HTTPS://evil.example/messages?x=1", "/messages?x=1"),
+            ("Http://10.0.0.7:8080", "/"),
+            ("//evil.example/messages?x=1", "/messages?x=1"),
+            ("http://10.0.0.7:8080//evil.example/m", "/evil.example/m"),
+            ("/\\evil.example/m", "/m"),
+            ("\\\\evil.example/m", "/m"),
+            ("/\t/evil.example/m", "/m"),
+            ("\u{1}//evil.example/m", "/m"),
+            ("https:evil.example/m", "/evil.example/m"),
+            ("data: {\"jsonrpc\":\"2.0\",", "/ {\"jsonrpc\":\"2.0\","),
+            ("messages?x=1", "messages?x=1"),
+            ("?x=1", "?x=1"),
+        ] {
+            assert_eq!(
+                rewrite_endpoint(announced, &key, "b", addr()),
+                expected,
+                "{announced:?}"
+            );
+        }
+        let rewritten = rewrite_endpoint("HTTPS://evil.example/m?sessionId=abc", &key, "b", addr());
+        assert!(rewritten.starts_with("/m?sessionId=egd1."), "{rewritten}");
     }
 
     #[test]
