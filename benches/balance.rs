@@ -151,10 +151,13 @@ fn bench_record(c: &mut Criterion) {
     let (list, _held) = endpoints(10, false);
     let group = egressd::upstream::EndpointGroup::new_static(
         list.clone(),
-        Box::new(LeastRequest::new(LeastRequestSettings::default())),
-        OutlierSettings {
-            consecutive_gateway_errors: None,
-            ..OutlierSettings::default()
+        || Box::new(LeastRequest::new(LeastRequestSettings::default())),
+        egressd::upstream::group::GroupSettings {
+            outlier: OutlierSettings {
+                consecutive_gateway_errors: None,
+                ..OutlierSettings::default()
+            },
+            ..Default::default()
         },
     );
     let mut g = c.benchmark_group("record");
@@ -170,13 +173,12 @@ fn bench_record(c: &mut Criterion) {
 /// `EndpointGroup::pick`: the balancer plus the group's pickable levels (one level, and two
 /// levels sharing the load 70/30).
 fn bench_group_pick(c: &mut Criterion) {
-    use egressd::balance::outlier::OutlierSettings;
     let mut g = c.benchmark_group("group_pick/LeastRequest");
     let (list, _held) = endpoints(100, false);
     let one = egressd::upstream::EndpointGroup::new_static(
         list,
-        Box::new(LeastRequest::new(LeastRequestSettings::default())),
-        OutlierSettings::default(),
+        || Box::new(LeastRequest::new(LeastRequestSettings::default())),
+        Default::default(),
     );
     g.bench_function("one_level/100", |b| {
         b.iter(|| black_box(one.pick(None)).map(|e| e.weight))

@@ -170,3 +170,107 @@ async fn max_parallel_requests_turns_overload_into_immediate_overflow_replies() 
     );
     assert_eq!(pending.await.unwrap().status, 200);
 }
+
+/// Two instances on one host (two local servers, a blue/green pair) are one Backend: each IP
+/// endpoint carries its own port. Its identity, connections, outlier state and `/endpoints`
+/// entry are its own: the instance that stops answering is ejected, the other keeps serving.
+#[tokio::test]
+async fn endpoints_with_their_own_ports_are_one_backend_and_ejected_alone() {
+    let blue = Upstream::start("blue").await;
+    let green = Upstream::start("green").await;
+    let gone = common::upstream::refused_addr();
+    // The Backend port's number is nobody's: every endpoint names its own.
+    let yaml = preamble(None)
+        + &format!(
+            r#"---
+apiVersion: egressd.dev/v1alpha1
+kind: Backend
+metadata: {{name: api}}
+spec:
+  destination:
+    type: IP
+    ip:
+      endpoints:
+      - {{address: 127.0.0.1, port: {blue}}}
+      - {{address: 127.0.0.1, port: {green}}}
+      - {{address: 127.0.0.1, port: {gone}}}
+    ports: [{{number: 9}}]
+  tls: {{mode: InsecureDisable}}
+  trafficPolicy:
+    loadBalancer: {{type: RoundRobin}}
+    healthCheck:
+      passive: {{consecutiveLocalOriginFailures: 2, interval: 10s, baseEjectionTime: 60s, maxEjectionPercent: 50, splitExternalLocalOriginErrors: true}}
+    retry: {{numRetries: 2}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: api}}
+spec:
+  hostnames: [{HOST}]
+  rules: [{{backendRefs: [{{name: api}}]}}]
+"#,
+            blue = blue.addr.port(),
+            green = green.addr.port(),
+            gone = gone.port(),
+        );
+    let proxy = TestProxy::start(&yaml).await;
+
+    let mut bodies = Vec::new();
+    for _ in 0..30 {
+        let r = get(proxy.http(), HOST, "/").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        bodies.push(r.text());
+    }
+    let blue_count = bodies.iter().filter(|b| *b == "blue").count();
+    assert_eq!(
+        blue_count + bodies.iter().filter(|b| *b == "green").count(),
+        30
+    );
+    assert!((12..=18).contains(&blue_count), "blue {blue_count} of 30");
+    assert_eq!(blue.request_count(), blue_count);
+
+    let endpoints: serde_json::Value =
+        serde_json::from_str(&get(proxy.admin, "admin", "/endpoints").await.text()).unwrap();
+    let list = endpoints["backends"][0]["endpoints"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let health = |addr: SocketAddr| {
+        list.iter()
+            .find(|e| e["address"] == addr.to_string())
+            .unwrap_or_else(|| panic!("{addr} listed: {list:?}"))["health"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(health(blue.addr), "healthy");
+    assert_eq!(health(green.addr), "healthy");
+    assert_eq!(health(gone), "ejected");
+    assert_eq!(list.len(), 3);
+}
+
+/// The default balancer (least request, two choices) through the egressd binary: two equal
+/// idle endpoints share sequential requests evenly (ties are broken at random, not by list
+/// order).
+#[tokio::test]
+async fn least_request_splits_sequential_requests_evenly_between_two_endpoints() {
+    let one = Upstream::start("one").await;
+    let two = Upstream::start_on(
+        "two",
+        SocketAddr::new([127, 0, 0, 2].into(), one.addr.port()),
+    )
+    .await;
+    let yaml = preamble(None) + &backend(&[(one.addr, 1), (two.addr, 1)], "{type: LeastRequest}");
+    let dir = tempfile::tempdir().expect("config dir");
+    std::fs::write(dir.path().join("egressd.yaml"), yaml).expect("write config");
+    let egressd = common::binary::Egressd::spawn(dir.path()).await;
+    let listener = egressd.listener_addr(common::binary::LISTENER).await;
+    for _ in 0..400 {
+        let r = get(listener, HOST, "/").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let (a, b) = (one.request_count(), two.request_count());
+    assert_eq!(a + b, 400);
+    // 50/50 ± 8 points.
+    assert!((168..=232).contains(&a), "one: {a}, two: {b}");
+}

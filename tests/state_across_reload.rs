@@ -143,3 +143,162 @@ async fn resolved_names_survive_a_reload_without_new_queries() {
     );
     assert_eq!(a.connection_count(), 1);
 }
+
+/// A Backend `api` (route `svc.test`) over IP endpoints, each `(address, port)` its own, with
+/// `traffic_policy` (lines indented by four spaces) as its inline policy.
+fn static_backend(endpoints: &[std::net::SocketAddr], traffic_policy: &str) -> String {
+    let list: String = endpoints
+        .iter()
+        .map(|a| format!("      - {{address: {}, port: {}}}\n", a.ip(), a.port()))
+        .collect();
+    format!(
+        "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: api}}\nspec:\n  destination:\n    type: IP\n    ip:\n      endpoints:\n{list}    ports: [{{number: 9}}]\n  tls: {{mode: InsecureDisable}}\n  trafficPolicy:\n{traffic_policy}"
+    ) + &route("svc.test", "api")
+}
+
+/// An unrelated Backend and route, present or not: a reload that does not touch `api`.
+fn unrelated(other: &Upstream, present: bool) -> String {
+    if present {
+        ip_backend("other", other.addr, "") + &route("other.test", "other")
+    } else {
+        String::new()
+    }
+}
+
+#[tokio::test]
+async fn circuit_breaker_counts_survive_an_unrelated_reload() {
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let held = release.clone();
+    let slow = Upstream::start_with(move |_| {
+        let held = held.clone();
+        async move {
+            held.notified().await;
+            http::Response::new(common::upstream::full("slow"))
+        }
+    })
+    .await;
+    let other = Upstream::start("other").await;
+    let base = preamble(None)
+        + &static_backend(
+            &[slow.addr],
+            "    circuitBreaker: {maxParallelRequests: 2}\n",
+        );
+    let proxy = TestProxy::start(&base).await;
+    let group_before = group_id(&proxy, "api");
+
+    let addr = proxy.http();
+    let in_flight: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(async move { get(addr, "svc.test", "/").await }))
+        .collect();
+    assert!(
+        common::proxy::eventually(std::time::Duration::from_secs(5), || async {
+            slow.request_count() == 2
+        })
+        .await
+    );
+
+    proxy.rewrite(&(base + &unrelated(&other, true)));
+    proxy.reload().await;
+    assert_eq!(group_id(&proxy, "api"), group_before, "the same group");
+    let r = get(proxy.http(), "svc.test", "/").await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.error_code(), Some("overflow"));
+
+    release.notify_waiters();
+    for request in in_flight {
+        assert_eq!(request.await.unwrap().status, 200);
+    }
+    assert_eq!(slow.request_count(), 2);
+}
+
+#[tokio::test]
+async fn round_robin_keeps_its_turn_across_reloads() {
+    let a = Upstream::start("a").await;
+    let b = Upstream::start("b").await;
+    let other = Upstream::start("other").await;
+    let base = preamble(None)
+        + &static_backend(&[a.addr, b.addr], "    loadBalancer: {type: RoundRobin}\n");
+    let proxy = TestProxy::start(&base).await;
+    let mut seen = Vec::new();
+    for i in 0..10 {
+        seen.push(get(proxy.http(), "svc.test", "/").await.text());
+        proxy.rewrite(&(base.clone() + &unrelated(&other, i % 2 == 0)));
+        proxy.reload().await;
+    }
+    // Strict turns: a reload does not start the rotation over at a random place.
+    assert!(seen.windows(2).all(|w| w[0] != w[1]), "{seen:?}");
+}
+
+#[tokio::test]
+async fn a_reload_that_adds_an_endpoint_keeps_the_others_and_their_slow_start() {
+    let a = Upstream::start("a").await;
+    let b = Upstream::start("b").await;
+    let policy = "    loadBalancer: {type: LeastRequest, slowStart: {window: 60s}}\n";
+    let proxy = TestProxy::start(&(preamble(None) + &static_backend(&[a.addr], policy))).await;
+    let group_before = group_id(&proxy, "api");
+    let ready_for = |endpoints: &serde_json::Value, addr: std::net::SocketAddr| {
+        endpoints["backends"][0]["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["address"] == addr.to_string())
+            .unwrap_or_else(|| panic!("{addr} in {endpoints}"))["readyForMs"]
+            .as_u64()
+            .unwrap()
+    };
+    // Until `a` has been ready for a while (no sleep: polled).
+    assert!(
+        common::proxy::eventually(std::time::Duration::from_secs(5), || async {
+            let e = get(proxy.admin, "admin", "/endpoints").await.text();
+            ready_for(&serde_json::from_str(&e).unwrap(), a.addr) >= 300
+        })
+        .await
+    );
+
+    proxy.rewrite(&(preamble(None) + &static_backend(&[a.addr, b.addr], policy)));
+    proxy.reload().await;
+    assert_eq!(
+        group_id(&proxy, "api"),
+        group_before,
+        "the same group, new addresses"
+    );
+    let endpoints: serde_json::Value =
+        serde_json::from_str(&get(proxy.admin, "admin", "/endpoints").await.text()).unwrap();
+    assert!(ready_for(&endpoints, a.addr) >= 300, "{endpoints}");
+    assert!(ready_for(&endpoints, b.addr) < 300, "{endpoints}");
+}
+
+#[tokio::test]
+async fn an_unhealthy_endpoint_is_never_picked_across_a_reload() {
+    let a = Upstream::start("a").await;
+    let sick = Upstream::start_with(|_| async {
+        let mut response = http::Response::new(common::upstream::full("sick"));
+        *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+        response
+    })
+    .await;
+    let other = Upstream::start("other").await;
+    // `sick` fails every check: unhealthy after its first.
+    let policy = "    loadBalancer: {type: RoundRobin}\n    healthCheck:\n      panicThreshold: 0\n      active: {type: HTTP, interval: 100ms, unhealthyThreshold: 1, http: {path: /healthz}}\n";
+    let base = preamble(None) + &static_backend(&[a.addr, sick.addr], policy);
+    let proxy = TestProxy::start(&base).await;
+    assert!(
+        common::proxy::eventually(std::time::Duration::from_secs(5), || async {
+            get(proxy.admin, "admin", "/endpoints")
+                .await
+                .text()
+                .contains("\"unhealthy\"")
+        })
+        .await
+    );
+    let traffic = |u: &Upstream| u.requests().iter().filter(|r| r.uri != "/healthz").count();
+    for present in [true, false, true] {
+        proxy.rewrite(&(base.clone() + &unrelated(&other, present)));
+        proxy.reload().await;
+        for _ in 0..10 {
+            assert_eq!(get(proxy.http(), "svc.test", "/").await.text(), "a");
+        }
+    }
+    assert_eq!(traffic(&sick), 0, "no request reached it");
+    assert_eq!(traffic(&a), 30);
+}

@@ -1390,3 +1390,39 @@ fn limits_out_of_range_are_errors_at_each_value() {
         );
     }
 }
+
+#[test]
+fn an_endpoint_port_needs_a_backend_with_one_port_and_is_never_0() {
+    let dir = fixture("endpoint-port-mistakes");
+    let diags = diagnostics(&dir);
+    let errors: Vec<&Diagnostic> = diags
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .collect();
+    assert_eq!(errors.len(), 2, "{}", render(&diags));
+    let expected = [
+        (
+            "port: 8001",
+            "8001",
+            "Backend default/two-ports",
+            "exactly one port",
+        ),
+        ("port: 0", "0", "Backend default/port-zero", "port 0"),
+    ];
+    for (context, token, object, message) in expected {
+        let found = errors
+            .iter()
+            .find(|d| d.object.as_ref().map(ToString::to_string).as_deref() == Some(object));
+        let d = found.unwrap_or_else(|| panic!("no error for {object}: {}", render(&diags)));
+        assert_error(
+            &dir,
+            d,
+            &Expect {
+                at: spot("backends.yaml", context, token),
+                object: Some(object),
+                field: "spec.destination.ip.endpoints[0].port",
+                message,
+            },
+        );
+    }
+}

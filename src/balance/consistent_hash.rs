@@ -278,7 +278,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_ejected_endpoint_loses_only_its_own_keys() {
-        use crate::balance::outlier::{Outcome, OutlierSettings};
+        use crate::balance::outlier::Outcome;
         use crate::upstream::EndpointGroup;
         for table in [HashTable::default(), HashTable::Maglev { size: 65537 }] {
             let eps: Vec<_> = (1..=5).map(|p| endpoint(p, 1)).collect();
@@ -288,8 +288,8 @@ mod tests {
             };
             let group = EndpointGroup::new_static(
                 eps.clone(),
-                Box::new(ConsistentHash::new(settings)),
-                OutlierSettings::default(),
+                || Box::new(ConsistentHash::new(settings.clone())),
+                Default::default(),
             );
             let place = || -> Vec<u16> {
                 (0..10_000)

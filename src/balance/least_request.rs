@@ -127,8 +127,9 @@ impl LeastRequest {
         let n = endpoints.len();
         let k = self.settings.choice_count as usize;
         if self.settings.distinct_choices && k >= n {
-            // Every endpoint is a candidate: the least loaded (first on ties).
-            return endpoints.iter().min_by_key(|e| e.active_requests());
+            // Every endpoint is a candidate: the least loaded, ties broken at random (the
+            // first on ties would take all sequential traffic to one endpoint).
+            return least_loaded(endpoints);
         }
         if self.settings.distinct_choices && k == 2 {
             let a = fastrand::usize(..n);
@@ -167,6 +168,30 @@ impl LeastRequest {
     }
 }
 
+/// The endpoint with the fewest requests in flight; among equals each is as likely (reservoir
+/// sampling: the k-th tie replaces the choice with probability 1/k).
+fn least_loaded(endpoints: &[Arc<Endpoint>]) -> Option<&Arc<Endpoint>> {
+    let mut best: Option<(&Arc<Endpoint>, u64)> = None;
+    let mut ties = 0u32;
+    for endpoint in endpoints {
+        let active = endpoint.active_requests();
+        match best {
+            Some((_, least)) if active > least => {}
+            Some((_, least)) if active == least => {
+                ties += 1;
+                if fastrand::u32(..=ties) == 0 {
+                    best = Some((endpoint, active));
+                }
+            }
+            _ => {
+                best = Some((endpoint, active));
+                ties = 0;
+            }
+        }
+    }
+    best.map(|(endpoint, _)| endpoint)
+}
+
 impl Balancer for LeastRequest {
     fn effective_weight(&self, endpoint: &Endpoint) -> f64 {
         let weight = f64::from(endpoint.weight);
@@ -203,7 +228,9 @@ impl Balancer for LeastRequest {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{assert_shares, endpoint, list, shares};
+    use super::super::test_support::{
+        assert_shares, endpoint, list, proportional, shares, shares_under_load, weight_sets,
+    };
     use super::*;
 
     const PICKS: usize = 100_000;
@@ -361,5 +388,72 @@ mod tests {
         assert!((2_900..=3_100).contains(&counts[1]), "{counts:?}");
         // Past the window for both: no slow start.
         assert!(!lr.slow_start.active(&slow, &eps, now + 20_000));
+    }
+
+    /// What weighted least request converges to when every request lasts the same number of
+    /// picks: an endpoint's pick rate is proportional to `weight / (in flight + 1)`, and its
+    /// requests in flight at a pick are its share of the `concurrency - 1` others open. At
+    /// concurrency 1 that is the weights' proportion; with load, unequal weights are flattened
+    /// (as in Envoy). Solved by damped fixed-point iteration.
+    fn expected_least_request(weights: &[u32], concurrency: usize) -> Vec<f64> {
+        let others = (concurrency - 1) as f64;
+        let mut share = proportional(weights);
+        for _ in 0..10_000 {
+            let raw: Vec<f64> = weights
+                .iter()
+                .zip(&share)
+                .map(|(&w, &s)| f64::from(w) / (s * others + 1.0))
+                .collect();
+            let total: f64 = raw.iter().sum();
+            for (s, r) in share.iter_mut().zip(&raw) {
+                *s = 0.5 * *s + 0.5 * r / total;
+            }
+        }
+        share
+    }
+
+    #[test]
+    fn shares_hold_for_one_to_eight_endpoints_sequential_and_concurrent() {
+        for n in 1..=8 {
+            for weights in weight_sets(n) {
+                for concurrency in [1, 8] {
+                    for (mode, lr) in [("egressd", egressd()), ("envoy", envoy())] {
+                        let eps: Vec<_> = weights
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &w)| endpoint(i as u16 + 1, w))
+                            .collect();
+                        let got = shares_under_load(&lr, &eps, concurrency, 20_000);
+                        let expected = expected_least_request(&weights, concurrency);
+                        let off = got
+                            .iter()
+                            .zip(&expected)
+                            .map(|(g, e)| (g - e).abs())
+                            .fold(0.0, f64::max);
+                        assert!(
+                            off <= 0.03,
+                            "{mode}, weights {weights:?}, concurrency {concurrency}: {got:?}, expected {expected:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn after_slow_start_both_endpoints_share_sequential_traffic() {
+        let slow = SlowStartSettings {
+            window: std::time::Duration::from_millis(1),
+            ..SlowStartSettings::default()
+        };
+        let lr = LeastRequest::new(LeastRequestSettings {
+            slow_start: Some(slow),
+            ..LeastRequestSettings::default()
+        });
+        let eps = vec![endpoint(1, 1), endpoint(2, 1)];
+        // The second endpoint came up later; both windows are long over.
+        eps[0].set_ready_since_ms(0);
+        eps[1].set_ready_since_ms(1);
+        assert_shares(&shares_under_load(&lr, &eps, 1, 20_000), &[0.5, 0.5], 0.03);
     }
 }

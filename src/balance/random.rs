@@ -35,3 +35,33 @@ impl Balancer for Random {
         endpoints.last()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::endpoint;
+    use super::*;
+
+    #[test]
+    fn shares_follow_weights_for_one_to_eight_endpoints_sequential_and_concurrent() {
+        use super::super::test_support::{proportional, shares_under_load, weight_sets};
+        for n in 1..=8 {
+            for weights in weight_sets(n) {
+                for concurrency in [1, 8] {
+                    let eps: Vec<_> = weights
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &w)| endpoint(i as u16 + 1, w))
+                        .collect();
+                    let got = shares_under_load(&Random, &eps, concurrency, 20_000);
+                    let expected = proportional(&weights);
+                    for (g, e) in got.iter().zip(&expected) {
+                        assert!(
+                            (g - e).abs() <= 0.03,
+                            "weights {weights:?}, concurrency {concurrency}: {got:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -128,4 +128,28 @@ mod tests {
     fn empty_has_no_pick() {
         assert!(RoundRobin::new().pick(&list(Vec::new()), None).is_none());
     }
+
+    #[test]
+    fn shares_follow_weights_for_one_to_eight_endpoints_sequential_and_concurrent() {
+        use super::super::test_support::{proportional, shares_under_load, weight_sets};
+        for n in 1..=8 {
+            for weights in weight_sets(n) {
+                for concurrency in [1, 8] {
+                    let eps: Vec<_> = weights
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &w)| endpoint(i as u16 + 1, w))
+                        .collect();
+                    let got = shares_under_load(&RoundRobin::new(), &eps, concurrency, 20_000);
+                    let expected = proportional(&weights);
+                    for (g, e) in got.iter().zip(&expected) {
+                        assert!(
+                            (g - e).abs() <= 0.03,
+                            "weights {weights:?}, concurrency {concurrency}: {got:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }

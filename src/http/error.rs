@@ -41,12 +41,12 @@ pub enum ProxyError {
         via: crate::telemetry::blocked::Via,
         reason: crate::runtime::undeclared::Refusal,
     },
-    #[error("port {port} of {host} is not allowed: Backend {backend} declares ports {ports}")]
+    #[error("port {port} of {host} is not allowed: its declared ports are {declared}")]
     PortNotAllowed {
         host: String,
         port: u16,
-        backend: Arc<str>,
-        ports: String,
+        /// `80 (Backend a/b), 443 (Backend a/c)`.
+        declared: String,
     },
     #[error("no route for {host}{path} on this listener")]
     NoRoute { host: String, path: String },

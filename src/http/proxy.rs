@@ -190,6 +190,10 @@ pub async fn handle(
                 {
                     shared.blocked(host, *port, *via);
                 }
+                // Another port of a declared hostname: declarable by a Backend of its own.
+                if let ProxyError::PortNotAllowed { host, port, .. } = &err {
+                    shared.blocked(host, *port, Via::Http);
+                }
                 let cause = err.cause();
                 if let Some(cause) = cause {
                     shared
@@ -341,14 +345,7 @@ async fn proxy(
                     .ok_or_else(|| ProxyError::PortNotAllowed {
                         host: dest.host().to_owned(),
                         port: dest.port.unwrap_or(dest.scheme_default_port),
-                        backend: implicit.backend.label.clone(),
-                        ports: implicit
-                            .backend
-                            .ports
-                            .iter()
-                            .map(|p| p.number.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", "),
+                        declared: implicit.declared_ports(),
                     })?;
                 (target, None)
             }

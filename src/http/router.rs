@@ -14,7 +14,7 @@ use http::{HeaderMap, HeaderName, Method};
 use regex::Regex;
 
 use super::filters::Filters;
-use crate::runtime::snapshot::{Backend, Target};
+use crate::runtime::snapshot::Target;
 
 /// The router of one listener.
 #[derive(Debug, Default)]
@@ -26,9 +26,9 @@ pub struct HttpRouter {
     pub wildcard: Vec<(String, Vec<RouteEntry>)>,
     /// Rules of routes without hostnames.
     pub any: Vec<RouteEntry>,
-    /// FQDN Backends reachable by their own hostname, by lower-case host.
+    /// HTTP ports of FQDN Backends, reachable by their hostname, by lower-case host.
     pub implicit: HashMap<String, ImplicitRoute>,
-    /// FQDN Backends with TCP ports (Passthrough or plain TCP), reachable by `CONNECT
+    /// TCP ports of FQDN Backends (Passthrough or plain TCP), reachable by `CONNECT
     /// host:port`, by lower-case host.
     pub tunnels: HashMap<String, ImplicitRoute>,
 }
@@ -45,7 +45,7 @@ pub struct SniRouter {
     pub routes_wildcard: Vec<(String, Arc<SniRoute>)>,
     /// The TLSRoute without hostnames (any SNI), if one is attached.
     pub routes_any: Option<Arc<SniRoute>>,
-    /// Passthrough Backends by their lower-case hostname (the implicit route).
+    /// The Passthrough port for each lower-case hostname (the implicit route).
     pub exact: HashMap<String, Arc<Target>>,
 }
 
@@ -190,14 +190,36 @@ pub struct WeightedTarget {
 /// `backend.ports`).
 #[derive(Debug)]
 pub struct ImplicitRoute {
-    pub backend: Arc<Backend>,
+    /// One per declared port of the hostname (of the kind this table holds), in the Backends'
+    /// `namespace/name` order, then port order; port numbers are distinct.
     pub targets: Vec<Arc<Target>>,
 }
 
 impl ImplicitRoute {
+    /// The target of a request naming `port`. A request that names no port, or names the
+    /// scheme's default port when no Backend declares it, goes to the first port.
     pub fn target_for(&self, port: Option<u16>, scheme_default: u16) -> Option<&Arc<Target>> {
-        let chosen = self.backend.port_for(port, scheme_default)?;
-        self.targets.iter().find(|t| Arc::ptr_eq(&t.port, chosen))
+        match port {
+            None => self.targets.first(),
+            Some(p) => self
+                .targets
+                .iter()
+                .find(|t| t.port.number == p)
+                .or_else(|| {
+                    (p == scheme_default)
+                        .then(|| self.targets.first())
+                        .flatten()
+                }),
+        }
+    }
+
+    /// The declared ports and their Backends, for errors: `80 (Backend a/b), 443 (Backend a/c)`.
+    pub fn declared_ports(&self) -> String {
+        self.targets
+            .iter()
+            .map(|t| format!("{} (Backend {})", t.port.number, t.backend.label))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -334,16 +356,18 @@ impl HttpRouter {
         first_match(&self.any, input)
     }
 
-    /// The implicit route to an FQDN Backend with this exact hostname.
+    /// The implicit route to the HTTP ports of FQDN Backends with this exact hostname.
     pub fn implicit(&self, host: &str) -> Option<&ImplicitRoute> {
         self.implicit.get(host)
     }
 
     /// The Backend a `CONNECT host:port` may tunnel to: declared, with `port` a TCP port.
     pub fn tunnel(&self, host: &str, port: u16) -> Option<&Arc<Target>> {
-        self.tunnels.get(host)?.targets.iter().find(|t| {
-            t.port.number == port && t.port.protocol == crate::config::wire::enums::Protocol::Tcp
-        })
+        self.tunnels
+            .get(host)?
+            .targets
+            .iter()
+            .find(|t| t.port.number == port)
     }
 
     /// Whether an HTTPRoute names this host (exactly or by wildcard): a request for it that

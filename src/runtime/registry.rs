@@ -2,7 +2,8 @@
 //!
 //! A snapshot holds strong references to what it uses; the registry holds weak ones. Compiling a
 //! new snapshot looks every endpoint and DNS group up here first, so an unchanged endpoint keeps
-//! its connection pool and counters across a reload, and an unchanged FQDN keeps its resolved
+//! its connection pool and counters across a reload, an unchanged Backend port keeps its group
+//! (circuit-breaker counts, balancer state), and an unchanged FQDN keeps its resolved
 //! addresses and refresher. When the last snapshot that used something is gone (and in-flight
 //! requests on it finished), it is dropped and its entry pruned.
 
@@ -41,14 +42,15 @@ struct EndpointKey {
     addr: SocketAddr,
 }
 
-/// Identity of a DNS-resolved endpoint group.
+/// Identity of an endpoint group (one Backend port): the same key on a reload is the same
+/// group, with its circuit-breaker counts, balancer state (round-robin position, weighted
+/// schedules, hash tables) and pickable list. A DNS group's addresses come from its refresher,
+/// a static group's from the config: a reload that changes them publishes them into the group
+/// it finds here once the new config is accepted.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct DnsGroupKey {
+pub struct GroupKey {
     pub template: EndpointTemplate,
-    pub hostname: String,
-    pub refresh: Duration,
-    pub respect_ttl: bool,
-    pub family: LookupFamily,
+    pub source: GroupSource,
     /// The balancing algorithm and its settings; a different balancer is a different group.
     pub balancer: String,
     /// Outlier detection settings live in the group too.
@@ -59,10 +61,23 @@ pub struct DnsGroupKey {
     pub breaker: crate::upstream::breaker::BreakerSettings,
 }
 
+/// Where a group's addresses come from, as far as its identity goes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum GroupSource {
+    Dns {
+        hostname: String,
+        refresh: Duration,
+        respect_ttl: bool,
+        family: LookupFamily,
+    },
+    /// `destination.ip`, with this many priority levels (each has a balancer of its own).
+    Static { levels: usize },
+}
+
 /// Long-lived state shared by all snapshots.
 pub struct StateRegistry {
     endpoints: Mutex<HashMap<EndpointKey, Weak<Endpoint>>>,
-    dns_groups: Mutex<HashMap<DnsGroupKey, Weak<EndpointGroup>>>,
+    groups: Mutex<HashMap<GroupKey, Weak<EndpointGroup>>>,
     resolver: ArcSwap<DnsResolver>,
     nameservers: Mutex<Vec<SocketAddr>>,
 }
@@ -77,7 +92,7 @@ impl StateRegistry {
     pub fn new(resolver: DnsResolver) -> Self {
         StateRegistry {
             endpoints: Mutex::default(),
-            dns_groups: Mutex::default(),
+            groups: Mutex::default(),
             resolver: ArcSwap::from_pointee(resolver),
             nameservers: Mutex::default(),
         }
@@ -106,14 +121,14 @@ impl StateRegistry {
         .0
     }
 
-    /// The DNS group for this identity, and whether it was just created (and so needs a
-    /// refresher started once the snapshot that uses it is accepted).
-    pub fn dns_group(
+    /// The group for this identity, and whether it was just created (and so needs its
+    /// refresher and outlier ticks started once the snapshot that uses it is accepted).
+    pub fn group(
         &self,
-        key: DnsGroupKey,
+        key: GroupKey,
         make: impl FnOnce() -> EndpointGroup,
     ) -> (Arc<EndpointGroup>, bool) {
-        get_or_insert(&self.dns_groups, key, make)
+        get_or_insert(&self.groups, key, make)
     }
 
     /// The resolver refreshers use now.
@@ -146,7 +161,7 @@ impl StateRegistry {
             endpoint.pool.evict_expired();
             endpoint.h2.evict_expired();
         }
-        lock(&self.dns_groups).retain(|_, weak| weak.strong_count() > 0);
+        lock(&self.groups).retain(|_, weak| weak.strong_count() > 0);
     }
 }
 

@@ -214,6 +214,10 @@ impl Reloader {
         .await;
         drop(groups);
 
+        // Kept static groups take this config's addresses now, just before the swap.
+        for (group, endpoints) in compiled.static_lists {
+            group.publish(crate::upstream::EndpointList::resolved(endpoints));
+        }
         let plans = snapshot.listeners.clone();
         let http2 = snapshot.settings.downstream_http2;
         let referenced = snapshot.referenced_files.clone();

@@ -28,7 +28,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use crate::balance::outlier::OutlierSettings;
 use crate::balance::BalancerKind;
 use crate::config::wire::enums::{LookupFamily, Protocol};
 use crate::config::ObjectId;
@@ -40,7 +39,7 @@ use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, Transport}
 use crate::upstream::dns::{refresh_loop, RefreshPlan};
 use crate::upstream::pool::PoolSettings;
 use crate::upstream::tls::{NameCheck, Roots, TlsSpec, TlsVersion};
-use crate::upstream::{EndpointGroup, EndpointSource};
+use crate::upstream::{EndpointGroup, EndpointSource, GroupSettings};
 
 /// How many undeclared destinations one config generation keeps, and for how long unused
 /// (`undeclaredDestinations.maxDestinations`, `.idleTimeout`).
@@ -314,8 +313,8 @@ impl UndeclaredDestinations {
         let group = match literal {
             Some(ip) => Arc::new(EndpointGroup::new_static(
                 vec![self.registry.endpoint(&template, SocketAddr::new(ip, port))],
-                balancer.build(),
-                OutlierSettings::default(),
+                || balancer.build(),
+                GroupSettings::default(),
             )),
             None => {
                 let source = EndpointSource::Dns {
@@ -326,8 +325,8 @@ impl UndeclaredDestinations {
                 };
                 let group = Arc::new(EndpointGroup::new_dns(
                     source,
-                    balancer.build(),
-                    OutlierSettings::default(),
+                    || balancer.build(),
+                    GroupSettings::default(),
                 ));
                 refresh = Some(RefreshPlan {
                     group: Arc::downgrade(&group),

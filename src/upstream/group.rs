@@ -134,68 +134,93 @@ pub struct EndpointGroup {
     resolved_tx: watch::Sender<bool>,
 }
 
+/// How a group is set up, besides its endpoints and balancers.
+#[derive(Clone, Debug, Default)]
+pub struct GroupSettings {
+    pub outlier: OutlierSettings,
+    /// `healthCheck.active`: without it the endpoints' active health is ignored.
+    pub active: Option<ActiveSettings>,
+    /// `circuitBreaker` limits.
+    pub breaker: BreakerSettings,
+}
+
 impl EndpointGroup {
+    /// A group of fixed addresses (`destination.ip`; a reload that changes them publishes the
+    /// new list into the same group).
     pub fn new_static(
         endpoints: Vec<Arc<Endpoint>>,
-        balancer: Box<dyn Balancer>,
-        outlier: OutlierSettings,
+        make_balancer: impl Fn() -> Box<dyn Balancer>,
+        settings: GroupSettings,
     ) -> Self {
-        let (resolved_tx, _) = watch::channel(true);
+        Self::new(
+            EndpointSource::Static,
+            EndpointList::resolved(endpoints),
+            make_balancer,
+            settings,
+        )
+    }
+
+    /// A group resolved from a hostname: empty until its refresher publishes the first answer.
+    pub fn new_dns(
+        source: EndpointSource,
+        make_balancer: impl Fn() -> Box<dyn Balancer>,
+        settings: GroupSettings,
+    ) -> Self {
+        Self::new(source, EndpointList::default(), make_balancer, settings)
+    }
+
+    /// The one constructor: everything is set before `pickable` is first built, so endpoints
+    /// kept from the previous config that are ejected, or that active checks found unhealthy,
+    /// are never pickable, not even for a moment.
+    fn new(
+        source: EndpointSource,
+        list: EndpointList,
+        make_balancer: impl Fn() -> Box<dyn Balancer>,
+        settings: GroupSettings,
+    ) -> Self {
+        // One balancer per priority level, so weighted schedules are not rebuilt as picks
+        // move between levels (DNS groups have one level).
+        let levels = priorities(&list.endpoints).len().max(1);
+        let (resolved_tx, _) = watch::channel(list.resolved);
         let group = EndpointGroup {
-            source: EndpointSource::Static,
-            list: ArcSwap::from_pointee(EndpointList::resolved(endpoints)),
+            source,
+            list: ArcSwap::from_pointee(list),
             pickable: ArcSwap::from_pointee(Pickable::default()),
-            balancers: vec![balancer],
-            outlier,
-            active: None,
-            breaker: Breaker::new(BreakerSettings::default()),
+            balancers: (0..levels).map(|_| make_balancer()).collect(),
+            outlier: settings.outlier,
+            active: settings.active,
+            breaker: Breaker::new(settings.breaker),
             has_healthy: std::sync::atomic::AtomicBool::new(true),
             ejections: Mutex::new(()),
             resolved_tx,
         };
-        // Endpoints kept from the previous config may still be ejected.
         group.rebuild_pickable();
         group
     }
 
-    pub fn new_dns(
-        source: EndpointSource,
-        balancer: Box<dyn Balancer>,
-        outlier: OutlierSettings,
-    ) -> Self {
-        let (resolved_tx, _) = watch::channel(false);
-        EndpointGroup {
-            source,
-            list: ArcSwap::from_pointee(EndpointList::default()),
-            pickable: ArcSwap::from_pointee(Pickable::default()),
-            balancers: vec![balancer],
-            outlier,
-            active: None,
-            breaker: Breaker::new(BreakerSettings::default()),
-            has_healthy: std::sync::atomic::AtomicBool::new(true),
-            ejections: Mutex::new(()),
-            resolved_tx,
-        }
+    /// How many priority levels the group was built for (a static list with another number
+    /// needs a group of its own).
+    pub fn levels(&self) -> usize {
+        self.balancers.len()
+    }
+
+    /// Whether the current list is exactly `endpoints`, in order.
+    pub fn holds(&self, endpoints: &[Arc<Endpoint>]) -> bool {
+        let list = self.list.load();
+        list.endpoints.len() == endpoints.len()
+            && list
+                .endpoints
+                .iter()
+                .zip(endpoints)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
     }
 
     pub fn outlier_settings(&self) -> &OutlierSettings {
         &self.outlier
     }
 
-    /// Sets `healthCheck.active` (when the group is built).
-    pub fn with_active_checks(mut self, active: Option<ActiveSettings>) -> Self {
-        self.active = active;
-        self
-    }
-
     pub fn active_settings(&self) -> Option<&ActiveSettings> {
         self.active.as_ref()
-    }
-
-    /// Sets the `circuitBreaker` limits (when the group is built).
-    pub fn with_breaker(mut self, settings: BreakerSettings) -> Self {
-        self.breaker = Breaker::new(settings);
-        self
     }
 
     /// Phase "admit": a slot under `maxParallelRequests`, held until the response ends; `None`
@@ -241,7 +266,7 @@ impl EndpointGroup {
         self.list.load()
     }
 
-    /// Publishes a new endpoint list (DNS refresh).
+    /// Publishes a new endpoint list (a DNS answer, or a reload's new static addresses).
     pub fn publish(&self, list: EndpointList) {
         self.list.store(Arc::new(list));
         self.rebuild_pickable();
@@ -257,21 +282,6 @@ impl EndpointGroup {
     pub async fn wait_resolved(&self, limit: Duration) {
         let mut rx = self.resolved_tx.subscribe();
         let _ = tokio::time::timeout(limit, rx.wait_for(|resolved| *resolved)).await;
-    }
-
-    /// Gives each priority level beyond the first its own balancer (static groups whose
-    /// endpoints have priorities), so that weighted schedules are not rebuilt as picks move
-    /// between levels.
-    pub fn with_level_balancers(mut self, make: impl Fn() -> Box<dyn Balancer>) -> Self {
-        let levels = priorities(&self.list.load().endpoints).len();
-        if self.balancers.len() < levels {
-            while self.balancers.len() < levels {
-                self.balancers.push(make());
-            }
-            // Prepared for their own balancers (consistent-hash tables).
-            self.rebuild_pickable();
-        }
-        self
     }
 
     /// Picks the endpoint for the next request; `hash` is the request's hash under
@@ -612,8 +622,15 @@ mod tests {
             max_ejection_percent: 100,
             ..OutlierSettings::default()
         };
-        EndpointGroup::new_static(endpoints, Box::new(RoundRobin::new()), outlier)
-            .with_active_checks(active)
+        EndpointGroup::new_static(
+            endpoints,
+            || Box::new(RoundRobin::new()),
+            GroupSettings {
+                outlier,
+                active,
+                ..GroupSettings::default()
+            },
+        )
     }
 
     fn pickable_ports(g: &EndpointGroup) -> Vec<u16> {
@@ -676,6 +693,26 @@ mod tests {
     }
 
     #[test]
+    fn a_new_group_never_lists_an_endpoint_kept_unhealthy_or_ejected() {
+        let before = group(4, Some(active(true)));
+        let list = before.list().endpoints.clone();
+        before.record_check(&list[0], &fail());
+        for _ in 0..5 {
+            before.record(&list[1], Outcome::GatewayError);
+        }
+        // The same endpoints in the group of the next config: pickable from its first moment.
+        let after = EndpointGroup::new_static(
+            list,
+            || Box::new(RoundRobin::new()),
+            GroupSettings {
+                active: Some(active(true)),
+                ..GroupSettings::default()
+            },
+        );
+        assert_eq!(pickable_ports(&after), vec![3, 4]);
+    }
+
+    #[test]
     fn without_active_checks_health_left_over_is_ignored() {
         let checked = group(2, Some(active(true)));
         let first = checked.list().endpoints[0].clone();
@@ -684,8 +721,8 @@ mod tests {
         // The same endpoint in a group of a config without active checks.
         let unchecked = EndpointGroup::new_static(
             checked.list().endpoints.clone(),
-            Box::new(RoundRobin::new()),
-            OutlierSettings::default(),
+            || Box::new(RoundRobin::new()),
+            GroupSettings::default(),
         );
         assert_eq!(pickable_ports(&unchecked), vec![1, 2]);
         assert_eq!(unchecked.record_check(&first, &CheckResult::Pass), None);
@@ -701,11 +738,12 @@ mod tests {
             .collect();
         EndpointGroup::new_static(
             endpoints,
-            Box::new(RoundRobin::new()),
-            OutlierSettings::default(),
+            || Box::new(RoundRobin::new()),
+            GroupSettings {
+                active: Some(active(true)),
+                ..GroupSettings::default()
+            },
         )
-        .with_level_balancers(|| Box::new(RoundRobin::new()))
-        .with_active_checks(Some(active(true)))
     }
 
     fn fail_ports(g: &EndpointGroup, ports: &[u16]) {

@@ -404,7 +404,6 @@ async fn http_check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::balance::outlier::OutlierSettings;
     use crate::balance::test_support::endpoint;
     use crate::balance::RoundRobin;
 
@@ -436,14 +435,14 @@ mod tests {
     async fn listening_group() -> (Arc<EndpointGroup>, tokio::net::TcpListener) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let group = Arc::new(
-            EndpointGroup::new_static(
-                vec![endpoint(port, 1)],
-                Box::new(RoundRobin::new()),
-                OutlierSettings::default(),
-            )
-            .with_active_checks(Some(settings(CheckKind::Tcp))),
-        );
+        let group = Arc::new(EndpointGroup::new_static(
+            vec![endpoint(port, 1)],
+            || Box::new(RoundRobin::new()),
+            crate::upstream::group::GroupSettings {
+                active: Some(settings(CheckKind::Tcp)),
+                ..Default::default()
+            },
+        ));
         (group, listener)
     }
 
@@ -513,8 +512,8 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let group = Arc::new(EndpointGroup::new_static(
             vec![],
-            Box::new(RoundRobin::new()),
-            OutlierSettings::default(),
+            || Box::new(RoundRobin::new()),
+            Default::default(),
         ));
         let s = ActiveSettings {
             timeout: Duration::from_millis(100),

@@ -15,4 +15,4 @@ pub mod pool;
 pub mod tls;
 
 pub use endpoint::Endpoint;
-pub use group::{EndpointGroup, EndpointList, EndpointSource};
+pub use group::{EndpointGroup, EndpointList, EndpointSource, GroupSettings};

@@ -63,6 +63,10 @@ pub struct IpDestination {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct IpEndpoint {
     pub address: Spanned<String>,
+    /// This endpoint's port, instead of the Backend port's number (two instances on one host,
+    /// a blue/green pair). Only in a Backend that declares exactly one port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<Spanned<u16>>,
     /// Relative weight (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,

@@ -26,7 +26,7 @@ use crate::config::wire::policy::{
 use crate::config::wire::Object;
 use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, Reason};
-use crate::runtime::registry::{DnsGroupKey, EndpointTemplate, StateRegistry};
+use crate::runtime::registry::{EndpointTemplate, GroupKey, GroupSource, StateRegistry};
 use crate::runtime::snapshot::{Backend, BackendPort};
 use crate::upstream::address::is_never_reachable;
 use crate::upstream::breaker::{BreakerSettings, RetryBudget};
@@ -34,7 +34,7 @@ use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, TcpKeepali
 use crate::upstream::dns::RefreshPlan;
 use crate::upstream::health_check::CheckPlan;
 use crate::upstream::pool::PoolSettings;
-use crate::upstream::{EndpointGroup, EndpointSource};
+use crate::upstream::{Endpoint, EndpointGroup, EndpointSource, GroupSettings};
 
 /// Compiled Backends by `(namespace, name)`, with their inline policies for request-level
 /// resolution later.
@@ -103,7 +103,8 @@ fn compile_one(
 
     // Destination.
     let mut hostname = None;
-    let mut ips: Vec<(IpAddr, u32, u32)> = Vec::new();
+    // Address, own port (else the Backend port's), weight, priority.
+    let mut ips: Vec<(IpAddr, Option<u16>, u32, u32)> = Vec::new();
     match dest.kind.value {
         DestinationType::Fqdn => {
             if dest.ip.is_some() {
@@ -176,8 +177,26 @@ fn compile_one(
                         let field = format!("spec.destination.ip.endpoints[{i}]");
                         match ep.address.value.parse::<IpAddr>() {
                             Ok(addr) if is_never_reachable(addr) => cx.error(at(file, id, ep.address.pos, format!("{field}.address")), format!("address {addr} is link-local or unspecified and never a destination"), "use the service's real address"),
-                            Ok(addr) => ips.push((crate::upstream::address::canonical_ip(addr), ep.weight.unwrap_or(1), ep.priority.as_ref().map_or(0, |p| p.value))),
+                            Ok(addr) => ips.push((crate::upstream::address::canonical_ip(addr), ep.port.as_ref().map(|p| p.value), ep.weight.unwrap_or(1), ep.priority.as_ref().map_or(0, |p| p.value))),
                             Err(_) => cx.error(at(file, id, ep.address.pos, format!("{field}.address")), format!("invalid IP address `{}`", ep.address.value), "write an IPv4 or IPv6 address without port"),
+                        }
+                        if let Some(port) = &ep.port {
+                            if port.value == 0 {
+                                cx.error(
+                                    at(file, id, port.pos, format!("{field}.port")),
+                                    "port 0 is not a destination port",
+                                    "use 1-65535",
+                                );
+                            } else if dest.ports.len() != 1 {
+                                cx.error(
+                                    at(file, id, port.pos, format!("{field}.port")),
+                                    format!(
+                                        "an endpoint's own port needs a Backend with exactly one port (this one declares {})",
+                                        dest.ports.len()
+                                    ),
+                                    "split the Backend: one per port, each with its endpoints",
+                                );
+                            }
                         }
                         if ep.weight == Some(0) {
                             cx.error(
@@ -371,7 +390,7 @@ fn compile_one(
             let known = hostname.is_some() || !ips.is_empty();
             let loopback = match &hostname {
                 Some(h) => h == "localhost",
-                None => ips.iter().all(|(ip, _, _)| ip.is_loopback()),
+                None => ips.iter().all(|(ip, _, _, _)| ip.is_loopback()),
             };
             if known && !loopback {
                 cx.warn(
@@ -411,6 +430,11 @@ fn compile_one(
             weight: 1,
             priority: 0,
         };
+        let settings = GroupSettings {
+            outlier,
+            active: active.clone(),
+            breaker,
+        };
         let group = match &hostname {
             Some(host) => {
                 let refresh = dns
@@ -418,12 +442,14 @@ fn compile_one(
                     .map_or(Duration::from_secs(30), Duration::from);
                 let respect_ttl = dns.respect_dns_ttl.unwrap_or(true);
                 let family = dns.lookup_family.unwrap_or(LookupFamily::IPv4Preferred);
-                let key = DnsGroupKey {
+                let key = GroupKey {
                     template: template.clone(),
-                    hostname: host.clone(),
-                    refresh,
-                    respect_ttl,
-                    family,
+                    source: GroupSource::Dns {
+                        hostname: host.clone(),
+                        refresh,
+                        respect_ttl,
+                        family,
+                    },
                     balancer: balancer.key(),
                     outlier,
                     active: active.clone(),
@@ -435,10 +461,8 @@ fn compile_one(
                     refresh,
                     respect_ttl,
                 };
-                let (group, created) = registry.dns_group(key, || {
-                    EndpointGroup::new_dns(source, balancer.build(), outlier)
-                        .with_active_checks(active.clone())
-                        .with_breaker(breaker)
+                let (group, created) = registry.group(key, || {
+                    EndpointGroup::new_dns(source, || balancer.build(), settings)
                 });
                 if created {
                     cx.outlier_groups
@@ -453,25 +477,41 @@ fn compile_one(
                 group
             }
             None => {
-                let endpoints = ips
+                let endpoints: Vec<Arc<Endpoint>> = ips
                     .iter()
-                    .map(|(ip, weight, priority)| {
+                    .map(|(ip, own_port, weight, priority)| {
                         let t = EndpointTemplate {
                             weight: *weight,
                             priority: *priority,
                             ..template.clone()
                         };
-                        registry.endpoint(&t, SocketAddr::new(*ip, number))
+                        registry.endpoint(&t, SocketAddr::new(*ip, own_port.unwrap_or(number)))
                     })
                     .collect();
-                let group = Arc::new(
-                    EndpointGroup::new_static(endpoints, balancer.build(), outlier)
-                        .with_level_balancers(|| balancer.build())
-                        .with_active_checks(active.clone())
-                        .with_breaker(breaker),
-                );
-                cx.outlier_groups
-                    .push((Arc::downgrade(&group), label.clone()));
+                let mut levels: Vec<u32> = ips.iter().map(|(_, _, _, p)| *p).collect();
+                levels.sort_unstable();
+                levels.dedup();
+                let key = GroupKey {
+                    template,
+                    source: GroupSource::Static {
+                        levels: levels.len().max(1),
+                    },
+                    balancer: balancer.key(),
+                    outlier,
+                    active: active.clone(),
+                    breaker,
+                };
+                let (group, created) = registry.group(key, || {
+                    EndpointGroup::new_static(endpoints.clone(), || balancer.build(), settings)
+                });
+                if created {
+                    cx.outlier_groups
+                        .push((Arc::downgrade(&group), label.clone()));
+                } else if !group.holds(&endpoints) {
+                    // Published when this config is accepted: a config that is refused must
+                    // leave the serving one's endpoints alone.
+                    cx.static_lists.push((group.clone(), endpoints));
+                }
                 group
             }
         };

@@ -44,7 +44,15 @@ pub struct Compiled {
     /// Every endpoint group with active health checks (new or kept): each gets a checker of
     /// this config when it is accepted, replacing the previous config's checkers.
     pub health_checks: Vec<crate::upstream::health_check::CheckPlan>,
+    /// Kept static groups whose addresses this config changes: published when it is accepted.
+    pub static_lists: Vec<StaticList>,
 }
+
+/// A kept static endpoint group and the endpoints a new config gives it.
+pub type StaticList = (
+    Arc<crate::upstream::EndpointGroup>,
+    Vec<Arc<crate::upstream::Endpoint>>,
+);
 
 impl Compiled {
     pub fn has_errors(&self) -> bool {
@@ -68,14 +76,17 @@ pub fn compile(
         refreshers: Vec::new(),
         outlier_groups: Vec::new(),
         health_checks: Vec::new(),
+        static_lists: Vec::new(),
         referenced: Default::default(),
     };
     let settings = settings::compile(&mut cx, &set);
     let policies = policy::PolicyIndex::build(&mut cx, &set);
     let backends = backends::compile(&mut cx, &set, &policies, &settings, registry);
     let listeners = listeners::compile(&mut cx, &set, &settings);
-    let routers = routes::compile(&mut cx, &set, &listeners, &backends, &policies);
-    let sni_routers = routes::compile_sni(&mut cx, &set, &listeners, &backends, &policies);
+    let declared = routes::declared_ports(&mut cx, &set, &backends);
+    let routers = routes::compile(&mut cx, &set, &listeners, &backends, &declared, &policies);
+    let sni_routers =
+        routes::compile_sni(&mut cx, &set, &listeners, &backends, &declared, &policies);
     let undeclared = (settings.outbound_policy != OutboundPolicy::RegistryOnly).then(|| {
         let declared = backends
             .all()
@@ -124,6 +135,7 @@ pub fn compile(
         refreshers: cx.refreshers,
         outlier_groups: cx.outlier_groups,
         health_checks: cx.health_checks,
+        static_lists: cx.static_lists,
     }
 }
 
@@ -133,6 +145,7 @@ pub(crate) struct Cx {
     refreshers: Vec<RefreshPlan>,
     pub(crate) outlier_groups: Vec<OutlierGroup>,
     pub(crate) health_checks: Vec<crate::upstream::health_check::CheckPlan>,
+    pub(crate) static_lists: Vec<StaticList>,
     /// Files the config refers to (certificates, keys, CA bundles).
     referenced: std::collections::BTreeSet<std::path::PathBuf>,
 }

@@ -26,6 +26,7 @@ pub(crate) fn compile(
     set: &ConfigSet,
     listeners: &[CompiledListener],
     backends: &Backends<'_>,
+    declared: &DeclaredPorts<'_>,
     policies: &PolicyIndex<'_>,
 ) -> HashMap<Arc<str>, Arc<HttpRouter>> {
     // Which listeners each route attaches to (validated once, not per listener).
@@ -49,28 +50,6 @@ pub(crate) fn compile(
     for route in &set.http_routes {
         validated.push(check_route(cx, route, backends));
     }
-    let implicit_backends = backends_by_hostname(
-        cx,
-        set,
-        backends,
-        |b| {
-            b.ports.iter().all(|p| {
-                matches!(
-                    p.protocol,
-                    Protocol::Http | Protocol::Http11 | Protocol::Mcp
-                )
-            })
-        },
-        "implicit route",
-    );
-    let tunnel_backends = backends_by_hostname(
-        cx,
-        set,
-        backends,
-        |b: &crate::runtime::snapshot::Backend| b.ports.iter().any(|p| p.protocol == Protocol::Tcp),
-        "CONNECT tunnel",
-    );
-
     let mut routers = HashMap::new();
     for (li, listener) in listeners.iter().enumerate() {
         if listener.is_passthrough() {
@@ -130,8 +109,19 @@ pub(crate) fn compile(
                 }
             }
         }
-        let implicit = implicit_routes(&implicit_backends, listener, policies);
-        let tunnels = implicit_routes(&tunnel_backends, listener, policies);
+        // HTTP requests reach the HTTP-speaking ports; `CONNECT host:port` the TCP ones.
+        let implicit = implicit_routes(
+            declared,
+            |p| p.protocol != Protocol::Tcp,
+            listener,
+            policies,
+        );
+        let tunnels = implicit_routes(
+            declared,
+            |p| p.protocol == Protocol::Tcp,
+            listener,
+            policies,
+        );
         routers.insert(
             listener.plan.key.clone(),
             Arc::new(tiers.into_router(implicit, tunnels)),
@@ -140,16 +130,20 @@ pub(crate) fn compile(
     routers
 }
 
-/// FQDN Backends reachable by hostname that `serves` accepts; on a clash the lower
-/// namespace/name wins and the other is `Conflicted`.
-fn backends_by_hostname<'a>(
+/// Every (hostname, port) that FQDN Backends declare, by lower-case hostname: the Backend
+/// and the index of its port, in `namespace/name` order, then port order. A hostname may have
+/// many Backends (one per port is the normal way to declare `api.example.com:443` next to
+/// `:80`, and the only way with one-port-per-Backend APIs); only the same hostname *and* port in
+/// two Backends clash: the lower `namespace/name` keeps the port, the other is `Conflicted`
+/// (its other ports stay reachable).
+pub(crate) type DeclaredPorts<'a> = HashMap<String, Vec<(&'a BackendEntry<'a>, usize)>>;
+
+pub(crate) fn declared_ports<'a>(
     cx: &mut Cx,
     set: &ConfigSet,
     backends: &'a Backends<'_>,
-    serves: impl Fn(&crate::runtime::snapshot::Backend) -> bool,
-    what: &str,
-) -> HashMap<String, &'a BackendEntry<'a>> {
-    let mut out: HashMap<String, &BackendEntry<'_>> = HashMap::new();
+) -> DeclaredPorts<'a> {
+    let mut out: DeclaredPorts<'a> = HashMap::new();
     let mut sorted: Vec<_> = backends.by_name.values().collect();
     sorted.sort_by(|a, b| a.0.id.cmp(&b.0.id));
     for entry in sorted {
@@ -157,41 +151,47 @@ fn backends_by_hostname<'a>(
         let Some(host) = &backend.hostname else {
             continue;
         };
-        if !serves(backend) {
-            continue;
-        }
-        if let Some(winner) = out.get(host) {
-            if let Some(obj) = set.backends.iter().find(|o| o.id == backend.id) {
-                cx.warn(
-                    at(
-                        &obj.file,
-                        &obj.id,
-                        obj.spec.destination.pos,
-                        "spec.destination.fqdn.hostname",
-                    ),
-                    Reason::Conflicted,
-                    format!(
-                        "hostname `{host}` is also the destination of {}, which wins the {what}",
-                        winner.0.id
-                    ),
-                    "give each hostname one Backend, or route explicitly with an HTTPRoute",
-                );
+        let claimed = out.entry(host.clone()).or_default();
+        for (index, port) in backend.ports.iter().enumerate() {
+            let owner = claimed
+                .iter()
+                .find(|(other, i)| other.0.ports[*i].number == port.number)
+                .map(|(other, _)| other.0.id.clone());
+            if let Some(winner) = owner {
+                if let Some(obj) = set.backends.iter().find(|o| o.id == backend.id) {
+                    cx.warn(
+                        at(
+                            &obj.file,
+                            &obj.id,
+                            obj.spec.destination.pos,
+                            "spec.destination.fqdn.hostname",
+                        ),
+                        Reason::Conflicted,
+                        format!(
+                            "`{host}:{}` is also declared by {winner}, which wins it",
+                            port.number
+                        ),
+                        "give each hostname and port one Backend, or route explicitly with an HTTPRoute",
+                    );
+                }
+                continue;
             }
-            continue;
+            claimed.push((entry, index));
         }
-        out.insert(host.clone(), entry);
     }
     out
 }
 
-/// One target per port of each Backend, with the request policy for this listener's Gateway.
+/// The declared ports that `serves` accepts, as one implicit route per hostname, each port
+/// with the request policy of its Backend for this listener's Gateway.
 fn implicit_routes(
-    backends: &HashMap<String, &BackendEntry<'_>>,
+    declared: &DeclaredPorts<'_>,
+    serves: impl Fn(&crate::runtime::snapshot::BackendPort) -> bool,
     listener: &CompiledListener,
     policies: &PolicyIndex<'_>,
 ) -> HashMap<String, ImplicitRoute> {
     let mut out = HashMap::new();
-    for (host, (backend, inline)) in backends {
+    for (host, ports) in declared {
         if listener
             .hostname
             .as_deref()
@@ -199,26 +199,27 @@ fn implicit_routes(
         {
             continue;
         }
-        let policy = policies.request_policy(None, &backend.id, *inline, &listener.gateway);
-        let targets = backend
-            .ports
-            .iter()
-            .map(|port| {
-                Arc::new(Target {
-                    backend: backend.clone(),
-                    port: port.clone(),
-                    policy: policy.clone(),
-                    rewrite_authority: true,
-                })
-            })
-            .collect();
-        out.insert(
-            host.clone(),
-            ImplicitRoute {
+        let mut targets: Vec<Arc<Target>> = Vec::new();
+        for ((backend, inline), index) in ports {
+            let port = &backend.ports[*index];
+            if !serves(port) {
+                continue;
+            }
+            // The Backend's previous port (if any) already has its policy.
+            let policy = match targets.last().filter(|t| Arc::ptr_eq(&t.backend, backend)) {
+                Some(t) => t.policy.clone(),
+                None => policies.request_policy(None, &backend.id, *inline, &listener.gateway),
+            };
+            targets.push(Arc::new(Target {
                 backend: backend.clone(),
-                targets,
-            },
-        );
+                port: port.clone(),
+                policy,
+                rewrite_authority: true,
+            }));
+        }
+        if !targets.is_empty() {
+            out.insert(host.clone(), ImplicitRoute { targets });
+        }
     }
     out
 }
@@ -506,22 +507,15 @@ impl Tiers {
 }
 
 /// SNI routing for TLS Passthrough listeners: attached TLSRoutes, then the implicit route to
-/// each FQDN Backend with a Passthrough port, by its hostname (the first Passthrough port is
-/// the destination).
+/// each hostname with a Passthrough port of an FQDN Backend.
 pub(crate) fn compile_sni(
     cx: &mut Cx,
     set: &ConfigSet,
     listeners: &[CompiledListener],
     backends: &Backends<'_>,
+    declared: &DeclaredPorts<'_>,
     policies: &PolicyIndex<'_>,
 ) -> HashMap<Arc<str>, Arc<crate::http::router::SniRouter>> {
-    let passthrough = backends_by_hostname(
-        cx,
-        set,
-        backends,
-        |b: &crate::runtime::snapshot::Backend| b.ports.iter().any(|p| p.passthrough),
-        "TLS passthrough route",
-    );
     let tls_routes = super::tls_routes::check(cx, set, listeners, backends);
     let mut out = HashMap::new();
     for (li, listener) in listeners.iter().enumerate() {
@@ -530,12 +524,17 @@ pub(crate) fn compile_sni(
         }
         let mut router = crate::http::router::SniRouter::default();
         super::tls_routes::install(cx, &mut router, &tls_routes, li, listener, policies);
-        for route in implicit_routes(&passthrough, listener, policies).into_values() {
-            let Some(host) = route.backend.hostname.clone() else {
-                continue;
-            };
-            if let Some(target) = route.targets.into_iter().find(|t| t.port.passthrough) {
-                router.exact.insert(host, target);
+        // The ClientHello names no port: the Passthrough port numbered like the listener's,
+        // else the hostname's first Passthrough port.
+        let port = listener.plan.addr.port();
+        for (host, route) in implicit_routes(declared, |p| p.passthrough, listener, policies) {
+            let chosen = route
+                .targets
+                .iter()
+                .find(|t| t.port.number == port)
+                .or(route.targets.first());
+            if let Some(target) = chosen {
+                router.exact.insert(host, target.clone());
             }
         }
         out.insert(listener.plan.key.clone(), Arc::new(router));
