@@ -144,16 +144,23 @@ async fn resolved_names_survive_a_reload_without_new_queries() {
     assert_eq!(a.connection_count(), 1);
 }
 
-/// A Backend `api` (route `svc.test`) over IP endpoints, each `(address, port)` its own, with
+/// A Backend `api` (route `svc.test`) over IP endpoints that share one port, with
 /// `traffic_policy` (lines indented by four spaces) as its inline policy.
 fn static_backend(endpoints: &[std::net::SocketAddr], traffic_policy: &str) -> String {
     let list: String = endpoints
         .iter()
-        .map(|a| format!("      - {{address: {}, port: {}}}\n", a.ip(), a.port()))
+        .map(|a| format!("      - {{address: {}}}\n", a.ip()))
         .collect();
     format!(
-        "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: api}}\nspec:\n  destination:\n    type: IP\n    ip:\n      endpoints:\n{list}    ports: [{{number: 9}}]\n  tls: {{mode: InsecureDisable}}\n  trafficPolicy:\n{traffic_policy}"
+        "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: api}}\nspec:\n  destination:\n    type: IP\n    ip:\n      endpoints:\n{list}    ports: [{{number: {port}}}]\n  tls: {{mode: InsecureDisable}}\n  trafficPolicy:\n{traffic_policy}",
+        port = endpoints[0].port()
     ) + &route("svc.test", "api")
+}
+
+/// An upstream named `name` on 127.0.0.`last`, on `like`'s port.
+async fn beside(name: &str, like: &Upstream, last: u8) -> Upstream {
+    let addr = std::net::SocketAddr::new([127, 0, 0, last].into(), like.addr.port());
+    Upstream::start_on(name, addr).await
 }
 
 /// An unrelated Backend and route, present or not: a reload that does not touch `api`.
@@ -199,10 +206,10 @@ async fn circuit_breaker_counts_survive_an_unrelated_reload() {
 
     proxy.rewrite(&(base + &unrelated(&other, true)));
     proxy.reload().await;
-    assert_eq!(group_id(&proxy, "api"), group_before, "the same group");
     let r = get(proxy.http(), "svc.test", "/").await;
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.error_code(), Some("overflow"));
+    assert_eq!(group_id(&proxy, "api"), group_before, "the same group");
 
     release.notify_waiters();
     for request in in_flight {
@@ -214,7 +221,7 @@ async fn circuit_breaker_counts_survive_an_unrelated_reload() {
 #[tokio::test]
 async fn round_robin_keeps_its_turn_across_reloads() {
     let a = Upstream::start("a").await;
-    let b = Upstream::start("b").await;
+    let b = beside("b", &a, 2).await;
     let other = Upstream::start("other").await;
     let base = preamble(None)
         + &static_backend(&[a.addr, b.addr], "    loadBalancer: {type: RoundRobin}\n");
@@ -232,7 +239,7 @@ async fn round_robin_keeps_its_turn_across_reloads() {
 #[tokio::test]
 async fn a_reload_that_adds_an_endpoint_keeps_the_others_and_their_slow_start() {
     let a = Upstream::start("a").await;
-    let b = Upstream::start("b").await;
+    let b = beside("b", &a, 2).await;
     let policy = "    loadBalancer: {type: LeastRequest, slowStart: {window: 60s}}\n";
     let proxy = TestProxy::start(&(preamble(None) + &static_backend(&[a.addr], policy))).await;
     let group_before = group_id(&proxy, "api");
@@ -257,30 +264,30 @@ async fn a_reload_that_adds_an_endpoint_keeps_the_others_and_their_slow_start() 
 
     proxy.rewrite(&(preamble(None) + &static_backend(&[a.addr, b.addr], policy)));
     proxy.reload().await;
+    let endpoints: serde_json::Value =
+        serde_json::from_str(&get(proxy.admin, "admin", "/endpoints").await.text()).unwrap();
+    assert!(ready_for(&endpoints, a.addr) >= 300, "{endpoints}");
+    assert!(ready_for(&endpoints, b.addr) < 300, "{endpoints}");
     assert_eq!(
         group_id(&proxy, "api"),
         group_before,
         "the same group, new addresses"
     );
-    let endpoints: serde_json::Value =
-        serde_json::from_str(&get(proxy.admin, "admin", "/endpoints").await.text()).unwrap();
-    assert!(ready_for(&endpoints, a.addr) >= 300, "{endpoints}");
-    assert!(ready_for(&endpoints, b.addr) < 300, "{endpoints}");
 }
 
 #[tokio::test]
 async fn an_unhealthy_endpoint_is_never_picked_across_a_reload() {
-    let a = Upstream::start("a").await;
     let sick = Upstream::start_with(|_| async {
         let mut response = http::Response::new(common::upstream::full("sick"));
         *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
         response
     })
     .await;
+    let a = beside("a", &sick, 2).await;
     let other = Upstream::start("other").await;
     // `sick` fails every check: unhealthy after its first.
     let policy = "    loadBalancer: {type: RoundRobin}\n    healthCheck:\n      panicThreshold: 0\n      active: {type: HTTP, interval: 100ms, unhealthyThreshold: 1, http: {path: /healthz}}\n";
-    let base = preamble(None) + &static_backend(&[a.addr, sick.addr], policy);
+    let base = preamble(None) + &static_backend(&[sick.addr, a.addr], policy);
     let proxy = TestProxy::start(&base).await;
     assert!(
         common::proxy::eventually(std::time::Duration::from_secs(5), || async {
