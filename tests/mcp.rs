@@ -546,3 +546,119 @@ async fn a_protocol_version_mismatch_fails_the_rmcp_session_with_400() {
         "only initialize (which has no version header) got through: {seen:?}"
     );
 }
+
+/// Two MCP Backends behind one route with weighted backendRefs (50/50), as a newcomer writes a
+/// blue/green pair: each session stays with the Backend and server that issued it, whatever
+/// the weights pick per request; DELETE reaches it too. Dropping a Backend from the route ends
+/// its sessions with a 404 that says so, and the client initializes anew on the other.
+#[tokio::test]
+async fn a_session_stays_with_its_backend_across_weighted_backend_refs() {
+    let blue = McpServer::start(1, 0, McpServerOptions::default()).await;
+    let green = McpServer::start(2, 0, McpServerOptions::default()).await;
+    let backend = |name: &str, addr: SocketAddr| {
+        format!(
+            "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: {name}}}\nspec:\n  destination:\n    type: IP\n    ip: {{endpoints: [{{address: {}}}]}}\n    ports: [{{number: {}}}]\n  protocol: MCP\n  protocolOptions:\n    mcp: {{path: /mcp, sessionRouting: Stateful}}\n  tls: {{mode: InsecureDisable}}\n",
+            addr.ip(),
+            addr.port()
+        )
+    };
+    let route = |refs: &str| {
+        format!("---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: mcp}}\nspec:\n  hostnames: [{HOST}]\n  rules: [{{backendRefs: [{refs}]}}]\n")
+    };
+    let base =
+        preamble_with(None, "") + &backend("blue", blue.addr) + &backend("green", green.addr);
+    let both = base.clone() + &route("{name: blue, weight: 50}, {name: green, weight: 50}");
+    let proxy = TestProxy::start_watching(&both).await;
+
+    let mut clients = Vec::new();
+    for _ in 0..6 {
+        let client = McpClient::connect_via(proxy.http(), HOST)
+            .await
+            .expect("initialize through egressd");
+        let whoami = client.whoami().await;
+        for expected in 1..=5 {
+            assert_eq!(client.count().await, expected.to_string());
+            assert_eq!(client.whoami().await, whoami);
+        }
+        clients.push((client, whoami));
+    }
+    // Six sessions over 50/50 refs: both Backends issued some (all on one: p = 1/32).
+    assert!(blue.sessions_initialized() >= 1 && green.sessions_initialized() >= 1);
+
+    // Green leaves the route: its sessions get 404 naming why (clients start over on blue);
+    // blue's carry on.
+    proxy.rewrite(&(base + &route("{name: blue}")));
+    proxy.reload().await;
+    for (client, whoami) in clients {
+        if whoami == blue.identity() {
+            assert_eq!(client.whoami().await, whoami);
+            client.close().await;
+        } else {
+            // egressd answers 404 for the old session; the SDK initializes a new one, which
+            // the route now gives to blue.
+            let answer = client.call_text("whoami", serde_json::json!({})).await;
+            assert_eq!(
+                answer.ok(),
+                Some(blue.identity()),
+                "a green client after green left"
+            );
+        }
+    }
+    let direct = common::proxy::request("POST", HOST, PATH)
+        .header("mcp-session-id", green_session_id(&green).await)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(common::proxy::ClientBody::from(
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+        ))
+        .unwrap();
+    let r = common::proxy::fetch(proxy.http(), direct).await;
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.error_code(), Some("mcp_session_not_found"));
+    assert!(
+        r.text().contains("Backend default/green port")
+            && r.text().contains("no longer a backend of"),
+        "{}",
+        r.text()
+    );
+
+    // Every DELETE reached the server that issued the session.
+    for server in [&blue, &green] {
+        for d in server
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == http::Method::DELETE)
+        {
+            let session = d.session.expect("DELETE names its session");
+            assert!(server.sessions().contains(&session), "{session}");
+        }
+    }
+    // No server saw a request of a session another one issued.
+    for (server, other) in [(&blue, &green), (&green, &blue)] {
+        for session in other.sessions() {
+            assert_eq!(server.requests_in_session(&session), 0);
+        }
+    }
+}
+
+/// A session id `green` issued as egressd hands it out: made through a second egressd whose
+/// route has only green (same process, so the same session key).
+async fn green_session_id(green: &McpServer) -> String {
+    let yaml = preamble_with(None, "")
+        + &format!(
+            "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: green}}\nspec:\n  destination:\n    type: IP\n    ip: {{endpoints: [{{address: {}}}]}}\n    ports: [{{number: {}}}]\n  protocol: MCP\n  protocolOptions:\n    mcp: {{path: /mcp, sessionRouting: Stateful}}\n  tls: {{mode: InsecureDisable}}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: mcp}}\nspec:\n  hostnames: [{HOST}]\n  rules: [{{backendRefs: [{{name: green}}]}}]\n",
+            green.addr.ip(),
+            green.addr.port()
+        );
+    let other = TestProxy::start(&yaml).await;
+    let init = common::proxy::request("POST", HOST, PATH)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(common::proxy::ClientBody::from(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        ))
+        .unwrap();
+    let r = common::proxy::fetch(other.http(), init).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.header("mcp-session-id").expect("a session id").to_owned()
+}

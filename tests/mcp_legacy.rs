@@ -194,7 +194,7 @@ async fn messages_reach_the_server_that_holds_their_stream() {
             url.starts_with("/messages?"),
             "relative, through egressd: {url}"
         );
-        assert!(url.contains("=egd1."), "the session is wrapped: {url}");
+        assert!(url.contains("=egd2."), "the session is wrapped: {url}");
         let mut server = None;
         for id in 1..=3 {
             // Round robin would alternate: only affinity keeps the messages on one server.
@@ -221,8 +221,8 @@ async fn messages_reach_the_server_that_holds_their_stream() {
 
     let before = a.request_count() + b.request_count();
     for url in [
-        "/messages?sessionId=egd1.Zm9yZ2Vk.AAAAAAAAAAAAAAAAAAAAAA",
-        "/messages?session_id=egd1.x",
+        "/messages?sessionId=egd2.Zm9yZ2Vk.AAAAAAAAAAAAAAAAAAAAAA",
+        "/messages?session_id=egd2.x",
     ] {
         let r = post_message(&proxy, url, r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#).await;
         assert_eq!(r.status, 404, "{}", r.text());

@@ -109,7 +109,7 @@ async fn every_request_of_a_session_reaches_the_endpoint_that_issued_it() {
     let mut servers = HashSet::new();
     for _ in 0..4 {
         let (id, init) = initialize(&proxy).await;
-        assert!(id.starts_with("egd1."), "wrapped: {id}");
+        assert!(id.starts_with("egd2."), "wrapped: {id}");
         assert!(!id.contains(':'), "the server's id is not exposed: {id}");
         let name = if init.contains("\"a\"") { "a" } else { "b" };
         servers.insert(name);
@@ -151,7 +151,8 @@ async fn a_session_id_egressd_did_not_issue_gets_404_so_the_client_reinitializes
     let before = a.request_count();
     for forged in [
         "a:12345".to_owned(),
-        id.replace("egd1.", "egd1.x"),
+        id.replace("egd2.", "egd2.x"),
+        id.replace("egd2.", "egd1."),
         tampered_mac(&id),
     ] {
         let r = post(&proxy, Some(&forged), &[]).await;
@@ -291,7 +292,7 @@ async fn stateless_routing_balances_every_request() {
     for _ in 0..6 {
         let r = post(&proxy, None, &[]).await;
         let id = r.header("mcp-session-id").unwrap();
-        assert!(!id.starts_with("egd1."), "not wrapped: {id}");
+        assert!(!id.starts_with("egd2."), "not wrapped: {id}");
     }
     assert_eq!((a.request_count(), b.request_count()), (3, 3));
 }

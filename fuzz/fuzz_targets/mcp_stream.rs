@@ -20,14 +20,17 @@ use std::sync::LazyLock;
 
 use egressd::mcp::errors::{ErrorScan, MESSAGE_LIMIT};
 use egressd::mcp::legacy::{rewrite_endpoint, unwrap_request, EndpointEvent};
-use egressd::mcp::session::SessionKey;
+use egressd::mcp::session::{SessionHome, SessionKey};
 use libfuzzer_sys::fuzz_target;
 
 static KEY: LazyLock<SessionKey> = LazyLock::new(SessionKey::generate);
-const BACKEND: &str = "default/tools";
 
-fn endpoint() -> SocketAddr {
-    SocketAddr::from(([10, 0, 0, 7], 8080))
+fn home() -> SessionHome {
+    SessionHome {
+        backend: "default/tools".into(),
+        port: 8080,
+        endpoint: SocketAddr::from(([10, 0, 0, 7], 8080)),
+    }
 }
 
 type Rewrite = fn(&str) -> String;
@@ -103,7 +106,7 @@ fuzz_target!(|data: &[u8]| {
 fn endpoint_event(stream: &[u8], chunks: &[&[u8]]) {
     let rewrite: Rewrite = |announced| {
         check_rewrite(announced);
-        rewrite_endpoint(announced, &KEY, BACKEND, endpoint())
+        rewrite_endpoint(announced, &KEY, &home())
     };
     let mut whole = EndpointEvent::new(rewrite);
     let mut expected = whole.feed(stream);
@@ -135,16 +138,16 @@ fn endpoint_event(stream: &[u8], chunks: &[&[u8]]) {
 /// What the client gets for `announced` resolves against egressd, and its session is the
 /// announced one.
 fn check_rewrite(announced: &str) {
-    let rewritten = rewrite_endpoint(announced, &KEY, BACKEND, endpoint());
+    let rewritten = rewrite_endpoint(announced, &KEY, &home());
     assert!(
         resolves_against_base(&rewritten),
         "{announced:?} became {rewritten:?}, which does not resolve against egressd"
     );
-    match unwrap_request(&rewritten, &KEY, BACKEND) {
+    match unwrap_request(&rewritten, &KEY) {
         Ok(Some((at, restored))) => {
-            assert_eq!(at, endpoint());
+            assert_eq!(at, home());
             assert_eq!(
-                rewrite_endpoint(&restored, &KEY, BACKEND, endpoint()),
+                rewrite_endpoint(&restored, &KEY, &home()),
                 rewritten,
                 "the restored {restored:?} is not what was announced"
             );

@@ -14,7 +14,7 @@ use super::body::{ProxyBody, RequestBody};
 use super::budget;
 use super::error::ProxyError;
 use super::proxy::Outcome;
-use super::router::RouteEntry;
+use super::router::{RouteAction, RouteEntry};
 use crate::balance::outlier::Outcome as OutlierOutcome;
 use crate::mcp::errors::ErrorScan;
 use crate::mcp::inspect::{self, Call, Mirrored, ToolPolicy};
@@ -186,6 +186,56 @@ fn json_reply(status: StatusCode, body: Vec<u8>, code: &'static str) -> Response
     response
 }
 
+/// Phase "route" for MCP sessions: the backendRef of `action` that issued the request's
+/// session (`Mcp-Session-Id`, or a legacy message URL's session), whatever the route's
+/// weights: a session stays where it began. None for a request without a session id egressd
+/// wrapped, or with one it cannot read (phase "mcp" answers that with 404); 404 when the
+/// Backend port that issued it is no longer in the route.
+pub(super) fn session_target<'a>(
+    key: &crate::mcp::session::SessionKey,
+    req: &Request<Incoming>,
+    action: &'a RouteAction,
+) -> Result<Option<&'a Arc<Target>>, ProxyError> {
+    let stateful = |t: &Arc<Target>| t.port.mcp.as_ref().is_some_and(|m| m.stateful);
+    if !action
+        .backends
+        .iter()
+        .chain(&action.fallbacks)
+        .any(|b| stateful(&b.target))
+    {
+        return Ok(None);
+    }
+    let home = match req.headers().get(&crate::mcp::SESSION_ID) {
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| key.unwrap(v).ok())
+            .map(|(home, _)| home),
+        None => req
+            .uri()
+            .path_and_query()
+            .filter(|pq| {
+                pq.query()
+                    .is_some_and(crate::mcp::session::mentions_wrapped)
+            })
+            .and_then(|pq| legacy::unwrap_request(pq.as_str(), key).ok().flatten())
+            .map(|(home, _)| home),
+    };
+    let Some(home) = home else {
+        return Ok(None);
+    };
+    match action.target_of(&home.backend, home.port) {
+        Some(target) => Ok(Some(target)),
+        None => Err(ProxyError::McpSessionNotFound {
+            backend: home.backend.as_str().into(),
+            reason: format!(
+                "Backend {} port {} that issued it is no longer a backend of {}",
+                home.backend, home.port, action.name
+            ),
+        }),
+    }
+}
+
 /// The endpoint an MCP request's session is pinned to, with the client's session id replaced
 /// by the server's. A session whose endpoint is gone, ejected or unhealthy gets 404, so that
 /// the client initializes a new one (MCP's rule for unknown sessions).
@@ -195,7 +245,7 @@ fn pinned_endpoint(
     headers: &mut http::HeaderMap,
 ) -> Result<Option<Arc<Endpoint>>, ProxyError> {
     let backend = &target.backend.label;
-    let addr = match mcp.inbound(backend, headers) {
+    let addr = match mcp.inbound(backend, target.port.number, headers) {
         Ok(None) => return Ok(None),
         Ok(Some(addr)) => addr,
         Err(crate::mcp::Refusal::SessionNotFound(reason)) => {
@@ -215,15 +265,16 @@ fn pinned_endpoint(
     session_endpoint(target, addr).map(Some)
 }
 
-/// The endpoint that issued a session, if it can still take its requests.
+/// The endpoint that issued a session, if it can still take its requests; else 404 saying
+/// why not (gone from the config, ejected, unhealthy).
 fn session_endpoint(target: &Target, addr: SocketAddr) -> Result<Arc<Endpoint>, ProxyError> {
     target
         .port
         .endpoints
         .routable(addr)
-        .ok_or_else(|| ProxyError::McpSessionNotFound {
+        .map_err(|why| ProxyError::McpSessionNotFound {
             backend: target.backend.label.clone(),
-            reason: format!("endpoint {addr} that issued it is gone, ejected or unhealthy"),
+            reason: format!("endpoint {addr} that issued it {}", why.as_str()),
         })
 }
 
@@ -241,17 +292,20 @@ fn legacy_pinned_endpoint(
         return Ok(None);
     };
     let backend = &target.backend.label;
-    let (addr, restored) = match legacy::unwrap_request(path_and_query.as_str(), &mcp.key, backend)
-    {
+    let refused = |reason: String| ProxyError::McpSessionNotFound {
+        backend: backend.clone(),
+        reason,
+    };
+    let (home, restored) = match legacy::unwrap_request(path_and_query.as_str(), &mcp.key) {
         Ok(None) => return Ok(None),
         Ok(Some(found)) => found,
-        Err(e) => {
-            return Err(ProxyError::McpSessionNotFound {
-                backend: backend.clone(),
-                reason: format!("the session is {}", e.as_str()),
-            })
-        }
+        Err(e) => return Err(refused(format!("the session is {}", e.as_str()))),
     };
+    if let Err(crate::mcp::Refusal::SessionNotFound(reason)) =
+        home.issued_by(backend, target.port.number)
+    {
+        return Err(refused(reason));
+    }
     let mut parts = req.uri().clone().into_parts();
     parts.path_and_query = Some(
         restored
@@ -260,7 +314,19 @@ fn legacy_pinned_endpoint(
     );
     *req.uri_mut() = http::Uri::from_parts(parts)
         .map_err(|_| ProxyError::InvalidRequest("malformed MCP session query".into()))?;
-    session_endpoint(target, addr).map(Some)
+    session_endpoint(target, home.endpoint).map(Some)
+}
+
+/// Where a session `endpoint` of `target` issues is at home.
+pub(super) fn session_home(
+    target: &Target,
+    endpoint: SocketAddr,
+) -> crate::mcp::session::SessionHome {
+    crate::mcp::session::SessionHome {
+        backend: target.backend.label.to_string(),
+        port: target.port.number,
+        endpoint,
+    }
 }
 
 /// A legacy event stream with its `endpoint` event rewritten so the client posts its messages
@@ -272,10 +338,9 @@ pub(super) fn announce_through_proxy(
     endpoint: SocketAddr,
 ) -> Response<ProxyBody> {
     let key = mcp.key.clone();
-    let backend = target.backend.label.clone();
-    let rewrite: Rewrite = Box::new(move |announced: &str| {
-        legacy::rewrite_endpoint(announced, &key, &backend, endpoint)
-    });
+    let home = session_home(target, endpoint);
+    let rewrite: Rewrite =
+        Box::new(move |announced: &str| legacy::rewrite_endpoint(announced, &key, &home));
     response.map(|inner| {
         ProxyBody::Stream(Box::pin(EndpointRewrite {
             inner,

@@ -333,9 +333,14 @@ async fn proxy(
         Some(entry) => {
             outcome.route = Some(entry.action.name.clone());
             outcome.route_action = Some(entry.action.clone());
-            let target = entry.action.pick().ok_or_else(|| ProxyError::NoBackend {
-                route: entry.action.name.clone(),
-            })?;
+            // A request of an MCP session goes where the session began.
+            let key = &snapshot.mcp_session_key;
+            let target = match super::mcp::session_target(key, &req, &entry.action)? {
+                Some(target) => target,
+                None => entry.action.pick().ok_or_else(|| ProxyError::NoBackend {
+                    route: entry.action.name.clone(),
+                })?,
+            };
             (target, Some(entry))
         }
         None => match router.implicit(dest.host()) {
@@ -571,7 +576,10 @@ async fn proxy(
         let mut deadline = deadline;
         let mut verdict = None;
         if let Some(m) = mcp {
-            m.outbound(&target.backend.label, endpoint.addr, response.headers_mut());
+            m.outbound(
+                &super::mcp::session_home(target, endpoint.addr),
+                response.headers_mut(),
+            );
             verdict = (mcp_post && response.status() == http::StatusCode::OK)
                 .then(|| super::mcp::Verdict::new(shared, target, &endpoint));
             if let Some(policy) = m

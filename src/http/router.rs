@@ -138,6 +138,18 @@ impl RouteAction {
     }
 }
 
+impl RouteAction {
+    /// The backendRef (primary or fallback, whatever its weight) that is `backend`'s `port`:
+    /// where a request of an MCP session that port issued goes.
+    pub fn target_of(&self, backend: &str, port: u16) -> Option<&Arc<Target>> {
+        self.backends
+            .iter()
+            .chain(&self.fallbacks)
+            .map(|b| &b.target)
+            .find(|t| &*t.backend.label == backend && t.port.number == port)
+    }
+}
+
 /// `pick_weighted` over the backends `keep` accepts (the rare path: computed per pick).
 fn pick_weighted_filtered(
     backends: &[WeightedTarget],

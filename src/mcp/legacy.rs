@@ -11,9 +11,7 @@
 //! used — egressd — instead of calling the server directly. A POST carrying a wrapped value is
 //! sent to that endpoint with the server's own value restored.
 
-use std::net::SocketAddr;
-
-use super::session::SessionKey;
+use super::session::{SessionHome, SessionKey};
 
 /// The query parameters that carry a legacy session.
 const SESSION_PARAMS: [&str; 2] = ["sessionId", "session_id"];
@@ -39,12 +37,7 @@ fn session_value(query: &str) -> Option<std::ops::Range<usize>> {
 /// The announced endpoint (an `endpoint` event's data) as the client must see it: relative to
 /// egressd, the session wrapped with `endpoint`. Anything that is not a URL with a session is
 /// left as it is, except that it never keeps a scheme or an authority.
-pub fn rewrite_endpoint(
-    announced: &str,
-    key: &SessionKey,
-    backend: &str,
-    endpoint: SocketAddr,
-) -> String {
+pub fn rewrite_endpoint(announced: &str, key: &SessionKey, home: &SessionHome) -> String {
     let relative = origin_relative(announced);
     let Some(q) = relative.find('?') else {
         return relative;
@@ -53,7 +46,7 @@ pub fn rewrite_endpoint(
         return relative;
     };
     let range = q + 1 + range.start..q + 1 + range.end;
-    let wrapped = key.wrap(backend, endpoint, &relative[range.clone()]);
+    let wrapped = key.wrap(home, &relative[range.clone()]);
     format!(
         "{}{}{}",
         &relative[..range.start],
@@ -107,8 +100,7 @@ fn origin_relative(announced: &str) -> String {
 pub fn unwrap_request(
     path_and_query: &str,
     key: &SessionKey,
-    backend: &str,
-) -> Result<Option<(SocketAddr, String)>, super::session::Invalid> {
+) -> Result<Option<(SessionHome, String)>, super::session::Invalid> {
     let Some(q) = path_and_query.find('?') else {
         return Ok(None);
     };
@@ -117,17 +109,17 @@ pub fn unwrap_request(
     };
     let range = q + 1 + range.start..q + 1 + range.end;
     let value = &path_and_query[range.clone()];
-    if !value.starts_with(super::session::PREFIX) {
+    if !super::session::is_wrapped(value) {
         return Ok(None);
     }
-    let (endpoint, upstream) = key.unwrap(backend, value)?;
+    let (home, upstream) = key.unwrap(value)?;
     let restored = format!(
         "{}{}{}",
         &path_and_query[..range.start],
         upstream,
         &path_and_query[range.end..]
     );
-    Ok(Some((endpoint, restored)))
+    Ok(Some((home, restored)))
 }
 
 /// Rewrites the `endpoint` event of a legacy event stream as it passes; every other byte is
@@ -259,8 +251,12 @@ mod tests {
         SessionKey::generate()
     }
 
-    fn addr() -> SocketAddr {
-        "10.0.0.7:8080".parse().unwrap()
+    fn home() -> SessionHome {
+        SessionHome {
+            backend: "default/tools".into(),
+            port: 8080,
+            endpoint: "10.0.0.7:8080".parse().unwrap(),
+        }
     }
 
     #[test]
@@ -275,25 +271,21 @@ mod tests {
             ),
             ("https://mcp.example.com?sessionId=abc", "/?sessionId=", ""),
         ] {
-            let rewritten = rewrite_endpoint(announced, &key, "default/tools", addr());
+            let rewritten = rewrite_endpoint(announced, &key, &home());
             assert!(rewritten.starts_with(before), "{rewritten}");
             assert!(rewritten.ends_with(after), "{rewritten}");
-            let (endpoint, restored) = unwrap_request(&rewritten, &key, "default/tools")
-                .unwrap()
-                .expect("wrapped");
-            assert_eq!(endpoint, addr());
+            let (issued, restored) = unwrap_request(&rewritten, &key).unwrap().expect("wrapped");
+            assert_eq!(issued, home());
             assert_eq!(restored, format!("{before}abc{after}"));
         }
-        assert_eq!(
-            rewrite_endpoint("/messages", &key, "b", addr()),
-            "/messages"
-        );
-        assert_eq!(
-            unwrap_request("/messages?sessionId=abc", &key, "b"),
-            Ok(None)
-        );
-        let forged = "/messages?sessionId=egd1.AAAA.BBBB";
-        assert!(unwrap_request(forged, &key, "b").is_err());
+        assert_eq!(rewrite_endpoint("/messages", &key, &home()), "/messages");
+        assert_eq!(unwrap_request("/messages?sessionId=abc", &key), Ok(None));
+        for forged in [
+            "/messages?sessionId=egd2.AAAA.BBBB",
+            "/messages?sessionId=egd1.AAAA.BBBB",
+        ] {
+            assert!(unwrap_request(forged, &key).is_err(), "{forged}");
+        }
     }
 
     #[test]
@@ -371,13 +363,13 @@ mod tests {
             ("?x=1", "?x=1"),
         ] {
             assert_eq!(
-                rewrite_endpoint(announced, &key, "b", addr()),
+                rewrite_endpoint(announced, &key, &home()),
                 expected,
                 "{announced:?}"
             );
         }
-        let rewritten = rewrite_endpoint("HTTPS://evil.example/m?sessionId=abc", &key, "b", addr());
-        assert!(rewritten.starts_with("/m?sessionId=egd1."), "{rewritten}");
+        let rewritten = rewrite_endpoint("HTTPS://evil.example/m?sessionId=abc", &key, &home());
+        assert!(rewritten.starts_with("/m?sessionId=egd2."), "{rewritten}");
     }
 
     #[test]

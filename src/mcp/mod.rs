@@ -33,7 +33,7 @@ impl McpPort {
     /// transport also a message URL egressd announced (a wrapped session in the query).
     pub fn applies_to(&self, uri: &http::Uri) -> bool {
         uri.path() == self.path
-            || (self.legacy_sse && uri.query().is_some_and(|q| q.contains(session::PREFIX)))
+            || (self.legacy_sse && uri.query().is_some_and(session::mentions_wrapped))
     }
 }
 
@@ -55,10 +55,13 @@ pub enum Refusal {
 impl McpPort {
     /// Phase "mcp" on the way in: checks `MCP-Protocol-Version`, and for stateful routing
     /// replaces the client's session id by the server's; returns the endpoint the session is
-    /// pinned to (None: a request without a session, e.g. `initialize`, is balanced).
+    /// pinned to (None: a request without a session, e.g. `initialize`, is balanced). The
+    /// session must have been issued by this Backend (`backend`) and `port`: routing sends it
+    /// there whatever the route's weights.
     pub fn inbound(
         &self,
         backend: &str,
+        port: u16,
         headers: &mut http::HeaderMap,
     ) -> Result<Option<std::net::SocketAddr>, Refusal> {
         if let (Some(expected), Some(got)) = (&self.version, headers.get(&PROTOCOL_VERSION)) {
@@ -78,27 +81,23 @@ impl McpPort {
         let wrapped = wrapped
             .to_str()
             .map_err(|_| Refusal::SessionNotFound("the session id is not visible ASCII".into()))?;
-        let (endpoint, upstream) = self
+        let (home, upstream) = self
             .key
-            .unwrap(backend, wrapped)
+            .unwrap(wrapped)
             .map_err(|e| Refusal::SessionNotFound(format!("the session id is {}", e.as_str())))?;
+        home.issued_by(backend, port)?;
         let value = http::HeaderValue::from_str(&upstream)
             .map_err(|_| Refusal::SessionNotFound("the session id is malformed".into()))?;
         headers.insert(SESSION_ID, value);
-        Ok(Some(endpoint))
+        Ok(Some(home.endpoint))
     }
 
-    /// Phase "mcp" on the way out: a session id the server issued is wrapped with the
-    /// endpoint that issued it; SSE streams are marked not to be buffered by proxies in front.
-    pub fn outbound(
-        &self,
-        backend: &str,
-        endpoint: std::net::SocketAddr,
-        headers: &mut http::HeaderMap,
-    ) {
+    /// Phase "mcp" on the way out: a session id the server issued is wrapped with where it was
+    /// issued; SSE streams are marked not to be buffered by proxies in front.
+    pub fn outbound(&self, home: &session::SessionHome, headers: &mut http::HeaderMap) {
         if self.stateful {
             if let Some(upstream) = headers.get(&SESSION_ID).and_then(|v| v.to_str().ok()) {
-                let wrapped = self.key.wrap(backend, endpoint, upstream);
+                let wrapped = self.key.wrap(home, upstream);
                 if let Ok(value) = http::HeaderValue::from_str(&wrapped) {
                     headers.insert(SESSION_ID, value);
                 }
@@ -109,6 +108,21 @@ impl McpPort {
                 http::HeaderName::from_static("x-accel-buffering"),
                 http::HeaderValue::from_static("no"),
             );
+        }
+    }
+}
+
+impl session::SessionHome {
+    /// Whether this session belongs to `backend`'s `port` (a request reaches another one only
+    /// when its Backend left the route, or the client sent it elsewhere).
+    pub fn issued_by(&self, backend: &str, port: u16) -> Result<(), Refusal> {
+        if self.backend == backend && self.port == port {
+            Ok(())
+        } else {
+            Err(Refusal::SessionNotFound(format!(
+                "it was issued by Backend {} port {}, which this request does not reach",
+                self.backend, self.port
+            )))
         }
     }
 }

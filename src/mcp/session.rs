@@ -2,13 +2,15 @@
 //!
 //! An MCP server issues an `Mcp-Session-Id` on `initialize`; every later request of that session
 //! must reach the same server. egressd hands the client a session id that *wraps* the server's
-//! id together with the endpoint that issued it, authenticated with HMAC-SHA256 under a key that
-//! replicas share (a file), and unwraps it on the way in. Any egressd replica, or egressd after a
-//! restart, can route the session without remembering anything.
+//! id together with where it was issued — the Backend, its port and the endpoint — authenticated
+//! with HMAC-SHA256 under a key that replicas share (a file), and unwraps it on the way in. Any
+//! egressd replica, or egressd after a restart, can route the session without remembering
+//! anything, whichever of a route's weighted backendRefs the request would otherwise get.
 //!
-//! Wrapped form: `egd1.<b64url(endpoint "\n" upstream id)>.<b64url(MAC)>`, the MAC over the
-//! Backend's label, the endpoint and the upstream id (so a session of one Backend is worthless
-//! at another). Only visible ASCII, as the MCP specification requires of session ids.
+//! Wrapped form: `egd2.<b64url(backend "\n" port "\n" endpoint "\n" upstream id)>.<b64url(MAC)>`,
+//! the MAC over that payload. Only visible ASCII, as the MCP specification requires of session
+//! ids. Ids of the earlier form (`egd1.`, without the Backend) are refused as issued by an
+//! earlier egressd: the client initializes a new session.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -17,7 +19,27 @@ use aws_lc_rs::hmac;
 use data_encoding::BASE64URL_NOPAD;
 
 /// What every id egressd wraps starts with.
-pub const PREFIX: &str = "egd1.";
+pub const PREFIX: &str = "egd2.";
+/// What ids wrapped by egressd before the Backend was part of them start with.
+const EARLIER_PREFIX: &str = "egd1.";
+
+/// Whether `value` is a session id egressd wrapped (of this form or an earlier one).
+pub fn is_wrapped(value: &str) -> bool {
+    value.starts_with(PREFIX) || value.starts_with(EARLIER_PREFIX)
+}
+
+/// Whether a query string carries a session id egressd wrapped.
+pub fn mentions_wrapped(query: &str) -> bool {
+    query.contains(PREFIX) || query.contains(EARLIER_PREFIX)
+}
+
+/// Where a session was issued: the Backend (`namespace/name`), its port and the endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionHome {
+    pub backend: String,
+    pub port: u16,
+    pub endpoint: SocketAddr,
+}
 /// MAC bytes kept (128 bits: forging one takes 2^128 tries).
 const MAC_LEN: usize = 16;
 
@@ -89,22 +111,28 @@ impl SessionKey {
         })
     }
 
-    fn mac(&self, backend: &str, endpoint: &str, upstream: &str) -> [u8; MAC_LEN] {
-        let mut ctx = hmac::Context::with_key(&self.key);
-        for part in [backend, "\n", endpoint, "\n", upstream] {
-            ctx.update(part.as_bytes());
-        }
-        let tag = ctx.sign();
+    /// The key of this process when no `sessionKeyFile` is configured: made once, kept across
+    /// reloads (a reload must not end every MCP session).
+    pub fn of_this_process() -> std::sync::Arc<SessionKey> {
+        static KEY: std::sync::OnceLock<std::sync::Arc<SessionKey>> = std::sync::OnceLock::new();
+        KEY.get_or_init(|| std::sync::Arc::new(SessionKey::generate()))
+            .clone()
+    }
+
+    fn mac(&self, payload: &str) -> [u8; MAC_LEN] {
+        let tag = hmac::sign(&self.key, payload.as_bytes());
         let mut out = [0u8; MAC_LEN];
         out.copy_from_slice(&tag.as_ref()[..MAC_LEN]);
         out
     }
 
-    /// The session id the client gets for `upstream`, issued by `endpoint` of `backend`.
-    pub fn wrap(&self, backend: &str, endpoint: SocketAddr, upstream: &str) -> String {
-        let endpoint = endpoint.to_string();
-        let payload = format!("{endpoint}\n{upstream}");
-        let mac = self.mac(backend, &endpoint, upstream);
+    /// The session id the client gets for `upstream`, issued at `home`.
+    pub fn wrap(&self, home: &SessionHome, upstream: &str) -> String {
+        let payload = format!(
+            "{}\n{}\n{}\n{upstream}",
+            home.backend, home.port, home.endpoint
+        );
+        let mac = self.mac(&payload);
         format!(
             "{PREFIX}{}.{}",
             BASE64URL_NOPAD.encode(payload.as_bytes()),
@@ -112,10 +140,16 @@ impl SessionKey {
         )
     }
 
-    /// The endpoint and upstream session id inside `wrapped`, if it is one of ours for
-    /// `backend` (the MAC is compared in constant time).
-    pub fn unwrap(&self, backend: &str, wrapped: &str) -> Result<(SocketAddr, String), Invalid> {
-        let rest = wrapped.strip_prefix(PREFIX).ok_or(Invalid::NotOurs)?;
+    /// Where `wrapped` was issued and the upstream session id inside it, if it is one of ours
+    /// (the MAC is compared in constant time).
+    pub fn unwrap(&self, wrapped: &str) -> Result<(SessionHome, String), Invalid> {
+        let Some(rest) = wrapped.strip_prefix(PREFIX) else {
+            return Err(if wrapped.starts_with(EARLIER_PREFIX) {
+                Invalid::Earlier
+            } else {
+                Invalid::NotOurs
+            });
+        };
         let (payload, mac) = rest.split_once('.').ok_or(Invalid::Malformed)?;
         let payload = BASE64URL_NOPAD
             .decode(payload.as_bytes())
@@ -124,13 +158,21 @@ impl SessionKey {
             .decode(mac.as_bytes())
             .map_err(|_| Invalid::Malformed)?;
         let payload = String::from_utf8(payload).map_err(|_| Invalid::Malformed)?;
-        let (endpoint, upstream) = payload.split_once('\n').ok_or(Invalid::Malformed)?;
-        let expected = self.mac(backend, endpoint, upstream);
-        if mac.len() != MAC_LEN || !constant_time_eq(&mac, &expected) {
+        if mac.len() != MAC_LEN || !constant_time_eq(&mac, &self.mac(&payload)) {
             return Err(Invalid::BadMac);
         }
-        let endpoint = endpoint.parse().map_err(|_| Invalid::Malformed)?;
-        Ok((endpoint, upstream.to_owned()))
+        let mut parts = payload.splitn(4, '\n');
+        let (Some(backend), Some(port), Some(endpoint), Some(upstream)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(Invalid::Malformed);
+        };
+        let home = SessionHome {
+            backend: backend.to_owned(),
+            port: port.parse().map_err(|_| Invalid::Malformed)?,
+            endpoint: endpoint.parse().map_err(|_| Invalid::Malformed)?,
+        };
+        Ok((home, upstream.to_owned()))
     }
 }
 
@@ -139,6 +181,8 @@ impl SessionKey {
 pub enum Invalid {
     /// Not issued by egressd (no prefix).
     NotOurs,
+    /// Issued by an earlier egressd, whose ids do not name the Backend.
+    Earlier,
     Malformed,
     /// Issued under another key (another deployment, or a key that changed), or tampered with.
     BadMac,
@@ -148,6 +192,7 @@ impl Invalid {
     pub fn as_str(self) -> &'static str {
         match self {
             Invalid::NotOurs => "not issued by egressd",
+            Invalid::Earlier => "issued by an earlier egressd version",
             Invalid::Malformed => "malformed",
             Invalid::BadMac => "not valid under this proxy's session key",
         }
@@ -162,47 +207,48 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    fn addr() -> SocketAddr {
-        "10.0.0.7:8080".parse().unwrap()
+    fn home(endpoint: &str) -> SessionHome {
+        SessionHome {
+            backend: "team/mcp".into(),
+            port: 8080,
+            endpoint: endpoint.parse().unwrap(),
+        }
     }
 
     #[test]
-    fn a_wrapped_id_unwraps_to_its_endpoint_and_upstream_id() {
+    fn a_wrapped_id_unwraps_to_where_it_was_issued_and_the_upstream_id() {
         let key = SessionKey::generate();
-        let wrapped = key.wrap("team/mcp", addr(), "abc-123");
-        assert!(wrapped.starts_with("egd1."));
+        let wrapped = key.wrap(&home("10.0.0.7:8080"), "abc-123");
+        assert!(wrapped.starts_with("egd2."));
         assert!(wrapped.bytes().all(|b| (0x21..=0x7e).contains(&b)));
         assert_eq!(
-            key.unwrap("team/mcp", &wrapped),
-            Ok((addr(), "abc-123".to_owned()))
+            key.unwrap(&wrapped),
+            Ok((home("10.0.0.7:8080"), "abc-123".to_owned()))
         );
     }
 
     #[test]
-    fn another_key_another_backend_or_a_changed_byte_is_refused() {
+    fn another_key_a_changed_byte_or_an_earlier_form_is_refused() {
         let key = SessionKey::generate();
-        let wrapped = key.wrap("team/mcp", addr(), "abc-123");
+        let wrapped = key.wrap(&home("10.0.0.7:8080"), "abc-123");
         assert_eq!(
-            SessionKey::generate().unwrap("team/mcp", &wrapped),
+            SessionKey::generate().unwrap(&wrapped),
             Err(Invalid::BadMac)
         );
-        assert_eq!(key.unwrap("team/other", &wrapped), Err(Invalid::BadMac));
         let forged = key
-            .wrap("team/mcp", "10.0.0.8:8080".parse().unwrap(), "abc-123")
+            .wrap(&home("10.0.0.8:8080"), "abc-123")
             .split_once('.')
             .map(|(_, rest)| rest.split_once('.').unwrap().0.to_owned())
             .unwrap();
         let mac = wrapped.rsplit_once('.').unwrap().1;
         assert_eq!(
-            key.unwrap("team/mcp", &format!("egd1.{forged}.{mac}")),
+            key.unwrap(&format!("egd2.{forged}.{mac}")),
             Err(Invalid::BadMac),
             "another endpoint under the original MAC"
         );
-        assert_eq!(key.unwrap("team/mcp", "abc-123"), Err(Invalid::NotOurs));
-        assert_eq!(
-            key.unwrap("team/mcp", "egd1.!!.??"),
-            Err(Invalid::Malformed)
-        );
+        assert_eq!(key.unwrap("abc-123"), Err(Invalid::NotOurs));
+        assert_eq!(key.unwrap("egd2.!!.??"), Err(Invalid::Malformed));
+        assert_eq!(key.unwrap("egd1.AAAA.BBBB"), Err(Invalid::Earlier));
     }
 
     #[test]
@@ -212,8 +258,11 @@ mod tests {
         std::fs::write(&path, "0123456789abcdef0123456789abcdef-replicas\n").unwrap();
         let one = SessionKey::from_file(&path).unwrap();
         let two = SessionKey::from_file(&path).unwrap();
-        let wrapped = one.wrap("b", addr(), "s");
-        assert_eq!(two.unwrap("b", &wrapped), Ok((addr(), "s".to_owned())));
+        let wrapped = one.wrap(&home("10.0.0.7:8080"), "s");
+        assert_eq!(
+            two.unwrap(&wrapped),
+            Ok((home("10.0.0.7:8080"), "s".to_owned()))
+        );
         std::fs::write(&path, "short").unwrap();
         assert!(matches!(
             SessionKey::from_file(&path),

@@ -31,6 +31,9 @@ pub struct Snapshot {
     pub tracing: Option<Arc<crate::telemetry::trace::Tracing>>,
     /// Under `AllowAny` and `AuditOnly`: how destinations nothing declares are reached.
     pub undeclared: Option<Arc<crate::runtime::undeclared::UndeclaredDestinations>>,
+    /// The key MCP session ids are authenticated with (read before a route picks: a session
+    /// goes to the backendRef that issued it).
+    pub mcp_session_key: Arc<crate::mcp::session::SessionKey>,
     /// The config as written (for `/config`, redacted there).
     pub config: Arc<ConfigSet>,
     /// Conditions of every object.
@@ -54,6 +57,7 @@ impl Snapshot {
             sni_routers: HashMap::new(),
             backends: Vec::new(),
             undeclared: None,
+            mcp_session_key: crate::mcp::session::SessionKey::of_this_process(),
             tracing: None,
             config: Arc::default(),
             status: Arc::default(),

@@ -134,6 +134,27 @@ pub struct EndpointGroup {
     resolved_tx: watch::Sender<bool>,
 }
 
+/// Why a request pinned to an endpoint cannot go there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unroutable {
+    /// No longer one of the group's endpoints (the config or DNS dropped it).
+    Gone,
+    /// Ejected by outlier detection.
+    Ejected,
+    /// Failing active health checks.
+    Unhealthy,
+}
+
+impl Unroutable {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unroutable::Gone => "is no longer an endpoint of this Backend port",
+            Unroutable::Ejected => "is ejected by outlier detection",
+            Unroutable::Unhealthy => "is failing active health checks",
+        }
+    }
+}
+
 /// How a group is set up, besides its endpoints and balancers.
 #[derive(Clone, Debug, Default)]
 pub struct GroupSettings {
@@ -230,14 +251,21 @@ impl EndpointGroup {
     }
 
     /// The endpoint at `addr`, if it is in the group and neither ejected nor unhealthy
-    /// (requests pinned to an endpoint, e.g. MCP sessions).
-    pub fn routable(&self, addr: std::net::SocketAddr) -> Option<Arc<Endpoint>> {
-        self.list
-            .load()
+    /// (requests pinned to an endpoint, e.g. MCP sessions); else why not.
+    pub fn routable(&self, addr: std::net::SocketAddr) -> Result<Arc<Endpoint>, Unroutable> {
+        let list = self.list.load();
+        let endpoint = list
             .endpoints
             .iter()
-            .find(|e| e.addr == addr && self.is_pickable(e))
-            .cloned()
+            .find(|e| e.addr == addr)
+            .ok_or(Unroutable::Gone)?;
+        if endpoint.outlier.is_ejected() {
+            Err(Unroutable::Ejected)
+        } else if self.active.is_some() && endpoint.health.is_unhealthy() {
+            Err(Unroutable::Unhealthy)
+        } else {
+            Ok(endpoint.clone())
+        }
     }
 
     /// Whether some endpoint can take traffic without panic mode (true until the first DNS

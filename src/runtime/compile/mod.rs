@@ -119,6 +119,7 @@ pub fn compile(
         sni_routers,
         backends: backends.all(),
         undeclared,
+        mcp_session_key: settings.mcp_session_key.clone(),
         tracing: None,
         config: set,
         status: Arc::new(status),

@@ -28,15 +28,6 @@ pub(crate) struct Settings {
     pub mcp_session_key: std::sync::Arc<crate::mcp::session::SessionKey>,
 }
 
-/// The key of this process when no `sessionKeyFile` is configured: made once, kept across
-/// reloads (a reload must not end every MCP session).
-fn generated_mcp_key() -> std::sync::Arc<crate::mcp::session::SessionKey> {
-    static KEY: std::sync::OnceLock<std::sync::Arc<crate::mcp::session::SessionKey>> =
-        std::sync::OnceLock::new();
-    KEY.get_or_init(|| std::sync::Arc::new(crate::mcp::session::SessionKey::generate()))
-        .clone()
-}
-
 impl std::ops::Deref for Settings {
     type Target = ProxySettings;
     fn deref(&self) -> &ProxySettings {
@@ -49,7 +40,7 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
         proxy: ProxySettings::default(),
         platform_identity: None,
         denied_hostnames: Vec::new(),
-        mcp_session_key: generated_mcp_key(),
+        mcp_session_key: crate::mcp::session::SessionKey::of_this_process(),
     };
     for extra in set.proxy_configs.iter().skip(1) {
         cx.error(
