@@ -662,3 +662,40 @@ async fn green_session_id(green: &McpServer) -> String {
     assert_eq!(r.status, 200, "{}", r.text());
     r.header("mcp-session-id").expect("a session id").to_owned()
 }
+
+/// The official Python SDK's server with an event store (every answer an event stream with a
+/// priming event): the MCP health check passes, and every check ends its session with DELETE;
+/// an rmcp client reaches it through egressd too.
+#[tokio::test]
+async fn mcp_health_checks_pass_on_the_python_sdk_server_and_end_their_sessions() {
+    let python = common::python::PythonMcpServer::start().await;
+    let yaml = with_active_check(
+        config_speaking(&[python.addr], "MCP\n"),
+        "{type: MCP, interval: 100ms, unhealthyThreshold: 1, healthyThreshold: 1}",
+    );
+    let proxy = TestProxy::start(&yaml).await;
+    // Several checks in a row passed: the state stays healthy and DELETEs pile up.
+    let settled = common::proxy::eventually(Duration::from_secs(10), || async {
+        check_state(&proxy, "127.0.0.1").await == "healthy" && python.stats().await.2 >= 5
+    })
+    .await;
+    let endpoints = common::proxy::get(proxy.admin, "admin", "/endpoints").await;
+    assert!(settled, "{}", endpoints.text());
+    assert!(
+        !endpoints.text().contains("\"fail\""),
+        "no check failed: {}",
+        endpoints.text()
+    );
+    // Every check's session was deleted, but for the one in flight.
+    let (sessions, initializes, deletes) = python.stats().await;
+    assert!(
+        sessions <= 1 && initializes <= deletes + 1,
+        "{sessions} sessions open, {initializes} initialized, {deletes} deleted"
+    );
+
+    let client = McpClient::connect_via(proxy.http(), HOST)
+        .await
+        .expect("initialize through egressd");
+    assert_eq!(client.whoami().await, "python-reference");
+    client.close().await;
+}

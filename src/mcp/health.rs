@@ -76,42 +76,90 @@ pub fn headers(
     headers
 }
 
+/// How long the rest of an event stream is waited for once its response arrived: servers
+/// close it right after (then the connection can carry the next step), or keep it open (an
+/// event store's stream, kept for resumption; then the next step needs a new connection).
+const STREAM_END_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// An answer read: the JSON-RPC result, and whether its body was read to the end (over
+/// HTTP/1.1 a connection carries the next request only then).
+pub struct Answer {
+    pub result: Result<Value, String>,
+    pub finished: bool,
+}
+
 /// The `result` of the JSON-RPC response `id` in `answer` (JSON, or the event stream a POST
-/// may be answered with, read until that response arrives); an error says what came instead.
-pub async fn read_result(
-    answer: http::Response<hyper::body::Incoming>,
-    id: u64,
-) -> Result<Value, String> {
+/// may be answered with, read until that response arrives and, briefly, to its end); an error
+/// says what came instead.
+pub async fn read_result(answer: http::Response<hyper::body::Incoming>, id: u64) -> Answer {
     let status = answer.status();
     if status != http::StatusCode::OK {
-        return Err(format!("status {status}"));
+        return Answer {
+            result: Err(format!("status {status}")),
+            finished: false,
+        };
     }
     let event_stream = super::is_event_stream(answer.headers());
     let mut body = answer.into_body();
     let mut received = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| format!("answer broke off: {e}"))?;
+    let mut found: Option<Result<Value, String>> = None;
+    loop {
+        let next = match &found {
+            None => body.frame().await,
+            // The response is in: wait a little for the stream's end, no longer.
+            Some(_) => match tokio::time::timeout(STREAM_END_GRACE, body.frame()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    return Answer {
+                        result: found.unwrap_or_else(|| Err("no response".into())),
+                        finished: false,
+                    }
+                }
+            },
+        };
+        let Some(frame) = next else {
+            break;
+        };
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) => {
+                return Answer {
+                    result: found.unwrap_or_else(|| Err(format!("answer broke off: {e}"))),
+                    finished: false,
+                }
+            }
+        };
         let Ok(data) = frame.into_data() else {
             continue;
         };
         received.extend_from_slice(&data);
         if received.len() > ANSWER_LIMIT {
-            return Err(format!("answer over {ANSWER_LIMIT} bytes"));
+            return Answer {
+                result: found.unwrap_or_else(|| Err(format!("answer over {ANSWER_LIMIT} bytes"))),
+                finished: false,
+            };
         }
-        // An event stream may stay open after the response: stop at the response.
-        if event_stream {
-            if let Some(found) = response_in_events(&received, id) {
-                return found;
-            }
+        // An event stream may stay open after the response: stop waiting for it soon.
+        if event_stream && found.is_none() {
+            found = response_in_events(&received, id);
         }
     }
-    if event_stream {
-        return response_in_events(&received, id)
-            .unwrap_or_else(|| Err("the event stream ended without the response".into()));
+    let result = if event_stream {
+        found
+            .or_else(|| response_in_events(&received, id))
+            .unwrap_or_else(|| Err("the event stream ended without the response".into()))
+    } else {
+        serde_json::from_slice::<Value>(&received)
+            .map_err(|e| format!("answer is not JSON: {e}"))
+            .and_then(|message| {
+                result_of(&message, id)
+                    .unwrap_or_else(|| Err("the answer is not the response".into()))
+            })
+    };
+    Answer {
+        result,
+        finished: true,
     }
-    let message: Value =
-        serde_json::from_slice(&received).map_err(|e| format!("answer is not JSON: {e}"))?;
-    result_of(&message, id).unwrap_or_else(|| Err("the answer is not the response".into()))
 }
 
 /// The response `id` among the complete events of `stream`, if one has arrived.

@@ -268,114 +268,157 @@ impl CheckConnection {
 }
 
 /// `type: MCP`: `initialize` (the version the port names, else the latest with a handshake),
-/// `notifications/initialized`, `ping`, then `DELETE` of the session so checks leave none
-/// behind; for the stateless protocol (`version` 2026-07-28 or later) a self-contained `ping`
-/// alone. Passes when `ping` gets a result. Every step shares one new connection.
+/// `notifications/initialized`, `ping`, then `DELETE` of the session — always, once the server
+/// issued one, whatever the other steps gave — so checks leave none behind; for the stateless
+/// protocol (`version` 2026-07-28 or later) a self-contained `ping` alone. Passes when `ping`
+/// gets a result. JSON and event-stream answers are read alike.
 async fn mcp_check(
     addr: SocketAddr,
     timeout: Duration,
     plan: &CheckPlan,
 ) -> Result<(), CheckError> {
     use crate::mcp::health as probe;
-    let path = plan.mcp.as_ref().map_or("/mcp", |m| m.path.as_str());
     let version = plan.mcp.as_ref().and_then(|m| m.version.as_deref());
-    let host = check_host(addr, plan)?;
-    let mut conn = CheckConnection::open(addr, timeout, plan).await?;
+    let mut steps = McpSteps {
+        addr,
+        timeout,
+        plan,
+        path: plan.mcp.as_ref().map_or("/mcp", |m| m.path.as_str()),
+        host: check_host(addr, plan)?,
+        conn: Some(CheckConnection::open(addr, timeout, plan).await?),
+    };
     let failed = |method: &'static str| move |detail: String| CheckError::Mcp { method, detail };
 
     if let Some(version) = version.filter(|v| probe::is_stateless(v)) {
         let headers = probe::headers(None, version, "ping");
-        let answer = mcp_post(
-            &mut conn,
-            path,
-            &host,
-            plan,
-            probe::ping(2, Some(version)),
-            headers,
-        )
-        .await?;
-        probe::read_result(answer, 2)
+        let answer = steps.post(probe::ping(2, Some(version)), headers).await?;
+        return probe::read_result(answer, 2)
             .await
-            .map_err(failed("ping"))?;
-        return Ok(());
+            .result
+            .map(drop)
+            .map_err(failed("ping"));
     }
-    let answer = mcp_post(
-        &mut conn,
-        path,
-        &host,
-        plan,
-        probe::initialize(1, version),
-        vec![],
-    )
-    .await?;
+    let answer = steps.post(probe::initialize(1, version), vec![]).await?;
     let session = answer.headers().get(crate::mcp::SESSION_ID).cloned();
-    let result = probe::read_result(answer, 1)
-        .await
-        .map_err(failed("initialize"))?;
-    let negotiated = result
-        .get("protocolVersion")
+    let initialized = probe::read_result(answer, 1).await;
+    steps.answered(initialized.finished);
+    let negotiated = initialized
+        .result
+        .as_ref()
+        .ok()
+        .and_then(|r| r.get("protocolVersion"))
         .and_then(serde_json::Value::as_str)
-        .unwrap_or(probe::LATEST_WITH_INITIALIZE)
+        .unwrap_or(version.unwrap_or(probe::LATEST_WITH_INITIALIZE))
         .to_owned();
-    let headers = |method| probe::headers(session.clone(), &negotiated, method);
-    let initialized = mcp_post(
-        &mut conn,
-        path,
-        &host,
-        plan,
-        probe::initialized(),
-        headers("notifications/initialized"),
-    )
-    .await?;
-    if !initialized.status().is_success() {
-        return Err(failed("notifications/initialized")(format!(
-            "status {}",
-            initialized.status()
-        )));
+
+    let outcome = async {
+        initialized.result.map_err(failed("initialize"))?;
+        let headers = |method| probe::headers(session.clone(), &negotiated, method);
+        let notified = steps
+            .post(probe::initialized(), headers("notifications/initialized"))
+            .await?;
+        let status = notified.status();
+        let finished = read_to_end(notified).await;
+        steps.answered(finished);
+        if !status.is_success() {
+            return Err(failed("notifications/initialized")(format!(
+                "status {status}"
+            )));
+        }
+        let answer = steps.post(probe::ping(2, None), headers("ping")).await?;
+        let pinged = probe::read_result(answer, 2).await;
+        steps.answered(pinged.finished);
+        pinged.result.map(drop).map_err(failed("ping"))
     }
-    drop(initialized);
-    let answer = mcp_post(
-        &mut conn,
-        path,
-        &host,
-        plan,
-        probe::ping(2, None),
-        headers("ping"),
-    )
-    .await?;
-    let pinged = probe::read_result(answer, 2).await.map_err(failed("ping"));
+    .await;
+
     if let Some(session) = session {
-        // Best effort: a server that keeps sessions forever would otherwise collect one per
-        // check.
+        // A server that keeps sessions would otherwise collect one per check. Best effort:
+        // the check's verdict is the steps' above.
         let delete = http::Request::builder()
             .method(http::Method::DELETE)
             .header(crate::mcp::SESSION_ID, session)
             .header(crate::mcp::PROTOCOL_VERSION, negotiated.as_str());
-        let _ = conn
-            .send(delete, path, &host, plan, RequestBody::Empty)
-            .await;
+        if let Ok(answer) = steps.send(delete, RequestBody::Empty).await {
+            read_to_end(answer).await;
+        }
     }
-    pinged.map(drop)
+    outcome
 }
 
-/// POSTs one JSON-RPC message to the MCP endpoint.
-async fn mcp_post(
-    conn: &mut CheckConnection,
-    path: &str,
-    host: &HeaderValue,
-    plan: &CheckPlan,
-    message: serde_json::Value,
-    headers: Vec<(http::HeaderName, HeaderValue)>,
-) -> Result<http::Response<hyper::body::Incoming>, CheckError> {
-    let mut builder = http::Request::builder()
-        .method(http::Method::POST)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::ACCEPT, "application/json, text/event-stream");
-    for (name, value) in headers {
-        builder = builder.header(name, value);
+/// The connection an MCP check's steps share, opened again when an answer was left unread on
+/// HTTP/1.1 (a server that keeps an event stream open after its response): the next request
+/// cannot go on that one.
+struct McpSteps<'a> {
+    addr: SocketAddr,
+    timeout: Duration,
+    plan: &'a CheckPlan,
+    path: &'a str,
+    host: HeaderValue,
+    conn: Option<CheckConnection>,
+}
+
+impl McpSteps<'_> {
+    async fn send(
+        &mut self,
+        builder: http::request::Builder,
+        body: RequestBody,
+    ) -> Result<http::Response<hyper::body::Incoming>, CheckError> {
+        let conn = match &mut self.conn {
+            Some(conn) => conn,
+            None => self
+                .conn
+                .insert(CheckConnection::open(self.addr, self.timeout, self.plan).await?),
+        };
+        conn.send(builder, self.path, &self.host, self.plan, body)
+            .await
     }
-    let body = RequestBody::Buffered(Some(message.to_string().into()), None);
-    conn.send(builder, path, host, plan, body).await
+
+    /// POSTs one JSON-RPC message to the MCP endpoint.
+    async fn post(
+        &mut self,
+        message: serde_json::Value,
+        headers: Vec<(http::HeaderName, HeaderValue)>,
+    ) -> Result<http::Response<hyper::body::Incoming>, CheckError> {
+        let mut builder = http::Request::builder()
+            .method(http::Method::POST)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json, text/event-stream");
+        for (name, value) in headers {
+            builder = builder.header(name, value);
+        }
+        let body = RequestBody::Buffered(Some(message.to_string().into()), None);
+        self.send(builder, body).await
+    }
+
+    /// After an answer: an HTTP/1.1 connection whose answer was not read to its end is done.
+    fn answered(&mut self, finished: bool) {
+        if !finished && matches!(self.conn, Some(CheckConnection::Http1(_))) {
+            self.conn = None;
+        }
+    }
+}
+
+/// Reads an answer's body to its end, briefly (a small answer, e.g. `202 Accepted`); whether
+/// it ended.
+async fn read_to_end(answer: http::Response<hyper::body::Incoming>) -> bool {
+    use http_body_util::BodyExt;
+    const GRACE: Duration = Duration::from_millis(200);
+    const LIMIT: usize = 64 * 1024;
+    let mut body = answer.into_body();
+    let mut read = 0;
+    loop {
+        match tokio::time::timeout(GRACE, body.frame()).await {
+            Ok(None) => return true,
+            Ok(Some(Ok(frame))) => {
+                read += frame.data_ref().map_or(0, |d| d.len());
+                if read > LIMIT {
+                    return false;
+                }
+            }
+            Ok(Some(Err(_))) | Err(_) => return false,
+        }
+    }
 }
 
 /// One request over a new connection (never a pooled one: the check is about whether a new

@@ -12,6 +12,7 @@
 //! | `h2frames` | hand-written HTTP/2 frames, for clients no HTTP/2 library would be |
 //! | `outlier` | Backends of 127.0.0.x endpoints, scripted upstreams, `/endpoints` readers |
 //! | `mcp` | rmcp (official MCP SDK) Streamable HTTP servers on 127.0.0.x that record sessions, and a client through egressd |
+//! | `python` | the official MCP Python SDK's server (with an event store), installed into target/tmp on first use |
 //! | `websocket` | a websocket echo server that records its handshakes |
 #![allow(dead_code)]
 
@@ -23,6 +24,7 @@ pub mod h2frames;
 pub mod mcp;
 pub mod outlier;
 pub mod proxy;
+pub mod python;
 pub mod tls;
 pub mod upstream;
 pub mod websocket;
