@@ -306,3 +306,61 @@ async fn a_tunnel_is_logged_when_it_closes_with_its_bytes() {
     assert_eq!(line["complete"], true);
     assert_eq!(line["backend"], "default/plain");
 }
+
+/// A tunnel the client ends with a reset after 5 MB still logs the bytes that went through
+/// (counted as they pass), marked incomplete.
+#[tokio::test]
+async fn a_tunnel_cut_by_a_reset_is_logged_with_the_bytes_it_carried() {
+    let dns = TestDns::start().await;
+    dns.set(API, &[Ipv4Addr::LOCALHOST], 60);
+    // A TCP sink that counts what it reads.
+    let sink = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = sink.local_addr().unwrap().port();
+    let received = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = received.clone();
+    tokio::spawn(async move {
+        let (mut stream, _) = sink.accept().await.unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n) = stream.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            counted.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let yaml = (preamble(Some(dns.addr)) + &tcp_backend("sink", API, port, "InsecureDisable"))
+        .replace(
+            "  accessLog:\n    enabled: false\n",
+            &format!("  accessLog: {{path: \"{}\"}}\n", log.display()),
+        );
+    let proxy = TestProxy::start(&yaml).await;
+    let (status, head, mut tunnel) = connect(proxy.http(), &format!("{API}:{port}")).await;
+    assert_eq!(status, 200, "{head}");
+    const SENT: usize = 5 * 1024 * 1024;
+    tunnel.write_all(&vec![7u8; SENT]).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            received.load(std::sync::atomic::Ordering::Relaxed) == SENT
+        })
+        .await,
+        "the sink got everything"
+    );
+    // SO_LINGER 0: close sends RST instead of FIN.
+    tunnel.set_zero_linger().unwrap();
+    drop(tunnel);
+    let line = || -> Option<serde_json::Value> {
+        let text = std::fs::read_to_string(&log).ok()?;
+        serde_json::from_str(text.lines().next()?).ok()
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || async { line().is_some() }).await,
+        "a line once the tunnel was cut"
+    );
+    let line = line().unwrap();
+    assert_eq!(line["method"], "CONNECT");
+    assert_eq!(line["bytes_in"], SENT, "{line}");
+    assert_eq!(line["bytes_out"], 0, "{line}");
+    assert_eq!(line["complete"], false, "{line}");
+}

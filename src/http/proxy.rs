@@ -123,7 +123,8 @@ pub(super) struct Outcome {
     pub(super) bytes_in: Option<Arc<std::sync::atomic::AtomicU64>>,
     /// A CONNECT tunnel's end (bytes client→upstream and back, when it closed cleanly), for
     /// the access log line written when the tunnel closes.
-    pub(super) tunnel_end: Option<tokio::sync::oneshot::Receiver<Option<(u64, u64)>>>,
+    /// (bytes up, bytes down, closed in order) once a CONNECT tunnel ends.
+    pub(super) tunnel_end: Option<tokio::sync::oneshot::Receiver<Option<(u64, u64, bool)>>>,
 }
 
 /// Handles one request: never fails, every failure becomes a local reply.
@@ -261,9 +262,9 @@ pub async fn handle(
         let mut record = record;
         tokio::spawn(async move {
             let bytes = end.await.ok().flatten();
-            record.bytes_in = bytes.map(|(up, _)| up);
-            record.bytes_out = bytes.map_or(0, |(_, down)| down);
-            record.complete = bytes.is_some();
+            record.bytes_in = bytes.map(|(up, _, _)| up);
+            record.bytes_out = bytes.map_or(0, |(_, down, _)| down);
+            record.complete = bytes.is_some_and(|(_, _, complete)| complete);
             record.duration_ms = access_log::millis(started.elapsed());
             shared.access_log.write(&record);
         });
@@ -807,9 +808,7 @@ async fn tunnel(
         match on_upgrade.await {
             Ok(upgraded) => {
                 let end = super::tunnel::relay(TokioIo::new(upgraded), upstream, idle).await;
-                if let super::tunnel::TunnelEnd::Closed(up, down) = end {
-                    bytes = Some((up, down));
-                }
+                bytes = Some((end.up, end.down, end.complete()));
                 tracing::debug!(backend = %label, endpoint = %active.endpoint().addr, ?end, "tunnel closed");
             }
             Err(e) => tracing::debug!(backend = %label, error = %e, "CONNECT upgrade failed"),

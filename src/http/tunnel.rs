@@ -12,14 +12,32 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
+/// How a tunnel ended, with the bytes it carried each way (counted as they passed, so a
+/// tunnel cut by a reset or the idle timeout still reports them).
+#[derive(Debug)]
+pub struct TunnelEnd {
+    pub how: TunnelClose,
+    /// Bytes written to the upstream (client → upstream).
+    pub up: u64,
+    /// Bytes written to the client (upstream → client).
+    pub down: u64,
+}
+
 /// Why a tunnel ended.
 #[derive(Debug)]
-pub enum TunnelEnd {
-    /// Both directions finished (bytes client→upstream, upstream→client).
-    Closed(u64, u64),
+pub enum TunnelClose {
+    /// Both directions finished.
+    Closed,
     /// No byte in either direction for this long.
     Idle(Duration),
     Error(io::Error),
+}
+
+impl TunnelEnd {
+    /// Whether both sides closed in order.
+    pub fn complete(&self) -> bool {
+        matches!(self.how, TunnelClose::Closed)
+    }
 }
 
 /// Relays between `client` and `upstream` until both directions close, an error, or `idle`
@@ -31,48 +49,65 @@ where
 {
     let start = Instant::now();
     let last = Arc::new(AtomicU64::new(0));
+    let down = Arc::new(AtomicU64::new(0));
+    let up = Arc::new(AtomicU64::new(0));
     let mut client = Watched {
         inner: client,
         last: last.clone(),
+        written: down.clone(),
         start,
     };
     let mut upstream = Watched {
         inner: upstream,
         last: last.clone(),
+        written: up.clone(),
         start,
     };
-    let copy = tokio::io::copy_bidirectional(&mut client, &mut upstream);
-    let Some(idle) = idle else {
-        return match copy.await {
-            Ok((up, down)) => TunnelEnd::Closed(up, down),
-            Err(e) => TunnelEnd::Error(e),
-        };
-    };
-    tokio::pin!(copy);
-    loop {
-        let due = start + Duration::from_millis(last.load(Ordering::Relaxed)) + idle;
-        tokio::select! {
-            result = &mut copy => {
-                return match result {
-                    Ok((up, down)) => TunnelEnd::Closed(up, down),
-                    Err(e) => TunnelEnd::Error(e),
-                };
-            }
-            _ = tokio::time::sleep_until(due) => {
-                let latest = start + Duration::from_millis(last.load(Ordering::Relaxed)) + idle;
-                if latest <= Instant::now() {
-                    return TunnelEnd::Idle(idle);
+    let how = {
+        let copy = tokio::io::copy_bidirectional(&mut client, &mut upstream);
+        match idle {
+            None => match copy.await {
+                Ok(_) => TunnelClose::Closed,
+                Err(e) => TunnelClose::Error(e),
+            },
+            Some(idle) => {
+                tokio::pin!(copy);
+                loop {
+                    let due = start + Duration::from_millis(last.load(Ordering::Relaxed)) + idle;
+                    tokio::select! {
+                        result = &mut copy => {
+                            break match result {
+                                Ok(_) => TunnelClose::Closed,
+                                Err(e) => TunnelClose::Error(e),
+                            };
+                        }
+                        _ = tokio::time::sleep_until(due) => {
+                            let latest =
+                                start + Duration::from_millis(last.load(Ordering::Relaxed)) + idle;
+                            if latest <= Instant::now() {
+                                break TunnelClose::Idle(idle);
+                            }
+                            // There was traffic since the timer was set: wait for the new
+                            // deadline.
+                        }
+                    }
                 }
-                // There was traffic since the timer was set: wait for the new deadline.
             }
         }
+    };
+    TunnelEnd {
+        how,
+        up: up.load(Ordering::Relaxed),
+        down: down.load(Ordering::Relaxed),
     }
 }
 
-/// A stream that notes when bytes last moved (milliseconds since the tunnel started).
+/// A stream that notes when bytes last moved (milliseconds since the tunnel started) and
+/// counts the bytes written to it.
 struct Watched<S> {
     inner: S,
     last: Arc<AtomicU64>,
+    written: Arc<AtomicU64>,
     start: Instant,
 }
 
@@ -105,8 +140,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let result = Pin::new(&mut self.inner).poll_write(cx, data);
-        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
-            self.touch();
+        if let Poll::Ready(Ok(n)) = result {
+            if n > 0 {
+                self.written.fetch_add(n as u64, Ordering::Relaxed);
+                self.touch();
+            }
         }
         result
     }

@@ -139,10 +139,8 @@ pub(super) async fn serve(
     }
     let end = crate::http::tunnel::relay(client, upstream, target.policy.stream_idle_timeout).await;
     tracing::debug!(listener = %info.listener, sni, backend = %target.backend.label, endpoint = %endpoint.addr, ?end, "passthrough closed");
-    if let crate::http::tunnel::TunnelEnd::Closed(up, down) = end {
-        passage.bytes = Some((up, down));
-        passage.complete = true;
-    }
+    passage.bytes = Some((end.up, end.down));
+    passage.complete = end.complete();
     drop(active);
 }
 

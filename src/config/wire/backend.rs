@@ -112,11 +112,13 @@ pub struct McpOptions {
     /// The MCP endpoint's path (default `/mcp`); other paths are plain HTTP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<Spanned<String>>,
-    /// `StreamableHTTP` (default). `SSE` (the 2024-11-05 transport): not supported yet.
+    /// `StreamableHTTP` (default), or `SSE`: the legacy HTTP+SSE transport (2024-11-05), `path`
+    /// then being the event stream's (default `/sse`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transport: Option<Spanned<String>>,
-    /// Protocol version the server speaks; requests carrying another `MCP-Protocol-Version`
-    /// get 400. Unset: any.
+    /// The one protocol version the server speaks (e.g. `2025-11-25`); requests carrying
+    /// another `MCP-Protocol-Version` get 400, so pin it only for a server that speaks just
+    /// that one. Unset (recommended): any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<Spanned<String>>,
     /// `Stateful` (default): every request of a session goes to the endpoint that issued

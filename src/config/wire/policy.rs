@@ -293,8 +293,9 @@ pub struct HealthCheck {
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ActiveHealthCheck {
-    /// `HTTP` (a request over a new connection made as the Backend port says) or `TCP` (a
-    /// connect); `MCP` is not supported yet.
+    /// `HTTP` (a request over a new connection made as the Backend port says), `TCP` (a
+    /// connect) or `MCP` (`initialize`, `ping`, then `DELETE` of the session; one `ping` for
+    /// the stateless protocol).
     #[serde(rename = "type")]
     pub kind: Spanned<HealthCheckType>,
     /// Time between two checks of one endpoint (default 10s).

@@ -25,7 +25,6 @@ use super::proxy::{
     request_hash, ConnInfo, Destination, Outcome,
 };
 use super::router::RouteEntry;
-use super::tunnel::TunnelEnd;
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::Target;
 use crate::telemetry::metrics::{BackendDirectionLabel, BackendLabel};
@@ -264,16 +263,14 @@ impl Relay {
                 let end =
                     super::tunnel::relay(TokioIo::new(client), TokioIo::new(server), idle).await;
                 active_gauge.dec();
-                if let TunnelEnd::Closed(up, down) = &end {
-                    for (direction, bytes) in [("upstream", *up), ("downstream", *down)] {
-                        metrics
-                            .websocket_bytes
-                            .get_or_create(&BackendDirectionLabel {
-                                backend: backend.to_string(),
-                                direction,
-                            })
-                            .inc_by(bytes);
-                    }
+                for (direction, bytes) in [("upstream", end.up), ("downstream", end.down)] {
+                    metrics
+                        .websocket_bytes
+                        .get_or_create(&BackendDirectionLabel {
+                            backend: backend.to_string(),
+                            direction,
+                        })
+                        .inc_by(bytes);
                 }
                 tracing::debug!(%backend, endpoint = %active.endpoint().addr, ?end, "websocket closed");
             }
