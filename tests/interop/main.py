@@ -1,6 +1,7 @@
 """Runs the interop suites: `tests/interop/run [SUITE...]` (see README, "Interop")."""
 
 import importlib.util
+import os
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ def main(argv):
     if unknown:
         print(f"unknown suite(s) {unknown}; suites: {' '.join(SUITES)}")
         return 2
-    binary = str(harness.ROOT / "target" / "debug" / "egressd")
+    binary = os.environ.get("EGRESSD_BIN") or str(harness.ROOT / "target" / "debug" / "egressd")
     failed = []
     for suite in wanted:
         print(f"== {suite}")
