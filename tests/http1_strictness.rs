@@ -209,3 +209,27 @@ async fn an_upstream_response_framed_by_both_transfer_encoding_and_content_lengt
     );
     assert_eq!(response.header("content-length"), None);
 }
+
+/// RFC 9112 §3.2: an HTTP/1.1 request without `Host` is 400, in absolute form and as CONNECT
+/// too; HTTP/1.0 may omit it.
+#[tokio::test]
+async fn an_http11_request_without_host_is_answered_400_even_in_absolute_form() {
+    let upstream = Upstream::start("svc").await;
+    let proxy = proxy("", upstream.addr).await;
+    for request in [
+        format!("GET http://{HOST}/ HTTP/1.1\r\nConnection: close\r\n\r\n"),
+        "GET / HTTP/1.1\r\nConnection: close\r\n\r\n".to_owned(),
+        format!("CONNECT {HOST}:443 HTTP/1.1\r\nConnection: close\r\n\r\n"),
+    ] {
+        let (status, text) = raw(proxy.http(), request.as_bytes()).await;
+        assert_eq!(status, 400, "{request:?}: {text}");
+        assert!(text.contains("x-egressd-error: invalid_request"), "{text}");
+    }
+    assert_eq!(upstream.request_count(), 0);
+    let (status, text) = raw(
+        proxy.http(),
+        format!("GET http://{HOST}/ HTTP/1.0\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200, "HTTP/1.0 without Host: {text}");
+}

@@ -692,6 +692,13 @@ fn request_deadline(
 /// Phase "destination": the host and port the client asked for.
 /// `tls`: the request arrived on an HTTPS listener, so a `Host` without a port means 443.
 fn destination(req: &Request<Incoming>, tls: bool) -> Result<Destination, ProxyError> {
+    // RFC 9112 §3.2: a server answers 400 to any HTTP/1.1 request without Host, absolute-form
+    // and CONNECT included (HTTP/1.0 may omit it; HTTP/2 has `:authority`).
+    if req.version() == http::Version::HTTP_11 && !req.headers().contains_key(header::HOST) {
+        return Err(ProxyError::InvalidRequest(
+            "an HTTP/1.1 request needs a Host header".into(),
+        ));
+    }
     let uri = req.uri();
     // Absolute-form (forward proxy) and HTTP/2 requests carry the authority in the URI; RFC
     // 9112 §3.2.2 says a proxy then ignores Host.
