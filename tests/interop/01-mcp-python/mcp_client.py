@@ -69,9 +69,25 @@ async def timed_progress(client, tool, args):
     return result, received
 
 
+def failure(e):
+    """An exception as a fact: its innermost type and message."""
+    while isinstance(e, BaseExceptionGroup):
+        e = e.exceptions[0]
+    return {"failed": f"{type(e).__name__}: {e}"}
+
+
+async def attempt(out, key, step):
+    """out[key] = await step(), or the failure: one broken step does not hide the others."""
+    try:
+        out[key] = await step()
+    except Exception as e:
+        out[key] = failure(e)
+
+
 async def one_session(index, results):
     seen = []
     notifications = []
+    out = {}
 
     async def on_message(message):
         if isinstance(message, types.ServerNotification) and not isinstance(
@@ -79,68 +95,99 @@ async def one_session(index, results):
         ):
             notifications.append(message.method)
 
-    async with http_client(seen) as http:
-        transport = streamable_http_client(URL, http_client=http)
-        async with Client(
-            transport, mode="legacy", message_handler=on_message, read_timeout_seconds=60
-        ) as client:
-            out = {"protocol_version": client.protocol_version}
-            out["tools"] = sorted(t.name for t in (await client.list_tools()).tools)
-            who = json.loads(text(await client.call_tool("whoami")))
-            counts = []
-            for _ in range(5):
-                counts.append(text(await client.call_tool("count")))
-            again = json.loads(text(await client.call_tool("whoami")))
-            out["counts"] = counts
-            out["same_instance_throughout"] = who == again
-            out["add"] = text(await client.call_tool("add", {"a": 20, "b": 22}))
-            out["resource"] = [
-                c.text for c in (await client.read_resource("interop://greeting")).contents
-            ]
+    async def whoami(client):
+        return json.loads(text(await client.call_tool("whoami")))
 
-            # Progress spaced over time: received spread like sent (not buffered).
+    async def session(client):
+        out["protocol_version"] = client.protocol_version
+
+        async def tools():
+            return sorted(t.name for t in (await client.list_tools()).tools)
+
+        await attempt(out, "tools", tools)
+        await attempt(out, "whoami", lambda: whoami(client))
+
+        async def counts():
+            return [text(await client.call_tool("count")) for _ in range(5)]
+
+        await attempt(out, "counts", counts)
+        await attempt(out, "whoami again", lambda: whoami(client))
+        out["same_instance_throughout"] = out["whoami"] == out["whoami again"]
+
+        async def add():
+            return text(await client.call_tool("add", {"a": 20, "b": 22}))
+
+        await attempt(out, "add", add)
+
+        async def resource():
+            return [c.text for c in (await client.read_resource("interop://greeting")).contents]
+
+        await attempt(out, "resource", resource)
+
+        # Progress spaced over time: received spread like sent (not buffered).
+        async def progress():
             result, received = await timed_progress(
                 client, "progress", {"steps": 6, "interval": 0.2}
             )
             answer = json.loads(text(result))
             span = received[-1][1] - received[0][1] if received else 0.0
-            out["progress"] = {
+            return {
                 "values": [p for p, _ in received],
                 "sent_span_over_0.5s": answer["sent_span"] >= 0.5,
                 "received_spread_at_least_60%_of_sent": span >= 0.6 * answer["sent_span"],
             }
 
-            # A stream the server closes half-way, resumed with Last-Event-ID.
+        await attempt(out, "progress", progress)
+
+        # A stream the server closes half-way, resumed with Last-Event-ID.
+        async def resumption():
             result, received = await timed_progress(client, "interrupted", {"steps": 6})
-            out["resumption"] = {"values": [p for p, _ in received], "answer": json.loads(text(result))}
+            return {"values": [p for p, _ in received], "answer": json.loads(text(result))}
 
-            # Notifications of no request, on the standalone GET stream.
-            out["announce"] = text(await client.call_tool("announce"))
-            with anyio.move_on_after(10):
-                while len(notifications) < 3:
-                    await anyio.sleep(0.02)
-            out["get_stream_notifications"] = sorted(notifications)
+        await attempt(out, "resumption", resumption)
 
-            out["errors"] = {
-                "failing tool": await error_of(client.call_tool("fail")),
-                "unknown tool": await error_of(client.call_tool("no_such_tool")),
-                "unknown resource": await error_of(client.read_resource("interop://missing")),
-            }
-            out["instance"], out["server_session"] = who["instance"], who["session"]
+        # Notifications of no request, on the standalone GET stream.
+        async def announce():
+            return text(await client.call_tool("announce"))
+
+        await attempt(out, "announce", announce)
+        with anyio.move_on_after(10):
+            while len(notifications) < 3:
+                await anyio.sleep(0.02)
+        out["get_stream_notifications"] = sorted(notifications)
+
+        out["errors"] = {
+            "failing tool": await error_of(client.call_tool("fail")),
+            "unknown tool": await error_of(client.call_tool("no_such_tool")),
+            "unknown resource": await error_of(client.read_resource("interop://missing")),
+        }
+
+    async with http_client(seen) as http:
+        transport = streamable_http_client(URL, http_client=http)
+        try:
+            async with Client(
+                transport, mode="legacy", message_handler=on_message, read_timeout_seconds=60
+            ) as client:
+                await session(client)
+        except Exception as e:
+            out["session"] = failure(e)
         # The Client has ended the session (DELETE); the session id now gets the server's 404.
-        session = next((s for m, _, s in seen if m == "POST" and s), None)
+        issued = next((s for m, _, s in seen if m == "POST" and s), None)
         out["delete_statuses"] = [status for m, status, _ in seen if m == "DELETE"]
-        late = await http.post(
-            URL,
-            headers={
-                "mcp-session-id": session,
-                "mcp-protocol-version": out["protocol_version"],
-                "accept": "application/json, text/event-stream",
-                "content-type": "application/json",
-            },
-            content=json.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}),
-        )
-        out["after_delete_status"] = late.status_code
+        if issued:
+            late = await http.post(
+                URL,
+                headers={
+                    "mcp-session-id": issued,
+                    "mcp-protocol-version": out.get("protocol_version", ""),
+                    "accept": "application/json, text/event-stream",
+                    "content-type": "application/json",
+                },
+                content=json.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}),
+            )
+            out["after_delete_status"] = late.status_code
+    who = out.get("whoami") or {}
+    out["instance"], out["server_session"] = who.get("instance"), who.get("session")
     results[index] = out
 
 
@@ -153,6 +200,13 @@ async def sessions():
 
 
 async def stateless():
+    try:
+        return await stateless_facts()
+    except Exception as e:
+        return failure(e)
+
+
+async def stateless_facts():
     seen = []
     async with http_client(seen) as http:
         transport = streamable_http_client(URL, http_client=http)
@@ -179,6 +233,13 @@ async def stateless():
 
 
 async def legacy_session(index, results):
+    try:
+        results[index] = await legacy_session_facts()
+    except Exception as e:
+        results[index] = {"session": failure(e)}
+
+
+async def legacy_session_facts():
     def factory(headers=None, timeout=None, auth=None):
         return http_client(headers=headers, timeout=timeout or TIMEOUT)
 
@@ -199,7 +260,7 @@ async def legacy_session(index, results):
             "unknown tool": await error_of(client.call_tool("no_such_tool")),
         }
         out["instance"], out["server_session"] = who["instance"], who["session"]
-    results[index] = out
+    return out
 
 
 async def legacy():
