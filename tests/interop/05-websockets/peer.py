@@ -2,6 +2,7 @@
 
     peer.py server PORTS_FILE CERT KEY    # ws and wss on 127.0.0.1, ports written as JSON
     peer.py client URI [--ca CA] [--connect HOST:PORT] [--run LABEL]
+    peer.py sut PORT_FILE                 # the plain echo server Autobahn|Testsuite tests
 
 The client runs every exchange of the suite and prints one JSON object of what it observed:
 per exchange the echoes' sha256 and types, fragment sizes, pongs, close codes and reasons,
@@ -110,6 +111,25 @@ async def serve_both(ports_file, cert, key):
         with open(ports_file + ".tmp", "w") as f:
             json.dump(ports, f)
         os.replace(ports_file + ".tmp", ports_file)
+        await asyncio.Future()
+
+
+async def sut(port_file):
+    """The system under test of the Autobahn fuzzingclient: websockets' echo server as its
+    own compliance setup runs it (every message echoed, messages up to 32 MiB, the default
+    permessage-deflate, no keepalive pings of its own)."""
+
+    async def echo(ws):
+        try:
+            async for message in ws:
+                await ws.send(message)
+        except ConnectionClosed:
+            pass
+
+    async with serve(echo, "127.0.0.1", 0, max_size=2**25, ping_interval=None) as server:
+        with open(port_file + ".tmp", "w") as f:
+            f.write(str(server.sockets[0].getsockname()[1]))
+        os.replace(port_file + ".tmp", port_file)
         await asyncio.Future()
 
 
@@ -232,8 +252,11 @@ def main():
     c.add_argument("--ca")
     c.add_argument("--connect")
     c.add_argument("--run", default="")
+    sub.add_parser("sut").add_argument("port_file")
     args = p.parse_args()
-    if args.mode == "server":
+    if args.mode == "sut":
+        asyncio.run(sut(args.port_file))
+    elif args.mode == "server":
         asyncio.run(serve_both(args.ports_file, args.cert, args.key))
     else:
         results = asyncio.run(Client(args.uri, args.ca, args.connect, args.run).all())
