@@ -1,0 +1,94 @@
+"""grpcio (Python, no protoc): one server with an h2c port and a TLS port (certificate for
+localhost from the suite's CA), and a client run four times: straight to each port, and
+through egressd's listener naming each in `:authority` (Backends `protocol: GRPC`, the TLS one
+`Simple` with the CA). Per call the same status code, details, response messages (sha256),
+initial and trailing metadata (including a `-bin` key): unary, server-streaming,
+client-streaming and bidi ping-pong calls of 0 B, 1 KiB, 1 MiB and 8 MiB messages;
+INVALID_ARGUMENT with non-ASCII details, ABORTED after two streamed messages, UNIMPLEMENTED;
+DEADLINE_EXCEEDED for a call and mid-stream, seen by the client and by the server (the
+deadline reached it and ended the call); a client cancel; the standard health service
+(`""`, a service, a NOT_SERVING one, an unknown one: NOT_FOUND). Peer code: peer.py."""
+
+import json
+import subprocess
+
+from harness import CACHE, INTEROP, SuiteFailed, wait_for
+
+PYTHON = CACHE / "04-grpcio" / "venv" / "bin" / "python"
+PEER = INTEROP / "04-grpcio" / "peer.py"
+
+# What the direct run must show, so that a broken peer cannot compare equal to itself.
+EXPECTED_CODES = {
+    "status INVALID_ARGUMENT with details": "INVALID_ARGUMENT",
+    "status ABORTED after 2 streamed messages": "ABORTED",
+    "unknown method: UNIMPLEMENTED": "UNIMPLEMENTED",
+    "deadline 500ms on a call the server never answers": "DEADLINE_EXCEEDED",
+    "deadline 800ms mid-way through a stream of 20 x 100ms": "DEADLINE_EXCEEDED",
+    "client cancels a bidi stream after 1 echo": "CANCELLED",
+    "health Check 'interop.Unknown'": "NOT_FOUND",
+}
+CALLS = 4 * 4 + len(EXPECTED_CODES) + 3  # sizes x call kinds, the above, 3 healthy Checks
+
+
+def make_certs(h):
+    """A CA and a certificate for localhost it signed (egressd and the direct client verify
+    against the CA)."""
+    d = h.tmp
+    run = lambda *args: subprocess.run(args, check=True, capture_output=True, timeout=60)
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        "-subj", "/CN=interop CA", "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"))
+    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+        "-keyout", str(d / "key.pem"), "-out", str(d / "req.pem"))
+    (d / "ext.cnf").write_text("subjectAltName=DNS:localhost\n")
+    run("openssl", "x509", "-req", "-in", str(d / "req.pem"), "-CA", str(d / "ca.pem"),
+        "-CAkey", str(d / "ca.key"), "-CAcreateserial", "-days", "1",
+        "-extfile", str(d / "ext.cnf"), "-out", str(d / "cert.pem"))
+    return d / "ca.pem", d / "key.pem", d / "cert.pem"
+
+
+def client(target, run, ca=None, authority=None):
+    argv = [str(PYTHON), str(PEER), "client", target, "--run", run]
+    if ca:
+        argv += ["--ca", str(ca)]
+    if authority:
+        argv += ["--authority", authority]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise SuiteFailed(f"grpc client {run} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout)
+
+
+def sane(h, scheme, results):
+    """The direct run did what the server was written to do."""
+    h.expect(f"{scheme} direct: all {CALLS} calls made", len(results) == CALLS, sorted(results))
+    wrong = {}
+    for label, r in results.items():
+        want = EXPECTED_CODES.get(label, "OK")
+        ok = r.get("code") == want
+        ok = ok and r.get("echo matches", True) and r.get("all arrived", True)
+        if label.startswith("health Check") and want == "OK":
+            ok = ok and r.get("status") == ("NOT_SERVING" if "Down" in label else "SERVING")
+        if label.startswith("deadline"):
+            ok = ok and all(r["server saw"].values()) and r.get("some messages arrived before", True)
+        if not ok:
+            wrong[label] = r
+    h.expect(f"{scheme} direct: every call had its expected outcome", not wrong, json.dumps(wrong)[:2000])
+
+
+def run(h):
+    ca, key, cert = make_certs(h)
+    ports_file = h.tmp / "ports.json"
+    h.spawn("grpc-server", [str(PYTHON), str(PEER), "server", str(ports_file), str(cert), str(key)])
+    ports = wait_for("the grpc server's ports", lambda: ports_file.exists() and json.loads(ports_file.read_text()))
+
+    config = h.render("egressd.yaml", H2C_PORT=ports["h2c"], TLS_PORT=ports["tls"], CA=ca)
+    egressd = h.egressd(config)
+    host, port = egressd.listener("default/sidecar/http")
+
+    for scheme, upstream_port, tls_ca in [("h2c", ports["h2c"], None), ("tls", ports["tls"], ca)]:
+        authority = f"localhost:{upstream_port}"
+        direct = client(authority, f"{scheme}-direct", ca=tls_ca)
+        sane(h, scheme, direct)
+        through = client(f"{host}:{port}", f"{scheme}-egressd", authority=authority)
+        for label in sorted(set(direct) | set(through)):
+            h.compare(f"{scheme}: {label}", direct.get(label), through.get(label))
