@@ -12,9 +12,9 @@ Peer code: peer.py.
 (b) Autobahn|Testsuite's fuzzingclient (0.8.2, Python 2.7) against a `websockets` echo server,
 once straight to it and once through egressd (a listener with an HTTPRoute to the server's
 Backend: autobahn.yaml); per case the same `behavior`, `behaviorClose` and close code. The
-cases are every one but 12.* and 13.* (permessage-deflate: 13.6 min of the 14 a full run takes
-here), of which 12.1.1-4, 13.1.1-4 and 13.7.1-4 are kept; INTEROP_AUTOBAHN_CASES=all runs them
-all."""
+cases: all but 12.* and 13.* (permessage-deflate), of which 12.1.1-4, 13.1.1-4 and 13.7.1-4 are
+kept: 313 cases, about 35 s a run. INTEROP_AUTOBAHN_CASES=all runs all 517: 13.6 min direct and
+14.0 through egressd here (12.* and 13.* are 13.1 min of it), also the same verdicts."""
 
 import collections
 import json
