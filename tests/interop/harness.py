@@ -103,6 +103,25 @@ class Harness:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
 
+    # -- TLS material ------------------------------------------------------------------------
+
+    def localhost_certs(self):
+        """`(ca, key, cert)`: a CA made here and a certificate for `localhost` it signed (egressd
+        and direct clients verify against the CA), made once per suite with openssl."""
+        d = self.tmp
+        if (d / "cert.pem").exists():
+            return d / "ca.pem", d / "key.pem", d / "cert.pem"
+        run = lambda *args: subprocess.run(args, check=True, capture_output=True, timeout=60)
+        run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", "/CN=interop CA", "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"))
+        run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+            "-keyout", str(d / "key.pem"), "-out", str(d / "req.pem"))
+        (d / "ext.cnf").write_text("subjectAltName=DNS:localhost\n")
+        run("openssl", "x509", "-req", "-in", str(d / "req.pem"), "-CA", str(d / "ca.pem"),
+            "-CAkey", str(d / "ca.key"), "-CAcreateserial", "-days", "1",
+            "-extfile", str(d / "ext.cnf"), "-out", str(d / "cert.pem"))
+        return d / "ca.pem", d / "key.pem", d / "cert.pem"
+
     # -- egressd ---------------------------------------------------------------------------
 
     def render(self, template, **values):

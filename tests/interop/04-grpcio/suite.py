@@ -30,22 +30,6 @@ EXPECTED_CODES = {
 CALLS = 4 * 4 + len(EXPECTED_CODES) + 3  # sizes x call kinds, the above, 3 healthy Checks
 
 
-def make_certs(h):
-    """A CA and a certificate for localhost it signed (egressd and the direct client verify
-    against the CA)."""
-    d = h.tmp
-    run = lambda *args: subprocess.run(args, check=True, capture_output=True, timeout=60)
-    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        "-subj", "/CN=interop CA", "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"))
-    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
-        "-keyout", str(d / "key.pem"), "-out", str(d / "req.pem"))
-    (d / "ext.cnf").write_text("subjectAltName=DNS:localhost\n")
-    run("openssl", "x509", "-req", "-in", str(d / "req.pem"), "-CA", str(d / "ca.pem"),
-        "-CAkey", str(d / "ca.key"), "-CAcreateserial", "-days", "1",
-        "-extfile", str(d / "ext.cnf"), "-out", str(d / "cert.pem"))
-    return d / "ca.pem", d / "key.pem", d / "cert.pem"
-
-
 def client(target, run, ca=None, authority=None):
     argv = [str(PYTHON), str(PEER), "client", target, "--run", run]
     if ca:
@@ -76,7 +60,7 @@ def sane(h, scheme, results):
 
 
 def run(h):
-    ca, key, cert = make_certs(h)
+    ca, key, cert = h.localhost_certs()
     ports_file = h.tmp / "ports.json"
     h.spawn("grpc-server", [str(PYTHON), str(PEER), "server", str(ports_file), str(cert), str(key)])
     ports = wait_for("the grpc server's ports", lambda: ports_file.exists() and json.loads(ports_file.read_text()))

@@ -13,21 +13,6 @@ from harness import free_port, port_open, wait_for
 NGHTTPD = shutil.which("nghttpd") or "/usr/sbin/nghttpd"
 
 
-def make_certs(h):
-    """A CA and a certificate for localhost it signed (egressd verifies against the CA)."""
-    d = h.tmp
-    run = lambda *args: subprocess.run(args, check=True, capture_output=True, timeout=60)
-    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        "-subj", "/CN=interop CA", "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"))
-    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
-        "-keyout", str(d / "key.pem"), "-out", str(d / "req.pem"))
-    (d / "ext.cnf").write_text("subjectAltName=DNS:localhost\n")
-    run("openssl", "x509", "-req", "-in", str(d / "req.pem"), "-CA", str(d / "ca.pem"),
-        "-CAkey", str(d / "ca.key"), "-CAcreateserial", "-days", "1",
-        "-extfile", str(d / "ext.cnf"), "-out", str(d / "cert.pem"))
-    return d / "ca.pem", d / "key.pem", d / "cert.pem"
-
-
 def nghttp(url, authority=None):
     """(status, body sha256, size) of one GET with nghttp."""
     extra = ["-H", f":authority: {authority}"] if authority else []
@@ -60,7 +45,7 @@ def run(h):
     files.mkdir()
     (files / "big.bin").write_bytes(os.urandom(3 * 1024 * 1024))
     (files / "small.txt").write_text("hello over HTTP/2\n")
-    ca, key, cert = make_certs(h)
+    ca, key, cert = h.localhost_certs()
     h2c_port, tls_port = free_port(), free_port()
     h.spawn("nghttpd-h2c", [NGHTTPD, "--no-tls", "-a", "127.0.0.1", "-d", str(files), str(h2c_port)])
     h.spawn("nghttpd-tls", [NGHTTPD, "-a", "127.0.0.1", "-d", str(files), str(tls_port), str(key), str(cert)])

@@ -61,14 +61,8 @@ def run(h):
     (files / "big.bin").write_bytes(os.urandom(SIZE))
     (files / "small.txt").write_text("hello through the proxy\n")
 
-    # A certificate for localhost, trusted only by this curl (--cacert).
-    key, cert = h.tmp / "key.pem", h.tmp / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
-    )
+    # A certificate for localhost from the suite's own CA, trusted only by this curl (--cacert).
+    ca, key, cert = h.localhost_certs()
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     plain = serve(files)
@@ -91,7 +85,7 @@ def run(h):
         h.compare(f"http_proxy GET {name}", direct, curl(h, url, {"http_proxy": proxy}))
     for name in ["small.txt", "big.bin"]:
         url = f"https://localhost:{https_port}/{name}"
-        tls = ["--cacert", str(cert)]
+        tls = ["--cacert", str(ca)]
         direct = curl(h, url, extra=tls)
         h.expect(f"direct HTTPS GET {name} is 200", direct.get("status") == 200, direct)
         h.compare(
