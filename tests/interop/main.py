@@ -22,7 +22,10 @@ def main(argv):
     if unknown:
         print(f"unknown suite(s) {unknown}; suites: {' '.join(SUITES)}")
         return 2
-    binary = os.environ.get("EGRESSD_BIN") or str(harness.ROOT / "target" / "debug" / "egressd")
+    # Absolute, because suites start processes from other working directories.
+    binary = os.path.abspath(
+        os.environ.get("EGRESSD_BIN") or harness.ROOT / "target" / "debug" / "egressd"
+    )
     failed = []
     for suite in wanted:
         print(f"== {suite}")
