@@ -48,7 +48,7 @@ impl ClientBodyError {
 
     /// hyper's own words, for the reply and the log.
     pub fn cause(&self) -> String {
-        super::proxy::error_chain(&self.0)
+        super::error::error_chain(&self.0)
     }
 }
 

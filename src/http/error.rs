@@ -302,3 +302,15 @@ pub fn local_reply(err: &ProxyError) -> Response<ProxyBody> {
     );
     response
 }
+
+/// An error and its sources, `: `-separated (hyper's own message alone says little).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}

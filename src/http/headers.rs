@@ -21,7 +21,7 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 ];
 
 /// Removes hop-by-hop headers, including every header named in `Connection`, and `Upgrade`:
-/// the websocket path (`http/websocket`) puts back the two it relays; any other upgrade
+/// the websocket path (`http/pipeline/websocket`) puts back the two it relays; any other upgrade
 /// (e.g. h2c) is refused by leaving it out, so the upstream answers as plain HTTP.
 ///
 /// `Content-Length` goes too when `Transfer-Encoding` is there (RFC 9112 §6.3).

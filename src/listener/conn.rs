@@ -29,7 +29,7 @@ use super::http::HttpServer;
 use super::tracker::{ConnGuard, ConnTracker};
 use super::watchdog::{watchdog, Activity, Expiry, Tracked};
 use super::Accept;
-use crate::http::proxy::{handle, ConnInfo};
+use crate::http::pipeline::{handle, ConnInfo};
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{AcceptMode, DownstreamSettings};
 use crate::telemetry::log_limit::limited;

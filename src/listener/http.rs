@@ -79,7 +79,7 @@ fn http2_server(http2: &Http2ServerSettings) -> http2::Builder<TokioExecutor> {
         .initial_connection_window_size(http2.initial_connection_window_size)
         .max_pending_accept_reset_streams(http2.max_pending_accept_reset_streams)
         .max_local_error_reset_streams(http2.max_local_error_reset_streams)
-        // RFC 8441: websockets over HTTP/2 arrive as extended CONNECT (http/websocket).
+        // RFC 8441: websockets over HTTP/2 arrive as extended CONNECT (http/pipeline/websocket).
         .enable_connect_protocol();
     builder
 }

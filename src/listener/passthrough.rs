@@ -8,7 +8,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::sni::{peek_client_hello, Peek, MAX_HELLO};
-use crate::http::proxy::ConnInfo;
+use crate::http::pipeline::ConnInfo;
 use crate::http::router::SniDecision;
 use crate::runtime::shared::Shared;
 use crate::runtime::undeclared::{Carriage, Refusal};
@@ -100,6 +100,17 @@ pub(super) async fn serve(
         }
     };
     passage.backend = Some(target.backend.label.clone());
+    // A passthrough connection is a tunnel: one request and one connection of the Backend's
+    // circuit breaker for as long as it is open.
+    let admitted = match crate::http::pipeline::admit_relay(target) {
+        Ok(admitted) => admitted,
+        Err(err) => {
+            if let crate::http::error::ProxyError::Overflow { backend, limit, .. } = &err {
+                shared.metrics.overflow(backend, *limit);
+            }
+            return refuse(&mut passage, "overflow", &err.to_string(), Some(&sni));
+        }
+    };
     let group = &target.port.endpoints;
     if !group.is_resolved() {
         group.wait_resolved(target.policy.connect_timeout).await;
@@ -118,7 +129,7 @@ pub(super) async fn serve(
     };
     passage.endpoint = Some(endpoint.addr);
     let active = endpoint.start_request();
-    let connected = crate::http::tunnel::connect_upstream(shared, target, &endpoint).await;
+    let connected = crate::http::pipeline::tunnel::connect(shared, target, &endpoint).await;
     let mut upstream = match connected {
         Ok(stream) => stream,
         Err(e) => {
@@ -137,11 +148,12 @@ pub(super) async fn serve(
     if upstream.write_all(&hello).await.is_err() {
         return;
     }
-    let end = crate::http::tunnel::relay(client, upstream, target.policy.stream_idle_timeout).await;
+    let end = crate::http::relay::relay(client, upstream, target.policy.stream_idle_timeout).await;
     tracing::debug!(listener = %info.listener, sni, backend = %target.backend.label, endpoint = %endpoint.addr, ?end, "passthrough closed");
     passage.bytes = Some((end.up, end.down));
     passage.complete = end.complete();
     drop(active);
+    drop(admitted);
 }
 
 /// The access log line of one passthrough connection, written when it is dropped: after the

@@ -61,6 +61,8 @@ impl Default for RetryBudget {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Limit {
     ParallelRequests,
+    /// A websocket or tunnel needs a connection of its own and none is left.
+    Connections,
     PendingRequests,
     ParallelRetries,
     RetryBudget,
@@ -71,6 +73,7 @@ impl Limit {
     pub fn field(self) -> &'static str {
         match self {
             Limit::ParallelRequests => "maxParallelRequests",
+            Limit::Connections => "maxConnections",
             Limit::PendingRequests => "maxPendingRequests",
             Limit::ParallelRetries => "maxParallelRetries",
             Limit::RetryBudget => "retryBudget",
@@ -80,6 +83,7 @@ impl Limit {
     pub fn as_str(self) -> &'static str {
         match self {
             Limit::ParallelRequests => "max_parallel_requests",
+            Limit::Connections => "max_connections",
             Limit::PendingRequests => "max_pending_requests",
             Limit::ParallelRetries => "max_parallel_retries",
             Limit::RetryBudget => "retry_budget",
@@ -150,6 +154,18 @@ impl Breaker {
             Ok(RetrySlot(self.counts.clone()))
         } else {
             Err(limit)
+        }
+    }
+
+    /// The limit's configured value.
+    pub fn max(&self, limit: Limit) -> u32 {
+        let s = &self.settings;
+        match limit {
+            Limit::ParallelRequests => s.max_parallel_requests,
+            Limit::Connections => s.max_connections,
+            Limit::PendingRequests => s.max_pending_requests,
+            Limit::ParallelRetries => s.max_parallel_retries,
+            Limit::RetryBudget => s.retry_budget.map_or(0, |b| b.min_concurrency),
         }
     }
 

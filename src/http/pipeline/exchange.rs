@@ -19,9 +19,9 @@ use http::{Request, Response, Version};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use super::body::{Lease, RequestBody};
-use super::error::ProxyError;
-use super::proxy::{connect_error, error_chain};
+use super::attempt::connect_error;
+use crate::http::body::{Lease, RequestBody};
+use crate::http::error::{error_chain, ProxyError};
 use crate::runtime::snapshot::Target;
 use crate::upstream::breaker::{ConnectionSlot, Limit, PendingSlot};
 use crate::upstream::connect::{connect_http, ConnectError, HttpConnection, HttpWire, Transport};

@@ -13,14 +13,52 @@ use std::time::Duration;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
 
-use super::body::{Lease, RequestBody};
-use super::budget::Buffered;
-use super::error::ProxyError;
-use super::exchange::is_idempotent;
-use crate::runtime::shared::Shared;
-use crate::runtime::snapshot::RetryPolicy;
+use tokio::time::Instant;
 
-pub(super) fn should_retry(
+use super::ctx::RequestCtx;
+use super::exchange::is_idempotent;
+use crate::http::body::{Lease, RequestBody};
+use crate::http::budget::Buffered;
+use crate::http::error::ProxyError;
+use crate::runtime::shared::Shared;
+use crate::runtime::snapshot::{RetryPolicy, Target};
+use crate::upstream::breaker::RetrySlot;
+
+/// Phase "retry": whether the attempt that gave `sent` is made again (as `next`), holding the
+/// circuit breaker's retry slot it needs. Only what the policy names, only when it is safe,
+/// only while time is left.
+pub(super) fn decide(
+    ctx: &RequestCtx<'_>,
+    target: &Target,
+    policy: &RetryPolicy,
+    sent: &Result<(Response<Incoming>, Lease), ProxyError>,
+    next: &Request<RequestBody>,
+    deadline: Option<(Instant, Duration)>,
+) -> Option<RetrySlot> {
+    let time_left = deadline.is_none_or(|(at, _)| Instant::now() < at);
+    if !(time_left && should_retry(policy, sent, next.method())) {
+        return None;
+    }
+    let metrics = &ctx.shared.metrics;
+    match target.port.endpoints.breaker().admit_retry() {
+        Ok(slot) => {
+            metrics
+                .retries
+                .get_or_create(&crate::telemetry::metrics::BackendLabel {
+                    backend: target.backend.label.to_string(),
+                })
+                .inc();
+            Some(slot)
+        }
+        Err(limit) => {
+            // The circuit breaker's retry limit: this attempt's answer is final.
+            metrics.overflow(&target.backend.label, limit);
+            None
+        }
+    }
+}
+
+fn should_retry(
     policy: &RetryPolicy,
     attempt: &Result<(Response<Incoming>, Lease), ProxyError>,
     method: &Method,
@@ -89,7 +127,7 @@ pub(super) async fn read_ahead(
         return Ok(req);
     }
     let (parts, body) = req.into_parts();
-    let body = match super::budget::buffer_request_body(shared, body, limit).await {
+    let body = match crate::http::budget::buffer_request_body(shared, body, limit).await {
         Ok(Buffered::Whole(body) | Buffered::NoRoom(body)) => body,
         Err(e) => return Err(e.into_proxy_error(shared)),
     };

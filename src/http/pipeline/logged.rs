@@ -12,7 +12,7 @@ use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
-use super::body::{BodyError, ProxyBody};
+use crate::http::body::{BodyError, ProxyBody};
 use crate::runtime::shared::Shared;
 use crate::telemetry::access_log::{millis, AccessRecord};
 use crate::telemetry::trace::{RequestSpan, SpanEnd};

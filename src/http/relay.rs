@@ -1,6 +1,6 @@
-//! CONNECT tunnels: after the `200`, bytes relay both ways untouched (the client's own TLS to a
-//! Passthrough Backend, or a plain TCP protocol), until either side closes or the tunnel is
-//! idle for the Backend's stream idle timeout.
+//! The byte relay of tunnels and websockets: after the handshake, bytes go both ways untouched
+//! (the client's own TLS to a Passthrough Backend, a plain TCP protocol, websocket frames),
+//! until either side closes or nothing moves for the Backend's stream idle timeout.
 
 use std::io;
 use std::pin::Pin;
@@ -156,32 +156,4 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
-}
-
-/// Opens the upstream side of a tunnel (CONNECT or TLS passthrough) to `endpoint` of `target`,
-/// and tells outlier detection how it went: a tunnel's only signal about an endpoint is
-/// whether it could be reached.
-pub async fn connect_upstream(
-    shared: &crate::runtime::shared::Shared,
-    target: &crate::runtime::snapshot::Target,
-    endpoint: &crate::upstream::Endpoint,
-) -> Result<tokio::net::TcpStream, crate::upstream::connect::ConnectError> {
-    use crate::balance::outlier::Outcome;
-    let connected = crate::upstream::connect::connect_tcp_keepalive(
-        endpoint.addr,
-        target.policy.connect_timeout,
-        target.port.tcp_keepalive.as_ref(),
-    )
-    .await;
-    let seen = match &connected {
-        Ok(_) => Outcome::Success,
-        Err(e) => {
-            endpoint.note_failure(format!("tunnel: {e}"));
-            Outcome::LocalOriginFailure
-        }
-    };
-    if let Some(d) = target.port.endpoints.record(endpoint, seen) {
-        shared.metrics.outlier_detection(&target.backend.label, d);
-    }
-    connected
 }

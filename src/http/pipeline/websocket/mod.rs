@@ -18,18 +18,22 @@ use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use super::body::ProxyBody;
-use super::error::ProxyError;
-use super::proxy::{
-    clean_response_headers, connect_error, error_chain, pick_endpoint, prepare_request,
-    request_hash, ConnInfo, Destination, Outcome,
-};
-use super::router::RouteEntry;
+use super::admit::Admitted;
+use super::attempt::{connect_error, pick, record};
+use super::ctx::RequestCtx;
+use super::destination::Destination;
+use super::prepare::Prepared;
+use super::respond::clean_response_headers;
+use super::route::Routed;
+use crate::balance::outlier::Outcome as OutlierOutcome;
+use crate::http::body::{ProxyBody, RequestBody};
+use crate::http::error::{error_chain, ProxyError};
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::Target;
 use crate::telemetry::metrics::{BackendDirectionLabel, BackendLabel};
 use crate::upstream::connect::connect_http1_upgradable;
 use crate::upstream::endpoint::ActiveRequest;
+use crate::upstream::Endpoint;
 
 /// How a client asks for a websocket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +47,7 @@ pub enum Upgrade {
 impl Upgrade {
     /// Whether `req` asks for a websocket, and how. An extended CONNECT for any other protocol
     /// is refused: it is no tunnel to `host:port`, and egressd knows no other protocol.
-    pub fn of(req: &Request<Incoming>) -> Result<Option<Upgrade>, ProxyError> {
+    pub fn of<B>(req: &Request<B>) -> Result<Option<Upgrade>, ProxyError> {
         if req.method() == Method::CONNECT {
             return match req.extensions().get::<hyper::ext::Protocol>() {
                 None => Ok(None),
@@ -66,7 +70,7 @@ impl Upgrade {
     /// The method `req` is routed by: an extended CONNECT routes as the `GET` of the HTTP/1.1
     /// handshake it stands for (RFC 8441 §5), so routes and method matches treat websockets
     /// alike whatever the client's HTTP version.
-    pub fn routing_method(upgrade: Option<Upgrade>, req: &Request<Incoming>) -> &Method {
+    pub fn routing_method<B>(upgrade: Option<Upgrade>, req: &Request<B>) -> &Method {
         static GET: Method = Method::GET;
         match upgrade {
             Some(Upgrade::ExtendedConnect) => &GET,
@@ -102,45 +106,103 @@ fn set_upgrade_headers(headers: &mut http::HeaderMap) {
     headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
 }
 
-/// Proxies a websocket request (either kind, see [`Upgrade::of`]).
-pub(super) async fn proxy(
-    shared: &Arc<Shared>,
+/// A websocket, after phases route and admit: prepared like any request (credentials
+/// included), sent on a connection of its own to a picked endpoint, and on `101` relayed until
+/// it closes. Its handshake tells outlier detection about the endpoint.
+pub(super) async fn phase(
+    ctx: &mut RequestCtx<'_>,
     mut req: Request<Incoming>,
     dest: &Destination,
-    target: &Arc<Target>,
-    entry: Option<&RouteEntry>,
-    conn: &ConnInfo,
-    outcome: &mut Outcome,
+    routed: &Routed<'_>,
+    admitted: Admitted,
+    upgrade: Upgrade,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let upgrade = if req.method() == Method::CONNECT {
-        Upgrade::ExtendedConnect
-    } else {
-        Upgrade::Http1
-    };
+    let target = &**routed.target;
     let downstream = hyper::upgrade::on(&mut req);
     // RFC 8441 §5: the CONNECT stands for the GET of an HTTP/1.1 handshake, to the same
     // authority and path.
     *req.method_mut() = Method::GET;
-    let hash = request_hash(target, req.headers(), conn);
-    let mut upstream_req = prepare_request(req, dest, target, entry, conn)?;
-    // prepare_request removed the hop-by-hop headers; these two are the point of the request.
-    set_upgrade_headers(upstream_req.headers_mut());
+    let Prepared { mut req, hash } = super::prepare::phase(ctx, req, dest, routed)?;
+    // Phase "prepare" removed the hop-by-hop headers; these two are the point of the request.
+    set_upgrade_headers(req.headers_mut());
     // An HTTP/1.1 client's own key goes through (the client checks the answer); an HTTP/2
     // client sends none, so egressd makes one and checks the answer itself.
     let key = (upgrade == Upgrade::ExtendedConnect).then(handshake::new_key);
-    if key.is_some() {
+    if let Some(key) = &key {
         // The CONNECT stream's DATA frames are the websocket itself (taken by the upgrade);
         // the GET that stands for it has no body.
-        *upstream_req.body_mut() = crate::http::body::RequestBody::Empty;
-    }
-    if let Some(key) = &key {
-        upstream_req
-            .headers_mut()
+        *req.body_mut() = RequestBody::Empty;
+        req.headers_mut()
             .insert(handshake::SEC_WEBSOCKET_KEY, key.clone());
     }
+    let endpoint = pick(target, hash).await?;
+    ctx.upstream.endpoint = Some(endpoint.addr);
+    ctx.upstream.attempts += 1;
+    let answer = send(target, &endpoint, req, key.as_ref())
+        .await
+        .and_then(|response| {
+            if upgrade == Upgrade::ExtendedConnect && response.status().is_success() {
+                // A 2xx to a CONNECT tells the client its websocket is open: an upstream that
+                // ignored the upgrade and answered e.g. 200 with a page must not look like one.
+                return Err(ProxyError::UpstreamProtocol {
+                    backend: target.backend.label.clone(),
+                    endpoint: endpoint.addr,
+                    cause: format!(
+                        "answered the websocket upgrade with {}, not 101",
+                        response.status()
+                    ),
+                });
+            }
+            Ok(response)
+        });
+    let seen = match &answer {
+        Ok(response) => Some(OutlierOutcome::of_status(response.status().as_u16())),
+        Err(e) => e.outlier_outcome(),
+    };
+    if let Some(seen) = seen {
+        record(ctx.shared, target, &endpoint, seen);
+    }
+    let mut response = answer?;
+    let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+    let upstream = switched.then(|| hyper::upgrade::on(&mut response));
+    let (mut parts, body) = response.into_parts();
+    clean_response_headers(&mut parts, routed.entry);
+    let Some(upstream) = upstream else {
+        // Declined (e.g. 400, 403): an ordinary response on a connection we do not keep.
+        let body =
+            http_body_util::BodyExt::map_err(body, |e| Box::new(e) as crate::http::body::BodyError);
+        return Ok(Response::from_parts(
+            parts,
+            ProxyBody::Stream(Box::pin(body)),
+        ));
+    };
+    match upgrade {
+        Upgrade::Http1 => set_upgrade_headers(&mut parts.headers),
+        Upgrade::ExtendedConnect => {
+            handshake::into_extended_connect_answer(&mut parts.status, &mut parts.headers);
+        }
+    }
+    let relay = Relay {
+        shared: ctx.shared.clone(),
+        backend: target.backend.label.clone(),
+        idle: target.policy.stream_idle_timeout,
+        active: endpoint.start_request(),
+        admitted,
+        open: ctx.conn.tracker.as_ref().map(|t| t.enter()),
+    };
+    tokio::spawn(relay.run(downstream, upstream));
+    Ok(Response::from_parts(parts, ProxyBody::empty()))
+}
 
-    let endpoint = pick_endpoint(target, hash).await?;
-    outcome.endpoint = Some(endpoint.addr);
+/// The upgrade request on a connection of its own, and the upstream's answer (checked when
+/// egressd made the key). Until the answer the usual limits apply (an upstream that never
+/// answers the upgrade).
+async fn send(
+    target: &Target,
+    endpoint: &Endpoint,
+    req: Request<RequestBody>,
+    key: Option<&HeaderValue>,
+) -> Result<Response<Incoming>, ProxyError> {
     let backend = &target.backend.label;
     let addr = endpoint.addr;
     let mut sender = connect_http1_upgradable(
@@ -153,16 +215,15 @@ pub(super) async fn proxy(
     .map_err(|e| connect_error(&e, backend, addr))?;
     let wait = async {
         sender.ready().await?;
-        sender.send_request(upstream_req).await
+        sender.send_request(req).await
     };
-    // Until the answer, the usual limits apply (an upstream that never answers the upgrade).
     let limit = target
         .policy
         .attempt_timeout()
         .into_iter()
         .chain(target.policy.stream_idle_timeout)
         .min();
-    let mut response = match limit {
+    let response = match limit {
         None => wait.await,
         Some(t) => {
             tokio::time::timeout(t, wait)
@@ -179,52 +240,16 @@ pub(super) async fn proxy(
         endpoint: addr,
         cause: error_chain(&e),
     })?;
-
-    let protocol_error = |cause: String| ProxyError::UpstreamProtocol {
-        backend: backend.clone(),
-        endpoint: addr,
-        cause,
-    };
-    let status = response.status();
-    let switched = status == StatusCode::SWITCHING_PROTOCOLS;
-    if let (Some(key), true) = (&key, switched) {
-        handshake::check_switch(response.headers(), key).map_err(protocol_error)?;
+    if let (Some(key), StatusCode::SWITCHING_PROTOCOLS) = (key, response.status()) {
+        handshake::check_switch(response.headers(), key).map_err(|cause| {
+            ProxyError::UpstreamProtocol {
+                backend: backend.clone(),
+                endpoint: addr,
+                cause,
+            }
+        })?;
     }
-    if upgrade == Upgrade::ExtendedConnect && status.is_success() {
-        // A 2xx to a CONNECT tells the client its websocket is open: an upstream that ignored
-        // the upgrade and answered e.g. 200 with a page must not look like one.
-        return Err(protocol_error(format!(
-            "answered the websocket upgrade with {status}, not 101"
-        )));
-    }
-    let upstream = switched.then(|| hyper::upgrade::on(&mut response));
-    let (mut parts, body) = response.into_parts();
-    clean_response_headers(&mut parts, entry);
-    let Some(upstream) = upstream else {
-        // Declined (e.g. 400, 403): an ordinary response on a connection we do not keep.
-        let body =
-            http_body_util::BodyExt::map_err(body, |e| Box::new(e) as super::body::BodyError);
-        return Ok(Response::from_parts(
-            parts,
-            ProxyBody::Stream(Box::pin(body)),
-        ));
-    };
-    match upgrade {
-        Upgrade::Http1 => set_upgrade_headers(&mut parts.headers),
-        Upgrade::ExtendedConnect => {
-            handshake::into_extended_connect_answer(&mut parts.status, &mut parts.headers);
-        }
-    }
-
-    let relay = Relay {
-        shared: shared.clone(),
-        backend: backend.clone(),
-        idle: target.policy.stream_idle_timeout,
-        active: endpoint.start_request(),
-        open: conn.tracker.as_ref().map(|t| t.enter()),
-    };
-    tokio::spawn(relay.run(downstream, upstream));
-    Ok(Response::from_parts(parts, ProxyBody::empty()))
+    Ok(response)
 }
 
 /// A websocket between its two handshakes and its end: what it holds while open.
@@ -234,6 +259,8 @@ struct Relay {
     idle: Option<std::time::Duration>,
     /// Counts as a request in flight to the endpoint while open.
     active: ActiveRequest,
+    /// Its circuit-breaker slots (a request and a connection) while open.
+    admitted: Admitted,
     /// Holds the drain tracker: SIGTERM waits for open websockets (up to the drain timeout).
     open: Option<crate::listener::ConnGuard>,
 }
@@ -247,6 +274,7 @@ impl Relay {
             backend,
             idle,
             active,
+            admitted,
             open,
         } = self;
         match tokio::try_join!(downstream, upstream) {
@@ -261,7 +289,8 @@ impl Relay {
                     .clone();
                 active_gauge.inc();
                 let end =
-                    super::tunnel::relay(TokioIo::new(client), TokioIo::new(server), idle).await;
+                    crate::http::relay::relay(TokioIo::new(client), TokioIo::new(server), idle)
+                        .await;
                 active_gauge.dec();
                 for (direction, bytes) in [("upstream", end.up), ("downstream", end.down)] {
                     metrics
@@ -278,6 +307,7 @@ impl Relay {
         }
         // Only now is the websocket over for the endpoint's count and for draining.
         drop(active);
+        drop(admitted);
         drop(open);
     }
 }

@@ -10,12 +10,12 @@ use std::time::Duration;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use super::body::{ProxyBody, RequestBody};
-use super::budget;
-use super::error::ProxyError;
-use super::proxy::Outcome;
-use super::router::{RouteAction, RouteEntry};
+use super::ctx::RequestCtx;
 use crate::balance::outlier::Outcome as OutlierOutcome;
+use crate::http::body::{ProxyBody, RequestBody};
+use crate::http::budget;
+use crate::http::error::ProxyError;
+use crate::http::router::{RouteAction, RouteEntry};
 use crate::mcp::errors::ErrorScan;
 use crate::mcp::inspect::{self, Call, Mirrored, ToolPolicy};
 use crate::mcp::{legacy, McpPort};
@@ -24,6 +24,29 @@ use crate::runtime::snapshot::{BackendPort, Target};
 use crate::telemetry::access_log;
 use crate::telemetry::metrics::{BackendLabel, BackendReasonLabel};
 use crate::upstream::Endpoint;
+
+/// An exchange with an MCP Backend's endpoint path: what the way back needs to know.
+#[derive(Clone, Copy)]
+pub(super) struct McpExchange<'t> {
+    pub(super) port: &'t McpPort,
+    /// A POST (JSON-RPC messages in the body, judged by `Verdict` on the way back).
+    pub(super) post: bool,
+}
+
+impl<'t> McpExchange<'t> {
+    /// Set when `req` goes to the MCP path of an MCP Backend.
+    pub(super) fn of(target: &'t Target, req: &Request<RequestBody>) -> Option<Self> {
+        let port = target
+            .port
+            .mcp
+            .as_deref()
+            .filter(|m| m.applies_to(req.uri()))?;
+        Some(McpExchange {
+            port,
+            post: req.method() == Method::POST,
+        })
+    }
+}
 
 /// What phase "mcp" decided about a request.
 pub(super) enum Inbound {
@@ -35,12 +58,12 @@ pub(super) enum Inbound {
 
 /// Phase "mcp" on the way in.
 pub(super) async fn inbound(
-    shared: &Shared,
+    ctx: &mut RequestCtx<'_>,
     mcp: &McpPort,
     target: &Target,
     mut req: Request<RequestBody>,
-    outcome: &mut Outcome,
 ) -> Result<Inbound, ProxyError> {
+    let shared = ctx.shared;
     let pinned = match legacy_pinned_endpoint(mcp, target, &mut req)? {
         Some(endpoint) => Some(endpoint),
         None => pinned_endpoint(mcp, target, req.headers_mut())?,
@@ -63,7 +86,7 @@ pub(super) async fn inbound(
         if let Some(reason) = mirrored.contradiction(call) {
             // Per request and the client's doing: the access log line carries the code.
             tracing::debug!(%backend, %reason, "MCP headers contradict the body");
-            outcome.local_error = Some("mcp_header_mismatch");
+            ctx.local_error = Some("mcp_header_mismatch");
             let body = inspect::header_mismatch_reply(call.id.as_ref(), &reason);
             return Ok(Inbound::Reply(json_reply(
                 StatusCode::BAD_REQUEST,
@@ -74,8 +97,8 @@ pub(super) async fn inbound(
     }
     if let Some(first) = calls.first() {
         // Names from the body, for the access log: bounded like every client text there.
-        outcome.mcp_method = first.method.as_deref().map(access_log::clipped);
-        outcome.mcp_tool = first.tool.as_deref().map(access_log::clipped);
+        ctx.mcp_method = first.method.as_deref().map(access_log::clipped);
+        ctx.mcp_tool = first.tool.as_deref().map(access_log::clipped);
     }
     for call in &calls {
         let method = call
@@ -95,7 +118,7 @@ pub(super) async fn inbound(
         }
     }
     if let Some(reply) = refused_tool_call(shared, mcp, target, &calls) {
-        outcome.local_error = Some("mcp_tool_denied");
+        ctx.local_error = Some("mcp_tool_denied");
         return Ok(Inbound::Reply(reply));
     }
     Ok(Inbound::Forward(req, pinned))
@@ -180,7 +203,7 @@ fn json_reply(status: StatusCode, body: Vec<u8>, code: &'static str) -> Response
         http::HeaderValue::from_static("application/json"),
     );
     headers.insert(
-        super::error::ERROR_HEADER,
+        crate::http::error::ERROR_HEADER,
         http::HeaderValue::from_static(code),
     );
     response
@@ -191,9 +214,9 @@ fn json_reply(status: StatusCode, body: Vec<u8>, code: &'static str) -> Response
 /// weights: a session stays where it began. None for a request without a session id egressd
 /// wrapped, or with one it cannot read (phase "mcp" answers that with 404); 404 when the
 /// Backend port that issued it is no longer in the route.
-pub(super) fn session_target<'a>(
+pub(super) fn session_target<'a, B>(
     key: &crate::mcp::session::SessionKey,
-    req: &Request<Incoming>,
+    req: &Request<B>,
     action: &'a RouteAction,
 ) -> Result<Option<&'a Arc<Target>>, ProxyError> {
     let stateful = |t: &Arc<Target>| t.port.mcp.as_ref().is_some_and(|m| m.stateful);
@@ -360,7 +383,7 @@ struct EndpointRewrite {
 
 impl http_body::Body for EndpointRewrite {
     type Data = bytes::Bytes;
-    type Error = super::body::BodyError;
+    type Error = crate::http::body::BodyError;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
@@ -451,7 +474,7 @@ pub(super) async fn filtered_tools_list(
     let body = policy
         .filter_tools_list(&bytes, event_stream)
         .map_or(bytes, bytes::Bytes::from);
-    super::proxy::clean_response_headers(&mut parts, entry);
+    super::respond::clean_response_headers(&mut parts, entry);
     parts.headers.remove(http::header::TRANSFER_ENCODING);
     parts.headers.insert(
         http::header::CONTENT_LENGTH,
@@ -515,7 +538,7 @@ struct ErrorWatch {
 
 impl http_body::Body for ErrorWatch {
     type Data = bytes::Bytes;
-    type Error = super::body::BodyError;
+    type Error = crate::http::body::BodyError;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,

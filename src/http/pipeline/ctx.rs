@@ -1,0 +1,194 @@
+//! What the pipeline knows about a request: the connection it came on, the config generation
+//! it runs under, and what each phase learned on the way (for the reply, the metrics and the
+//! access log line).
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::HeaderValue;
+use http::{Method, Request, Version};
+use tokio::time::Instant;
+
+use crate::http::grpc::GrpcCall;
+use crate::http::headers::client_address_value;
+use crate::http::router::RouteAction;
+use crate::runtime::shared::Shared;
+use crate::runtime::snapshot::Snapshot;
+use crate::telemetry::trace::RequestSpan;
+use crate::upstream::connect::TlsSummary;
+
+/// What the proxy knows about the connection a request arrived on.
+#[derive(Debug)]
+pub struct ConnInfo {
+    pub listener: Arc<str>,
+    pub client: SocketAddr,
+    /// `client`'s address as an `X-Forwarded-For` value, formatted once per connection.
+    pub client_header: HeaderValue,
+    /// Whether the client connected with TLS (an HTTPS listener): `X-Forwarded-Proto: https`.
+    pub tls: bool,
+    /// The drain tracker: a CONNECT tunnel or websocket outlives its HTTP exchange and
+    /// registers itself, so SIGTERM waits for it (up to the drain timeout) like for any
+    /// connection.
+    pub tracker: Option<Arc<crate::listener::ConnTracker>>,
+    /// The listener's request metrics (looked up once per connection).
+    pub stats: Option<Arc<crate::telemetry::metrics::RequestStats>>,
+}
+
+impl ConnInfo {
+    pub fn new(listener: Arc<str>, client: SocketAddr) -> Self {
+        ConnInfo {
+            listener,
+            client_header: client_address_value(client.ip()),
+            client,
+            tls: false,
+            tracker: None,
+            stats: None,
+        }
+    }
+}
+
+/// One request on its way through the phases.
+pub(super) struct RequestCtx<'a> {
+    pub(super) shared: &'a Arc<Shared>,
+    /// The config generation the whole request runs under (a reload in the middle changes
+    /// nothing for it).
+    pub(super) snapshot: &'a Snapshot,
+    pub(super) conn: &'a ConnInfo,
+    pub(super) started: Instant,
+    /// Set when the request is a gRPC call: its deadline, and the form of egressd's replies.
+    pub(super) grpc: Option<GrpcCall>,
+    /// What the access log and the span will want; `None` when both are off (then nothing
+    /// is copied or timed for them).
+    pub(super) logged: Option<LoggedRequest>,
+    pub(super) span: Option<RequestSpan>,
+    /// Phase "route": the matched HTTPRoute rule (none for an implicit route or a tunnel).
+    pub(super) route: Option<Arc<RouteAction>>,
+    /// Phase "route": the Backend that serves the request.
+    pub(super) backend: Option<Arc<str>>,
+    /// Phase "attempt": what happened upstream.
+    pub(super) upstream: UpstreamFacts,
+    /// Phase "mcp": the JSON-RPC method (and tool) of an MCP request, when egressd saw them.
+    pub(super) mcp_method: Option<String>,
+    pub(super) mcp_tool: Option<String>,
+    /// The `x-egressd-error` code of an answer egressd gave itself without failing (a denied
+    /// MCP tool call is a JSON-RPC error inside a 200).
+    pub(super) local_error: Option<&'static str>,
+    /// The bytes of a request body without a declared length, counted as it is sent (only
+    /// when logged).
+    pub(super) bytes_in: Option<Arc<AtomicU64>>,
+    /// A tunnel's or websocket's end, for the access log line written when it closes.
+    pub(super) relay_end: Option<tokio::sync::oneshot::Receiver<Option<RelayBytes>>>,
+}
+
+/// What phase "attempt" learned about the upstream side.
+#[derive(Default)]
+pub(super) struct UpstreamFacts {
+    pub(super) endpoint: Option<SocketAddr>,
+    /// Times the request went upstream (retries included).
+    pub(super) attempts: u32,
+    /// From the request's arrival until the last attempt's response headers (measured only
+    /// when logged).
+    pub(super) ttfb: Option<Duration>,
+    /// The last attempt opened a connection, taking this long.
+    pub(super) connect: Option<Duration>,
+    /// What TLS with the endpoint settled on (its latest handshake).
+    pub(super) tls: Option<TlsSummary>,
+}
+
+/// The bytes a tunnel or websocket carried each way, and whether both sides closed in order.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RelayBytes {
+    pub(super) up: u64,
+    pub(super) down: u64,
+    pub(super) complete: bool,
+}
+
+/// The request fields the access log records, taken before the request moves on.
+pub(super) struct LoggedRequest {
+    pub(super) time: std::time::SystemTime,
+    pub(super) method: Method,
+    pub(super) version: Version,
+    pub(super) authority: String,
+    pub(super) path: String,
+    pub(super) bytes_in: Option<u64>,
+}
+
+impl<'a> RequestCtx<'a> {
+    /// A request that has just arrived: its span opened (when tracing is on; the request goes
+    /// upstream under it) and what the log needs copied.
+    pub(super) fn new<B: http_body::Body>(
+        shared: &'a Arc<Shared>,
+        snapshot: &'a Snapshot,
+        conn: &'a ConnInfo,
+        req: &mut Request<B>,
+    ) -> Self {
+        let started = Instant::now();
+        let span = snapshot.tracing.as_ref().map(|tracing| {
+            let method = req.method().clone();
+            let authority = request_authority(req).to_owned();
+            tracing.request_span(
+                req.headers_mut(),
+                &method,
+                &authority,
+                &conn.listener,
+                conn.client,
+            )
+        });
+        let logged = (shared.access_log.enabled() || span.is_some()).then(|| LoggedRequest {
+            time: std::time::SystemTime::now(),
+            bytes_in: req.body().size_hint().exact(),
+            method: req.method().clone(),
+            version: req.version(),
+            authority: request_authority(req).to_owned(),
+            path: req.uri().path().to_owned(),
+        });
+        RequestCtx {
+            shared,
+            snapshot,
+            conn,
+            started,
+            grpc: crate::http::grpc::call(req.headers()),
+            logged,
+            span,
+            route: None,
+            backend: None,
+            upstream: UpstreamFacts::default(),
+            mcp_method: None,
+            mcp_tool: None,
+            local_error: None,
+            bytes_in: None,
+            relay_end: None,
+        }
+    }
+
+    /// Whether timings and byte counts are wanted (by the access log or a span).
+    pub(super) fn timed(&self) -> bool {
+        self.logged.is_some()
+    }
+
+    /// Where the end of a tunnel or websocket is reported, when the log wants it.
+    pub(super) fn report_relay_end(
+        &mut self,
+    ) -> Option<tokio::sync::oneshot::Sender<Option<RelayBytes>>> {
+        self.timed().then(|| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.relay_end = Some(rx);
+            tx
+        })
+    }
+}
+
+/// The authority the client named: the URI's (absolute-form, HTTP/2 `:authority`), else
+/// `Host`; empty when neither is there.
+fn request_authority<B>(req: &Request<B>) -> &str {
+    match req.uri().authority() {
+        Some(a) => a.as_str(),
+        None => req
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default(),
+    }
+}

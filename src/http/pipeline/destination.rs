@@ -1,0 +1,111 @@
+//! Phase "destination": where the client wants to go (the absolute URI's or `Host`'s host and
+//! port), checked and canonicalised before anything routes, records or judges it; and the
+//! request's head checked against the downstream limits and for loops through egressd.
+
+use http::header;
+use http::uri::Authority;
+use http::Request;
+
+use super::ctx::RequestCtx;
+use crate::http::error::ProxyError;
+use crate::http::headers::{egressd_hops, MAX_EGRESSD_HOPS};
+
+/// Where the client wants to go, from the absolute URI or `Host`.
+#[derive(Debug)]
+pub(super) struct Destination {
+    /// The host in canonical form (`upstream::address::canonical_host`), only when that is not
+    /// the client's text without its trailing dot (the common case needs no copy).
+    canonical: Option<String>,
+    pub(super) port: Option<u16>,
+    /// The authority as the client gave it (used as `Host` when not rewritten).
+    pub(super) authority: Authority,
+    /// 80 for `http` (and origin-form on plaintext listeners), 443 for `https`.
+    pub(super) scheme_default_port: u16,
+}
+
+impl Destination {
+    /// Lower-case, without port or trailing dot, IP literals canonical (IPv6 in brackets).
+    pub(super) fn host(&self) -> &str {
+        match &self.canonical {
+            Some(h) => h,
+            None => {
+                let raw = self.authority.host();
+                raw.strip_suffix('.').unwrap_or(raw)
+            }
+        }
+    }
+
+    /// The port asked for, or the scheme's.
+    pub(super) fn port_or_default(&self) -> u16 {
+        self.port.unwrap_or(self.scheme_default_port)
+    }
+}
+
+/// Phase "destination".
+pub(super) fn phase<B>(ctx: &RequestCtx<'_>, req: &Request<B>) -> Result<Destination, ProxyError> {
+    crate::http::limits::check_head(req, &ctx.snapshot.settings.downstream.head)?;
+    let dest = destination(req, ctx.conn.tls)?;
+    // A request that keeps coming back (a Backend or destination pointing at egressd itself)
+    // is stopped here instead of multiplying until a limit breaks.
+    let hops = egressd_hops(req.headers());
+    if hops >= MAX_EGRESSD_HOPS {
+        return Err(ProxyError::LoopDetected { hops });
+    }
+    Ok(dest)
+}
+
+/// The host and port the client asked for. `tls`: the request arrived on an HTTPS listener, so
+/// a `Host` without a port means 443.
+fn destination<B>(req: &Request<B>, tls: bool) -> Result<Destination, ProxyError> {
+    // RFC 9112 §3.2: a server answers 400 to any HTTP/1.1 request without Host, absolute-form
+    // and CONNECT included (HTTP/1.0 may omit it; HTTP/2 has `:authority`).
+    if req.version() == http::Version::HTTP_11 && !req.headers().contains_key(header::HOST) {
+        return Err(ProxyError::InvalidRequest(
+            "an HTTP/1.1 request needs a Host header".into(),
+        ));
+    }
+    let uri = req.uri();
+    // Absolute-form (forward proxy) and HTTP/2 requests carry the authority in the URI; RFC
+    // 9112 §3.2.2 says a proxy then ignores Host.
+    let (authority, default_port) = match uri.authority() {
+        Some(a) => (
+            a.clone(),
+            if uri.scheme_str() == Some("https") {
+                443
+            } else {
+                80
+            },
+        ),
+        None => {
+            let host = req.headers().get(header::HOST).ok_or_else(|| {
+                ProxyError::InvalidRequest("no Host header and no absolute URI".into())
+            })?;
+            let authority = host
+                .to_str()
+                .ok()
+                .and_then(|h| h.parse::<Authority>().ok())
+                .ok_or_else(|| ProxyError::InvalidRequest("malformed Host header".into()))?;
+            (authority, if tls { 443 } else { 80 })
+        }
+    };
+    if authority.as_str().contains('@') {
+        return Err(ProxyError::InvalidRequest(
+            "userinfo in the request authority is not allowed".into(),
+        ));
+    }
+    // Checked and canonicalised before anything routes, records or judges it: a host that is
+    // no host name or IP literal never reaches a table, and every spelling of an address is
+    // one address.
+    let raw = authority.host();
+    let canonical = match crate::upstream::address::canonical_host(raw) {
+        Ok(std::borrow::Cow::Borrowed(_)) => None,
+        Ok(std::borrow::Cow::Owned(host)) => Some(host),
+        Err(e) => return Err(ProxyError::InvalidRequest(format!("invalid host: {e}"))),
+    };
+    Ok(Destination {
+        canonical,
+        port: authority.port_u16(),
+        authority,
+        scheme_default_port: default_port,
+    })
+}

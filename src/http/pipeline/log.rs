@@ -1,0 +1,102 @@
+//! Phase "log": the listener's and route's request metrics, and the access log line (and the
+//! span's end) — written when the response body has been sent, or for a tunnel when it closes.
+
+use http::{Response, Version};
+
+use super::ctx::RequestCtx;
+use crate::http::body::ProxyBody;
+use crate::telemetry::access_log::{self, AccessRecord};
+
+/// How a request ended when egressd answered it itself.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Failure {
+    /// The `x-egressd-error` code.
+    pub(super) code: Option<&'static str>,
+    /// Its finer cause, where there is one (TLS failures).
+    pub(super) cause: Option<&'static str>,
+}
+
+/// Phase "log".
+pub(super) fn phase(
+    ctx: RequestCtx<'_>,
+    response: Response<ProxyBody>,
+    failure: Failure,
+) -> Response<ProxyBody> {
+    let elapsed = ctx.started.elapsed();
+    let status = response.status().as_u16();
+    if let Some(stats) = &ctx.conn.stats {
+        stats.record(status, elapsed);
+    }
+    if let Some(action) = &ctx.route {
+        action.stats(&ctx.shared.metrics).record(status, elapsed);
+    }
+    let Some(logged) = ctx.logged else {
+        return response;
+    };
+    let record = AccessRecord {
+        time: crate::telemetry::time::rfc3339(logged.time),
+        client: ctx.conn.client,
+        listener: ctx.conn.listener.to_string(),
+        method: logged.method.as_str().to_owned(),
+        authority: logged.authority,
+        path: logged.path,
+        protocol: version_str(logged.version),
+        status,
+        error: failure.code.or(ctx.local_error),
+        error_cause: failure.cause,
+        route: ctx.route.as_ref().map(|r| r.name.to_string()),
+        backend: ctx.backend.as_deref().map(str::to_owned),
+        endpoint: ctx.upstream.endpoint,
+        attempts: ctx.upstream.attempts,
+        bytes_in: logged.bytes_in,
+        bytes_in_counted: ctx.bytes_in,
+        bytes_out: 0,
+        mcp_method: ctx.mcp_method,
+        mcp_tool: ctx.mcp_tool,
+        upstream_ttfb_ms: ctx.upstream.ttfb.map(access_log::millis),
+        upstream_connect_ms: ctx.upstream.connect.map(access_log::millis),
+        upstream_tls: ctx.upstream.tls.map(|t| t.version),
+        upstream_alpn: ctx.upstream.tls.and_then(|t| t.alpn),
+        headers_ms: access_log::millis(elapsed),
+        duration_ms: 0.0,
+        complete: false,
+    };
+    let Some(end) = ctx.relay_end else {
+        return super::logged::log_when_done(
+            ctx.shared.clone(),
+            response,
+            record,
+            ctx.span,
+            ctx.started,
+        );
+    };
+    // A tunnel's span ends at the 200; its line waits for the tunnel to close, with the bytes
+    // it carried.
+    if let Some(span) = ctx.span {
+        let mut at_200 = record.clone();
+        at_200.complete = true;
+        span.end(&crate::telemetry::trace::SpanEnd::from(&at_200));
+    }
+    let shared = ctx.shared.clone();
+    let started = ctx.started;
+    let mut record = record;
+    tokio::spawn(async move {
+        let bytes = end.await.ok().flatten();
+        record.bytes_in = bytes.map(|b| b.up);
+        record.bytes_out = bytes.map_or(0, |b| b.down);
+        record.complete = bytes.is_some_and(|b| b.complete);
+        record.duration_ms = access_log::millis(started.elapsed());
+        shared.access_log.write(&record);
+    });
+    response
+}
+
+fn version_str(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_2 => "HTTP/2",
+        Version::HTTP_3 => "HTTP/3",
+        _ => "HTTP/1.1",
+    }
+}

@@ -1,0 +1,158 @@
+//! The request pipeline: every request, websocket upgrade and CONNECT tunnel passes the same
+//! named phases, each in a file of its own, sharing one [`RequestCtx`]:
+//!
+//! ```text
+//! destination ─> route ─> admit ─> prepare ─> mcp ─> attempt ⟲ retry ─> respond ─> log
+//! ```
+//!
+//! - `destination`: the host and port asked for, canonical; head limits; loops.
+//! - `route`: HTTPRoute rule, implicit route or outbound policy → a Backend port.
+//! - `admit`: the circuit breaker's slots.
+//! - `prepare`: the request as it goes upstream (URI, headers, filters, credentials).
+//! - `mcp`: on an MCP Backend's path, version check, session affinity, tool policy.
+//! - `attempt`: pick an endpoint, send (`exchange`), classify, record; `retry` decides
+//!   whether to go again.
+//! - `respond`: the answer on its way down, or egressd's own reply for a failure.
+//! - `log`: metrics and the access log line.
+//!
+//! Websockets and tunnels take the same route and admit phases (websockets prepare too);
+//! they differ in how they send and relay (`websocket`, `tunnel`).
+
+mod admit;
+mod attempt;
+mod ctx;
+mod destination;
+mod exchange;
+mod log;
+mod logged;
+mod mcp;
+mod prepare;
+mod respond;
+mod retry;
+mod route;
+pub(crate) mod tunnel;
+pub mod websocket;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http::{Method, Request, Response};
+use hyper::body::Incoming;
+
+pub(crate) use admit::relay as admit_relay;
+pub use ctx::ConnInfo;
+use ctx::RequestCtx;
+use websocket::Upgrade;
+
+use crate::http::body::ProxyBody;
+use crate::http::error::ProxyError;
+use crate::runtime::shared::Shared;
+
+/// What a request asks egressd to do, which decides how it is sent and relayed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// An HTTP request and its response.
+    Request,
+    /// A websocket, by HTTP/1.1 `Upgrade` or HTTP/2 extended CONNECT.
+    Websocket(Upgrade),
+    /// `CONNECT host:port`.
+    Tunnel,
+}
+
+impl Kind {
+    fn of<B>(req: &Request<B>) -> Result<Kind, ProxyError> {
+        Ok(match Upgrade::of(req)? {
+            Some(upgrade) => Kind::Websocket(upgrade),
+            None if req.method() == Method::CONNECT => Kind::Tunnel,
+            None => Kind::Request,
+        })
+    }
+
+    fn upgrade(self) -> Option<Upgrade> {
+        match self {
+            Kind::Websocket(upgrade) => Some(upgrade),
+            _ => None,
+        }
+    }
+
+    /// A websocket to a Backend that turns them off goes on as the plain GET it also is, or
+    /// is refused (see [`Upgrade::refused`]).
+    fn allowed_by(self, target: &crate::runtime::snapshot::Target) -> Result<Kind, ProxyError> {
+        match self {
+            Kind::Websocket(upgrade) if !target.policy.websocket => {
+                upgrade.refused(target)?;
+                Ok(Kind::Request)
+            }
+            kind => Ok(kind),
+        }
+    }
+}
+
+/// Handles one request: never fails, every failure becomes a local reply.
+pub async fn handle(
+    shared: Arc<Shared>,
+    conn: Arc<ConnInfo>,
+    mut req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    shared.metrics.requests.inc();
+    let snapshot = shared.snapshot.load_full();
+    let mut ctx = RequestCtx::new(&shared, &snapshot, &conn, &mut req);
+    let (response, failure) = match proxy(&mut ctx, req).await {
+        Ok(response) => (response, log::Failure::default()),
+        Err(err) => {
+            let reply = respond::failure(&mut ctx, &err);
+            let failure = log::Failure {
+                code: Some(err.code()),
+                cause: err.cause(),
+            };
+            (reply, failure)
+        }
+    };
+    Ok(log::phase(ctx, response, failure))
+}
+
+/// The phases from "destination" to "respond".
+async fn proxy(
+    ctx: &mut RequestCtx<'_>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let dest = destination::phase(ctx, &req)?;
+    let kind = Kind::of(&req)?;
+    let routed = route::phase(ctx, &dest, &req, kind)?;
+    let kind = kind.allowed_by(&routed.target)?;
+    let admitted = admit::phase(&routed.target, kind)?;
+    match kind {
+        Kind::Tunnel => tunnel::phase(ctx, req, &routed, admitted).await,
+        Kind::Websocket(upgrade) => {
+            websocket::phase(ctx, req, &dest, &routed, admitted, upgrade).await
+        }
+        Kind::Request => {
+            let mut prepared = prepare::phase(ctx, req, &dest, &routed)?;
+            if ctx.timed() {
+                ctx.bytes_in = prepared.req.body_mut().count_undeclared();
+            }
+            let target = &**routed.target;
+            let mcp = mcp::McpExchange::of(target, &prepared.req);
+            let mut pinned = None;
+            if let Some(m) = mcp {
+                match mcp::inbound(ctx, m.port, target, prepared.req).await? {
+                    mcp::Inbound::Forward(req, endpoint) => {
+                        prepared.req = req;
+                        pinned = endpoint;
+                    }
+                    mcp::Inbound::Reply(reply) => return Ok(reply),
+                }
+            }
+            let deadline = attempt::request_deadline(ctx, target);
+            let plan = attempt::Plan {
+                pinned,
+                mcp_post: mcp.is_some_and(|m| m.post),
+                deadline,
+                target,
+            };
+            let answered = attempt::phase(ctx, plan, prepared).await?;
+            let admission = admitted.into_request();
+            respond::phase(ctx, &routed, answered, admission, mcp, deadline).await
+        }
+    }
+}

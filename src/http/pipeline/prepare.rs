@@ -1,0 +1,123 @@
+//! Phase "prepare": the request as it goes upstream. Origin-form URI (rewritten if a filter
+//! says so), HTTP/1.1 semantics, hop-by-hop headers removed, `Host`, `Via` and
+//! `X-Forwarded-For` set, the route's RequestHeaderModifier applied, and the Backend's
+//! credentials (`CredentialInjector` extensions) added: the same for requests and websocket
+//! upgrades.
+
+use http::header::{self, HeaderValue};
+use http::uri::{PathAndQuery, Uri};
+use http::{Request, Version};
+use hyper::body::Incoming;
+
+use super::ctx::RequestCtx;
+use super::destination::Destination;
+use super::route::Routed;
+use crate::config::wire::enums::Protocol;
+use crate::http::body::RequestBody;
+use crate::http::error::ProxyError;
+use crate::http::headers::{add_forwarded_for, append_via, strip_hop_by_hop};
+use crate::http::router::RouteEntry;
+use crate::runtime::snapshot::Target;
+
+/// A request ready to go upstream.
+pub(super) struct Prepared {
+    pub(super) req: Request<RequestBody>,
+    /// The request's consistent-hash key hashed, when the Backend balances by one (taken
+    /// from the client's headers, before they were rewritten).
+    pub(super) hash: Option<u64>,
+}
+
+/// Phase "prepare".
+pub(super) fn phase(
+    ctx: &RequestCtx<'_>,
+    req: Request<Incoming>,
+    dest: &Destination,
+    routed: &Routed<'_>,
+) -> Result<Prepared, ProxyError> {
+    let target = &**routed.target;
+    let hash = super::attempt::request_hash(ctx, target, req.headers());
+    let mut req = rewrite(ctx, req, dest, target, routed.entry)?;
+    inject_credentials(target, req.headers_mut())?;
+    Ok(Prepared { req, hash })
+}
+
+/// Credentials the application never holds (`CredentialInjector` extensions).
+fn inject_credentials(target: &Target, headers: &mut http::HeaderMap) -> Result<(), ProxyError> {
+    for credential in &target.backend.credentials {
+        credential
+            .apply(headers)
+            .map_err(|reason| ProxyError::CredentialUnavailable {
+                backend: target.backend.label.clone(),
+                extension: credential.name.clone(),
+                reason: reason.to_owned(),
+            })?;
+    }
+    Ok(())
+}
+
+/// Origin-form, HTTP/1.1, filtered headers.
+fn rewrite(
+    ctx: &RequestCtx<'_>,
+    req: Request<Incoming>,
+    dest: &Destination,
+    target: &Target,
+    entry: Option<&RouteEntry>,
+) -> Result<Request<RequestBody>, ProxyError> {
+    let (mut parts, body) = req.into_parts();
+    let filters = entry.map(|e| &e.action.filters);
+    parts.uri = origin_form(&parts.uri, entry)?;
+    let client_version = parts.version;
+    parts.version = Version::HTTP_11;
+
+    let headers = &mut parts.headers;
+    // HTTP/2 clients always take trailers; HTTP/1.1 clients say so with `TE: trailers`.
+    // gRPC needs them whatever the client says.
+    let te_trailers = strip_hop_by_hop(headers);
+    let trailers =
+        te_trailers || client_version == Version::HTTP_2 || target.port.protocol == Protocol::Grpc;
+    if trailers {
+        headers.insert(header::TE, super::exchange::trailers_te());
+    }
+    let host = filters
+        .and_then(|f| f.rewrite_host.clone())
+        .or_else(|| {
+            target
+                .rewrite_authority
+                .then(|| target.port.authority.clone())
+                .flatten()
+        })
+        .map_or_else(|| HeaderValue::from_str(dest.authority.as_str()), Ok)
+        .map_err(|_| ProxyError::InvalidRequest("authority is not a valid Host value".into()))?;
+    headers.insert(header::HOST, host);
+    append_via(headers, client_version);
+    let conn = ctx.conn;
+    add_forwarded_for(
+        headers,
+        &conn.client_header,
+        if conn.tls { "https" } else { "http" },
+    );
+    if let Some(f) = filters {
+        f.request_headers.apply(headers);
+    }
+    Ok(Request::from_parts(parts, RequestBody::from_client(body)))
+}
+
+/// The origin-form URI, with the path rewritten if the rule's filter says so.
+fn origin_form(uri: &Uri, entry: Option<&RouteEntry>) -> Result<Uri, ProxyError> {
+    let path = uri.path();
+    let new_path = entry.and_then(|entry| {
+        let rewrite = entry.action.filters.rewrite_path.as_ref()?;
+        Some(rewrite.apply(path, &entry.matcher.path))
+    });
+    let path_and_query = match (new_path, uri.query()) {
+        (None, _) => uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/")),
+        (Some(p), None) => PathAndQuery::try_from(p)
+            .map_err(|e| ProxyError::InvalidRequest(format!("rewritten path: {e}")))?,
+        (Some(p), Some(q)) => PathAndQuery::try_from(format!("{p}?{q}"))
+            .map_err(|e| ProxyError::InvalidRequest(format!("rewritten path: {e}")))?,
+    };
+    Ok(Uri::from(path_and_query))
+}

@@ -1,0 +1,185 @@
+//! Phase "route": which Backend port serves the request. HTTPRoute rules first (an MCP
+//! session's requests go to the backendRef that issued it, else the rule's weights decide),
+//! then the implicit route to a Backend declaring the host, then the outbound policy for a
+//! destination nothing declares. A CONNECT tunnel routes by host and declared TCP port.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use http::Request;
+
+use super::ctx::RequestCtx;
+use super::destination::Destination;
+use super::websocket::Upgrade;
+use super::Kind;
+use crate::http::error::ProxyError;
+use crate::http::router::{HttpRouter, RouteEntry, RouteInput};
+use crate::runtime::snapshot::Target;
+use crate::runtime::undeclared::{Carriage, Refusal};
+use crate::telemetry::blocked::Via;
+
+/// Where phase "route" sends a request.
+pub(super) struct Routed<'s> {
+    /// Borrowed from the config generation, or made for an undeclared destination (AllowAny,
+    /// AuditOnly) and owned here.
+    pub(super) target: Cow<'s, Arc<Target>>,
+    /// The HTTPRoute rule that matched, if one did.
+    pub(super) entry: Option<&'s RouteEntry>,
+}
+
+/// Phase "route".
+pub(super) fn phase<'s, B>(
+    ctx: &mut RequestCtx<'s>,
+    dest: &Destination,
+    req: &Request<B>,
+    kind: Kind,
+) -> Result<Routed<'s>, ProxyError> {
+    let snapshot = ctx.snapshot;
+    let router = snapshot
+        .routers
+        .get(&ctx.conn.listener)
+        .ok_or(ProxyError::ListenerGone)?;
+    let routed = match kind {
+        Kind::Tunnel => tunnel(ctx, router, dest)?,
+        Kind::Request | Kind::Websocket(_) => request(ctx, router, dest, req, kind)?,
+    };
+    ctx.backend = Some(routed.target.backend.label.clone());
+    Ok(routed)
+}
+
+/// An HTTP request or websocket upgrade.
+fn request<'s, B>(
+    ctx: &mut RequestCtx<'s>,
+    router: &'s HttpRouter,
+    dest: &Destination,
+    req: &Request<B>,
+    kind: Kind,
+) -> Result<Routed<'s>, ProxyError> {
+    let input = RouteInput {
+        host: dest.host(),
+        path: req.uri().path(),
+        query: req.uri().query(),
+        method: Upgrade::routing_method(kind.upgrade(), req),
+        headers: req.headers(),
+    };
+    if let Some(entry) = router.route(&input) {
+        ctx.route = Some(entry.action.clone());
+        // A request of an MCP session goes where the session began.
+        let key = &ctx.snapshot.mcp_session_key;
+        let target = match super::mcp::session_target(key, req, &entry.action)? {
+            Some(target) => target,
+            None => entry.action.pick().ok_or_else(|| ProxyError::NoBackend {
+                route: entry.action.name.clone(),
+            })?,
+        };
+        return Ok(Routed {
+            target: Cow::Borrowed(target),
+            entry: Some(entry),
+        });
+    }
+    if let Some(implicit) = router.implicit(dest.host()) {
+        let target = implicit
+            .target_for(dest.port, dest.scheme_default_port)
+            .ok_or_else(|| ProxyError::PortNotAllowed {
+                host: dest.host().to_owned(),
+                port: dest.port_or_default(),
+                declared: implicit.declared_ports(),
+            })?;
+        return Ok(Routed {
+            target: Cow::Borrowed(target),
+            entry: None,
+        });
+    }
+    if router.declares_host(dest.host()) {
+        return Err(ProxyError::NoRoute {
+            host: dest.host().to_owned(),
+            path: input.path.to_owned(),
+        });
+    }
+    // The client's scheme decides how an undeclared destination is reached (no Backend says
+    // otherwise): `https://` or an HTTPS listener → TLS.
+    let carriage = if dest.scheme_default_port == 443 {
+        Carriage::Https
+    } else {
+        Carriage::Http
+    };
+    let target = undeclared(
+        ctx,
+        dest.host(),
+        dest.port_or_default(),
+        Via::Http,
+        carriage,
+    )?;
+    Ok(Routed {
+        target: Cow::Owned(target),
+        entry: None,
+    })
+}
+
+/// `CONNECT host:port`: only to a declared TCP port of a Backend (Passthrough or plain TCP),
+/// or as the outbound policy allows for a host nothing declares.
+fn tunnel<'s>(
+    ctx: &RequestCtx<'s>,
+    router: &'s HttpRouter,
+    dest: &Destination,
+) -> Result<Routed<'s>, ProxyError> {
+    let port = dest.port.ok_or_else(|| {
+        ProxyError::InvalidRequest("CONNECT needs host:port as its target".into())
+    })?;
+    if let Some(target) = router.tunnel(dest.host(), port) {
+        return Ok(Routed {
+            target: Cow::Borrowed(target),
+            entry: None,
+        });
+    }
+    // A host a route or Backend declares keeps its own rules (no tunnel to it unless a TCP
+    // port says so), whatever the outbound policy.
+    if ctx.snapshot.undeclared.is_some()
+        && (router.declares_host(dest.host()) || router.implicit(dest.host()).is_some())
+    {
+        return Err(ProxyError::DestinationDenied {
+            host: dest.host().to_owned(),
+            port,
+            via: Via::Connect,
+            reason: Refusal::Declared,
+        });
+    }
+    let target = undeclared(ctx, dest.host(), port, Via::Connect, Carriage::Tcp)?;
+    Ok(Routed {
+        target: Cow::Owned(target),
+        entry: None,
+    })
+}
+
+/// A destination nothing declares: 403 under `RegistryOnly`; under `AllowAny` and `AuditOnly`
+/// the target made for it, unless something denies it (`AuditOnly` records the use in
+/// `/blocked` as audited).
+fn undeclared(
+    ctx: &RequestCtx<'_>,
+    host: &str,
+    port: u16,
+    via: Via,
+    carriage: Carriage,
+) -> Result<Arc<Target>, ProxyError> {
+    let Some(undeclared) = &ctx.snapshot.undeclared else {
+        return Err(ProxyError::DestinationNotAllowed {
+            host: host.to_owned(),
+            port,
+            via,
+        });
+    };
+    match undeclared.target(host, port, carriage) {
+        Ok(target) => {
+            if undeclared.audits() {
+                ctx.shared.audited(host, port, via);
+            }
+            Ok(target)
+        }
+        Err(reason) => Err(ProxyError::DestinationDenied {
+            host: host.to_owned(),
+            port,
+            via,
+            reason,
+        }),
+    }
+}
