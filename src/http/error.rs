@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 
 use super::body::ProxyBody;
+use super::grpc::GrpcStatus;
 use crate::upstream::tls::TlsFailure;
 
 /// The response header that carries the short error code of a local reply.
@@ -156,73 +157,250 @@ fn shown_port(via: crate::telemetry::blocked::Via, port: u16) -> String {
     }
 }
 
-impl ProxyError {
+/// Who a failure is about, which decides what learns from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin<'e> {
+    /// The client's request (malformed, oversized, abandoned).
+    Downstream,
+    /// egressd's own decision: routing, the outbound policy, a limit, its configuration.
+    Policy,
+    /// A Backend, and the endpoint when one was involved: a failure with an endpoint counts
+    /// for outlier detection and is the endpoint's last failure.
+    Upstream {
+        backend: &'e Arc<str>,
+        endpoint: Option<SocketAddr>,
+    },
+}
+
+/// Which retry policy condition (`retryOn`) may send the request again after the failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryOn {
+    /// No condition: the failure is final.
+    Never,
+    /// `connect-failure`: nothing reached the upstream, whatever the method.
+    ConnectFailure,
+    /// `reset`: the connection broke before the answer (idempotent methods only).
+    Reset,
+    /// `gateway-error`: no answer in time (idempotent methods only).
+    Timeout,
+}
+
+/// One row of the table of failures: the reply and how the failure counts.
+#[derive(Clone, Copy, Debug)]
+pub struct Class {
+    pub status: StatusCode,
     /// The short code in `x-egressd-error` and the access log.
-    pub fn code(&self) -> &'static str {
+    pub code: &'static str,
+    /// The status of a gRPC call's trailers-only reply.
+    pub grpc: GrpcStatus,
+    pub retry: RetryOn,
+    /// Opening the connection failed (`egressd_upstream_connect_failures_total`).
+    pub connect_failure: bool,
+}
+
+impl ProxyError {
+    /// The table: every kind of failure, its reply and how it counts. Adding a kind means
+    /// a variant above and a row here.
+    pub fn class(&self) -> Class {
+        use GrpcStatus as G;
+        use RetryOn as R;
+        use StatusCode as S;
+        let row = |status, code, grpc, retry| Class {
+            status,
+            code,
+            grpc,
+            retry,
+            connect_failure: false,
+        };
+        let connect = |status, code, retry| Class {
+            status,
+            code,
+            grpc: G::Unavailable,
+            retry,
+            connect_failure: true,
+        };
         match self {
-            ProxyError::InvalidRequest(_) | ProxyError::MalformedBody { .. } => "invalid_request",
-            ProxyError::ClientClosed { .. } => "client_closed",
-            ProxyError::BufferOverflow { .. } => "overflow",
-            ProxyError::BodyTimeout { .. } => "request_body_timeout",
-            ProxyError::HeadRejected(rejection) => rejection.code(),
+            ProxyError::InvalidRequest(_) | ProxyError::MalformedBody { .. } => row(
+                S::BAD_REQUEST,
+                "invalid_request",
+                G::InvalidArgument,
+                R::Never,
+            ),
+            ProxyError::HeadRejected(r) => row(r.status(), r.code(), G::InvalidArgument, R::Never),
+            ProxyError::ClientClosed { .. } => row(
+                CLIENT_CLOSED_REQUEST,
+                "client_closed",
+                G::InvalidArgument,
+                R::Never,
+            ),
+            ProxyError::BufferOverflow { .. } => {
+                row(S::SERVICE_UNAVAILABLE, "overflow", G::Unavailable, R::Never)
+            }
+            ProxyError::BodyTimeout { .. } => row(
+                S::REQUEST_TIMEOUT,
+                "request_body_timeout",
+                G::DeadlineExceeded,
+                R::Never,
+            ),
             ProxyError::DestinationNotAllowed { .. }
             | ProxyError::DestinationDenied { .. }
-            | ProxyError::PortNotAllowed { .. } => "destination_not_allowed",
-            ProxyError::NoRoute { .. } => "no_route",
-            ProxyError::NoBackend { .. } => "no_backend",
-            ProxyError::NoHealthyUpstream { .. } => "no_healthy_upstream",
-            ProxyError::ConnectFailure { .. } => "upstream_connect_failure",
-            ProxyError::ConnectTimeout { .. } => "upstream_connect_timeout",
-            ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
-            ProxyError::StreamIdleTimeout { .. } => "stream_idle_timeout",
-            ProxyError::UpstreamReset { .. } => "upstream_reset",
-            ProxyError::UpstreamTls { .. } => "upstream_tls_failure",
-            ProxyError::UpstreamProtocol { .. } => "upstream_protocol_error",
-            ProxyError::UpgradeNotAllowed { .. } => "upgrade_not_allowed",
-            ProxyError::Overflow { .. } => "overflow",
-            ProxyError::McpSessionNotFound { .. } => "mcp_session_not_found",
-            ProxyError::McpProtocolVersion { .. } => "mcp_protocol_version",
-            ProxyError::McpHeaderMismatch { .. } => "mcp_header_mismatch",
-            ProxyError::McpBodyTooLarge { .. } => "mcp_body_too_large",
-            ProxyError::CredentialUnavailable { .. } => "credential_unavailable",
-            ProxyError::LoopDetected { .. } => "loop_detected",
-            ProxyError::NotSupported(_) => "not_supported",
-            ProxyError::ListenerGone => "listener_draining",
+            | ProxyError::PortNotAllowed { .. } => row(
+                S::FORBIDDEN,
+                "destination_not_allowed",
+                G::PermissionDenied,
+                R::Never,
+            ),
+            ProxyError::NoRoute { .. } => row(S::NOT_FOUND, "no_route", G::Unimplemented, R::Never),
+            ProxyError::NoBackend { .. } => row(
+                S::INTERNAL_SERVER_ERROR,
+                "no_backend",
+                G::Internal,
+                R::Never,
+            ),
+            ProxyError::NoHealthyUpstream { .. } => row(
+                S::SERVICE_UNAVAILABLE,
+                "no_healthy_upstream",
+                G::Unavailable,
+                R::Never,
+            ),
+            ProxyError::ConnectFailure { .. } => connect(
+                S::SERVICE_UNAVAILABLE,
+                "upstream_connect_failure",
+                R::ConnectFailure,
+            ),
+            ProxyError::ConnectTimeout { .. } => connect(
+                S::GATEWAY_TIMEOUT,
+                "upstream_connect_timeout",
+                R::ConnectFailure,
+            ),
+            ProxyError::UpstreamTls { .. } => {
+                connect(S::BAD_GATEWAY, "upstream_tls_failure", R::Never)
+            }
+            ProxyError::UpstreamTimeout { .. } => row(
+                S::GATEWAY_TIMEOUT,
+                "upstream_timeout",
+                G::DeadlineExceeded,
+                R::Timeout,
+            ),
+            ProxyError::StreamIdleTimeout { .. } => row(
+                S::GATEWAY_TIMEOUT,
+                "stream_idle_timeout",
+                G::Unavailable,
+                R::Never,
+            ),
+            ProxyError::UpstreamReset { .. } => {
+                row(S::BAD_GATEWAY, "upstream_reset", G::Unavailable, R::Reset)
+            }
+            ProxyError::UpstreamProtocol { .. } => row(
+                S::BAD_GATEWAY,
+                "upstream_protocol_error",
+                G::Internal,
+                R::Never,
+            ),
+            ProxyError::UpgradeNotAllowed { .. } => row(
+                S::FORBIDDEN,
+                "upgrade_not_allowed",
+                G::PermissionDenied,
+                R::Never,
+            ),
+            ProxyError::Overflow { .. } => {
+                row(S::SERVICE_UNAVAILABLE, "overflow", G::Unavailable, R::Never)
+            }
+            ProxyError::McpSessionNotFound { .. } => row(
+                S::NOT_FOUND,
+                "mcp_session_not_found",
+                G::InvalidArgument,
+                R::Never,
+            ),
+            ProxyError::McpProtocolVersion { .. } => row(
+                S::BAD_REQUEST,
+                "mcp_protocol_version",
+                G::InvalidArgument,
+                R::Never,
+            ),
+            ProxyError::McpHeaderMismatch { .. } => row(
+                S::BAD_REQUEST,
+                "mcp_header_mismatch",
+                G::InvalidArgument,
+                R::Never,
+            ),
+            ProxyError::McpBodyTooLarge { .. } => row(
+                S::PAYLOAD_TOO_LARGE,
+                "mcp_body_too_large",
+                G::InvalidArgument,
+                R::Never,
+            ),
+            ProxyError::CredentialUnavailable { .. } => row(
+                S::SERVICE_UNAVAILABLE,
+                "credential_unavailable",
+                G::Unavailable,
+                R::Never,
+            ),
+            ProxyError::LoopDetected { .. } => {
+                row(S::LOOP_DETECTED, "loop_detected", G::Internal, R::Never)
+            }
+            ProxyError::NotSupported(_) => row(
+                S::NOT_IMPLEMENTED,
+                "not_supported",
+                G::Unimplemented,
+                R::Never,
+            ),
+            ProxyError::ListenerGone => row(
+                S::SERVICE_UNAVAILABLE,
+                "listener_draining",
+                G::Unavailable,
+                R::Never,
+            ),
         }
     }
 
-    pub fn status(&self) -> StatusCode {
+    /// Who the failure is about.
+    pub fn origin(&self) -> Origin<'_> {
         match self {
-            ProxyError::HeadRejected(rejection) => rejection.status(),
             ProxyError::InvalidRequest(_)
+            | ProxyError::HeadRejected(_)
             | ProxyError::MalformedBody { .. }
-            | ProxyError::McpProtocolVersion { .. }
-            | ProxyError::McpHeaderMismatch { .. } => StatusCode::BAD_REQUEST,
-            ProxyError::McpBodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ProxyError::McpSessionNotFound { .. } => StatusCode::NOT_FOUND,
-            ProxyError::DestinationNotAllowed { .. }
-            | ProxyError::DestinationDenied { .. }
-            | ProxyError::PortNotAllowed { .. }
-            | ProxyError::UpgradeNotAllowed { .. } => StatusCode::FORBIDDEN,
-            ProxyError::NoRoute { .. } => StatusCode::NOT_FOUND,
-            ProxyError::NoBackend { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-            ProxyError::NoHealthyUpstream { .. }
-            | ProxyError::CredentialUnavailable { .. }
-            | ProxyError::ConnectFailure { .. }
-            | ProxyError::Overflow { .. }
-            | ProxyError::BufferOverflow { .. }
-            | ProxyError::ListenerGone => StatusCode::SERVICE_UNAVAILABLE,
-            ProxyError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            ProxyError::ConnectTimeout { .. }
-            | ProxyError::UpstreamTimeout { .. }
-            | ProxyError::StreamIdleTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            ProxyError::UpstreamReset { .. }
-            | ProxyError::UpstreamProtocol { .. }
-            | ProxyError::UpstreamTls { .. } => StatusCode::BAD_GATEWAY,
-            ProxyError::NotSupported(_) => StatusCode::NOT_IMPLEMENTED,
-            ProxyError::LoopDetected { .. } => StatusCode::LOOP_DETECTED,
-            ProxyError::ClientClosed { .. } => CLIENT_CLOSED_REQUEST,
+            | ProxyError::ClientClosed { .. }
+            | ProxyError::BodyTimeout { .. } => Origin::Downstream,
+            ProxyError::ConnectFailure {
+                backend, endpoint, ..
+            }
+            | ProxyError::ConnectTimeout {
+                backend, endpoint, ..
+            }
+            | ProxyError::UpstreamTimeout {
+                backend, endpoint, ..
+            }
+            | ProxyError::StreamIdleTimeout {
+                backend, endpoint, ..
+            }
+            | ProxyError::UpstreamTls {
+                backend, endpoint, ..
+            }
+            | ProxyError::UpstreamReset {
+                backend, endpoint, ..
+            }
+            | ProxyError::UpstreamProtocol {
+                backend, endpoint, ..
+            } => Origin::Upstream {
+                backend,
+                endpoint: Some(*endpoint),
+            },
+            ProxyError::NoHealthyUpstream { backend, .. } => Origin::Upstream {
+                backend,
+                endpoint: None,
+            },
+            _ => Origin::Policy,
         }
+    }
+
+    /// The short code in `x-egressd-error` and the access log.
+    pub fn code(&self) -> &'static str {
+        self.class().code
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.class().status
     }
 
     /// The failure of a request whose body the client broke or abandoned, when `err` (from
@@ -251,35 +429,18 @@ impl ProxyError {
         }
     }
 
-    /// How this failure counts for outlier detection: failures of the endpoint itself
-    /// (no connection, no answer, a broken answer) are local-origin failures (gateway errors
-    /// unless split out); failures egressd
-    /// decided on its own (routing, policy) do not count.
+    /// How this failure counts for outlier detection: failures of an endpoint itself (no
+    /// connection, no answer, a broken answer) are local-origin failures (gateway errors unless
+    /// split out); failures egressd decided on its own (routing, policy) do not count.
     pub fn outlier_outcome(&self) -> Option<crate::balance::outlier::Outcome> {
-        match self {
-            ProxyError::ConnectFailure { .. }
-            | ProxyError::ConnectTimeout { .. }
-            | ProxyError::UpstreamTimeout { .. }
-            | ProxyError::StreamIdleTimeout { .. }
-            | ProxyError::UpstreamTls { .. }
-            | ProxyError::UpstreamReset { .. }
-            | ProxyError::UpstreamProtocol { .. } => {
-                Some(crate::balance::outlier::Outcome::LocalOriginFailure)
-            }
-            _ => None,
-        }
+        self.endpoint()
+            .map(|_| crate::balance::outlier::Outcome::LocalOriginFailure)
     }
 
     /// The upstream address involved, if any (for the access log).
     pub fn endpoint(&self) -> Option<SocketAddr> {
-        match self {
-            ProxyError::ConnectFailure { endpoint, .. }
-            | ProxyError::ConnectTimeout { endpoint, .. }
-            | ProxyError::UpstreamTimeout { endpoint, .. }
-            | ProxyError::StreamIdleTimeout { endpoint, .. }
-            | ProxyError::UpstreamReset { endpoint, .. }
-            | ProxyError::UpstreamTls { endpoint, .. }
-            | ProxyError::UpstreamProtocol { endpoint, .. } => Some(*endpoint),
+        match self.origin() {
+            Origin::Upstream { endpoint, .. } => endpoint,
             _ => None,
         }
     }
@@ -313,4 +474,159 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         source = inner.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One error of every kind.
+    fn every_kind() -> Vec<ProxyError> {
+        let backend: Arc<str> = "default/api".into();
+        let endpoint: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let b = || backend.clone();
+        let t = Duration::from_secs(1);
+        let text = || "x".to_owned();
+        vec![
+            ProxyError::InvalidRequest(text()),
+            ProxyError::HeadRejected(super::super::limits::HeadRejection::UriTooLong {
+                len: 9,
+                max: 8,
+            }),
+            ProxyError::DestinationNotAllowed {
+                host: text(),
+                port: 80,
+                via: crate::telemetry::blocked::Via::Http,
+            },
+            ProxyError::DestinationDenied {
+                host: text(),
+                port: 80,
+                via: crate::telemetry::blocked::Via::Connect,
+                reason: crate::runtime::undeclared::Refusal::NotAllowed,
+            },
+            ProxyError::PortNotAllowed {
+                host: text(),
+                port: 81,
+                declared: text(),
+            },
+            ProxyError::NoRoute {
+                host: text(),
+                path: text(),
+            },
+            ProxyError::NoBackend { route: b() },
+            ProxyError::NoHealthyUpstream {
+                backend: b(),
+                detail: text(),
+            },
+            ProxyError::ConnectFailure {
+                backend: b(),
+                endpoint,
+                cause: text(),
+            },
+            ProxyError::ConnectTimeout {
+                backend: b(),
+                endpoint,
+                timeout: t,
+            },
+            ProxyError::UpstreamTimeout {
+                backend: b(),
+                endpoint,
+                timeout: t,
+            },
+            ProxyError::StreamIdleTimeout {
+                backend: b(),
+                endpoint,
+                timeout: t,
+            },
+            ProxyError::UpstreamTls {
+                backend: b(),
+                endpoint,
+                failure: TlsFailure::UnknownCa,
+                detail: text(),
+            },
+            ProxyError::UpstreamReset {
+                backend: b(),
+                endpoint,
+                cause: text(),
+            },
+            ProxyError::UpstreamProtocol {
+                backend: b(),
+                endpoint,
+                cause: text(),
+            },
+            ProxyError::UpgradeNotAllowed { backend: b() },
+            ProxyError::Overflow {
+                backend: b(),
+                limit: crate::upstream::breaker::Limit::Connections,
+                max: 1,
+            },
+            ProxyError::McpSessionNotFound {
+                backend: b(),
+                reason: text(),
+            },
+            ProxyError::McpProtocolVersion {
+                backend: b(),
+                expected: text(),
+                got: text(),
+            },
+            ProxyError::McpHeaderMismatch {
+                backend: b(),
+                reason: text(),
+            },
+            ProxyError::McpBodyTooLarge {
+                backend: b(),
+                limit: 1,
+            },
+            ProxyError::CredentialUnavailable {
+                backend: b(),
+                extension: text(),
+                reason: text(),
+            },
+            ProxyError::LoopDetected { hops: 8 },
+            ProxyError::NotSupported("x"),
+            ProxyError::ListenerGone,
+            ProxyError::MalformedBody { cause: text() },
+            ProxyError::ClientClosed { cause: text() },
+            ProxyError::BufferOverflow { budget: 1 },
+            ProxyError::BodyTimeout { timeout: t },
+        ]
+    }
+
+    #[test]
+    fn the_table_is_consistent_with_who_a_failure_is_about() {
+        for err in every_kind() {
+            let class = err.class();
+            assert!(
+                class.status.is_client_error() || class.status.is_server_error(),
+                "{err:?}"
+            );
+            assert!(!class.code.is_empty(), "{err:?}");
+            match err.origin() {
+                // The client's fault is never blamed on an upstream, never retried.
+                Origin::Downstream => {
+                    assert!(class.status.is_client_error(), "{err:?}");
+                    assert_eq!(class.retry, RetryOn::Never, "{err:?}");
+                    assert!(err.outlier_outcome().is_none(), "{err:?}");
+                }
+                // egressd's own decisions teach outlier detection nothing.
+                Origin::Policy => {
+                    assert!(err.outlier_outcome().is_none(), "{err:?}");
+                    assert!(!class.connect_failure, "{err:?}");
+                    assert_eq!(class.retry, RetryOn::Never, "{err:?}");
+                }
+                Origin::Upstream { endpoint, .. } => {
+                    assert!(class.status.is_server_error(), "{err:?}");
+                    assert_eq!(
+                        err.outlier_outcome().is_some(),
+                        endpoint.is_some(),
+                        "{err:?}"
+                    );
+                    assert_eq!(err.endpoint(), endpoint);
+                }
+            }
+            if class.retry == RetryOn::ConnectFailure {
+                assert!(class.connect_failure, "{err:?}");
+            }
+        }
+    }
 }

@@ -71,41 +71,6 @@ pub fn parse_timeout(value: &[u8]) -> Option<Duration> {
     })
 }
 
-/// The gRPC status for a failure egressd answers itself.
-pub fn status_of(err: &ProxyError) -> GrpcStatus {
-    match err {
-        ProxyError::InvalidRequest(_)
-        | ProxyError::MalformedBody { .. }
-        | ProxyError::ClientClosed { .. }
-        | ProxyError::HeadRejected(_)
-        | ProxyError::McpProtocolVersion { .. }
-        | ProxyError::McpSessionNotFound { .. }
-        | ProxyError::McpHeaderMismatch { .. }
-        | ProxyError::McpBodyTooLarge { .. } => GrpcStatus::InvalidArgument,
-        ProxyError::DestinationNotAllowed { .. }
-        | ProxyError::DestinationDenied { .. }
-        | ProxyError::PortNotAllowed { .. }
-        | ProxyError::UpgradeNotAllowed { .. } => GrpcStatus::PermissionDenied,
-        ProxyError::NoRoute { .. } | ProxyError::NotSupported(_) => GrpcStatus::Unimplemented,
-        ProxyError::UpstreamTimeout { .. } | ProxyError::BodyTimeout { .. } => {
-            GrpcStatus::DeadlineExceeded
-        }
-        ProxyError::NoBackend { .. }
-        | ProxyError::UpstreamProtocol { .. }
-        | ProxyError::LoopDetected { .. } => GrpcStatus::Internal,
-        ProxyError::NoHealthyUpstream { .. }
-        | ProxyError::CredentialUnavailable { .. }
-        | ProxyError::ConnectFailure { .. }
-        | ProxyError::ConnectTimeout { .. }
-        | ProxyError::StreamIdleTimeout { .. }
-        | ProxyError::UpstreamTls { .. }
-        | ProxyError::UpstreamReset { .. }
-        | ProxyError::Overflow { .. }
-        | ProxyError::BufferOverflow { .. }
-        | ProxyError::ListenerGone => GrpcStatus::Unavailable,
-    }
-}
-
 /// The reply to a gRPC call that failed here: HTTP 200 with the status in the headers and no
 /// body ("trailers-only", which gRPC clients read as the call's final status), plus the usual
 /// `x-egressd-error`.
@@ -114,9 +79,10 @@ pub fn local_reply(err: &ProxyError) -> Response<ProxyBody> {
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    headers.insert("grpc-status", status_of(err).value());
+    let class = err.class();
+    headers.insert("grpc-status", class.grpc.value());
     headers.insert("grpc-message", message(&format!("egressd: {err}")));
-    headers.insert(ERROR_HEADER, HeaderValue::from_static(err.code()));
+    headers.insert(ERROR_HEADER, HeaderValue::from_static(class.code));
     response
 }
 

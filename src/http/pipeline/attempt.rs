@@ -165,11 +165,7 @@ fn count(
             .backend
             .stats(&shared.metrics)
             .record(response.status().as_u16(), sent_at.elapsed()),
-        Err(
-            e @ (ProxyError::ConnectFailure { .. }
-            | ProxyError::ConnectTimeout { .. }
-            | ProxyError::UpstreamTls { .. }),
-        ) => {
+        Err(e) if e.class().connect_failure => {
             shared
                 .metrics
                 .upstream_connect_failures

@@ -19,7 +19,7 @@ use super::ctx::RequestCtx;
 use super::exchange::is_idempotent;
 use crate::http::body::{Lease, RequestBody};
 use crate::http::budget::Buffered;
-use crate::http::error::ProxyError;
+use crate::http::error::{ProxyError, RetryOn};
 use crate::runtime::shared::Shared;
 use crate::runtime::snapshot::{RetryPolicy, Target};
 use crate::upstream::breaker::RetrySlot;
@@ -65,12 +65,12 @@ fn should_retry(
 ) -> bool {
     let idempotent = is_idempotent(method);
     match attempt {
-        Err(ProxyError::ConnectFailure { .. } | ProxyError::ConnectTimeout { .. }) => {
-            policy.connect_failure
-        }
-        Err(ProxyError::UpstreamReset { .. }) => policy.reset && idempotent,
-        Err(ProxyError::UpstreamTimeout { .. }) => policy.gateway_error && idempotent,
-        Err(_) => false,
+        Err(e) => match e.class().retry {
+            RetryOn::ConnectFailure => policy.connect_failure,
+            RetryOn::Reset => policy.reset && idempotent,
+            RetryOn::Timeout => policy.gateway_error && idempotent,
+            RetryOn::Never => false,
+        },
         Ok((response, _)) => {
             let status = response.status().as_u16();
             let http = idempotent
