@@ -12,6 +12,7 @@
 //! | [`balance`] | choosing an endpoint |
 //! | [`admin`] | the admin server |
 //! | [`telemetry`] | access log and metrics |
+//! | [`names`], [`bounded`] | leaves anything may use: host-name limits, size-capped maps |
 //! | [`app`] | starting and stopping a whole proxy |
 //! | [`commands`] | what the CLI subcommands do |
 //! | [`probe`] | `egressd check --probe`: real connections and TLS handshakes to every Backend endpoint |
@@ -21,11 +22,13 @@
 pub mod admin;
 pub mod app;
 pub mod balance;
+pub mod bounded;
 pub mod commands;
 pub mod config;
 pub mod http;
 pub mod listener;
 pub mod mcp;
+pub mod names;
 pub mod probe;
 pub mod runtime;
 pub mod telemetry;

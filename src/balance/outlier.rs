@@ -204,6 +204,16 @@ pub struct Detection {
     pub verdict: Verdict,
 }
 
+impl From<Detection> for crate::telemetry::metrics::DetectionEvent {
+    fn from(d: Detection) -> Self {
+        crate::telemetry::metrics::DetectionEvent {
+            reason: d.reason.as_str(),
+            verdict: d.verdict.as_str(),
+            ejected: d.verdict == Verdict::Ejected,
+        }
+    }
+}
+
 /// Per-endpoint outlier state; lives in the `Endpoint`, so it survives reloads.
 #[derive(Debug, Default)]
 pub struct OutlierState {

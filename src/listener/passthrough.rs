@@ -106,7 +106,7 @@ pub(super) async fn serve(
         Ok(admitted) => admitted,
         Err(err) => {
             if let crate::http::error::ProxyError::Overflow { backend, limit, .. } = &err {
-                shared.metrics.overflow(backend, *limit);
+                shared.metrics.overflow(backend, limit.as_str());
             }
             return refuse(&mut passage, "overflow", &err.to_string(), Some(&sni));
         }

@@ -1,6 +1,5 @@
 //! Runtime: compiling config into snapshots, long-lived state, and the reload loop.
 
-pub mod bounded;
 pub mod compile;
 pub mod registry;
 pub mod reload;

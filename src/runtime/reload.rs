@@ -192,7 +192,9 @@ impl Reloader {
         }
         for (group, backend) in compiled.outlier_groups {
             let shared = self.shared.clone();
-            let sink = Box::new(move |d| shared.metrics.outlier_detection(&backend, d));
+            let sink = Box::new(move |d: crate::balance::outlier::Detection| {
+                shared.metrics.outlier_detection(&backend, d.into())
+            });
             tokio::spawn(crate::upstream::group::outlier_ticks(group, sink));
         }
         // Every group with active checks gets a checker of this config (kept DNS groups too, so

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use http::HeaderValue;
 
-use crate::config::wire::enums::{AccessLogFormat, OutboundPolicy, Protocol};
+use crate::config::wire::enums::{OutboundPolicy, Protocol};
 use crate::config::{ConfigSet, ObjectId};
 use crate::http::router::HttpRouter;
 use crate::runtime::status::StatusReport;
+pub use crate::telemetry::access_log::AccessLogSettings;
 use crate::upstream::EndpointGroup;
 
 /// One compiled config generation.
@@ -224,24 +225,6 @@ impl Default for Http2ServerSettings {
             // h2's defaults (see listener/http.rs for what they protect against).
             max_pending_accept_reset_streams: 20,
             max_local_error_reset_streams: 1024,
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AccessLogSettings {
-    pub enabled: bool,
-    pub format: AccessLogFormat,
-    /// `stdout`, `stderr` or a file path.
-    pub path: String,
-}
-
-impl Default for AccessLogSettings {
-    fn default() -> Self {
-        AccessLogSettings {
-            enabled: true,
-            format: AccessLogFormat::Json,
-            path: "stdout".to_owned(),
         }
     }
 }

@@ -194,7 +194,7 @@ impl UndeclaredDestinations {
                 last: last.clone(),
             };
             let full = targets.len() >= self.limits.max_destinations;
-            super::bounded::insert_bounded(
+            crate::bounded::insert_bounded(
                 &mut targets,
                 self.limits.max_destinations,
                 key.clone(),

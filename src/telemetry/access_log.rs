@@ -13,7 +13,6 @@ use arc_swap::ArcSwapOption;
 use serde::Serialize;
 
 use crate::config::wire::enums::AccessLogFormat;
-use crate::runtime::snapshot::AccessLogSettings;
 
 /// One request (or tunnelled connection), as logged: built when the response headers go out
 /// and written when its body has been sent or abandoned.
@@ -225,4 +224,23 @@ impl AccessLog {
 /// Now, formatted for the log.
 pub fn now() -> String {
     super::time::rfc3339(SystemTime::now())
+}
+
+/// `ProxyConfig.spec.accessLog`, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccessLogSettings {
+    pub enabled: bool,
+    pub format: AccessLogFormat,
+    /// `stdout`, `stderr` or a file path.
+    pub path: String,
+}
+
+impl Default for AccessLogSettings {
+    fn default() -> Self {
+        AccessLogSettings {
+            enabled: true,
+            format: AccessLogFormat::Json,
+            path: "stdout".to_owned(),
+        }
+    }
 }

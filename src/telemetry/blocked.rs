@@ -115,7 +115,7 @@ impl BlockedDestinations {
         limits: AuditLimits,
         now: SystemTime,
     ) {
-        if host.len() > crate::upstream::address::MAX_HOST_LEN {
+        if host.len() > crate::names::MAX_HOST_LEN {
             // Not a host name: callers check first; this keeps the bound whatever they do.
             return;
         }
@@ -133,9 +133,7 @@ impl BlockedDestinations {
             first: now,
             last: now,
         };
-        crate::runtime::bounded::insert_bounded(&mut seen, limits.max_entries, key, first, |s| {
-            s.last
-        });
+        crate::bounded::insert_bounded(&mut seen, limits.max_entries, key, first, |s| s.last);
     }
 
     /// Every destination remembered, the most recently blocked first.

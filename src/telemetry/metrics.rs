@@ -185,6 +185,22 @@ impl CappedLabel {
     }
 }
 
+/// An outlier detection as the metrics count it (from `balance::outlier::Detection`).
+#[derive(Clone, Copy, Debug)]
+pub struct DetectionEvent {
+    pub reason: &'static str,
+    pub verdict: &'static str,
+    /// Whether the endpoint was ejected (`egressd_outlier_ejections_total`).
+    pub ejected: bool,
+}
+
+/// `egressd_health_checks_total{backend,result}` for one Backend, resolved once per checker.
+#[derive(Clone, Debug, Default)]
+pub struct CheckCounters {
+    pub pass: Counter,
+    pub fail: Counter,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DetectionLabel {
     pub backend: String,
@@ -641,40 +657,38 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a request or retry a circuit breaker turned away (`reason` is the limit).
-    pub fn overflow(&self, backend: &str, limit: crate::upstream::breaker::Limit) {
+    /// Counts a request or retry a circuit breaker turned away (`limit`: the limit's label,
+    /// `max_parallel_requests`, ...).
+    pub fn overflow(&self, backend: &str, limit: &'static str) {
         self.overflows
             .get_or_create(&BackendReasonLabel {
                 backend: backend.to_owned(),
-                reason: limit.as_str(),
+                reason: limit,
             })
             .inc();
     }
 
     /// Counts an outlier detection (rare: the label lookups are fine here).
-    pub fn outlier_detection(&self, backend: &str, d: crate::balance::outlier::Detection) {
+    pub fn outlier_detection(&self, backend: &str, d: DetectionEvent) {
         self.outlier_detections
             .get_or_create(&DetectionLabel {
                 backend: backend.to_owned(),
-                reason: d.reason.as_str(),
-                verdict: d.verdict.as_str(),
+                reason: d.reason,
+                verdict: d.verdict,
             })
             .inc();
-        if d.verdict == crate::balance::outlier::Verdict::Ejected {
+        if d.ejected {
             self.outlier_ejections
                 .get_or_create(&BackendReasonLabel {
                     backend: backend.to_owned(),
-                    reason: d.reason.as_str(),
+                    reason: d.reason,
                 })
                 .inc();
         }
     }
 
     /// The pass and fail counters of one Backend's health checks.
-    pub fn health_check_counters(
-        &self,
-        backend: &str,
-    ) -> crate::upstream::health_check::CheckCounters {
+    pub fn health_check_counters(&self, backend: &str) -> CheckCounters {
         let counter = |result| {
             self.health_checks
                 .get_or_create(&BackendResultLabel {
@@ -683,7 +697,7 @@ impl Metrics {
                 })
                 .clone()
         };
-        crate::upstream::health_check::CheckCounters {
+        CheckCounters {
             pass: counter("pass"),
             fail: counter("fail"),
         }

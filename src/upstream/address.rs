@@ -14,8 +14,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-/// The longest host name (RFC 1035 §2.3.4: 255 octets on the wire, 253 as text).
-pub const MAX_HOST_LEN: usize = 253;
+pub use crate::names::MAX_HOST_LEN;
 /// The longest label of a host name (RFC 1035 §2.3.4).
 pub const MAX_LABEL_LEN: usize = 63;
 

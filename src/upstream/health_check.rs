@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use http::header::{HOST, USER_AGENT};
 use http::HeaderValue;
-use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -45,12 +44,7 @@ pub struct CheckPlan {
     pub mcp: Option<Arc<crate::mcp::McpPort>>,
 }
 
-/// `egressd_health_checks_total{backend,result}` for one Backend, resolved once per checker.
-#[derive(Clone, Debug, Default)]
-pub struct CheckCounters {
-    pub pass: Counter,
-    pub fail: Counter,
-}
+pub use crate::telemetry::metrics::CheckCounters;
 
 /// Why an HTTP check failed.
 #[derive(Debug, thiserror::Error)]

@@ -212,7 +212,9 @@ pub(super) fn request_deadline(
 /// Outlier detection learns how `endpoint` did.
 pub(crate) fn record(shared: &Shared, target: &Target, endpoint: &Endpoint, seen: OutlierOutcome) {
     if let Some(d) = target.port.endpoints.record(endpoint, seen) {
-        shared.metrics.outlier_detection(&target.backend.label, d);
+        shared
+            .metrics
+            .outlier_detection(&target.backend.label, d.into());
     }
 }
 

@@ -512,7 +512,9 @@ impl Verdict {
             OutlierOutcome::Success
         };
         if let Some(d) = self.port.endpoints.record(&self.endpoint, seen) {
-            self.shared.metrics.outlier_detection(&self.backend, d);
+            self.shared
+                .metrics
+                .outlier_detection(&self.backend, d.into());
         }
     }
 }

@@ -149,7 +149,9 @@ pub(super) fn failure(ctx: &mut RequestCtx<'_>, err: &ProxyError) -> Response<Pr
         tracing::debug!(error = %err, code, "local reply");
     }
     match err {
-        ProxyError::Overflow { backend, limit, .. } => shared.metrics.overflow(backend, *limit),
+        ProxyError::Overflow { backend, limit, .. } => {
+            shared.metrics.overflow(backend, limit.as_str())
+        }
         ProxyError::DestinationNotAllowed { host, port, via }
         | ProxyError::DestinationDenied {
             host, port, via, ..

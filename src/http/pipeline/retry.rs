@@ -52,7 +52,7 @@ pub(super) fn decide(
         }
         Err(limit) => {
             // The circuit breaker's retry limit: this attempt's answer is final.
-            metrics.overflow(&target.backend.label, limit);
+            metrics.overflow(&target.backend.label, limit.as_str());
             None
         }
     }
