@@ -11,11 +11,11 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use crate::listener::{ConnTracker, ListenerManager};
-use crate::runtime::registry::StateRegistry;
 use crate::runtime::reload::{ReloadError, Reloader};
-use crate::runtime::shared::Shared;
 use crate::runtime::watch::{ConfigWatcher, WatchOptions};
+use crate::snapshot::shared::Shared;
 use crate::upstream::dns::DnsResolver;
+use crate::upstream::registry::StateRegistry;
 
 /// How to run a proxy.
 #[derive(Clone, Debug)]

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use crate::config::load_paths;
 use crate::runtime::compile::{compile, Compiled};
-use crate::runtime::registry::StateRegistry;
 use crate::runtime::reload::refuse_without_listeners;
 use crate::upstream::dns::DnsResolver;
+use crate::upstream::registry::StateRegistry;
 
 /// The report of `egressd validate`: every diagnostic, then each object's conditions.
 pub struct Validation {

@@ -31,6 +31,7 @@ pub mod mcp;
 pub mod names;
 pub mod probe;
 pub mod runtime;
+pub mod snapshot;
 pub mod telemetry;
 pub mod upstream;
 

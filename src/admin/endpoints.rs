@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::balance::health::HealthState;
-use crate::runtime::snapshot::Snapshot;
+use crate::snapshot::Snapshot;
 use crate::telemetry::time::rfc3339;
 
 pub(super) fn endpoints(snapshot: &Snapshot) -> Value {
@@ -115,7 +115,7 @@ fn active_health(health: &HealthState) -> Value {
 /// The gauges read off the serving snapshot, set just before `/metrics` is encoded: requests
 /// in flight, open connections and endpoints by health per Backend, and seconds until each
 /// certificate file expires. Series of Backends and files no longer in the config go away.
-pub(super) fn refresh_gauges(shared: &crate::runtime::shared::Shared) {
+pub(super) fn refresh_gauges(shared: &crate::snapshot::shared::Shared) {
     use crate::telemetry::metrics::{BackendHealthLabel, BackendLabel, FileLabel};
     let snapshot = shared.snapshot.load();
     let m = &shared.metrics;

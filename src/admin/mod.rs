@@ -32,8 +32,8 @@ use crate::listener::detect::{Prefix, ServedIo};
 use crate::listener::watchdog::{Activity, Tracked};
 use crate::listener::{count_parse_error, drive, http1_server, refused as listener_refused};
 use crate::listener::{OnExpiry, Timers};
-use crate::runtime::shared::Shared;
-use crate::runtime::snapshot::DownstreamSettings;
+use crate::snapshot::shared::Shared;
+use crate::snapshot::DownstreamSettings;
 use crate::telemetry::log_limit::limited;
 
 /// A running admin server; dropping the handle (or `stop`) closes it.

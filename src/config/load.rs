@@ -24,6 +24,7 @@ use super::wire::route::HttpRouteSpec;
 use super::wire::tls_route::TlsRouteSpec;
 use super::wire::{Kind, Object, KINDS_NOT_YET_SUPPORTED};
 use super::yaml::{self, Node, Pos};
+use crate::names::is_dns_subdomain;
 
 /// Every object of a config, grouped by kind, in file order.
 #[derive(Clone, Debug, Default)]
@@ -447,23 +448,6 @@ fn kind_names() -> String {
         .map(|k| k.name())
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// RFC 1123 subdomain: lower-case labels of letters, digits and `-`, each at most 63
-/// characters, not starting or ending with `-`, at most 253 in all. Kubernetes requires it of
-/// object names and namespaces; hostnames follow the same grammar.
-pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
 }
 
 /// A duplicate identity (group, kind, namespace, name) is an error naming both places.

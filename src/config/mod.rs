@@ -6,6 +6,7 @@ mod files;
 pub mod limits;
 pub mod load;
 pub mod schema;
+pub mod status;
 pub mod units;
 pub mod wire;
 pub mod yaml;

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -13,134 +13,9 @@ use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
 use crate::http::grpc::GrpcStatus;
+use crate::upstream::body::Lease;
 use crate::upstream::endpoint::ActiveRequest;
-use crate::upstream::h2_pool::H2Stream;
-use crate::upstream::pool::H1Sender;
 use crate::upstream::Endpoint;
-
-/// An error reading the client's request body: it broke the protocol, or the client went
-/// away (or stopped sending) before it ended. Kept apart from upstream errors all the way up,
-/// so that a client can never make an endpoint look broken (outlier detection, retries).
-#[derive(Debug, thiserror::Error)]
-#[error("client request body: {0}")]
-pub struct ClientBodyError(#[source] pub hyper::Error);
-
-impl ClientBodyError {
-    /// The client sent something that is not HTTP (a bad chunk), rather than leaving early.
-    /// hyper reports a bad chunk as an `InvalidData` I/O error of the body; an early end as
-    /// an incomplete message or a reset connection.
-    pub fn is_malformed(&self) -> bool {
-        if self.0.is_parse() {
-            return true;
-        }
-        let mut source = std::error::Error::source(&self.0);
-        while let Some(e) = source {
-            if let Some(io) = e.downcast_ref::<std::io::Error>() {
-                return matches!(
-                    io.kind(),
-                    std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput
-                );
-            }
-            source = e.source();
-        }
-        false
-    }
-
-    /// hyper's own words, for the reply and the log.
-    pub fn cause(&self) -> String {
-        super::error::error_chain(&self.0)
-    }
-}
-
-/// The body sent upstream.
-#[derive(Debug)]
-pub enum RequestBody {
-    /// The client's request body, streamed; with a counter of its bytes when the access log
-    /// must say how long a body without a declared length was.
-    Client(Incoming, Option<Arc<AtomicU64>>),
-    /// No body: a request without one can be sent again as is (a stream refused by an
-    /// HTTP/2 server, a connection that went away before the request was written).
-    Empty,
-    /// A body read whole: ahead so the request can be retried (`retry.replayBodyLimit`), or
-    /// for MCP inspection. The `Option` empties as it is sent, and a copy is taken before each
-    /// attempt. The reservation of the buffer budget (`http::budget`) is shared by the copies
-    /// and given back when the last one is gone, when the bytes are.
-    Buffered(Option<Bytes>, Option<Arc<crate::http::budget::Reservation>>),
-}
-
-impl RequestBody {
-    /// The client's body; `Empty` when it has already ended (nothing to stream).
-    pub fn from_client(body: Incoming) -> Self {
-        if body.is_end_stream() {
-            RequestBody::Empty
-        } else {
-            RequestBody::Client(body, None)
-        }
-    }
-
-    /// Starts counting the bytes of a client body whose length was not declared (chunked,
-    /// HTTP/2 without `content-length`); the counter, if one was started.
-    pub fn count_undeclared(&mut self) -> Option<Arc<AtomicU64>> {
-        match self {
-            RequestBody::Client(body, counter @ None) if body.size_hint().exact().is_none() => {
-                Some(counter.insert(Arc::default()).clone())
-            }
-            _ => None,
-        }
-    }
-}
-
-impl Body for RequestBody {
-    type Data = Bytes;
-    type Error = ClientBodyError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
-        match self.get_mut() {
-            RequestBody::Client(body, counter) => {
-                let polled = Pin::new(body).poll_frame(cx).map_err(ClientBodyError);
-                if let (Some(counter), Poll::Ready(Some(Ok(frame)))) = (counter, &polled) {
-                    if let Some(data) = frame.data_ref() {
-                        counter.fetch_add(data.len() as u64, Ordering::Relaxed);
-                    }
-                }
-                polled
-            }
-            RequestBody::Empty => Poll::Ready(None),
-            RequestBody::Buffered(bytes, _) => {
-                Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b))))
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            RequestBody::Client(body, _) => body.is_end_stream(),
-            RequestBody::Empty => true,
-            RequestBody::Buffered(bytes, _) => bytes.is_none(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            RequestBody::Client(body, _) => body.size_hint(),
-            RequestBody::Empty => SizeHint::with_exact(0),
-            RequestBody::Buffered(bytes, _) => {
-                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
-            }
-        }
-    }
-}
-
-/// What an upstream response holds on to while it streams: the HTTP/1.1 connection to give
-/// back to the pool at the end, or the HTTP/2 stream slot to release.
-#[derive(Debug)]
-pub enum Lease {
-    Http1(H1Sender),
-    Http2(H2Stream),
-}
 
 /// Errors while streaming a response body downstream.
 pub type BodyError = Box<dyn std::error::Error + Send + Sync>;

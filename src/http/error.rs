@@ -40,7 +40,7 @@ pub enum ProxyError {
         host: String,
         port: u16,
         via: crate::telemetry::blocked::Via,
-        reason: crate::runtime::undeclared::Refusal,
+        reason: crate::snapshot::undeclared::Refusal,
     },
     #[error("port {port} of {host} is not allowed: its declared ports are {declared}")]
     PortNotAllowed {
@@ -408,7 +408,7 @@ impl ProxyError {
     pub fn from_client_body(err: &(dyn std::error::Error + 'static)) -> Option<ProxyError> {
         let mut source = Some(err);
         while let Some(e) = source {
-            if let Some(body) = e.downcast_ref::<super::body::ClientBodyError>() {
+            if let Some(body) = e.downcast_ref::<crate::upstream::body::ClientBodyError>() {
                 let cause = body.cause();
                 return Some(if body.is_malformed() {
                     ProxyError::MalformedBody { cause }
@@ -464,18 +464,6 @@ pub fn local_reply(err: &ProxyError) -> Response<ProxyBody> {
     response
 }
 
-/// An error and its sources, `: `-separated (hyper's own message alone says little).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -502,7 +490,7 @@ mod tests {
                 host: text(),
                 port: 80,
                 via: crate::telemetry::blocked::Via::Connect,
-                reason: crate::runtime::undeclared::Refusal::NotAllowed,
+                reason: crate::snapshot::undeclared::Refusal::NotAllowed,
             },
             ProxyError::PortNotAllowed {
                 host: text(),

@@ -9,7 +9,7 @@
 
 use http::{header, Request, Version};
 
-use crate::runtime::snapshot::RequestHeadLimits;
+use crate::snapshot::RequestHeadLimits;
 
 /// A request head over one of the limits, or malformed in a way RFC 9112 says to refuse.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

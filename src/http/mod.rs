@@ -5,14 +5,11 @@
 
 pub mod body;
 pub mod budget;
-pub mod credentials;
 pub mod error;
-pub mod filters;
 pub mod grpc;
 pub mod headers;
 pub mod limits;
 pub mod pipeline;
 pub mod relay;
-pub mod router;
 
 pub use pipeline::websocket;

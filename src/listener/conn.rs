@@ -30,8 +30,8 @@ use super::tracker::{ConnGuard, ConnTracker};
 use super::watchdog::{watchdog, Activity, Expiry, Tracked};
 use super::Accept;
 use crate::http::pipeline::{handle, ConnInfo};
-use crate::runtime::shared::Shared;
-use crate::runtime::snapshot::{AcceptMode, DownstreamSettings};
+use crate::snapshot::shared::Shared;
+use crate::snapshot::{AcceptMode, DownstreamSettings};
 use crate::telemetry::log_limit::limited;
 use crate::telemetry::metrics::{CodeLabel, ReasonLabel};
 

@@ -34,7 +34,7 @@
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::runtime::snapshot::{DownstreamSettings, Http2ServerSettings};
+use crate::snapshot::{DownstreamSettings, Http2ServerSettings};
 
 /// The HTTP servers of downstream connections, one per protocol (see `detect`), and the
 /// connection settings they were built with.
@@ -63,7 +63,7 @@ pub(crate) fn http1_server(settings: &DownstreamSettings) -> http1::Builder {
         .max_header_size(settings.head.max_bytes);
     // hyper keeps its default 100 header slots on the stack; any other count costs a heap
     // allocation per request, paid only when asked for.
-    if settings.head.max_headers != crate::runtime::snapshot::RequestHeadLimits::HYPER_MAX_HEADERS {
+    if settings.head.max_headers != crate::snapshot::RequestHeadLimits::HYPER_MAX_HEADERS {
         h1.max_headers(settings.head.max_headers);
     }
     h1

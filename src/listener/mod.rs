@@ -9,7 +9,6 @@
 pub(crate) mod cap;
 mod conn;
 pub(crate) mod detect;
-pub mod fd_limit;
 mod http;
 mod passthrough;
 pub mod sni;
@@ -30,8 +29,8 @@ use tokio::net::TcpListener;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
-use crate::runtime::shared::Shared;
-use crate::runtime::snapshot::{AcceptMode, DownstreamSettings, Http2ServerSettings, ListenerPlan};
+use crate::snapshot::shared::Shared;
+use crate::snapshot::{AcceptMode, DownstreamSettings, Http2ServerSettings, ListenerPlan};
 
 /// A listener that could not be bound.
 #[derive(Debug, thiserror::Error)]

@@ -9,9 +9,9 @@ use tokio::time::Instant;
 
 use super::sni::{peek_client_hello, Peek, MAX_HELLO};
 use crate::http::pipeline::ConnInfo;
-use crate::http::router::SniDecision;
-use crate::runtime::shared::Shared;
-use crate::runtime::undeclared::{Carriage, Refusal};
+use crate::snapshot::router::SniDecision;
+use crate::snapshot::shared::Shared;
+use crate::snapshot::undeclared::{Carriage, Refusal};
 use crate::telemetry::log_limit::limited;
 
 /// The port an SNI nothing declares is reached on (AllowAny, AuditOnly) and suggested for in

@@ -33,7 +33,7 @@ use crate::config::wire::enums::{LookupFamily, SanType, TlsMode};
 use crate::config::wire::EGRESSD_GROUP;
 use crate::config::{ConfigSet, ObjectId};
 use crate::runtime::compile::Compiled;
-use crate::runtime::snapshot::{BackendPort, RequestPolicy};
+use crate::snapshot::{BackendPort, RequestPolicy};
 use crate::upstream::connect::{connect_tcp, ConnectError, Transport};
 use crate::upstream::dns::DnsResolver;
 use crate::upstream::tls::TlsFailure;

@@ -1,10 +1,5 @@
-//! Runtime: compiling config into snapshots, long-lived state, and the reload loop.
+//! Runtime: compiling config into snapshots, and the reload loop that swaps them in.
 
 pub mod compile;
-pub mod registry;
 pub mod reload;
-pub mod shared;
-pub mod snapshot;
-pub mod status;
-pub mod undeclared;
 pub mod watch;

@@ -11,18 +11,18 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::Mutex;
 
 use super::compile::compile;
-use super::registry::StateRegistry;
-use super::shared::{ReloadStatus, Shared};
 use crate::admin::{self, AdminHandle};
+use crate::config::status::StatusReport;
 use crate::config::yaml::Pos;
 use crate::config::{load_paths, Diagnostic, LoadLimits};
 use crate::listener::ListenerManager;
 use crate::runtime::compile::Compiled;
-use crate::runtime::status::StatusReport;
 use crate::runtime::watch::ConfigWatcher;
+use crate::snapshot::shared::{ReloadStatus, Shared};
 use crate::telemetry::time::rfc3339;
 use crate::telemetry::trace::Tracing;
 use crate::upstream::dns::refresh_loop;
+use crate::upstream::registry::StateRegistry;
 
 /// Why a reload did not take effect.
 #[derive(Debug, thiserror::Error)]
@@ -302,7 +302,7 @@ impl Reloader {
         if inner.admin.is_none() {
             let addr = self
                 .admin_override
-                .unwrap_or_else(|| super::snapshot::ProxySettings::default().admin_addr);
+                .unwrap_or_else(|| crate::snapshot::ProxySettings::default().admin_addr);
             inner.admin = Some(admin::start(addr, self.shared.clone()).await?);
             inner.admin_requested = Some(addr);
         }
@@ -337,7 +337,7 @@ impl Reloader {
         &self,
         cause: &str,
         diagnostics: Vec<Diagnostic>,
-        rejected_objects: Vec<crate::runtime::status::ObjectStatus>,
+        rejected_objects: Vec<crate::config::status::ObjectStatus>,
     ) {
         let messages = diagnostics.iter().map(ToString::to_string).collect();
         let serving = self.shared.snapshot.load().generation;

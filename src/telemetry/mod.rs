@@ -8,3 +8,15 @@ pub mod log_limit;
 pub mod metrics;
 pub mod time;
 pub mod trace;
+
+/// An error and its sources, `: `-separated (hyper's own message alone says little).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}

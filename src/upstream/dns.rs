@@ -19,7 +19,7 @@ use hickory_resolver::TokioResolver;
 use super::address::{canonical_ip, is_never_reachable, AddressPolicy};
 use super::group::{EndpointGroup, EndpointList, EndpointSource};
 use crate::config::wire::enums::LookupFamily;
-use crate::runtime::registry::{EndpointTemplate, StateRegistry};
+use crate::upstream::registry::{EndpointTemplate, StateRegistry};
 
 /// A DNS resolver shared by every refresher.
 #[derive(Clone)]

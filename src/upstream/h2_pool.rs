@@ -18,7 +18,7 @@ use hyper::client::conn::http2::SendRequest;
 use tokio::sync::watch;
 
 use super::h2_frames::PeerSettings;
-use crate::http::body::RequestBody;
+use crate::upstream::body::RequestBody;
 
 /// One HTTP/2 connection to an endpoint.
 #[derive(Debug)]

@@ -26,7 +26,7 @@ use super::connect::{connect_http, connect_tcp, ConnectError, Http2Options, Http
 use super::connect::{HttpWire, Transport};
 use super::{Endpoint, EndpointGroup};
 use crate::balance::health::{start_offset, ActiveSettings, CheckKind, CheckResult, HttpCheck};
-use crate::http::body::RequestBody;
+use crate::upstream::body::RequestBody;
 
 /// What a checker needs besides the group's settings: how to reach the endpoints.
 #[derive(Clone, Debug)]

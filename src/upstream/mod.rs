@@ -2,6 +2,7 @@
 //! checks.
 
 pub mod address;
+pub mod body;
 pub mod breaker;
 pub mod connect;
 pub mod dns;
@@ -12,6 +13,7 @@ pub mod h2_pool;
 pub mod health_check;
 pub mod pem;
 pub mod pool;
+pub mod registry;
 pub mod tls;
 
 pub use endpoint::Endpoint;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use hyper::client::conn::http1::SendRequest;
 use tokio::sync::Notify;
 
-use crate::http::body::RequestBody;
+use crate::upstream::body::RequestBody;
 
 /// Pool limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

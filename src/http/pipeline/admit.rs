@@ -7,7 +7,7 @@
 
 use super::Kind;
 use crate::http::error::ProxyError;
-use crate::runtime::snapshot::Target;
+use crate::snapshot::Target;
 use crate::upstream::breaker::{Admission, ConnectionSlot, Limit};
 
 /// The circuit-breaker slots a request holds; dropping it gives them back.

@@ -13,9 +13,9 @@ use tokio::time::Instant;
 
 use crate::http::grpc::GrpcCall;
 use crate::http::headers::client_address_value;
-use crate::http::router::RouteAction;
-use crate::runtime::shared::Shared;
-use crate::runtime::snapshot::Snapshot;
+use crate::snapshot::router::RouteAction;
+use crate::snapshot::shared::Shared;
+use crate::snapshot::Snapshot;
 use crate::telemetry::trace::RequestSpan;
 use crate::upstream::connect::TlsSummary;
 

@@ -20,9 +20,10 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::attempt::connect_error;
-use crate::http::body::{Lease, RequestBody};
-use crate::http::error::{error_chain, ProxyError};
-use crate::runtime::snapshot::Target;
+use crate::http::error::ProxyError;
+use crate::snapshot::Target;
+use crate::telemetry::error_chain;
+use crate::upstream::body::{Lease, RequestBody};
 use crate::upstream::breaker::{ConnectionSlot, Limit, PendingSlot};
 use crate::upstream::connect::{connect_http, ConnectError, HttpConnection, HttpWire, Transport};
 use crate::upstream::h2_pool::{Attempt, Checkout, H2Stream};

@@ -13,7 +13,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
 use crate::http::body::{BodyError, ProxyBody};
-use crate::runtime::shared::Shared;
+use crate::snapshot::shared::Shared;
 use crate::telemetry::access_log::{millis, AccessRecord};
 use crate::telemetry::trace::{RequestSpan, SpanEnd};
 

@@ -12,17 +12,18 @@ use hyper::body::Incoming;
 
 use super::ctx::RequestCtx;
 use crate::balance::outlier::Outcome as OutlierOutcome;
-use crate::http::body::{ProxyBody, RequestBody};
+use crate::http::body::ProxyBody;
 use crate::http::budget;
 use crate::http::error::ProxyError;
-use crate::http::router::{RouteAction, RouteEntry};
 use crate::mcp::errors::ErrorScan;
 use crate::mcp::inspect::{self, Call, Mirrored, ToolPolicy};
 use crate::mcp::{legacy, McpPort};
-use crate::runtime::shared::Shared;
-use crate::runtime::snapshot::{BackendPort, Target};
+use crate::snapshot::router::{RouteAction, RouteEntry};
+use crate::snapshot::shared::Shared;
+use crate::snapshot::{BackendPort, Target};
 use crate::telemetry::access_log;
 use crate::telemetry::metrics::{BackendLabel, BackendReasonLabel};
+use crate::upstream::body::RequestBody;
 use crate::upstream::Endpoint;
 
 /// An exchange with an MCP Backend's endpoint path: what the way back needs to know.

@@ -46,7 +46,7 @@ use websocket::Upgrade;
 
 use crate::http::body::ProxyBody;
 use crate::http::error::ProxyError;
-use crate::runtime::shared::Shared;
+use crate::snapshot::shared::Shared;
 
 /// What a request asks egressd to do, which decides how it is sent and relayed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,7 +77,7 @@ impl Kind {
 
     /// A websocket to a Backend that turns them off goes on as the plain GET it also is, or
     /// is refused (see [`Upgrade::refused`]).
-    fn allowed_by(self, target: &crate::runtime::snapshot::Target) -> Result<Kind, ProxyError> {
+    fn allowed_by(self, target: &crate::snapshot::Target) -> Result<Kind, ProxyError> {
         match self {
             Kind::Websocket(upgrade) if !target.policy.websocket => {
                 upgrade.refused(target)?;

@@ -13,11 +13,11 @@ use super::ctx::RequestCtx;
 use super::destination::Destination;
 use super::route::Routed;
 use crate::config::wire::enums::Protocol;
-use crate::http::body::RequestBody;
 use crate::http::error::ProxyError;
 use crate::http::headers::{add_forwarded_for, append_via, strip_hop_by_hop};
-use crate::http::router::RouteEntry;
-use crate::runtime::snapshot::Target;
+use crate::snapshot::router::RouteEntry;
+use crate::snapshot::Target;
+use crate::upstream::body::RequestBody;
 
 /// A request ready to go upstream.
 pub(super) struct Prepared {

@@ -12,13 +12,14 @@ use super::attempt::Answered;
 use super::ctx::RequestCtx;
 use super::mcp::McpExchange;
 use super::route::Routed;
-use crate::http::body::{Lease, ProxyBody, UpstreamBody};
+use crate::http::body::{ProxyBody, UpstreamBody};
 use crate::http::error::ProxyError;
 use crate::http::headers::{append_via, strip_hop_by_hop};
-use crate::http::router::RouteEntry;
-use crate::runtime::snapshot::Target;
+use crate::snapshot::router::RouteEntry;
+use crate::snapshot::Target;
 use crate::telemetry::blocked::Via;
 use crate::telemetry::metrics::{CauseLabel, CodeLabel};
+use crate::upstream::body::Lease;
 use crate::upstream::breaker::Admission;
 use crate::upstream::endpoint::ActiveRequest;
 

@@ -17,11 +17,11 @@ use tokio::time::Instant;
 
 use super::ctx::RequestCtx;
 use super::exchange::is_idempotent;
-use crate::http::body::{Lease, RequestBody};
 use crate::http::budget::Buffered;
 use crate::http::error::{ProxyError, RetryOn};
-use crate::runtime::shared::Shared;
-use crate::runtime::snapshot::{RetryPolicy, Target};
+use crate::snapshot::shared::Shared;
+use crate::snapshot::{RetryPolicy, Target};
+use crate::upstream::body::{Lease, RequestBody};
 use crate::upstream::breaker::RetrySlot;
 
 /// Phase "retry": whether the attempt that gave `sent` is made again (as `next`), holding the

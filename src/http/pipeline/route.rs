@@ -13,9 +13,9 @@ use super::destination::Destination;
 use super::websocket::Upgrade;
 use super::Kind;
 use crate::http::error::ProxyError;
-use crate::http::router::{HttpRouter, RouteEntry, RouteInput};
-use crate::runtime::snapshot::Target;
-use crate::runtime::undeclared::{Carriage, Refusal};
+use crate::snapshot::router::{HttpRouter, RouteEntry, RouteInput};
+use crate::snapshot::undeclared::{Carriage, Refusal};
+use crate::snapshot::Target;
 use crate::telemetry::blocked::Via;
 
 /// Where phase "route" sends a request.

@@ -14,8 +14,8 @@ use super::route::Routed;
 use crate::balance::outlier::Outcome;
 use crate::http::body::ProxyBody;
 use crate::http::error::ProxyError;
-use crate::runtime::shared::Shared;
-use crate::runtime::snapshot::Target;
+use crate::snapshot::shared::Shared;
+use crate::snapshot::Target;
 use crate::upstream::connect::ConnectError;
 use crate::upstream::Endpoint;
 

@@ -12,7 +12,7 @@ use http::HeaderValue;
 use super::policy::{check_sections, PolicyIndex};
 use super::settings::Settings;
 use super::tls::{compile_tls, TlsSite};
-use super::{at, hostname_matches, is_valid_hostname, Cx};
+use super::{at, Cx};
 use crate::balance::health::CheckKind;
 use crate::balance::outlier::{FailurePercentageSettings, OutlierSettings, SuccessRateSettings};
 use crate::balance::slow_start::SlowStartSettings;
@@ -26,14 +26,15 @@ use crate::config::wire::policy::{
 use crate::config::wire::Object;
 use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, Reason};
-use crate::runtime::registry::{EndpointTemplate, GroupKey, GroupSource, StateRegistry};
-use crate::runtime::snapshot::{Backend, BackendPort};
+use crate::names::{hostname_matches, is_valid_hostname};
+use crate::snapshot::{Backend, BackendPort};
 use crate::upstream::address::is_never_reachable;
 use crate::upstream::breaker::{BreakerSettings, RetryBudget};
 use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, TcpKeepalive, Transport};
 use crate::upstream::dns::RefreshPlan;
 use crate::upstream::health_check::CheckPlan;
 use crate::upstream::pool::PoolSettings;
+use crate::upstream::registry::{EndpointTemplate, GroupKey, GroupSource, StateRegistry};
 use crate::upstream::{Endpoint, EndpointGroup, EndpointSource, GroupSettings};
 
 /// Compiled Backends by `(namespace, name)`, with their inline policies for request-level

@@ -7,7 +7,7 @@ use super::{at, Cx};
 use crate::config::wire::backend::{BackendExtension, CredentialInjectorConfig};
 use crate::config::yaml::Spanned;
 use crate::config::{ObjectId, Reason};
-use crate::http::credentials::CredentialInjection;
+use crate::snapshot::credentials::CredentialInjection;
 
 /// Headers an injected credential may not replace: hop-by-hop ones (RFC 9110 §7.6.1) and the
 /// ones that frame or route the request.

@@ -10,7 +10,7 @@ use crate::config::units::{GwDuration, Quantity};
 use crate::config::wire::proxy::{DownstreamHttp2Spec, DownstreamSpec};
 use crate::config::yaml::Spanned;
 use crate::config::{ObjectId, Reason};
-use crate::runtime::snapshot::{DownstreamSettings, Http2ServerSettings, RequestHeadLimits};
+use crate::snapshot::{DownstreamSettings, Http2ServerSettings, RequestHeadLimits};
 
 const FIELD: &str = "spec.downstream.http2";
 

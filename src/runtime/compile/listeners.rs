@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use super::settings::Settings;
 use super::tls::resolve;
-use super::{at, is_valid_hostname_pattern, Cx};
+use super::{at, Cx};
 use crate::config::wire::enums::{FromNamespaces, ListenerProtocol, ListenerTlsMode};
 use crate::config::wire::gateway::Listener;
 use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, ObjectId};
 use crate::listener::tls::{server_config, ServerCertificate};
-use crate::runtime::snapshot::{AcceptMode, ListenerPlan};
+use crate::names::is_valid_hostname_pattern;
+use crate::snapshot::{AcceptMode, ListenerPlan};
 
 /// A compiled HTTP or HTTPS listener with what route attachment needs.
 pub(crate) struct CompiledListener {

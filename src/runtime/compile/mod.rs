@@ -20,14 +20,14 @@ mod undeclared;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::config::status::StatusReport;
 use crate::config::wire::enums::OutboundPolicy;
 use crate::config::yaml::Pos;
 use crate::config::{ConfigSet, Diagnostic, ObjectId, Reason};
-use crate::runtime::registry::StateRegistry;
-use crate::runtime::snapshot::Snapshot;
-use crate::runtime::status::StatusReport;
-use crate::runtime::undeclared::UndeclaredDestinations;
+use crate::snapshot::undeclared::UndeclaredDestinations;
+use crate::snapshot::Snapshot;
 use crate::upstream::dns::RefreshPlan;
+use crate::upstream::registry::StateRegistry;
 
 /// A new endpoint group whose outlier detector needs its interval tick, and the label of the
 /// Backend it belongs to (for the metrics of ejections made on the tick).
@@ -216,26 +216,5 @@ pub(crate) fn at<'a>(
         id,
         pos,
         field: field.into(),
-    }
-}
-
-/// A DNS name (RFC 1123), lower-case, not an IP literal, no wildcard.
-pub(crate) fn is_valid_hostname(host: &str) -> bool {
-    crate::config::load::is_dns_subdomain(host) && host.parse::<std::net::IpAddr>().is_err()
-}
-
-/// `host` or `*.host`.
-pub(crate) fn is_valid_hostname_pattern(pattern: &str) -> bool {
-    match pattern.strip_prefix("*.") {
-        Some(rest) => is_valid_hostname(rest),
-        None => is_valid_hostname(pattern),
-    }
-}
-
-/// Whether `host` matches `pattern` (`*.suffix` matches one or more labels before the suffix).
-pub(crate) fn hostname_matches(pattern: &str, host: &str) -> bool {
-    match pattern.strip_prefix('*') {
-        Some(suffix) => host.len() > suffix.len() && host.ends_with(suffix),
-        None => pattern == host,
     }
 }

@@ -16,7 +16,7 @@ use crate::config::wire::policy::{TimeoutPolicy, TrafficPolicySpec};
 use crate::config::wire::{Kind, EGRESSD_GROUP, GATEWAY_GROUP};
 use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, ObjectId, Reason};
-use crate::runtime::snapshot::RequestPolicy;
+use crate::snapshot::RequestPolicy;
 
 /// A policy's sections with the policy's identity.
 pub(crate) struct Source<'a> {
@@ -322,10 +322,8 @@ fn section_set(spec: &TrafficPolicySpec, name: &str) -> bool {
 }
 
 /// `retry` over the defaults (triggers validated by `policy_checks`).
-fn retry_policy(
-    spec: &crate::config::wire::policy::RetrySpec,
-) -> crate::runtime::snapshot::RetryPolicy {
-    let mut p = crate::runtime::snapshot::RetryPolicy::default();
+fn retry_policy(spec: &crate::config::wire::policy::RetrySpec) -> crate::snapshot::RetryPolicy {
+    let mut p = crate::snapshot::RetryPolicy::default();
     if let Some(n) = &spec.num_retries {
         p.num_retries = n.value;
     }
@@ -381,10 +379,8 @@ pub struct RouteSettings<'a> {
 }
 
 /// Gateway API `HTTPRouteRetry` onto egressd's retry policy.
-fn route_retry(
-    r: &crate::config::wire::route::HttpRouteRetry,
-) -> crate::runtime::snapshot::RetryPolicy {
-    let mut p = crate::runtime::snapshot::RetryPolicy::default();
+fn route_retry(r: &crate::config::wire::route::HttpRouteRetry) -> crate::snapshot::RetryPolicy {
+    let mut p = crate::snapshot::RetryPolicy::default();
     if let Some(n) = r.attempts {
         p.num_retries = n;
     }

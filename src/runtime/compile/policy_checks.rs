@@ -163,7 +163,7 @@ fn check_http2(
     ] {
         if let Some(v) = value.as_ref().filter(|v| {
             // The same bounds as the downstream settings (RFC 9113 §6.9.1, §6.9.2).
-            use crate::runtime::snapshot::Http2ServerSettings as H2;
+            use crate::snapshot::Http2ServerSettings as H2;
             v.value.0 < u64::from(H2::SPEC_CONNECTION_WINDOW_SIZE)
                 || v.value.0 > u64::from(H2::MAX_WINDOW_SIZE)
         }) {

@@ -7,15 +7,16 @@ use http::{HeaderName, HeaderValue, Method};
 use regex::Regex;
 
 use super::backends::Backends;
-use super::{at, is_valid_hostname_pattern, Cx};
+use super::{at, Cx};
 use crate::config::wire::common::BackendRef;
 use crate::config::wire::enums::{FilterType, PathMatchType, PathModifierType, ValueMatchType};
 use crate::config::wire::route::{HeaderModifier, HttpRouteRule, HttpRouteSpec};
 use crate::config::wire::{Object, EGRESSD_GROUP};
 use crate::config::yaml::Spanned;
 use crate::config::ObjectId;
-use crate::http::filters::{Filters, HeaderOps, PathRewrite};
-use crate::http::router::{PathMatcher, RequestMatch, ValueMatcher};
+use crate::names::is_valid_hostname_pattern;
+use crate::snapshot::filters::{Filters, HeaderOps, PathRewrite};
+use crate::snapshot::router::{PathMatcher, RequestMatch, ValueMatcher};
 
 /// A rule that passed validation: its matches, filters and resolved backendRefs.
 pub(super) struct CheckedRule<'a> {
@@ -24,7 +25,7 @@ pub(super) struct CheckedRule<'a> {
     pub(super) filters: Filters,
     /// (backend namespace/name, port, weight)
     pub(super) refs: Vec<(
-        Arc<crate::runtime::snapshot::Backend>,
+        Arc<crate::snapshot::Backend>,
         Option<&'a crate::config::wire::policy::TrafficPolicySpec>,
         usize,
         u32,
@@ -118,7 +119,7 @@ pub(super) fn resolve_backend_ref<'a>(
     bfield: &str,
     backends: &'a Backends<'_>,
 ) -> Option<(
-    &'a Arc<crate::runtime::snapshot::Backend>,
+    &'a Arc<crate::snapshot::Backend>,
     Option<&'a crate::config::wire::policy::TrafficPolicySpec>,
     usize,
 )> {

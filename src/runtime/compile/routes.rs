@@ -9,17 +9,18 @@ use super::listeners::CompiledListener;
 use super::policy::PolicyIndex;
 use super::policy::RouteSettings;
 use super::route_rules::{check_route, CheckedRule};
-use super::{at, hostname_matches, Cx};
+use super::{at, Cx};
 use crate::config::wire::common::ParentRef;
 use crate::config::wire::enums::Protocol;
 use crate::config::wire::route::HttpRouteSpec;
 use crate::config::wire::{Object, GATEWAY_GROUP};
 use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, ObjectId, Reason};
-use crate::http::router::{
+use crate::names::hostname_matches;
+use crate::snapshot::router::{
     HttpRouter, ImplicitRoute, PathMatcher, RequestMatch, RouteAction, RouteEntry, WeightedTarget,
 };
-use crate::runtime::snapshot::Target;
+use crate::snapshot::Target;
 
 pub(crate) fn compile(
     cx: &mut Cx,
@@ -186,7 +187,7 @@ pub(crate) fn declared_ports<'a>(
 /// with the request policy of its Backend for this listener's Gateway.
 fn implicit_routes(
     declared: &DeclaredPorts<'_>,
-    serves: impl Fn(&crate::runtime::snapshot::BackendPort) -> bool,
+    serves: impl Fn(&crate::snapshot::BackendPort) -> bool,
     listener: &CompiledListener,
     policies: &PolicyIndex<'_>,
 ) -> HashMap<String, ImplicitRoute> {
@@ -515,14 +516,14 @@ pub(crate) fn compile_sni(
     backends: &Backends<'_>,
     declared: &DeclaredPorts<'_>,
     policies: &PolicyIndex<'_>,
-) -> HashMap<Arc<str>, Arc<crate::http::router::SniRouter>> {
+) -> HashMap<Arc<str>, Arc<crate::snapshot::router::SniRouter>> {
     let tls_routes = super::tls_routes::check(cx, set, listeners, backends);
     let mut out = HashMap::new();
     for (li, listener) in listeners.iter().enumerate() {
         if !listener.is_passthrough() {
             continue;
         }
-        let mut router = crate::http::router::SniRouter::default();
+        let mut router = crate::snapshot::router::SniRouter::default();
         super::tls_routes::install(cx, &mut router, &tls_routes, li, listener, policies);
         // The ClientHello names no port: the Passthrough port numbered like the listener's,
         // else the hostname's first Passthrough port.

@@ -3,10 +3,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{at, is_valid_hostname_pattern, Cx};
+use super::{at, Cx};
 use crate::config::wire::enums::{AccessLogFormat, OutboundPolicy};
 use crate::config::{ConfigSet, Reason};
-use crate::runtime::snapshot::{AccessLogSettings, ProxySettings};
+use crate::names::is_valid_hostname_pattern;
+use crate::snapshot::{AccessLogSettings, ProxySettings};
 use crate::telemetry::trace::TracingSettings;
 
 /// The files of `ProxyConfig.spec.platformIdentity`, resolved.

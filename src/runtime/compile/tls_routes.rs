@@ -17,8 +17,8 @@ use crate::config::wire::policy::TrafficPolicySpec;
 use crate::config::wire::tls_route::TlsRouteSpec;
 use crate::config::wire::Object;
 use crate::config::{ConfigSet, Reason};
-use crate::http::router::{SniRoute, SniRouter, WeightedTarget};
-use crate::runtime::snapshot::{Backend, Target};
+use crate::snapshot::router::{SniRoute, SniRouter, WeightedTarget};
+use crate::snapshot::{Backend, Target};
 
 /// A TLSRoute without errors: the listeners it attaches to and its resolved backendRefs.
 pub(super) struct CheckedTlsRoute<'a> {

@@ -8,7 +8,7 @@ use super::{at, Cx};
 use crate::config::wire::proxy::{BlockedAuditSpec, UndeclaredDestinationsSpec};
 use crate::config::yaml::Spanned;
 use crate::config::ObjectId;
-use crate::runtime::snapshot::ProxySettings;
+use crate::snapshot::ProxySettings;
 use crate::telemetry::blocked::AuditLimits;
 use crate::upstream::address::canonical_net;
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use serde::Serialize;
 
-use super::snapshot::Snapshot;
+use super::Snapshot;
 use crate::config::Diagnostic;
 use crate::telemetry::access_log::AccessLog;
 use crate::telemetry::blocked::{Action, Via};
@@ -32,7 +32,7 @@ pub struct ReloadStatus {
     /// When the last attempt failed: the conditions of every object of the rejected config
     /// (e.g. `ResolvedRefs=False` for a certificate file that no longer parses).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub rejected_objects: Vec<crate::runtime::status::ObjectStatus>,
+    pub rejected_objects: Vec<crate::config::status::ObjectStatus>,
 }
 
 /// Shared state. The snapshot is the only thing the hot path reads about config.
@@ -44,7 +44,7 @@ pub struct Shared {
     /// Destinations refused because nothing declares them (admin `/blocked`).
     pub blocked_destinations: crate::telemetry::blocked::BlockedDestinations,
     /// Bytes of bodies egressd holds whole now (`bufferedBodies.budget` bounds them).
-    pub buffered_bodies: Arc<crate::http::budget::BufferBudget>,
+    pub buffered_bodies: Arc<crate::bounded::budget::BufferBudget>,
     draining: AtomicBool,
     pub reload_status: Mutex<ReloadStatus>,
     /// Bound listener addresses by key (ports may be ephemeral), for `/status` and tests.

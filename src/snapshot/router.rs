@@ -14,7 +14,7 @@ use http::{HeaderMap, HeaderName, Method};
 use regex::Regex;
 
 use super::filters::Filters;
-use crate::runtime::snapshot::Target;
+use crate::snapshot::Target;
 
 /// The router of one listener.
 #[derive(Debug, Default)]

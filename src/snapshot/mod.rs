@@ -1,4 +1,18 @@
 //! The snapshot: everything the hot path reads about the config, immutable, swapped whole.
+//!
+//! This is the model the request path reads and `runtime::compile` builds: settings,
+//! Backends and their ports ([`Target`] is where a routed request goes), route tables
+//! ([`router`]) with their filters and credentials, the destinations nothing declares
+//! ([`undeclared`]), and [`shared::Shared`], the state every connection holds (the current
+//! snapshot behind one `ArcSwap`, metrics, the access log). It sits below `http/`,
+//! `listener/`, `admin/` and `runtime/` and imports none of them.
+
+pub mod credentials;
+pub mod fd_limit;
+pub mod filters;
+pub mod router;
+pub mod shared;
+pub mod undeclared;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -7,10 +21,10 @@ use std::time::Duration;
 
 use http::HeaderValue;
 
+use crate::config::status::StatusReport;
 use crate::config::wire::enums::{OutboundPolicy, Protocol};
 use crate::config::{ConfigSet, ObjectId};
-use crate::http::router::HttpRouter;
-use crate::runtime::status::StatusReport;
+use crate::snapshot::router::HttpRouter;
 pub use crate::telemetry::access_log::AccessLogSettings;
 use crate::upstream::EndpointGroup;
 
@@ -25,13 +39,13 @@ pub struct Snapshot {
     /// Request routing, per listener key.
     pub routers: HashMap<Arc<str>, Arc<HttpRouter>>,
     /// SNI routing of Passthrough listeners, per listener key.
-    pub sni_routers: HashMap<Arc<str>, Arc<crate::http::router::SniRouter>>,
+    pub sni_routers: HashMap<Arc<str>, Arc<crate::snapshot::router::SniRouter>>,
     pub backends: Vec<Arc<Backend>>,
     /// The span exporter of `settings.tracing`, attached when the config is applied (the
     /// same one across reloads while the settings do not change).
     pub tracing: Option<Arc<crate::telemetry::trace::Tracing>>,
     /// Under `AllowAny` and `AuditOnly`: how destinations nothing declares are reached.
-    pub undeclared: Option<Arc<crate::runtime::undeclared::UndeclaredDestinations>>,
+    pub undeclared: Option<Arc<crate::snapshot::undeclared::UndeclaredDestinations>>,
     /// The key MCP session ids are authenticated with (read before a route picks: a session
     /// goes to the backendRef that issued it).
     pub mcp_session_key: Arc<crate::mcp::session::SessionKey>,
@@ -76,11 +90,11 @@ pub struct ProxySettings {
     /// Addresses undeclared destinations (`AllowAny`, `AuditOnly`) may be or resolve to.
     pub undeclared_addresses: crate::upstream::address::AddressPolicy,
     /// How many undeclared destinations are kept, and for how long unused.
-    pub undeclared_limits: crate::runtime::undeclared::UndeclaredLimits,
+    pub undeclared_limits: crate::snapshot::undeclared::UndeclaredLimits,
     /// How much the blocked-egress audit (admin `/blocked`) remembers.
     pub blocked_audit: crate::telemetry::blocked::AuditLimits,
     /// The budget for bodies egressd holds whole, and how long they may take to arrive.
-    pub buffered_bodies: crate::http::budget::BufferSettings,
+    pub buffered_bodies: crate::bounded::budget::BufferSettings,
     pub drain_timeout: Duration,
     pub access_log: AccessLogSettings,
     /// Name servers for FQDN destinations (empty: the system's).
@@ -141,7 +155,7 @@ pub struct DownstreamSettings {
 impl Default for DownstreamSettings {
     fn default() -> Self {
         DownstreamSettings {
-            max_connections: crate::listener::fd_limit::default_max_connections(),
+            max_connections: crate::snapshot::fd_limit::default_max_connections(),
             // Envoy's and nginx's order of magnitude: ample for a slow client on a slow
             // network, short enough that silent sockets do not pile up.
             header_read_timeout: Some(Duration::from_secs(10)),
@@ -264,7 +278,7 @@ pub struct Backend {
     /// `spec.fallback`: in a route's backendRefs, used only when the others are unhealthy.
     pub fallback: bool,
     /// `spec.extensions` of type `CredentialInjector`, applied to every request.
-    pub credentials: Vec<crate::http::credentials::CredentialInjection>,
+    pub credentials: Vec<crate::snapshot::credentials::CredentialInjection>,
     /// Metric handles, looked up on the first request (the series outlive reloads).
     pub stats: std::sync::OnceLock<crate::telemetry::metrics::RequestStats>,
 }

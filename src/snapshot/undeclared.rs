@@ -31,13 +31,13 @@ use std::time::{Duration, Instant};
 use crate::balance::BalancerKind;
 use crate::config::wire::enums::{LookupFamily, Protocol};
 use crate::config::ObjectId;
-use crate::runtime::compile::{hostname_matches, is_valid_hostname};
-use crate::runtime::registry::{EndpointTemplate, StateRegistry};
-use crate::runtime::snapshot::{Backend, BackendPort, RequestPolicy, Target};
+use crate::names::{hostname_matches, is_valid_hostname};
+use crate::snapshot::{Backend, BackendPort, RequestPolicy, Target};
 use crate::upstream::address::{canonical_ip, AddressPolicy};
 use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, Transport};
 use crate::upstream::dns::{refresh_loop, RefreshPlan};
 use crate::upstream::pool::PoolSettings;
+use crate::upstream::registry::{EndpointTemplate, StateRegistry};
 use crate::upstream::tls::{NameCheck, Roots, TlsSpec, TlsVersion};
 use crate::upstream::{EndpointGroup, EndpointSource, GroupSettings};
 

@@ -1,6 +1,11 @@
-//! Maps keyed by what clients choose (hostnames), with a size cap so a client trying random
-//! hosts cannot grow egressd's memory: when the map is full, a new key makes room by evicting
-//! the entry used least recently.
+//! Bounds on what clients control (a leaf module: it imports nothing of egressd).
+//!
+//! - [`insert_bounded`]: maps keyed by what clients choose (hostnames) have a size cap, so a
+//!   client trying random hosts cannot grow egressd's memory: when the map is full, a new key
+//!   makes room by evicting the entry used least recently.
+//! - [`budget`]: the process-wide byte budget of bodies held whole.
+
+pub mod budget;
 
 use std::collections::HashMap;
 use std::hash::Hash;
