@@ -4,8 +4,8 @@
 //!
 //! Endpoints carry a spread of active requests (0..8), as under load; the weighted variants
 //! give every endpoint a different weight, which switches LeastRequest to its EDF schedule.
-//! Consistent-hash picks get a different request hash each time (the ring or table is built by
-//! the first pick, before measuring); `hash_key` measures hashing a request's key.
+//! Consistent-hash picks get a different request hash each time (the ring or table is built when
+//! the list is prepared, before measuring); `hash_key` measures hashing a request's key.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -13,11 +13,10 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use egressd::balance::{
-    Balancer, ConsistentHash, ConsistentHashSettings, HashKey, HashTable, LeastRequest,
-    LeastRequestSettings, Random, RoundRobin,
+    Balancer, ConsistentHash, ConsistentHashSettings, EndpointList, HashKey, HashTable,
+    LeastRequest, LeastRequestSettings, Random, RoundRobin,
 };
 use egressd::upstream::endpoint::ActiveRequest;
-use egressd::upstream::group::EndpointList;
 use egressd::upstream::h2_pool::H2Pool;
 use egressd::upstream::pool::H1Pool;
 use egressd::upstream::Endpoint;
@@ -47,7 +46,7 @@ fn endpoints(n: usize, weighted: bool) -> (Vec<Arc<Endpoint>>, Vec<ActiveRequest
 }
 
 fn bench_picks(c: &mut Criterion) {
-    let balancers: Vec<(&str, bool, Box<dyn Balancer>)> = vec![
+    let balancers: Vec<(&str, bool, Box<dyn Balancer<Endpoint>>)> = vec![
         (
             "LeastRequest/p2c",
             false,
@@ -68,6 +67,8 @@ fn bench_picks(c: &mut Criterion) {
         for n in SIZES {
             let (list, _held) = endpoints(n, *weighted);
             let list = Arc::new(EndpointList::resolved(list));
+            // As a group publishes it: prepared before any pick.
+            balancer.prepare(&list);
             group.bench_with_input(BenchmarkId::from_parameter(n), &list, |b, list| {
                 b.iter(|| black_box(balancer.pick(black_box(list), None)).map(|e| e.weight))
             });
@@ -91,7 +92,7 @@ fn bench_consistent_hash(c: &mut Criterion) {
             let (list, _held) = endpoints(n, false);
             let list = Arc::new(EndpointList::resolved(list));
             // Built here, not in the measurement.
-            balancer.pick(&list, Some(0));
+            balancer.prepare(&list);
             let mut hash = 0u64;
             group.bench_with_input(BenchmarkId::from_parameter(n), &list, |b, list| {
                 b.iter(|| {
@@ -103,7 +104,7 @@ fn bench_consistent_hash(c: &mut Criterion) {
         }
         group.finish();
     }
-    // Building for a new endpoint list (done by the first pick that sees it).
+    // Building for a new endpoint list (done when the list is published).
     let mut group = c.benchmark_group("build/ConsistentHash");
     for n in [10, 100, 1000] {
         let (list, _held) = endpoints(n, false);

@@ -11,8 +11,8 @@ use egressd::commands::validate;
 use egressd::config::wire::Kind;
 use egressd::config::{load_paths, Diagnostic, Reason, Severity};
 use egressd::runtime::compile::{compile, Compiled};
-use egressd::runtime::registry::StateRegistry;
 use egressd::upstream::dns::DnsResolver;
+use egressd::upstream::registry::StateRegistry;
 
 const REGENERATE: &str = "cargo run -q -- schema > docs/schema.json";
 

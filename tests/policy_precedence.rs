@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use egressd::config::load_paths;
 use egressd::runtime::compile::{compile, Compiled};
-use egressd::runtime::registry::StateRegistry;
-use egressd::runtime::snapshot::RequestPolicy;
+use egressd::snapshot::RequestPolicy;
 use egressd::upstream::dns::DnsResolver;
+use egressd::upstream::registry::StateRegistry;
 
 const BASE: &str = r#"
 apiVersion: gateway.networking.k8s.io/v1
@@ -70,7 +70,7 @@ fn policy_for(compiled: &Compiled, path: &str) -> RequestPolicy {
         .expect("listener router");
     let entries = router.exact.get("a.test").expect("routes for a.test");
     let headers = http::HeaderMap::new();
-    let input = egressd::http::router::RouteInput {
+    let input = egressd::snapshot::router::RouteInput {
         host: "a.test",
         path,
         query: None,

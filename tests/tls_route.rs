@@ -15,8 +15,8 @@ use common::proxy::{eventually, TestProxy};
 use common::tls::{passthrough_rejected, San, TestCa, TlsOptions, TlsUpstream};
 use egressd::config::{load_paths, Diagnostic, Reason};
 use egressd::runtime::compile::compile;
-use egressd::runtime::registry::StateRegistry;
 use egressd::upstream::dns::DnsResolver;
+use egressd::upstream::registry::StateRegistry;
 use tokio::net::TcpStream;
 
 /// Hostnames the Backends are declared with; no client ever sends them as SNI except

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use egressd::commands::{validate, Validation};
 use egressd::config::{load_paths, Diagnostic, Reason, Severity};
 use egressd::runtime::compile::compile;
-use egressd::runtime::registry::StateRegistry;
 use egressd::upstream::dns::DnsResolver;
+use egressd::upstream::registry::StateRegistry;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

@@ -11,7 +11,7 @@ use std::sync::{Arc, LazyLock};
 use egressd::config::load::load_text;
 use egressd::config::LoadLimits;
 use egressd::runtime::compile::compile;
-use egressd::runtime::registry::StateRegistry;
+use egressd::upstream::registry::StateRegistry;
 use egressd::upstream::dns::DnsResolver;
 use libfuzzer_sys::fuzz_target;
 

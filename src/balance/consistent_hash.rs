@@ -3,22 +3,16 @@
 //! of those endpoints move.
 //!
 //! The ring or table is built for one endpoint list (the group's `pickable` list: ejected
-//! endpoints are left out, so their keys move to the others and come back when they return).
-//! It is built by the first pick that sees a new list, under a mutex that only builders take,
-//! and published with arc-swap: every other pick is a lock-free load, a hash lookup and a
-//! pointer comparison. The table remembers its list by a `Weak`, which keeps the list's
-//! allocation from being reused, so a new list can never be mistaken for the old one.
+//! endpoints are left out, so their keys move to the others and come back when they return)
+//! when that list is published, and travels with it: a pick is a hash lookup.
 
-use std::sync::{Arc, Mutex, Weak};
-
-use arc_swap::ArcSwapOption;
+use std::sync::Arc;
 
 use super::hash_key::HashKey;
+use super::list::Prepared as ListPrepared;
 use super::maglev::Maglev;
 use super::ring_hash::Ring;
-use super::Balancer;
-use crate::upstream::group::EndpointList;
-use crate::upstream::Endpoint;
+use super::{Balancer, Candidate, EndpointList};
 
 /// `loadBalancer.consistentHash`, resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,31 +42,18 @@ impl Default for HashTable {
 #[derive(Debug)]
 pub struct ConsistentHash {
     settings: ConsistentHashSettings,
-    built: ArcSwapOption<Built>,
-    /// Taken only to build: concurrent first picks of a new list build it once.
-    building: Mutex<()>,
 }
 
-/// A ring or table, and the list it was built for.
+/// A list's ring or table.
 #[derive(Debug)]
-struct Built {
-    list: Weak<EndpointList>,
-    lookup: Lookup,
-}
-
-#[derive(Debug)]
-enum Lookup {
+pub(super) enum Lookup {
     Ring(Ring),
     Maglev(Maglev),
 }
 
-impl Built {
-    fn is_for(&self, list: &Arc<EndpointList>) -> bool {
-        std::ptr::eq(self.list.as_ptr(), Arc::as_ptr(list))
-    }
-
+impl Lookup {
     fn pick(&self, hash: u64) -> Option<usize> {
-        match &self.lookup {
+        match self {
             Lookup::Ring(r) => r.pick(hash),
             Lookup::Maglev(m) => m.pick(hash),
         }
@@ -81,55 +62,31 @@ impl Built {
 
 impl ConsistentHash {
     pub fn new(settings: ConsistentHashSettings) -> Self {
-        ConsistentHash {
-            settings,
-            built: ArcSwapOption::empty(),
-            building: Mutex::new(()),
-        }
+        ConsistentHash { settings }
     }
 
-    fn build(&self, list: &Arc<EndpointList>) -> Arc<Built> {
-        // Only building happens under this lock; a panic there leaves nothing half-published.
-        let _building = self.building.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(built) = self.built.load_full().filter(|b| b.is_for(list)) {
-            return built;
-        }
-        let lookup = match self.settings.table {
+    fn build<E: Candidate>(&self, list: &EndpointList<E>) -> ListPrepared {
+        ListPrepared::ConsistentHash(match self.settings.table {
             HashTable::RingHash { min_size, max_size } => {
                 Lookup::Ring(Ring::build(&list.endpoints, min_size, max_size))
             }
             HashTable::Maglev { size } => Lookup::Maglev(Maglev::build(&list.endpoints, size)),
-        };
-        let built = Arc::new(Built {
-            list: Arc::downgrade(list),
-            lookup,
-        });
-        self.built.store(Some(built.clone()));
-        built
+        })
     }
 }
 
-impl Balancer for ConsistentHash {
-    fn pick<'a>(
-        &self,
-        list: &'a Arc<EndpointList>,
-        hash: Option<u64>,
-    ) -> Option<&'a Arc<Endpoint>> {
+impl<E: Candidate> Balancer<E> for ConsistentHash {
+    fn pick<'a>(&self, list: &'a EndpointList<E>, hash: Option<u64>) -> Option<&'a Arc<E>> {
         let endpoints = &list.endpoints;
         if endpoints.len() <= 1 {
             return endpoints.first();
         }
         // No key: a random point, as Envoy does (shares then follow the weights).
         let hash = hash.unwrap_or_else(|| fastrand::u64(..));
-        let index = {
-            let current = self.built.load();
-            match current.as_deref().filter(|b| b.is_for(list)) {
-                Some(built) => built.pick(hash),
-                None => {
-                    drop(current);
-                    self.build(list).pick(hash)
-                }
-            }
+        let index = match list.prepared(|| self.build(list)) {
+            ListPrepared::ConsistentHash(lookup) => lookup.pick(hash),
+            // Another balancer's list (never in a group, where each level has one balancer).
+            _ => Some((hash % endpoints.len() as u64) as usize),
         };
         endpoints.get(index?)
     }
@@ -139,9 +96,9 @@ impl Balancer for ConsistentHash {
     }
 
     /// The ring or table is built when the list is published, not by the first pick after.
-    fn prepare(&self, list: &Arc<EndpointList>) {
+    fn prepare(&self, list: &EndpointList<E>) {
         if list.endpoints.len() > 1 {
-            self.build(list);
+            list.prepared(|| self.build(list));
         }
     }
 }
@@ -149,7 +106,7 @@ impl Balancer for ConsistentHash {
 #[cfg(test)]
 mod tests {
     use super::super::hash_key::hash_bytes;
-    use super::super::test_support::{assert_shares, endpoint, list};
+    use super::super::test_support::{assert_shares, endpoint, list, Endpoint};
     use super::*;
 
     const KEYS: u64 = 100_000;
@@ -175,13 +132,13 @@ mod tests {
     }
 
     /// Where each of `KEYS` keys goes (endpoint port per key).
-    fn placement(ch: &ConsistentHash, l: &Arc<EndpointList>) -> Vec<u16> {
+    fn placement(ch: &ConsistentHash, l: &Arc<EndpointList<Endpoint>>) -> Vec<u16> {
         (0..KEYS)
             .map(|k| ch.pick(l, Some(key(k))).expect("a pick").addr.port())
             .collect()
     }
 
-    fn key_shares(ch: &ConsistentHash, l: &Arc<EndpointList>) -> Vec<f64> {
+    fn key_shares(ch: &ConsistentHash, l: &Arc<EndpointList<Endpoint>>) -> Vec<f64> {
         let mut counts = vec![0usize; l.endpoints.len()];
         for port in placement(ch, l) {
             counts[usize::from(port) - 1] += 1;
@@ -273,48 +230,6 @@ mod tests {
             let ports: std::collections::HashSet<u16> =
                 placement(&ch, &three).into_iter().collect();
             assert_eq!(ports.len(), 3);
-        }
-    }
-
-    #[tokio::test]
-    async fn an_ejected_endpoint_loses_only_its_own_keys() {
-        use crate::balance::outlier::Outcome;
-        use crate::upstream::EndpointGroup;
-        for table in [HashTable::default(), HashTable::Maglev { size: 65537 }] {
-            let eps: Vec<_> = (1..=5).map(|p| endpoint(p, 1)).collect();
-            let settings = ConsistentHashSettings {
-                key: HashKey::SourceIp,
-                table,
-            };
-            let group = EndpointGroup::new_static(
-                eps.clone(),
-                || Box::new(ConsistentHash::new(settings.clone())),
-                Default::default(),
-            );
-            let place = || -> Vec<u16> {
-                (0..10_000)
-                    .map(|k| group.pick(Some(key(k))).unwrap().addr.port())
-                    .collect()
-            };
-            let before = place();
-            while group.record(&eps[1], Outcome::GatewayError).is_none() {}
-            let during = place();
-            for (b, d) in before.iter().zip(&during) {
-                assert_ne!(*d, 2, "{table:?}: a key went to the ejected endpoint");
-                if *b != 2 && table == HashTable::default() {
-                    assert_eq!(b, d, "{table:?}: a survivor's key moved");
-                }
-            }
-            let kept = before
-                .iter()
-                .zip(&during)
-                .filter(|(b, d)| **b != 2 && b == d)
-                .count();
-            let survivors = before.iter().filter(|&&b| b != 2).count();
-            assert!(
-                kept as f64 / survivors as f64 > 0.97,
-                "{table:?}: kept {kept}"
-            );
         }
     }
 

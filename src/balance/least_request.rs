@@ -4,18 +4,21 @@
 //!   endpoints by active requests ("power of two choices"). egressd samples *distinct*
 //!   endpoints, so the busiest of two is never chosen; Envoy samples with replacement (the
 //!   busier of two hosts still gets 25% of picks), available as `distinctChoices: false`.
-//! - Unequal weights, or an explicit bias: earliest-deadline-first on
-//!   `weight / (active + 1)^bias` (Envoy's weighted least request). The schedule is rebuilt when
-//!   the endpoint list changes; each pick holds a short mutex (a heap pop and push, never
-//!   across an `.await`).
+//! - Unequal weights, an explicit bias, or an endpoint in slow start: earliest-deadline-first
+//!   on `weight / (active + 1)^bias` (Envoy's weighted least request). Each worker thread
+//!   keeps its own schedule for a list, as each Envoy worker has its own load balancer: a
+//!   pick takes no lock, and a new list (published whenever an endpoint joins, leaves or
+//!   comes back) starts new schedules.
 
-use std::sync::{Arc, Mutex};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use thread_local::ThreadLocal;
 
 use super::edf::Edf;
-use super::slow_start::{now_ms, SlowStartSettings, SlowStartWatch};
-use super::Balancer;
-use crate::upstream::group::EndpointList;
-use crate::upstream::Endpoint;
+use super::list::Prepared as ListPrepared;
+use super::slow_start::{now_ms, ramp_until_ms, SlowStartSettings};
+use super::{Balancer, Candidate, EndpointList};
 
 /// The largest `choiceCount` accepted.
 pub const MAX_CHOICES: usize = 16;
@@ -51,34 +54,44 @@ impl Default for LeastRequestSettings {
 /// Slow-start settings and the time of the pick, while some endpoint is in slow start.
 type Ramp<'s> = Option<(&'s SlowStartSettings, u64)>;
 
+/// Each worker thread's weighted schedule over one list.
+type Schedules = ThreadLocal<RefCell<Edf>>;
+
 #[derive(Debug)]
 pub struct LeastRequest {
     settings: LeastRequestSettings,
-    schedule: Mutex<Option<Schedule>>,
-    slow_start: SlowStartWatch,
 }
 
-/// The weighted schedule for one endpoint list, identified by the list's address and length.
+/// What a list carries for least request.
 #[derive(Debug)]
-struct Schedule {
-    list: usize,
-    len: usize,
-    edf: Edf,
+pub(super) struct Prepared {
+    /// Until when some endpoint of the list is in slow start ([`now_ms`] milliseconds; 0:
+    /// none, or no slow start configured): until then picks use the weighted schedule.
+    ramp_until_ms: u64,
+    /// The weighted schedules, made by each thread's first weighted pick.
+    schedules: Schedules,
 }
 
 impl LeastRequest {
     pub fn new(settings: LeastRequestSettings) -> Self {
-        LeastRequest {
-            settings,
-            schedule: Mutex::new(None),
-            slow_start: SlowStartWatch::default(),
+        LeastRequest { settings }
+    }
+
+    fn prepared_for<E: Candidate>(&self, list: &EndpointList<E>) -> Prepared {
+        Prepared {
+            ramp_until_ms: self
+                .settings
+                .slow_start
+                .as_ref()
+                .map_or(0, |slow| ramp_until_ms(slow, &list.endpoints)),
+            schedules: ThreadLocal::new(),
         }
     }
 
     /// `weight / (active + 1)^bias`, times the slow-start factor while `ramp` (settings and
     /// the time of this pick) says some endpoint is in slow start.
-    fn effective_weight(&self, endpoint: &Endpoint, ramp: Ramp) -> f64 {
-        let mut weight = f64::from(endpoint.weight);
+    fn effective_weight<E: Candidate>(&self, endpoint: &E, ramp: Ramp) -> f64 {
+        let mut weight = f64::from(endpoint.weight());
         if let Some((slow, now)) = ramp {
             weight *= slow.factor(endpoint.ready_since_ms(), now);
         }
@@ -93,37 +106,32 @@ impl LeastRequest {
         }
     }
 
-    fn pick_weighted<'a>(
+    fn pick_weighted<'a, E: Candidate>(
         &self,
-        endpoints: &'a [Arc<Endpoint>],
+        endpoints: &'a [Arc<E>],
+        schedules: &Schedules,
         ramp: Ramp,
-    ) -> Option<&'a Arc<Endpoint>> {
-        let id = endpoints.as_ptr() as usize;
-        let weight = |i: usize| self.effective_weight(&endpoints[i], ramp);
-        // A panic while holding this lock can only come from a heap push/pop, which leaves the
-        // heap valid: the schedule is still usable.
-        let mut guard = self.schedule.lock().unwrap_or_else(|p| p.into_inner());
-        let current = guard
-            .as_ref()
-            .is_some_and(|s| s.list == id && s.len == endpoints.len());
-        if !current {
+    ) -> Option<&'a Arc<E>> {
+        let weight = |i: usize| self.effective_weight(&*endpoints[i], ramp);
+        let schedule = schedules.get_or(|| {
             let mut edf = Edf::new(endpoints.len(), weight);
-            // Start at a random point of the schedule, so replicas and restarts do not all
-            // send their first requests to the same endpoints.
+            // Start at a random point of the schedule, so threads, replicas and restarts do
+            // not all send their first requests to the same endpoints.
             for _ in 0..fastrand::usize(..endpoints.len()) {
                 edf.pick_and_add(weight);
             }
-            *guard = Some(Schedule {
-                list: id,
-                len: endpoints.len(),
-                edf,
-            });
-        }
-        let index = guard.as_mut()?.edf.pick_and_add(weight)?;
+            RefCell::new(edf)
+        });
+        // Only this thread touches its schedule, and nothing in a pick picks again: the
+        // borrow is always free. Were it not, the least loaded endpoint is a fine answer.
+        let Ok(mut edf) = schedule.try_borrow_mut() else {
+            return least_loaded(endpoints);
+        };
+        let index = edf.pick_and_add(weight)?;
         endpoints.get(index)
     }
 
-    fn pick_choices<'a>(&self, endpoints: &'a [Arc<Endpoint>]) -> Option<&'a Arc<Endpoint>> {
+    fn pick_choices<'a, E: Candidate>(&self, endpoints: &'a [Arc<E>]) -> Option<&'a Arc<E>> {
         let n = endpoints.len();
         let k = self.settings.choice_count as usize;
         if self.settings.distinct_choices && k >= n {
@@ -145,7 +153,7 @@ impl LeastRequest {
                 ea
             });
         }
-        let mut best: Option<&Arc<Endpoint>> = None;
+        let mut best: Option<&Arc<E>> = None;
         // choiceCount is at most MAX_CHOICES (config validation), and below n here when
         // distinct: redrawing duplicates ends quickly.
         let mut drawn = [usize::MAX; MAX_CHOICES];
@@ -170,8 +178,8 @@ impl LeastRequest {
 
 /// The endpoint with the fewest requests in flight; among equals each is as likely (reservoir
 /// sampling: the k-th tie replaces the choice with probability 1/k).
-fn least_loaded(endpoints: &[Arc<Endpoint>]) -> Option<&Arc<Endpoint>> {
-    let mut best: Option<(&Arc<Endpoint>, u64)> = None;
+fn least_loaded<E: Candidate>(endpoints: &[Arc<E>]) -> Option<&Arc<E>> {
+    let mut best: Option<(&Arc<E>, u64)> = None;
     let mut ties = 0u32;
     for endpoint in endpoints {
         let active = endpoint.active_requests();
@@ -192,34 +200,41 @@ fn least_loaded(endpoints: &[Arc<Endpoint>]) -> Option<&Arc<Endpoint>> {
     best.map(|(endpoint, _)| endpoint)
 }
 
-impl Balancer for LeastRequest {
-    fn effective_weight(&self, endpoint: &Endpoint) -> f64 {
-        let weight = f64::from(endpoint.weight);
+impl<E: Candidate> Balancer<E> for LeastRequest {
+    fn effective_weight(&self, endpoint: &E) -> f64 {
+        let weight = f64::from(endpoint.weight());
         match &self.settings.slow_start {
             Some(slow) => weight * slow.factor(endpoint.ready_since_ms(), now_ms()),
             None => weight,
         }
     }
 
-    fn pick<'a>(
-        &self,
-        list: &'a Arc<EndpointList>,
-        _hash: Option<u64>,
-    ) -> Option<&'a Arc<Endpoint>> {
+    fn prepare(&self, list: &EndpointList<E>) {
+        list.prepared(|| ListPrepared::LeastRequest(Box::new(self.prepared_for(list))));
+    }
+
+    fn pick<'a>(&self, list: &'a EndpointList<E>, _hash: Option<u64>) -> Option<&'a Arc<E>> {
         let (endpoints, weights) = (&list.endpoints[..], list.weights);
         if endpoints.len() < 2 {
             return endpoints.first();
         }
+        let ListPrepared::LeastRequest(prepared) =
+            list.prepared(|| ListPrepared::LeastRequest(Box::new(self.prepared_for(list))))
+        else {
+            // Another balancer's list: never in a group, where each level has one balancer.
+            return self.pick_choices(endpoints);
+        };
         // While some endpoint ramps up, its weight differs from the others': the weighted
         // schedule, as in Envoy.
-        let ramp = self.settings.slow_start.as_ref().and_then(|slow| {
-            let now = now_ms();
-            self.slow_start
-                .active(slow, endpoints, now)
-                .then_some((slow, now))
-        });
+        let ramp = match &self.settings.slow_start {
+            Some(slow) if prepared.ramp_until_ms > 0 => {
+                let now = now_ms();
+                (now < prepared.ramp_until_ms).then_some((slow, now))
+            }
+            _ => None,
+        };
         if ramp.is_some() || self.settings.bias_explicit || !weights.uniform {
-            self.pick_weighted(endpoints, ramp)
+            self.pick_weighted(endpoints, &prepared.schedules, ramp)
         } else {
             self.pick_choices(endpoints)
         }
@@ -371,23 +386,29 @@ mod tests {
         let now = 100_000;
         eps[0].set_ready_since_ms(0);
         eps[1].set_ready_since_ms(now - 1_000);
-        assert!(lr.slow_start.active(&slow, &eps, now));
+        assert!(now < ramp_until_ms(&slow, &eps));
+        let schedules = Schedules::new();
         let mut counts = [0usize; 2];
         for _ in 0..11_000 {
-            let picked = lr.pick_weighted(&eps, Some((&slow, now))).unwrap();
+            let picked = lr
+                .pick_weighted(&eps, &schedules, Some((&slow, now)))
+                .unwrap();
             counts[usize::from(Arc::ptr_eq(picked, &eps[1]))] += 1;
         }
         assert!((9_800..=10_200).contains(&counts[0]), "{counts:?}");
         // Half way through: factor 0.5, a third of the traffic.
         eps[1].set_ready_since_ms(now - 5_000);
+        let schedules = Schedules::new();
         let mut counts = [0usize; 2];
         for _ in 0..9_000 {
-            let picked = lr.pick_weighted(&eps, Some((&slow, now))).unwrap();
+            let picked = lr
+                .pick_weighted(&eps, &schedules, Some((&slow, now)))
+                .unwrap();
             counts[usize::from(Arc::ptr_eq(picked, &eps[1]))] += 1;
         }
         assert!((2_900..=3_100).contains(&counts[1]), "{counts:?}");
         // Past the window for both: no slow start.
-        assert!(!lr.slow_start.active(&slow, &eps, now + 20_000));
+        assert!(now + 20_000 >= ramp_until_ms(&slow, &eps));
     }
 
     /// What weighted least request converges to when every request lasts the same number of

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use super::hash_key::hash_bytes;
-use crate::upstream::Endpoint;
+use super::Candidate;
 
 /// Envoy's default table size (a prime).
 pub const DEFAULT_TABLE_SIZE: u64 = 65537;
@@ -47,23 +47,29 @@ impl Filler {
 impl Maglev {
     /// The table of `endpoints` with `size` slots; `size` must be prime (checked by config
     /// validation: with a composite size some permutations would not reach every slot).
-    pub fn build(endpoints: &[Arc<Endpoint>], size: u64) -> Maglev {
+    pub fn build<E: Candidate>(endpoints: &[Arc<E>], size: u64) -> Maglev {
         if endpoints.is_empty() || size < 2 {
             return Maglev { table: Vec::new() };
         }
-        let max_weight = f64::from(endpoints.iter().map(|e| e.weight.max(1)).max().unwrap_or(1));
+        let max_weight = f64::from(
+            endpoints
+                .iter()
+                .map(|e| e.weight().max(1))
+                .max()
+                .unwrap_or(1),
+        );
         let mut fillers: Vec<(String, Filler)> = endpoints
             .iter()
             .enumerate()
             .map(|(index, e)| {
-                let key = e.addr.to_string();
+                let key = e.addr().to_string();
                 let h0 = hash_bytes(key.as_bytes());
                 let h1 = xxhash_rust::xxh64::xxh64(key.as_bytes(), 1);
                 let filler = Filler {
                     index: index as u32,
                     slot: h0 % size,
                     skip: h1 % (size - 1) + 1,
-                    weight: f64::from(e.weight.max(1)) / max_weight,
+                    weight: f64::from(e.weight().max(1)) / max_weight,
                     target: 0.0,
                 };
                 (key, filler)
@@ -156,7 +162,10 @@ mod tests {
 
     #[test]
     fn empty_table_picks_nothing() {
-        assert_eq!(Maglev::build(&[], 65537).pick(1), None);
+        assert_eq!(
+            Maglev::build::<super::super::test_support::Endpoint>(&[], 65537).pick(1),
+            None
+        );
     }
 
     #[test]

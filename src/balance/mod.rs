@@ -1,10 +1,13 @@
-//! Load balancing: choosing an endpoint of a group for each request.
+//! Load balancing: choosing an endpoint of a list for each request.
 //!
 //! [`Balancer`] is what an endpoint group picks with: [`LeastRequest`] (the default),
-//! [`RoundRobin`], [`Random`] and [`ConsistentHash`] (ring hash or Maglev). Each pick reads the
-//! endpoints' atomic active-request counters; the weighted schedules are short mutex-guarded
-//! heaps or score lists, rebuilt when the endpoint list they were built for is replaced; the
-//! consistent-hash ring or table is built once per list and published with arc-swap.
+//! [`RoundRobin`], [`Random`] and [`ConsistentHash`] (ring hash or Maglev). Balancers know an
+//! endpoint only as a [`Candidate`] (address, weight, requests in flight, when it became
+//! ready): `upstream::Endpoint` is one, the unit tests use a bare one. A pick reads the
+//! candidates' atomic counters and takes no lock. What a balancer needs beyond the endpoints
+//! (the weighted least-request schedule, the smooth round-robin order, the consistent-hash ring
+//! or table) is built when a list is published ([`Balancer::prepare`]) and travels inside the
+//! [`EndpointList`], so a pick never asks which list it has.
 //! [`outlier`] (passive) and [`health`] (active) decide which endpoints are pickable.
 
 mod consistent_hash;
@@ -12,6 +15,7 @@ mod edf;
 pub mod hash_key;
 pub mod health;
 mod least_request;
+mod list;
 pub mod maglev;
 pub mod outlier;
 mod random;
@@ -24,24 +28,32 @@ pub(crate) mod test_support;
 pub use consistent_hash::{ConsistentHash, ConsistentHashSettings, HashTable};
 pub use hash_key::HashKey;
 pub use least_request::{LeastRequest, LeastRequestSettings, MAX_CHOICES};
+pub use list::{EndpointList, Weights};
 pub use random::Random;
 pub use round_robin::RoundRobin;
 
 use std::fmt::Debug;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::upstream::group::EndpointList;
-use crate::upstream::Endpoint;
+/// What a balancer knows of an endpoint.
+pub trait Candidate: Send + Sync + Debug + 'static {
+    /// Its address (consistent hashing places endpoints by it).
+    fn addr(&self) -> SocketAddr;
+    /// Its relative weight (≥ 1 in practice; 0 is treated as 1 where it would divide).
+    fn weight(&self) -> u32;
+    /// Requests in flight to it now.
+    fn active_requests(&self) -> u64;
+    /// When it last became ready, in [`slow_start::now_ms`] milliseconds.
+    fn ready_since_ms(&self) -> u64;
+}
 
 /// Picks one endpoint per request. Implementations must be cheap: this runs on every request;
-/// no lock is held beyond one pick, and never across an `.await`.
-pub trait Balancer: Send + Sync + Debug {
-    /// One endpoint of `list` (its `weights` are computed once per list). `hash` is the
-    /// request's hash when the balancer has a [`HashKey`] and the request carries the key;
-    /// balancers without a key ignore it. The list is passed as its `Arc` so that a balancer
-    /// can tell lists apart by identity (a new list is a new allocation).
-    fn pick<'a>(&self, list: &'a Arc<EndpointList>, hash: Option<u64>)
-        -> Option<&'a Arc<Endpoint>>;
+/// no lock is taken, and nothing is held across an `.await`.
+pub trait Balancer<E: Candidate>: Send + Sync + Debug {
+    /// One endpoint of `list`. `hash` is the request's hash when the balancer has a
+    /// [`HashKey`] and the request carries the key; balancers without a key ignore it.
+    fn pick<'a>(&self, list: &'a EndpointList<E>, hash: Option<u64>) -> Option<&'a Arc<E>>;
 
     /// What requests are hashed by, for balancers that hash (`None`: the caller computes no
     /// hash, so other balancers cost nothing extra).
@@ -49,14 +61,15 @@ pub trait Balancer: Send + Sync + Debug {
         None
     }
 
-    /// Builds whatever `list` needs before it is published, so that picks do not (called
-    /// under the group's lock whenever its pickable lists are rebuilt; rare).
-    fn prepare(&self, _list: &Arc<EndpointList>) {}
+    /// Builds what picks from `list` need, before the list is published (rare: whenever an
+    /// endpoint joins, leaves, is ejected or comes back). A list picked from unprepared is
+    /// prepared by its first pick.
+    fn prepare(&self, _list: &EndpointList<E>) {}
 
     /// The weight `endpoint` is balanced with now (its configured weight, reduced during slow
     /// start), for `/endpoints`.
-    fn effective_weight(&self, endpoint: &Endpoint) -> f64 {
-        f64::from(endpoint.weight)
+    fn effective_weight(&self, endpoint: &E) -> f64 {
+        f64::from(endpoint.weight())
     }
 }
 
@@ -77,7 +90,7 @@ impl Default for BalancerKind {
 }
 
 impl BalancerKind {
-    pub fn build(&self) -> Box<dyn Balancer> {
+    pub fn build<E: Candidate>(&self) -> Box<dyn Balancer<E>> {
         match self {
             BalancerKind::LeastRequest(settings) => Box::new(LeastRequest::new(*settings)),
             BalancerKind::RoundRobin => Box::new(RoundRobin::new()),

@@ -2,19 +2,13 @@
 
 use std::sync::Arc;
 
-use super::Balancer;
-use crate::upstream::group::EndpointList;
-use crate::upstream::Endpoint;
+use super::{Balancer, Candidate, EndpointList};
 
 #[derive(Debug, Default)]
 pub struct Random;
 
-impl Balancer for Random {
-    fn pick<'a>(
-        &self,
-        list: &'a Arc<EndpointList>,
-        _hash: Option<u64>,
-    ) -> Option<&'a Arc<Endpoint>> {
+impl<E: Candidate> Balancer<E> for Random {
+    fn pick<'a>(&self, list: &'a EndpointList<E>, _hash: Option<u64>) -> Option<&'a Arc<E>> {
         let (endpoints, weights) = (&list.endpoints[..], list.weights);
         if endpoints.is_empty() {
             return None;
@@ -26,7 +20,7 @@ impl Balancer for Random {
         // endpoint list).
         let mut slot = fastrand::u64(..weights.total.max(1));
         for endpoint in endpoints {
-            let w = u64::from(endpoint.weight);
+            let w = u64::from(endpoint.weight());
             if slot < w {
                 return Some(endpoint);
             }

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use super::hash_key::hash_bytes;
-use crate::upstream::Endpoint;
+use super::Candidate;
 
 /// Envoy's defaults and bounds.
 pub const DEFAULT_MIN_RING_SIZE: u64 = 1024;
@@ -36,9 +36,9 @@ impl Ring {
     /// change). Rounded, the counts stay the same until the total weight doubles or halves,
     /// so only the keys of the endpoint that went move. The ring has `min_size` to
     /// `2 × min_size` points; each endpoint's points are exactly the first ones Envoy gives it.
-    pub fn build(endpoints: &[Arc<Endpoint>], min_size: u64, max_size: u64) -> Ring {
-        let total: u64 = endpoints.iter().map(|e| u64::from(e.weight.max(1))).sum();
-        let Some(lightest) = endpoints.iter().map(|e| e.weight.max(1)).min() else {
+    pub fn build<E: Candidate>(endpoints: &[Arc<E>], min_size: u64, max_size: u64) -> Ring {
+        let total: u64 = endpoints.iter().map(|e| u64::from(e.weight().max(1))).sum();
+        let Some(lightest) = endpoints.iter().map(|e| e.weight().max(1)).min() else {
             return Ring {
                 hashes: Vec::new(),
                 endpoints: Vec::new(),
@@ -53,11 +53,11 @@ impl Ring {
         let mut key = String::with_capacity(64);
         for (index, endpoint) in endpoints.iter().enumerate() {
             // Each count depends only on the endpoint's own weight (not on the list's order).
-            let share = u64::from(endpoint.weight.max(1)) as f64 / lightest as f64;
+            let share = u64::from(endpoint.weight().max(1)) as f64 / lightest as f64;
             let count = (per_lightest * share).round().max(1.0) as u64;
             key.clear();
             // Infallible: writing to a String.
-            let _ = write!(key, "{}_", endpoint.addr);
+            let _ = write!(key, "{}_", endpoint.addr());
             let prefix = key.len();
             for i in 0..count {
                 key.truncate(prefix);
@@ -70,8 +70,8 @@ impl Ring {
         points.sort_unstable_by(|a, b| {
             a.0.cmp(&b.0).then_with(|| {
                 endpoints[a.1 as usize]
-                    .addr
-                    .cmp(&endpoints[b.1 as usize].addr)
+                    .addr()
+                    .cmp(&endpoints[b.1 as usize].addr())
             })
         });
         Ring {
@@ -123,7 +123,10 @@ mod tests {
 
     #[test]
     fn empty_ring_picks_nothing() {
-        assert_eq!(Ring::build(&[], 1024, MAX_RING_SIZE).pick(42), None);
+        assert_eq!(
+            Ring::build::<super::super::test_support::Endpoint>(&[], 1024, MAX_RING_SIZE).pick(42),
+            None
+        );
     }
 
     #[test]

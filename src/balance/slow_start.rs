@@ -9,11 +9,10 @@
 //! host is added): a recovering endpoint is the one most likely to fall over again under a
 //! full share.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::upstream::Endpoint;
+use super::Candidate;
 
 /// `loadBalancer.slowStart`, resolved.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -66,38 +65,12 @@ impl SlowStartSettings {
     }
 }
 
-/// Tracks, per endpoint list, until when some endpoint of it is in slow start, so that picks
-/// outside slow start cost one clock read and two atomic loads.
-#[derive(Debug, Default)]
-pub struct SlowStartWatch {
-    /// Identity of the list `until_ms` was computed for.
-    list: AtomicUsize,
-    until_ms: AtomicU64,
-}
-
-impl SlowStartWatch {
-    /// Whether some endpoint of `endpoints` is in slow start at `now_ms`. A new list (a new
-    /// allocation: lists are rebuilt whenever an endpoint joins or returns) is scanned once.
-    pub fn active(
-        &self,
-        settings: &SlowStartSettings,
-        endpoints: &[Arc<Endpoint>],
-        now_ms: u64,
-    ) -> bool {
-        let id = endpoints.as_ptr() as usize ^ endpoints.len();
-        let until = if self.list.load(Ordering::Acquire) == id {
-            self.until_ms.load(Ordering::Acquire)
-        } else {
-            let newest = endpoints.iter().map(|e| e.ready_since_ms()).max();
-            let until = newest.map_or(0, |n| n + settings.window.as_millis() as u64);
-            // Two stores, not one: a concurrent pick may pair the new id with the old value
-            // for one pick, which only decides between two valid schedules.
-            self.until_ms.store(until, Ordering::Release);
-            self.list.store(id, Ordering::Release);
-            until
-        };
-        now_ms < until
-    }
+/// Until when some endpoint of `endpoints` is in slow start (in [`now_ms`] milliseconds; 0
+/// for an empty list). Computed once per list: lists are rebuilt whenever an endpoint joins or
+/// comes back, which is when slow start begins.
+pub fn ramp_until_ms<E: Candidate>(settings: &SlowStartSettings, endpoints: &[Arc<E>]) -> u64 {
+    let newest = endpoints.iter().map(|e| e.ready_since_ms()).max();
+    newest.map_or(0, |n| n + settings.window.as_millis() as u64)
 }
 
 #[cfg(test)]

@@ -1,31 +1,77 @@
 //! Helpers for the balancers' unit tests.
 
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::Balancer;
-use crate::upstream::group::EndpointList;
-use crate::upstream::h2_pool::H2Pool;
-use crate::upstream::pool::H1Pool;
-use crate::upstream::Endpoint;
+use super::{Balancer, Candidate, EndpointList};
+
+/// A bare endpoint: what balancers see of one, and nothing else.
+#[derive(Debug)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    pub weight: u32,
+    active: AtomicU64,
+    ready_since_ms: AtomicU64,
+}
+
+impl Candidate for Endpoint {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    fn weight(&self) -> u32 {
+        self.weight
+    }
+    fn active_requests(&self) -> u64 {
+        self.active.load(Ordering::Relaxed)
+    }
+    fn ready_since_ms(&self) -> u64 {
+        self.ready_since_ms.load(Ordering::Relaxed)
+    }
+}
+
+impl Endpoint {
+    /// A request in flight until the guard is dropped.
+    pub fn start_request(self: &Arc<Self>) -> InFlight {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        InFlight(self.clone())
+    }
+
+    pub fn set_ready_since_ms(&self, ms: u64) {
+        self.ready_since_ms.store(ms, Ordering::Relaxed);
+    }
+}
+
+/// See [`Endpoint::start_request`].
+pub struct InFlight(Arc<Endpoint>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// An endpoint 127.0.0.1:`port` with `weight` (ports 1.. index the results of [`shares`]).
 pub fn endpoint(port: u16, weight: u32) -> Arc<Endpoint> {
-    Arc::new(Endpoint::new(
-        ([127, 0, 0, 1], port).into(),
+    Arc::new(Endpoint {
+        addr: ([127, 0, 0, 1], port).into(),
         weight,
-        H1Pool::new(Default::default()),
-        H2Pool::new(Duration::from_secs(60)),
-    ))
+        active: AtomicU64::new(0),
+        ready_since_ms: AtomicU64::new(super::slow_start::now_ms()),
+    })
 }
 
-/// An endpoint list as a group publishes it.
-pub fn list(endpoints: Vec<Arc<Endpoint>>) -> Arc<EndpointList> {
+/// An endpoint list as a group publishes it (unprepared: the first pick prepares it).
+pub fn list(endpoints: Vec<Arc<Endpoint>>) -> Arc<EndpointList<Endpoint>> {
     Arc::new(EndpointList::resolved(endpoints))
 }
 
 /// The share of `picks` picks each endpoint got, in endpoint order.
-pub fn shares(balancer: &dyn Balancer, endpoints: &[Arc<Endpoint>], picks: usize) -> Vec<f64> {
+pub fn shares(
+    balancer: &dyn Balancer<Endpoint>,
+    endpoints: &[Arc<Endpoint>],
+    picks: usize,
+) -> Vec<f64> {
     let mut counts = vec![0usize; endpoints.len()];
     let published = list(endpoints.to_vec());
     for _ in 0..picks {
@@ -54,7 +100,7 @@ pub fn assert_shares(got: &[f64], expected: &[f64], tolerance: f64) {
 /// each pick starts a request, and once `concurrency` are open the oldest ends before the next
 /// pick (so at 1 every pick sees idle endpoints, as sequential clients do).
 pub fn shares_under_load(
-    balancer: &dyn Balancer,
+    balancer: &dyn Balancer<Endpoint>,
     endpoints: &[Arc<Endpoint>],
     concurrency: usize,
     picks: usize,

@@ -158,6 +158,12 @@ impl ConnTracker {
     }
 }
 
+impl crate::http::pipeline::Outliving for ConnTracker {
+    fn hold(self: Arc<Self>) -> crate::http::pipeline::Held {
+        Box::new(self.enter())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -218,7 +218,7 @@ impl Reloader {
 
         // Kept static groups take this config's addresses now, just before the swap.
         for (group, endpoints) in compiled.static_lists {
-            group.publish(crate::upstream::EndpointList::resolved(endpoints));
+            group.publish(crate::balance::EndpointList::resolved(endpoints));
         }
         let plans = snapshot.listeners.clone();
         let http2 = snapshot.settings.downstream_http2;

@@ -17,7 +17,8 @@ use hickory_resolver::name_server::TokioConnectionProvider;
 use hickory_resolver::TokioResolver;
 
 use super::address::{canonical_ip, is_never_reachable, AddressPolicy};
-use super::group::{EndpointGroup, EndpointList, EndpointSource};
+use super::group::{EndpointGroup, EndpointSource};
+use crate::balance::EndpointList;
 use crate::config::wire::enums::LookupFamily;
 use crate::upstream::registry::{EndpointTemplate, StateRegistry};
 

@@ -108,11 +108,6 @@ impl Endpoint {
             .store(crate::balance::slow_start::now_ms(), Ordering::Relaxed);
     }
 
-    #[cfg(test)]
-    pub(crate) fn set_ready_since_ms(&self, ms: u64) {
-        self.ready_since_ms.store(ms, Ordering::Relaxed);
-    }
-
     pub fn ready_since_ms(&self) -> u64 {
         self.ready_since_ms.load(Ordering::Relaxed)
     }
@@ -179,6 +174,35 @@ impl Endpoint {
     pub fn total_requests(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
     }
+}
+
+impl crate::balance::Candidate for Endpoint {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn weight(&self) -> u32 {
+        self.weight
+    }
+
+    fn active_requests(&self) -> u64 {
+        Endpoint::active_requests(self)
+    }
+
+    fn ready_since_ms(&self) -> u64 {
+        Endpoint::ready_since_ms(self)
+    }
+}
+
+/// An endpoint 127.0.0.1:`port` with `weight` and empty pools, for unit tests.
+#[cfg(test)]
+pub(crate) fn test_endpoint(port: u16, weight: u32) -> Arc<Endpoint> {
+    Arc::new(Endpoint::new(
+        ([127, 0, 0, 1], port).into(),
+        weight,
+        H1Pool::new(Default::default()),
+        H2Pool::new(std::time::Duration::from_secs(60)),
+    ))
 }
 
 /// A request in flight to an endpoint; decrements the active count when dropped.

@@ -18,7 +18,7 @@ use crate::balance::health::{ActiveSettings, CheckResult, Transition};
 use crate::balance::outlier::{
     rate_outliers, Detection, EjectReason, Outcome, OutlierSettings, Verdict,
 };
-use crate::balance::Balancer;
+use crate::balance::{Balancer, EndpointList};
 
 /// Where a group's endpoints come from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -32,47 +32,6 @@ pub enum EndpointSource {
         refresh: Duration,
         respect_ttl: bool,
     },
-}
-
-/// The current endpoints of a group.
-#[derive(Debug, Default)]
-pub struct EndpointList {
-    pub endpoints: Vec<Arc<Endpoint>>,
-    /// Summary of the endpoints' weights, computed once per list so picks need not scan it.
-    pub weights: Weights,
-    /// Set once a DNS group has resolved at least once (always true for static groups).
-    pub resolved: bool,
-    /// Last resolution error, kept while the last good addresses keep serving.
-    pub last_error: Option<String>,
-}
-
-impl EndpointList {
-    /// A list of resolved (or static) endpoints.
-    pub fn resolved(endpoints: Vec<Arc<Endpoint>>) -> Self {
-        EndpointList {
-            weights: Weights::of(&endpoints),
-            endpoints,
-            resolved: true,
-            last_error: None,
-        }
-    }
-}
-
-/// What balancers need to know about a list's weights.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Weights {
-    /// Every endpoint has the same weight.
-    pub uniform: bool,
-    pub total: u64,
-}
-
-impl Weights {
-    pub fn of(endpoints: &[Arc<Endpoint>]) -> Self {
-        Weights {
-            uniform: endpoints.windows(2).all(|w| w[0].weight == w[1].weight),
-            total: endpoints.iter().map(|e| u64::from(e.weight)).sum(),
-        }
-    }
 }
 
 /// What picks choose from: one list per priority level that takes load (usually one).
@@ -97,7 +56,7 @@ pub struct Level {
     pub load_end: u32,
     /// The level's rank among the group's priorities (selects its balancer).
     pub rank: usize,
-    pub list: Arc<EndpointList>,
+    pub list: Arc<EndpointList<Endpoint>>,
 }
 
 /// The distinct priorities of `endpoints`, ascending (0 is the most preferred).
@@ -112,13 +71,13 @@ fn priorities(endpoints: &[Arc<Endpoint>]) -> Vec<u32> {
 #[derive(Debug)]
 pub struct EndpointGroup {
     pub source: EndpointSource,
-    list: ArcSwap<EndpointList>,
+    list: ArcSwap<EndpointList<Endpoint>>,
     /// What picks choose from: `list` without ejected and unhealthy endpoints (or all, in
     /// panic).
     pickable: ArcSwap<Pickable>,
     /// One balancer per priority level (index: the level's rank among the group's
     /// priorities; one for DNS groups and groups without priorities).
-    balancers: Vec<Box<dyn Balancer>>,
+    balancers: Vec<Box<dyn Balancer<Endpoint>>>,
     outlier: OutlierSettings,
     /// `circuitBreaker` limits and counts.
     breaker: Breaker,
@@ -170,7 +129,7 @@ impl EndpointGroup {
     /// new list into the same group).
     pub fn new_static(
         endpoints: Vec<Arc<Endpoint>>,
-        make_balancer: impl Fn() -> Box<dyn Balancer>,
+        make_balancer: impl Fn() -> Box<dyn Balancer<Endpoint>>,
         settings: GroupSettings,
     ) -> Self {
         Self::new(
@@ -184,7 +143,7 @@ impl EndpointGroup {
     /// A group resolved from a hostname: empty until its refresher publishes the first answer.
     pub fn new_dns(
         source: EndpointSource,
-        make_balancer: impl Fn() -> Box<dyn Balancer>,
+        make_balancer: impl Fn() -> Box<dyn Balancer<Endpoint>>,
         settings: GroupSettings,
     ) -> Self {
         Self::new(source, EndpointList::default(), make_balancer, settings)
@@ -195,8 +154,8 @@ impl EndpointGroup {
     /// are never pickable, not even for a moment.
     fn new(
         source: EndpointSource,
-        list: EndpointList,
-        make_balancer: impl Fn() -> Box<dyn Balancer>,
+        list: EndpointList<Endpoint>,
+        make_balancer: impl Fn() -> Box<dyn Balancer<Endpoint>>,
         settings: GroupSettings,
     ) -> Self {
         // One balancer per priority level, so weighted schedules are not rebuilt as picks
@@ -290,12 +249,12 @@ impl EndpointGroup {
     }
 
     /// The current endpoints.
-    pub fn list(&self) -> arc_swap::Guard<Arc<EndpointList>> {
+    pub fn list(&self) -> arc_swap::Guard<Arc<EndpointList<Endpoint>>> {
         self.list.load()
     }
 
     /// Publishes a new endpoint list (a DNS answer, or a reload's new static addresses).
-    pub fn publish(&self, list: EndpointList) {
+    pub fn publish(&self, list: EndpointList<Endpoint>) {
         self.list.store(Arc::new(list));
         self.rebuild_pickable();
         self.resolved_tx.send_replace(true);
@@ -364,7 +323,7 @@ impl EndpointGroup {
 
     fn eject_locked(
         &self,
-        list: &EndpointList,
+        list: &EndpointList<Endpoint>,
         endpoint: &Endpoint,
         reason: EjectReason,
         now: Instant,
@@ -484,7 +443,7 @@ impl EndpointGroup {
     /// level under `panicThreshold`% healthy picks from all of its endpoints; when every level
     /// is in panic, load follows endpoint counts. With one level this is: the healthy
     /// endpoints, or all of them below the panic threshold (which never bites above 71.4%).
-    fn rebuild_pickable_locked(&self, list: &Arc<EndpointList>) {
+    fn rebuild_pickable_locked(&self, list: &Arc<EndpointList<Endpoint>>) {
         let ranks = priorities(&list.endpoints);
         // Per level: (all endpoints, pickable ones).
         type Endpoints = Vec<Arc<Endpoint>>;
@@ -566,16 +525,16 @@ impl EndpointGroup {
             }
             load_end += load as u32;
             let endpoints = if panic[rank] { all } else { healthy };
-            // A fresh allocation even when it holds the same endpoints as before: balancers
-            // tell lists apart by identity, and an endpoint's return (slow start) must look
-            // like a change.
+            // A new list even when it holds the same endpoints as before: what its balancer
+            // prepares for it (schedules, slow start) starts over, as an endpoint's return
+            // needs.
             let mut level = EndpointList::resolved(endpoints);
             level.resolved = list.resolved;
             level.last_error = list.last_error.clone();
-            let level = Arc::new(level);
             if let Some(balancer) = self.balancers.get(rank).or(self.balancers.first()) {
                 balancer.prepare(&level);
             }
+            let level = Arc::new(level);
             pickable.levels.push(Level {
                 load_end,
                 rank,
@@ -629,8 +588,8 @@ pub async fn outlier_ticks(group: Weak<EndpointGroup>, detections: DetectionSink
 mod tests {
     use super::*;
     use crate::balance::health::CheckKind;
-    use crate::balance::test_support::endpoint;
     use crate::balance::RoundRobin;
+    use crate::upstream::endpoint::test_endpoint as endpoint;
 
     fn active(uneject_on_pass: bool) -> ActiveSettings {
         ActiveSettings {
@@ -831,5 +790,54 @@ mod tests {
             levels(&g),
             vec![(50, vec![1, 2, 3, 4]), (50, vec![5, 6, 7, 8])]
         );
+    }
+
+    #[tokio::test]
+    async fn an_ejected_endpoint_loses_only_its_own_keys() {
+        use crate::balance::hash_key::hash_bytes;
+        use crate::balance::outlier::Outcome;
+        use crate::balance::{ConsistentHash, ConsistentHashSettings, HashKey, HashTable};
+        for table in [HashTable::default(), HashTable::Maglev { size: 65537 }] {
+            let eps: Vec<_> = (1..=5).map(|p| endpoint(p, 1)).collect();
+            let settings = ConsistentHashSettings {
+                key: HashKey::SourceIp,
+                table,
+            };
+            let group = EndpointGroup::new_static(
+                eps.clone(),
+                || Box::new(ConsistentHash::new(settings.clone())),
+                Default::default(),
+            );
+            let place = || -> Vec<u16> {
+                (0..10_000)
+                    .map(|k| {
+                        group
+                            .pick(Some(hash_bytes(format!("user-{k}").as_bytes())))
+                            .unwrap()
+                            .addr
+                            .port()
+                    })
+                    .collect()
+            };
+            let before = place();
+            while group.record(&eps[1], Outcome::GatewayError).is_none() {}
+            let during = place();
+            for (b, d) in before.iter().zip(&during) {
+                assert_ne!(*d, 2, "{table:?}: a key went to the ejected endpoint");
+                if *b != 2 && table == HashTable::default() {
+                    assert_eq!(b, d, "{table:?}: a survivor's key moved");
+                }
+            }
+            let kept = before
+                .iter()
+                .zip(&during)
+                .filter(|(b, d)| **b != 2 && b == d)
+                .count();
+            let survivors = before.iter().filter(|&&b| b != 2).count();
+            assert!(
+                kept as f64 / survivors as f64 > 0.97,
+                "{table:?}: kept {kept}"
+            );
+        }
     }
 }

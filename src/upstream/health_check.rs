@@ -441,8 +441,8 @@ async fn http_check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::balance::test_support::endpoint;
     use crate::balance::RoundRobin;
+    use crate::upstream::endpoint::test_endpoint as endpoint;
 
     fn settings(kind: CheckKind) -> ActiveSettings {
         ActiveSettings {

@@ -17,4 +17,4 @@ pub mod registry;
 pub mod tls;
 
 pub use endpoint::Endpoint;
-pub use group::{EndpointGroup, EndpointList, EndpointSource, GroupSettings};
+pub use group::{EndpointGroup, EndpointSource, GroupSettings};

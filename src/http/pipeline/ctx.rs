@@ -31,7 +31,7 @@ pub struct ConnInfo {
     /// The drain tracker: a CONNECT tunnel or websocket outlives its HTTP exchange and
     /// registers itself, so SIGTERM waits for it (up to the drain timeout) like for any
     /// connection.
-    pub tracker: Option<Arc<crate::listener::ConnTracker>>,
+    pub tracker: Option<Arc<dyn Outliving>>,
     /// The listener's request metrics (looked up once per connection).
     pub stats: Option<Arc<crate::telemetry::metrics::RequestStats>>,
 }
@@ -48,6 +48,17 @@ impl ConnInfo {
         }
     }
 }
+
+/// Where a CONNECT tunnel or websocket registers while it outlives its HTTP exchange: the
+/// listener's drain tracker, so that SIGTERM waits for it and its connection is not idle
+/// meanwhile. A trait, so the pipeline knows nothing of listeners.
+pub trait Outliving: Send + Sync + std::fmt::Debug {
+    /// Registers one; it counts until the returned guard is dropped.
+    fn hold(self: Arc<Self>) -> Held;
+}
+
+/// What [`Outliving::hold`] gives: dropping it ends the registration.
+pub type Held = Box<dyn std::fmt::Debug + Send + Sync>;
 
 /// One request on its way through the phases.
 pub(super) struct RequestCtx<'a> {

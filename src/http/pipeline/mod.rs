@@ -40,8 +40,8 @@ use http::{Method, Request, Response};
 use hyper::body::Incoming;
 
 pub(crate) use admit::relay as admit_relay;
-pub use ctx::ConnInfo;
 use ctx::RequestCtx;
+pub use ctx::{ConnInfo, Held, Outliving};
 use websocket::Upgrade;
 
 use crate::http::body::ProxyBody;

@@ -41,7 +41,7 @@ pub(super) async fn phase(
         .map_err(|e| connect_error(&e, &backend, endpoint.addr))?;
     let idle = target.policy.stream_idle_timeout;
     let active = endpoint.start_request();
-    let open = ctx.conn.tracker.as_ref().map(|t| t.enter());
+    let open = ctx.conn.tracker.clone().map(|t| t.hold());
     let on_upgrade = hyper::upgrade::on(req);
     let report = ctx.report_relay_end();
     tokio::spawn(async move {

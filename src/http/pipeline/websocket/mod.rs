@@ -190,7 +190,7 @@ pub(super) async fn phase(
         idle: target.policy.stream_idle_timeout,
         active: endpoint.start_request(),
         admitted,
-        open: ctx.conn.tracker.as_ref().map(|t| t.enter()),
+        open: ctx.conn.tracker.clone().map(|t| t.hold()),
     };
     tokio::spawn(relay.run(downstream, upstream));
     Ok(Response::from_parts(parts, ProxyBody::empty()))
@@ -264,7 +264,7 @@ struct Relay {
     /// Its circuit-breaker slots (a request and a connection) while open.
     admitted: Admitted,
     /// Holds the drain tracker: SIGTERM waits for open websockets (up to the drain timeout).
-    open: Option<crate::listener::ConnGuard>,
+    open: Option<super::Held>,
 }
 
 impl Relay {

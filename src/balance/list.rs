@@ -1,0 +1,78 @@
+//! The list of endpoints a balancer picks from, and what its balancer built for it.
+
+use std::sync::{Arc, OnceLock};
+
+use super::Candidate;
+
+/// Endpoints as one group publishes them: all of its endpoints, or one priority level's
+/// pickable ones. Immutable once published; a change is a new list.
+#[derive(Debug)]
+pub struct EndpointList<E> {
+    pub endpoints: Vec<Arc<E>>,
+    /// Summary of the endpoints' weights, computed once per list so picks need not scan it.
+    pub weights: Weights,
+    /// Set once a DNS group has resolved at least once (always true for static groups).
+    pub resolved: bool,
+    /// Last resolution error, kept while the last good addresses keep serving.
+    pub last_error: Option<String>,
+    /// What the list's balancer built for it (see [`Prepared`]): set when the list is
+    /// published, so picks only read it.
+    prepared: OnceLock<Prepared>,
+}
+
+impl<E> Default for EndpointList<E> {
+    fn default() -> Self {
+        EndpointList {
+            endpoints: Vec::new(),
+            weights: Weights::default(),
+            resolved: false,
+            last_error: None,
+            prepared: OnceLock::new(),
+        }
+    }
+}
+
+impl<E: Candidate> EndpointList<E> {
+    /// A list of resolved (or static) endpoints.
+    pub fn resolved(endpoints: Vec<Arc<E>>) -> Self {
+        EndpointList {
+            weights: Weights::of(&endpoints),
+            endpoints,
+            resolved: true,
+            last_error: None,
+            prepared: OnceLock::new(),
+        }
+    }
+
+    /// What the balancer built for this list, building it now if it has not been.
+    pub(super) fn prepared(&self, build: impl FnOnce() -> Prepared) -> &Prepared {
+        self.prepared.get_or_init(build)
+    }
+}
+
+/// Per-list state of one kind of balancer. A list belongs to one priority level of one group,
+/// which has one balancer, so a list holds at most one of these.
+#[derive(Debug)]
+pub(super) enum Prepared {
+    // Boxed: its per-thread table is 520 bytes, which every list would carry otherwise.
+    LeastRequest(Box<super::least_request::Prepared>),
+    RoundRobin(super::round_robin::Prepared),
+    ConsistentHash(super::consistent_hash::Lookup),
+}
+
+/// What balancers need to know about a list's weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Weights {
+    /// Every endpoint has the same weight.
+    pub uniform: bool,
+    pub total: u64,
+}
+
+impl Weights {
+    pub fn of<E: Candidate>(endpoints: &[Arc<E>]) -> Self {
+        Weights {
+            uniform: endpoints.windows(2).all(|w| w[0].weight() == w[1].weight()),
+            total: endpoints.iter().map(|e| u64::from(e.weight())).sum(),
+        }
+    }
+}
