@@ -1,21 +1,24 @@
 //! egressd: a Layer-7 egress/backend proxy data plane driven by `Backend` definitions.
 //!
-//! Map of the crate (DESIGN.md draws the data flow):
+//! Map of the crate (DESIGN.md draws the data flow; `docs/architecture.md` the phases). The
+//! modules form layers: each imports only modules below it (`.ci/module-cycles` checks that
+//! no two import each other).
 //!
-//! | module | owns |
-//! |---|---|
-//! | [`config`] | wire types as people write them, YAML loading with positions, JSON Schema |
-//! | [`runtime`] | compiling config into a [`runtime::snapshot::Snapshot`], long-lived state, reloads, file watching |
-//! | [`listener`] | binding, accept loops on worker runtimes, draining |
-//! | [`http`] | the request lifecycle: routing, header rules, forwarding, local replies |
-//! | [`upstream`] | endpoints, connection pools, connecting, DNS |
-//! | [`balance`] | choosing an endpoint |
-//! | [`admin`] | the admin server |
-//! | [`telemetry`] | access log and metrics |
-//! | [`names`], [`bounded`] | leaves anything may use: host-name limits, size-capped maps |
-//! | [`app`] | starting and stopping a whole proxy |
-//! | [`commands`] | what the CLI subcommands do |
-//! | [`probe`] | `egressd check --probe`: real connections and TLS handshakes to every Backend endpoint |
+//! | layer | module | owns |
+//! |---|---|---|
+//! | entry | [`app`] | starting and stopping a whole proxy |
+//! | | [`commands`], [`probe`] | what the CLI subcommands do; `egressd check --probe` |
+//! | control | [`runtime`] | compiling config into a [`snapshot::Snapshot`], reloads, file watching |
+//! | | [`admin`] | the admin server |
+//! | request path | [`listener`] | binding, accept loops on worker runtimes, draining |
+//! | | [`http`] | the request pipeline: named phases from destination to log |
+//! | model | [`snapshot`] | what the request path reads: settings, Backends, targets, route tables, `Shared` |
+//! | upstream | [`upstream`] | endpoints, endpoint groups, connection pools, connecting, TLS, DNS, active checks |
+//! | | [`balance`] | choosing an endpoint: balancers, outlier detection, health state |
+//! | leaves | [`telemetry`] | access log, metrics, rate-limited logs |
+//! | | [`config`] | wire types as people write them, YAML loading with positions, JSON Schema, status conditions |
+//! | | [`mcp`] | MCP: JSON-RPC inspection, session ids, SSE rewriting |
+//! | | [`names`], [`bounded`] | host-name rules; size-capped maps and the body budget |
 
 #![forbid(unsafe_code)]
 

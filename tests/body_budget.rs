@@ -18,7 +18,7 @@ const HOST: &str = "tools.test";
 /// Just under the 4 MiB egressd inspects at most.
 const BODY: usize = (4 << 20) - 1024;
 const CLIENTS: usize = 40;
-/// RSS the held bodies may take egressd to, documented in README "Limits and hardening":
+/// RSS the held bodies may take egressd to, documented in docs/operations.md "Limits and hardening":
 /// the 8 MiB budget plus the process itself. Without the budget the same clients held
 /// 40 × 4 MiB.
 const RSS_BOUND_KIB: u64 = 64 * 1024;

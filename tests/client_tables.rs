@@ -13,7 +13,7 @@ use common::binary::{try_get, Egressd, KeepAlive};
 use common::dns::TestDns;
 use common::proxy::{eventually, get, preamble, preamble_with, TestProxy};
 
-/// RSS the flood below may take egressd to, documented in README "Limits and hardening".
+/// RSS the flood below may take egressd to, documented in docs/operations.md "Limits and hardening".
 /// Measured: about 16 MiB; before hosts were checked and the tables bounded in bytes, the same
 /// flood took it past 250 MiB.
 const FLOOD_RSS_BOUND_KIB: u64 = 48 * 1024;

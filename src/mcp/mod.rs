@@ -1,5 +1,5 @@
 //! MCP (Model Context Protocol) Backends: session affinity, protocol version checks and
-//! stream handling for `protocol: MCP` (see README, "MCP").
+//! stream handling for `protocol: MCP` (see docs/mcp.md).
 
 pub mod errors;
 pub mod health;

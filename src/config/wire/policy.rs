@@ -289,7 +289,7 @@ pub struct HealthCheck {
     pub active: Option<Spanned<ActiveHealthCheck>>,
 }
 
-/// `healthCheck.active`. See README for defaults and semantics.
+/// `healthCheck.active`. See docs/balancing-and-health.md for defaults and semantics.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ActiveHealthCheck {
@@ -339,7 +339,8 @@ pub struct HttpHealthCheck {
     pub expected_statuses: Option<Vec<Spanned<u16>>>,
 }
 
-/// `healthCheck.passive` (outlier detection). See README for defaults and semantics.
+/// `healthCheck.passive` (outlier detection). See docs/balancing-and-health.md for defaults
+/// and semantics.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PassiveHealthCheck {

@@ -169,8 +169,8 @@ def serve(ports_file, cert, key):
 # -- client ------------------------------------------------------------------------------
 
 # Headers of the transport, not of the call: dropped from both sides' metadata before the
-# comparison. `via` is one egressd adds (`via: 2 egressd` on every HTTP/2 response, README
-# "Hop-by-hop header removal, Via"), and so is `date` (grpcio's server sends none); the others
+# comparison. `via` is one egressd adds (`via: 2 egressd` on every HTTP/2 response,
+# docs/configuration.md "Requests on the way through"), and so is `date` (grpcio's server sends none); the others
 # differ by stack and say nothing of the call. Every other key is compared.
 TRANSPORT = {"date", "server", "user-agent", "grpc-accept-encoding", "content-type", "via"}
 
