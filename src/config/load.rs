@@ -411,7 +411,9 @@ impl Base<'_> {
                     Diagnostic::error(&**self.file, e.pos, e.message)
                         .object(&self.id)
                         .field(join_path("spec", &e.path))
-                        .hint("see `egressd schema` or the config reference in docs/configuration.md")
+                        .hint(
+                            "see `egressd schema` or the config reference in docs/configuration.md",
+                        )
                 }));
                 if capped {
                     diags.push(

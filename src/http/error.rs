@@ -615,6 +615,12 @@ mod tests {
             if class.retry == RetryOn::ConnectFailure {
                 assert!(class.connect_failure, "{err:?}");
             }
+            // Each Backend's connect-failure counters are resolved for these codes only.
+            assert_eq!(
+                class.connect_failure,
+                crate::telemetry::metrics::CONNECT_FAILURE_CODES.contains(&class.code),
+                "{err:?}"
+            );
         }
     }
 }

@@ -94,6 +94,40 @@ impl RequestStats {
     }
 }
 
+/// The `x-egressd-error` codes of failures to open a connection, each counted per Backend in
+/// `egressd_upstream_connect_failures_total{backend,reason}`.
+pub const CONNECT_FAILURE_CODES: [&str; 3] = [
+    "upstream_connect_failure",
+    "upstream_connect_timeout",
+    "upstream_tls_failure",
+];
+
+/// The per-attempt metrics of one Backend, resolved once per Backend and config generation:
+/// a request costs atomic increments, never a label lookup.
+#[derive(Debug)]
+pub struct BackendStats {
+    /// Upstream responses by status class, and attempt latency.
+    pub responses: RequestStats,
+    retries: Counter,
+    /// One per [`CONNECT_FAILURE_CODES`] entry, in that order.
+    connect_failures: [Counter; CONNECT_FAILURE_CODES.len()],
+}
+
+impl BackendStats {
+    /// Counts a retry sent (`egressd_upstream_retries_total`).
+    pub fn retried(&self) {
+        self.retries.inc();
+    }
+
+    /// Counts a failure to connect with code `code`, one of [`CONNECT_FAILURE_CODES`] (other
+    /// codes are not connect failures and are not counted here).
+    pub fn connect_failed(&self, code: &str) {
+        if let Some(i) = CONNECT_FAILURE_CODES.iter().position(|c| *c == code) {
+            self.connect_failures[i].inc();
+        }
+    }
+}
+
 /// One series per status class of `responses` and the `latency` series of one label set.
 fn request_stats<C, L>(
     responses: &Family<C, Counter>,
@@ -617,17 +651,31 @@ impl Metrics {
     }
 
     /// The handles for requests to `backend`.
-    pub fn backend_stats(&self, backend: &str) -> RequestStats {
+    pub fn backend_stats(&self, backend: &str) -> BackendStats {
         let name = || backend.to_owned();
-        request_stats(
-            &self.upstream_responses,
-            |class| BackendClassLabel {
-                backend: name(),
-                class,
-            },
-            &self.upstream_latency,
-            &BackendLabel { backend: name() },
-        )
+        BackendStats {
+            responses: request_stats(
+                &self.upstream_responses,
+                |class| BackendClassLabel {
+                    backend: name(),
+                    class,
+                },
+                &self.upstream_latency,
+                &BackendLabel { backend: name() },
+            ),
+            retries: self
+                .retries
+                .get_or_create(&BackendLabel { backend: name() })
+                .clone(),
+            connect_failures: CONNECT_FAILURE_CODES.map(|reason| {
+                self.upstream_connect_failures
+                    .get_or_create(&BackendReasonLabel {
+                        backend: name(),
+                        reason,
+                    })
+                    .clone()
+            }),
+        }
     }
 
     /// Counts a body the buffer budget had no room for (`no_room` or `refused`).

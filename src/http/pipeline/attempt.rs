@@ -164,16 +164,13 @@ fn count(
         Ok((response, _)) => target
             .backend
             .stats(&shared.metrics)
+            .responses
             .record(response.status().as_u16(), sent_at.elapsed()),
         Err(e) if e.class().connect_failure => {
-            shared
-                .metrics
-                .upstream_connect_failures
-                .get_or_create(&crate::telemetry::metrics::BackendReasonLabel {
-                    backend: target.backend.label.to_string(),
-                    reason: e.code(),
-                })
-                .inc();
+            target
+                .backend
+                .stats(&shared.metrics)
+                .connect_failed(e.code());
         }
         Err(_) => {}
     }

@@ -42,12 +42,7 @@ pub(super) fn decide(
     let metrics = &ctx.shared.metrics;
     match target.port.endpoints.breaker().admit_retry() {
         Ok(slot) => {
-            metrics
-                .retries
-                .get_or_create(&crate::telemetry::metrics::BackendLabel {
-                    backend: target.backend.label.to_string(),
-                })
-                .inc();
+            target.backend.stats(metrics).retried();
             Some(slot)
         }
         Err(limit) => {
