@@ -198,159 +198,105 @@ pub struct Class {
     pub connect_failure: bool,
 }
 
-impl ProxyError {
-    /// The table: every kind of failure, its reply and how it counts. Adding a kind means
-    /// a variant above and a row here.
-    pub fn class(&self) -> Class {
-        use GrpcStatus as G;
-        use RetryOn as R;
-        use StatusCode as S;
-        let row = |status, code, grpc, retry| Class {
+/// The rows of [`ProxyError::class`]'s table: the reply to each kind of failure and how it
+/// counts, one constant per `x-egressd-error` code.
+#[rustfmt::skip]
+mod row {
+    use super::{Class, RetryOn as R, CLIENT_CLOSED_REQUEST};
+    use crate::http::grpc::GrpcStatus as G;
+    use http::StatusCode as S;
+
+    /// A failure egressd answers itself, or one upstream after the connection was made.
+    const fn local(status: S, code: &'static str, grpc: G, retry: R) -> Class {
+        Class {
             status,
             code,
             grpc,
             retry,
             connect_failure: false,
-        };
-        let connect = |status, code, retry| Class {
+        }
+    }
+
+    /// Opening the connection failed: nothing reached the upstream.
+    const fn connect(status: S, code: &'static str, retry: R) -> Class {
+        Class {
             status,
             code,
             grpc: G::Unavailable,
             retry,
             connect_failure: true,
-        };
+        }
+    }
+
+    // One row per code: status, code, gRPC status (connect failures: UNAVAILABLE), retry
+    // condition.
+    pub const INVALID_REQUEST:          Class = local(S::BAD_REQUEST, "invalid_request", G::InvalidArgument, R::Never);
+    /// Status and code come from the rejection (431, 414, 400).
+    pub const HEAD_REJECTED:            Class = local(S::BAD_REQUEST, "", G::InvalidArgument, R::Never);
+    pub const CLIENT_CLOSED:            Class = local(CLIENT_CLOSED_REQUEST, "client_closed", G::InvalidArgument, R::Never);
+    pub const OVERFLOW:                 Class = local(S::SERVICE_UNAVAILABLE, "overflow", G::Unavailable, R::Never);
+    pub const REQUEST_BODY_TIMEOUT:     Class = local(S::REQUEST_TIMEOUT, "request_body_timeout", G::DeadlineExceeded, R::Never);
+    pub const DESTINATION_NOT_ALLOWED:  Class = local(S::FORBIDDEN, "destination_not_allowed", G::PermissionDenied, R::Never);
+    pub const NO_ROUTE:                 Class = local(S::NOT_FOUND, "no_route", G::Unimplemented, R::Never);
+    pub const NO_BACKEND:               Class = local(S::INTERNAL_SERVER_ERROR, "no_backend", G::Internal, R::Never);
+    pub const NO_HEALTHY_UPSTREAM:      Class = local(S::SERVICE_UNAVAILABLE, "no_healthy_upstream", G::Unavailable, R::Never);
+    pub const UPSTREAM_CONNECT_FAILURE: Class = connect(S::SERVICE_UNAVAILABLE, "upstream_connect_failure", R::ConnectFailure);
+    pub const UPSTREAM_CONNECT_TIMEOUT: Class = connect(S::GATEWAY_TIMEOUT, "upstream_connect_timeout", R::ConnectFailure);
+    pub const UPSTREAM_TLS_FAILURE:     Class = connect(S::BAD_GATEWAY, "upstream_tls_failure", R::Never);
+    pub const UPSTREAM_TIMEOUT:         Class = local(S::GATEWAY_TIMEOUT, "upstream_timeout", G::DeadlineExceeded, R::Timeout);
+    pub const STREAM_IDLE_TIMEOUT:      Class = local(S::GATEWAY_TIMEOUT, "stream_idle_timeout", G::Unavailable, R::Never);
+    pub const UPSTREAM_RESET:           Class = local(S::BAD_GATEWAY, "upstream_reset", G::Unavailable, R::Reset);
+    pub const UPSTREAM_PROTOCOL_ERROR:  Class = local(S::BAD_GATEWAY, "upstream_protocol_error", G::Internal, R::Never);
+    pub const UPGRADE_NOT_ALLOWED:      Class = local(S::FORBIDDEN, "upgrade_not_allowed", G::PermissionDenied, R::Never);
+    pub const MCP_SESSION_NOT_FOUND:    Class = local(S::NOT_FOUND, "mcp_session_not_found", G::InvalidArgument, R::Never);
+    pub const MCP_PROTOCOL_VERSION:     Class = local(S::BAD_REQUEST, "mcp_protocol_version", G::InvalidArgument, R::Never);
+    pub const MCP_HEADER_MISMATCH:      Class = local(S::BAD_REQUEST, "mcp_header_mismatch", G::InvalidArgument, R::Never);
+    pub const MCP_BODY_TOO_LARGE:       Class = local(S::PAYLOAD_TOO_LARGE, "mcp_body_too_large", G::InvalidArgument, R::Never);
+    pub const CREDENTIAL_UNAVAILABLE:   Class = local(S::SERVICE_UNAVAILABLE, "credential_unavailable", G::Unavailable, R::Never);
+    pub const LOOP_DETECTED:            Class = local(S::LOOP_DETECTED, "loop_detected", G::Internal, R::Never);
+    pub const NOT_SUPPORTED:            Class = local(S::NOT_IMPLEMENTED, "not_supported", G::Unimplemented, R::Never);
+    pub const LISTENER_DRAINING:        Class = local(S::SERVICE_UNAVAILABLE, "listener_draining", G::Unavailable, R::Never);
+}
+
+impl ProxyError {
+    /// The table: every kind of failure and its row (see [`row`]). Adding a kind means a
+    /// variant above, a row, and a line here.
+    pub fn class(&self) -> Class {
         match self {
-            ProxyError::InvalidRequest(_) | ProxyError::MalformedBody { .. } => row(
-                S::BAD_REQUEST,
-                "invalid_request",
-                G::InvalidArgument,
-                R::Never,
-            ),
-            ProxyError::HeadRejected(r) => row(r.status(), r.code(), G::InvalidArgument, R::Never),
-            ProxyError::ClientClosed { .. } => row(
-                CLIENT_CLOSED_REQUEST,
-                "client_closed",
-                G::InvalidArgument,
-                R::Never,
-            ),
-            ProxyError::BufferOverflow { .. } => {
-                row(S::SERVICE_UNAVAILABLE, "overflow", G::Unavailable, R::Never)
+            ProxyError::InvalidRequest(_) | ProxyError::MalformedBody { .. } => {
+                row::INVALID_REQUEST
             }
-            ProxyError::BodyTimeout { .. } => row(
-                S::REQUEST_TIMEOUT,
-                "request_body_timeout",
-                G::DeadlineExceeded,
-                R::Never,
-            ),
+            ProxyError::HeadRejected(r) => Class {
+                status: r.status(),
+                code: r.code(),
+                ..row::HEAD_REJECTED
+            },
+            ProxyError::ClientClosed { .. } => row::CLIENT_CLOSED,
+            ProxyError::BufferOverflow { .. } => row::OVERFLOW,
+            ProxyError::BodyTimeout { .. } => row::REQUEST_BODY_TIMEOUT,
             ProxyError::DestinationNotAllowed { .. }
             | ProxyError::DestinationDenied { .. }
-            | ProxyError::PortNotAllowed { .. } => row(
-                S::FORBIDDEN,
-                "destination_not_allowed",
-                G::PermissionDenied,
-                R::Never,
-            ),
-            ProxyError::NoRoute { .. } => row(S::NOT_FOUND, "no_route", G::Unimplemented, R::Never),
-            ProxyError::NoBackend { .. } => row(
-                S::INTERNAL_SERVER_ERROR,
-                "no_backend",
-                G::Internal,
-                R::Never,
-            ),
-            ProxyError::NoHealthyUpstream { .. } => row(
-                S::SERVICE_UNAVAILABLE,
-                "no_healthy_upstream",
-                G::Unavailable,
-                R::Never,
-            ),
-            ProxyError::ConnectFailure { .. } => connect(
-                S::SERVICE_UNAVAILABLE,
-                "upstream_connect_failure",
-                R::ConnectFailure,
-            ),
-            ProxyError::ConnectTimeout { .. } => connect(
-                S::GATEWAY_TIMEOUT,
-                "upstream_connect_timeout",
-                R::ConnectFailure,
-            ),
-            ProxyError::UpstreamTls { .. } => {
-                connect(S::BAD_GATEWAY, "upstream_tls_failure", R::Never)
-            }
-            ProxyError::UpstreamTimeout { .. } => row(
-                S::GATEWAY_TIMEOUT,
-                "upstream_timeout",
-                G::DeadlineExceeded,
-                R::Timeout,
-            ),
-            ProxyError::StreamIdleTimeout { .. } => row(
-                S::GATEWAY_TIMEOUT,
-                "stream_idle_timeout",
-                G::Unavailable,
-                R::Never,
-            ),
-            ProxyError::UpstreamReset { .. } => {
-                row(S::BAD_GATEWAY, "upstream_reset", G::Unavailable, R::Reset)
-            }
-            ProxyError::UpstreamProtocol { .. } => row(
-                S::BAD_GATEWAY,
-                "upstream_protocol_error",
-                G::Internal,
-                R::Never,
-            ),
-            ProxyError::UpgradeNotAllowed { .. } => row(
-                S::FORBIDDEN,
-                "upgrade_not_allowed",
-                G::PermissionDenied,
-                R::Never,
-            ),
-            ProxyError::Overflow { .. } => {
-                row(S::SERVICE_UNAVAILABLE, "overflow", G::Unavailable, R::Never)
-            }
-            ProxyError::McpSessionNotFound { .. } => row(
-                S::NOT_FOUND,
-                "mcp_session_not_found",
-                G::InvalidArgument,
-                R::Never,
-            ),
-            ProxyError::McpProtocolVersion { .. } => row(
-                S::BAD_REQUEST,
-                "mcp_protocol_version",
-                G::InvalidArgument,
-                R::Never,
-            ),
-            ProxyError::McpHeaderMismatch { .. } => row(
-                S::BAD_REQUEST,
-                "mcp_header_mismatch",
-                G::InvalidArgument,
-                R::Never,
-            ),
-            ProxyError::McpBodyTooLarge { .. } => row(
-                S::PAYLOAD_TOO_LARGE,
-                "mcp_body_too_large",
-                G::InvalidArgument,
-                R::Never,
-            ),
-            ProxyError::CredentialUnavailable { .. } => row(
-                S::SERVICE_UNAVAILABLE,
-                "credential_unavailable",
-                G::Unavailable,
-                R::Never,
-            ),
-            ProxyError::LoopDetected { .. } => {
-                row(S::LOOP_DETECTED, "loop_detected", G::Internal, R::Never)
-            }
-            ProxyError::NotSupported(_) => row(
-                S::NOT_IMPLEMENTED,
-                "not_supported",
-                G::Unimplemented,
-                R::Never,
-            ),
-            ProxyError::ListenerGone => row(
-                S::SERVICE_UNAVAILABLE,
-                "listener_draining",
-                G::Unavailable,
-                R::Never,
-            ),
+            | ProxyError::PortNotAllowed { .. } => row::DESTINATION_NOT_ALLOWED,
+            ProxyError::NoRoute { .. } => row::NO_ROUTE,
+            ProxyError::NoBackend { .. } => row::NO_BACKEND,
+            ProxyError::NoHealthyUpstream { .. } => row::NO_HEALTHY_UPSTREAM,
+            ProxyError::ConnectFailure { .. } => row::UPSTREAM_CONNECT_FAILURE,
+            ProxyError::ConnectTimeout { .. } => row::UPSTREAM_CONNECT_TIMEOUT,
+            ProxyError::UpstreamTls { .. } => row::UPSTREAM_TLS_FAILURE,
+            ProxyError::UpstreamTimeout { .. } => row::UPSTREAM_TIMEOUT,
+            ProxyError::StreamIdleTimeout { .. } => row::STREAM_IDLE_TIMEOUT,
+            ProxyError::UpstreamReset { .. } => row::UPSTREAM_RESET,
+            ProxyError::UpstreamProtocol { .. } => row::UPSTREAM_PROTOCOL_ERROR,
+            ProxyError::UpgradeNotAllowed { .. } => row::UPGRADE_NOT_ALLOWED,
+            ProxyError::Overflow { .. } => row::OVERFLOW,
+            ProxyError::McpSessionNotFound { .. } => row::MCP_SESSION_NOT_FOUND,
+            ProxyError::McpProtocolVersion { .. } => row::MCP_PROTOCOL_VERSION,
+            ProxyError::McpHeaderMismatch { .. } => row::MCP_HEADER_MISMATCH,
+            ProxyError::McpBodyTooLarge { .. } => row::MCP_BODY_TOO_LARGE,
+            ProxyError::CredentialUnavailable { .. } => row::CREDENTIAL_UNAVAILABLE,
+            ProxyError::LoopDetected { .. } => row::LOOP_DETECTED,
+            ProxyError::NotSupported(_) => row::NOT_SUPPORTED,
+            ProxyError::ListenerGone => row::LISTENER_DRAINING,
         }
     }
 

@@ -444,42 +444,120 @@ impl EndpointGroup {
     /// is in panic, load follows endpoint counts. With one level this is: the healthy
     /// endpoints, or all of them below the panic threshold (which never bites above 71.4%).
     fn rebuild_pickable_locked(&self, list: &Arc<EndpointList<Endpoint>>) {
-        let ranks = priorities(&list.endpoints);
-        // Per level: (all endpoints, pickable ones).
-        type Endpoints = Vec<Arc<Endpoint>>;
-        let mut levels: Vec<(Endpoints, Endpoints)> =
-            vec![(Vec::new(), Vec::new()); ranks.len().max(1)];
-        for e in &list.endpoints {
-            let rank = ranks.binary_search(&e.priority).unwrap_or(0);
-            levels[rank].0.push(e.clone());
-            if self.is_pickable(e) {
-                levels[rank].1.push(e.clone());
-            }
-        }
-        let any_healthy = levels.iter().any(|(_, healthy)| !healthy.is_empty());
+        let levels = self.split_levels(list);
+        let any_healthy = levels.iter().any(|l| !l.healthy.is_empty());
         self.has_healthy
             .store(any_healthy, std::sync::atomic::Ordering::Relaxed);
+        let shares = LevelShares::of(&levels, self.outlier.panic_threshold);
+        if shares.panic.iter().any(|p| *p) {
+            let healthy: usize = levels.iter().map(|l| l.healthy.len()).sum();
+            // Every rebuild while in panic would say it again: an upstream flapping can cause
+            // one per event.
+            crate::telemetry::log_limit::limited!(
+                warn,
+                healthy,
+                total = list.endpoints.len(),
+                "too few healthy endpoints: balancing over unhealthy ones too (panic threshold)"
+            );
+        }
+        let mut pickable = Pickable { levels: Vec::new() };
+        let mut load_end = 0u32;
+        for (rank, (level, load)) in levels.into_iter().zip(shares.loads).enumerate() {
+            if load == 0 {
+                continue;
+            }
+            load_end += load as u32;
+            let endpoints = if shares.panic[rank] {
+                level.all
+            } else {
+                level.healthy
+            };
+            // A new list even when it holds the same endpoints as before: what its balancer
+            // prepares for it (schedules, slow start) starts over, as an endpoint's return
+            // needs.
+            let mut list_of_level = EndpointList::resolved(endpoints);
+            list_of_level.resolved = list.resolved;
+            list_of_level.last_error = list.last_error.clone();
+            if let Some(balancer) = self.balancers.get(rank).or(self.balancers.first()) {
+                balancer.prepare(&list_of_level);
+            }
+            pickable.levels.push(Level {
+                load_end,
+                rank,
+                list: Arc::new(list_of_level),
+            });
+        }
+        if pickable.levels.is_empty() {
+            pickable.levels.push(Level::default());
+        }
+        self.pickable.store(Arc::new(pickable));
+    }
 
+    /// The endpoints of each priority level (in priority order), all and pickable ones.
+    fn split_levels(&self, list: &EndpointList<Endpoint>) -> Vec<LevelEndpoints> {
+        let ranks = priorities(&list.endpoints);
+        let mut levels: Vec<LevelEndpoints> = (0..ranks.len().max(1))
+            .map(|_| LevelEndpoints::default())
+            .collect();
+        for e in &list.endpoints {
+            let rank = ranks.binary_search(&e.priority).unwrap_or(0);
+            levels[rank].all.push(e.clone());
+            if self.is_pickable(e) {
+                levels[rank].healthy.push(e.clone());
+            }
+        }
+        levels
+    }
+
+    /// Neither ejected nor (when active checks are on) unhealthy.
+    fn is_pickable(&self, endpoint: &Endpoint) -> bool {
+        let unhealthy = self.active.is_some() && endpoint.health.is_unhealthy();
+        !endpoint.outlier.is_ejected() && !unhealthy
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        // Guards no data of its own: poisoning means nothing here.
+        self.ejections.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One priority level's endpoints while `pickable` is rebuilt.
+#[derive(Default)]
+struct LevelEndpoints {
+    all: Vec<Arc<Endpoint>>,
+    /// Neither ejected nor unhealthy.
+    healthy: Vec<Arc<Endpoint>>,
+}
+
+/// Each level's share of the load (percent, summing to 100) and whether it is in panic.
+struct LevelShares {
+    loads: Vec<u64>,
+    panic: Vec<bool>,
+}
+
+impl LevelShares {
+    fn of(levels: &[LevelEndpoints], panic_threshold: u32) -> LevelShares {
         let health: Vec<u64> = levels
             .iter()
-            .map(|(all, healthy)| match all.len() {
+            .map(|l| match l.all.len() {
                 0 => 0,
-                n => (140 * healthy.len() as u64 / n as u64).min(100),
+                n => (140 * l.healthy.len() as u64 / n as u64).min(100),
             })
             .collect();
         let total_health = health.iter().sum::<u64>().min(100);
-        let threshold = u64::from(self.outlier.panic_threshold);
+        let threshold = u64::from(panic_threshold);
         let panic: Vec<bool> = levels
             .iter()
-            .map(|(all, healthy)| {
-                total_health < 100 && 100 * (healthy.len() as u64) < threshold * all.len() as u64
+            .map(|l| {
+                total_health < 100
+                    && 100 * (l.healthy.len() as u64) < threshold * l.all.len() as u64
             })
             .collect();
-        let loads: Vec<u64> = if panic.iter().all(|p| *p) {
-            let hosts = list.endpoints.len().max(1) as u64;
+        let mut loads: Vec<u64> = if panic.iter().all(|p| *p) {
+            let hosts = levels.iter().map(|l| l.all.len()).sum::<usize>().max(1) as u64;
             levels
                 .iter()
-                .map(|(all, _)| 100 * all.len() as u64 / hosts)
+                .map(|l| 100 * l.all.len() as u64 / hosts)
                 .collect()
         } else if total_health == 0 {
             // Nothing healthy and panic off: the first level, empty (503 no_healthy_upstream).
@@ -500,62 +578,11 @@ impl EndpointGroup {
                 .collect()
         };
         // Rounding leftovers go to the first level that takes load.
-        let mut loads = loads;
         let leftover = 100u64.saturating_sub(loads.iter().sum());
         if let Some(first) = loads.iter_mut().find(|l| **l > 0) {
             *first += leftover;
         }
-
-        if panic.iter().any(|p| *p) {
-            let healthy: usize = levels.iter().map(|(_, h)| h.len()).sum();
-            // Every rebuild while in panic would say it again: an upstream flapping can cause
-            // one per event.
-            crate::telemetry::log_limit::limited!(
-                warn,
-                healthy,
-                total = list.endpoints.len(),
-                "too few healthy endpoints: balancing over unhealthy ones too (panic threshold)"
-            );
-        }
-        let mut pickable = Pickable { levels: Vec::new() };
-        let mut load_end = 0u32;
-        for (rank, ((all, healthy), load)) in levels.into_iter().zip(loads).enumerate() {
-            if load == 0 {
-                continue;
-            }
-            load_end += load as u32;
-            let endpoints = if panic[rank] { all } else { healthy };
-            // A new list even when it holds the same endpoints as before: what its balancer
-            // prepares for it (schedules, slow start) starts over, as an endpoint's return
-            // needs.
-            let mut level = EndpointList::resolved(endpoints);
-            level.resolved = list.resolved;
-            level.last_error = list.last_error.clone();
-            if let Some(balancer) = self.balancers.get(rank).or(self.balancers.first()) {
-                balancer.prepare(&level);
-            }
-            let level = Arc::new(level);
-            pickable.levels.push(Level {
-                load_end,
-                rank,
-                list: level,
-            });
-        }
-        if pickable.levels.is_empty() {
-            pickable.levels.push(Level::default());
-        }
-        self.pickable.store(Arc::new(pickable));
-    }
-
-    /// Neither ejected nor (when active checks are on) unhealthy.
-    fn is_pickable(&self, endpoint: &Endpoint) -> bool {
-        let unhealthy = self.active.is_some() && endpoint.health.is_unhealthy();
-        !endpoint.outlier.is_ejected() && !unhealthy
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
-        // Guards no data of its own: poisoning means nothing here.
-        self.ejections.lock().unwrap_or_else(|p| p.into_inner())
+        LevelShares { loads, panic }
     }
 }
 

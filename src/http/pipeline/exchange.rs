@@ -179,64 +179,13 @@ async fn exchange_http2(
     // `MAX_REFUSED_RETRIES` for streams the server refused.
     loop {
         rounds += 1;
-        let mut checkout = endpoint.h2.checkout();
-        if rounds > MAX_SLOT_ROUNDS && !matches!(checkout, Checkout::Stream(_)) {
-            checkout = match endpoint.h2.claim_least_busy() {
-                Some(stream) => Checkout::Stream(stream),
-                None if rounds > MAX_ROUNDS => {
-                    return Err(ProxyError::UpstreamReset {
-                        backend: target.backend.label.clone(),
-                        endpoint: endpoint.addr,
-                        cause: format!(
-                            "no HTTP/2 connection took the request after {MAX_ROUNDS} attempts (GOAWAY, or no stream allowed)"
-                        ),
-                    });
-                }
-                None => checkout,
-            };
-        }
-        let stream = match checkout {
-            Checkout::Stream(stream) => stream,
-            Checkout::Wait(mut attempt) => {
-                // Another request is connecting: share its outcome.
-                let _ = attempt.wait_for(|a| !matches!(a, Attempt::Pending)).await;
-                if let Attempt::Failed(e) = &*attempt.borrow() {
-                    return Err(connect_error(e, &target.backend.label, endpoint.addr));
-                }
-                // ALPN came out HTTP/1.1 for the connection waited for: this request takes
-                // the HTTP/1.1 path too, instead of opening connections one at a time here.
-                if target.port.wire == HttpWire::Negotiated && endpoint.negotiated_http1() {
-                    return Box::pin(exchange_http1(target, endpoint, req)).await;
-                }
-                continue;
+        let stream = match find_stream(target, endpoint, rounds).await? {
+            Found::Stream(stream) => stream,
+            Found::LookAgain => continue,
+            Found::Http1 => return Box::pin(exchange_http1(target, endpoint, req)).await,
+            Found::Http1Connection(sender) => {
+                return send_http1_once(target, endpoint, sender, req).await
             }
-            Checkout::Connect(ticket) => match h2_connection_slot(target, endpoint).await? {
-                // At maxConnections: share the least busy connection (the stream waits
-                // inside it for a free slot).
-                Err(stream) => stream,
-                Ok(slot) => match connect(target, endpoint, slot).await {
-                    Err(e) => {
-                        let e = Arc::new(e);
-                        ticket.finish(Attempt::Failed(e.clone()));
-                        return Err(connect_error(&e, &target.backend.label, endpoint.addr));
-                    }
-                    Ok(HttpConnection::Http2(conn)) => {
-                        let stream = endpoint.h2.add(conn);
-                        ticket.finish(Attempt::Done);
-                        match stream {
-                            Some(stream) => stream,
-                            None => continue,
-                        }
-                    }
-                    // ALPN chose HTTP/1.1: remember it, and let waiters look again (they will
-                    // take the HTTP/1.1 path).
-                    Ok(HttpConnection::Http1(sender)) => {
-                        endpoint.set_negotiated_http1(true);
-                        ticket.finish(Attempt::Done);
-                        return send_http1_once(target, endpoint, sender, req).await;
-                    }
-                },
-            },
         };
         let replay = refused_retry_copy(&req, refused);
         match try_send_http2(target, stream, req).await {
@@ -257,6 +206,83 @@ async fn exchange_http2(
                 }
             }
         }
+    }
+}
+
+/// What one round of looking for an HTTP/2 stream found.
+enum Found {
+    Stream(H2Stream),
+    /// Nothing yet (a connection came up full, another request's connect finished): look
+    /// again.
+    LookAgain,
+    /// ALPN chose HTTP/1.1 for this endpoint: the request takes the HTTP/1.1 path.
+    Http1,
+    /// ALPN chose HTTP/1.1 on the connection this round opened: the request goes on it.
+    Http1Connection(H1Sender),
+}
+
+/// Round `round` of looking for a stream: a free slot, or another request's connect to wait
+/// for, or a connection to open (past `MAX_SLOT_ROUNDS`, the least busy connection's queue).
+async fn find_stream(
+    target: &Target,
+    endpoint: &Arc<Endpoint>,
+    round: u32,
+) -> Result<Found, ProxyError> {
+    let mut checkout = endpoint.h2.checkout();
+    if round > MAX_SLOT_ROUNDS && !matches!(checkout, Checkout::Stream(_)) {
+        checkout = match endpoint.h2.claim_least_busy() {
+            Some(stream) => Checkout::Stream(stream),
+            None if round > MAX_ROUNDS => {
+                return Err(ProxyError::UpstreamReset {
+                    backend: target.backend.label.clone(),
+                    endpoint: endpoint.addr,
+                    cause: format!(
+                        "no HTTP/2 connection took the request after {MAX_ROUNDS} attempts (GOAWAY, or no stream allowed)"
+                    ),
+                });
+            }
+            None => checkout,
+        };
+    }
+    match checkout {
+        Checkout::Stream(stream) => Ok(Found::Stream(stream)),
+        Checkout::Wait(mut attempt) => {
+            // Another request is connecting: share its outcome.
+            let _ = attempt.wait_for(|a| !matches!(a, Attempt::Pending)).await;
+            if let Attempt::Failed(e) = &*attempt.borrow() {
+                return Err(connect_error(e, &target.backend.label, endpoint.addr));
+            }
+            // ALPN came out HTTP/1.1 for the connection waited for: this request takes the
+            // HTTP/1.1 path too, instead of opening connections one at a time here.
+            if target.port.wire == HttpWire::Negotiated && endpoint.negotiated_http1() {
+                return Ok(Found::Http1);
+            }
+            Ok(Found::LookAgain)
+        }
+        Checkout::Connect(ticket) => match h2_connection_slot(target, endpoint).await? {
+            // At maxConnections: share the least busy connection (the stream waits inside it
+            // for a free slot).
+            Err(stream) => Ok(Found::Stream(stream)),
+            Ok(slot) => match connect(target, endpoint, slot).await {
+                Err(e) => {
+                    let e = Arc::new(e);
+                    ticket.finish(Attempt::Failed(e.clone()));
+                    Err(connect_error(&e, &target.backend.label, endpoint.addr))
+                }
+                Ok(HttpConnection::Http2(conn)) => {
+                    let stream = endpoint.h2.add(conn);
+                    ticket.finish(Attempt::Done);
+                    Ok(stream.map_or(Found::LookAgain, Found::Stream))
+                }
+                // ALPN chose HTTP/1.1: remember it, and let waiters look again (they will take
+                // the HTTP/1.1 path).
+                Ok(HttpConnection::Http1(sender)) => {
+                    endpoint.set_negotiated_http1(true);
+                    ticket.finish(Attempt::Done);
+                    Ok(Found::Http1Connection(sender))
+                }
+            },
+        },
     }
 }
 

@@ -127,36 +127,13 @@ pub(super) async fn phase(
     let Prepared { mut req, hash } = super::prepare::phase(ctx, req, dest, routed)?;
     // Phase "prepare" removed the hop-by-hop headers; these two are the point of the request.
     set_upgrade_headers(req.headers_mut());
-    // An HTTP/1.1 client's own key goes through (the client checks the answer); an HTTP/2
-    // client sends none, so egressd makes one and checks the answer itself.
-    let key = (upgrade == Upgrade::ExtendedConnect).then(handshake::new_key);
-    if let Some(key) = &key {
-        // The CONNECT stream's DATA frames are the websocket itself (taken by the upgrade);
-        // the GET that stands for it has no body.
-        *req.body_mut() = RequestBody::Empty;
-        req.headers_mut()
-            .insert(handshake::SEC_WEBSOCKET_KEY, key.clone());
-    }
+    let key = own_key(&mut req, upgrade);
     let endpoint = pick(target, hash).await?;
     ctx.upstream.endpoint = Some(endpoint.addr);
     ctx.upstream.attempts += 1;
     let answer = send(target, &endpoint, req, key.as_ref())
         .await
-        .and_then(|response| {
-            if upgrade == Upgrade::ExtendedConnect && response.status().is_success() {
-                // A 2xx to a CONNECT tells the client its websocket is open: an upstream that
-                // ignored the upgrade and answered e.g. 200 with a page must not look like one.
-                return Err(ProxyError::UpstreamProtocol {
-                    backend: target.backend.label.clone(),
-                    endpoint: endpoint.addr,
-                    cause: format!(
-                        "answered the websocket upgrade with {}, not 101",
-                        response.status()
-                    ),
-                });
-            }
-            Ok(response)
-        });
+        .and_then(|response| no_false_open(target, &endpoint, upgrade, response));
     let seen = match &answer {
         Ok(response) => Some(OutlierOutcome::of_status(response.status().as_u16())),
         Err(e) => e.outlier_outcome(),
@@ -194,6 +171,40 @@ pub(super) async fn phase(
     };
     tokio::spawn(relay.run(downstream, upstream));
     Ok(Response::from_parts(parts, ProxyBody::empty()))
+}
+
+/// The key of the handshake: an HTTP/1.1 client's own goes through (the client checks the
+/// answer); an HTTP/2 client sends none, so egressd makes one, set here, and checks the
+/// answer itself.
+fn own_key(req: &mut Request<RequestBody>, upgrade: Upgrade) -> Option<HeaderValue> {
+    let key = (upgrade == Upgrade::ExtendedConnect).then(handshake::new_key)?;
+    // The CONNECT stream's DATA frames are the websocket itself (taken by the upgrade); the
+    // GET that stands for it has no body.
+    *req.body_mut() = RequestBody::Empty;
+    req.headers_mut()
+        .insert(handshake::SEC_WEBSOCKET_KEY, key.clone());
+    Some(key)
+}
+
+/// A 2xx to a CONNECT tells the client its websocket is open: an upstream that ignored the
+/// upgrade and answered e.g. 200 with a page must not look like one.
+fn no_false_open(
+    target: &Target,
+    endpoint: &Endpoint,
+    upgrade: Upgrade,
+    response: Response<Incoming>,
+) -> Result<Response<Incoming>, ProxyError> {
+    if upgrade == Upgrade::ExtendedConnect && response.status().is_success() {
+        return Err(ProxyError::UpstreamProtocol {
+            backend: target.backend.label.clone(),
+            endpoint: endpoint.addr,
+            cause: format!(
+                "answered the websocket upgrade with {}, not 101",
+                response.status()
+            ),
+        });
+    }
+    Ok(response)
 }
 
 /// The upgrade request on a connection of its own, and the upstream's answer (checked when
