@@ -3,16 +3,16 @@
 
 use std::collections::BTreeMap;
 
+use macro_rules_attribute::apply;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Kubernetes-style object metadata. Only the fields egressd uses are accepted.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
+#[derive(Default)]
 pub struct ObjectMeta {
     pub name: String,
     /// Defaults to `default`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
@@ -27,77 +27,56 @@ pub struct ObjectMeta {
 pub struct NotYetSupported(pub serde_json::Value);
 
 /// A reference to a Backend from a route (`backendRefs[]`).
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
 pub struct BackendRef {
     /// `egressd.dev` (default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
     /// `Backend` (default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     pub name: String,
     /// Same namespace as the route by default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// Required when the Backend has several ports.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
     /// Relative weight among the rule's backendRefs (default 1; 0 disables).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
     /// Per-backend filters (not supported yet).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filters: Option<NotYetSupported>,
 }
 
 /// A reference from a route to the Gateway (listener) it attaches to.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
 pub struct ParentRef {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     pub name: String,
     /// Listener name; all HTTP listeners of the Gateway when omitted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub section_name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
 }
 
 /// A reference from a policy to the object it applies to.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
 pub struct PolicyTargetRef {
     pub group: String,
     pub kind: String,
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub section_name: Option<String>,
 }
 
 /// A reference to a `Secret`/`ConfigMap` holding PEM material.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
 pub struct SecretRef {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
 }
 
 /// A certificate chain and private key read from PEM files.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
 pub struct CertificateFiles {
     pub certificate_file: String,
     pub private_key_file: String,

@@ -1,6 +1,20 @@
 //! Wire types: the config exactly as people write it (serde + JSON Schema). Runtime code never
 //! sees these; `runtime::compile` turns them into the snapshot the hot path reads.
 
+/// The recipe of every wire struct, written once: `#[apply(wire!)]` derives what loading,
+/// `/config` and `egressd schema` need (`Deserialize`, `Serialize`, `JsonSchema`, `Clone`,
+/// `Debug`), takes fields in camelCase, refuses unknown fields (a typo is an error with its
+/// position, never silently ignored), and leaves `None` fields out when serializing. Missing
+/// `Option` fields read as `None` without `#[serde(default)]`.
+macro_rules! wire {
+    ($item:item) => {
+        #[::serde_with_macros::skip_serializing_none]
+        #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        $item
+    };
+}
+
 pub mod backend;
 pub mod common;
 pub mod enums;

@@ -1,5 +1,6 @@
 //! `ProxyConfig` (egressd.dev): process-wide settings. At most one per config.
 
+use macro_rules_attribute::apply;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -7,71 +8,55 @@ use super::enums::{AccessLogFormat, OutboundPolicy};
 use crate::config::units::{GwDuration, Quantity};
 use crate::config::yaml::Spanned;
 
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
+#[derive(Default)]
 pub struct ProxyConfigSpec {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin: Option<AdminSpec>,
     /// `RegistryOnly` (default): only declared destinations are reachable. `AllowAny`: every
     /// destination is; `AuditOnly`: every destination is, and those `RegistryOnly` would
     /// refuse are recorded (admin `/blocked`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outbound_policy: Option<Spanned<OutboundPolicy>>,
     /// How `AllowAny` and `AuditOnly` reach destinations no Backend declares.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undeclared_destinations: Option<UndeclaredDestinationsSpec>,
     /// The blocked-egress audit (admin `/blocked`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_audit: Option<BlockedAuditSpec>,
     /// Bodies egressd holds whole (MCP inspection, retry read-ahead): their memory budget.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffered_bodies: Option<BufferedBodiesSpec>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainSpec>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_log: Option<AccessLogSpec>,
     /// Hostnames (exact or `*.suffix`) no Backend may name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub denied_hostnames: Vec<Spanned<String>>,
     /// Name servers for FQDN destinations.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<ProxyDnsSpec>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform_identity: Option<Spanned<PlatformIdentity>>,
     /// MCP settings shared by every `protocol: MCP` Backend.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<Spanned<ProxyMcpSpec>>,
     /// How egressd serves its clients' connections (every listener).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub downstream: Option<DownstreamSpec>,
     /// egressd's own span per request, exported over OTLP/HTTP (builds with the `otel`
     /// feature only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracing: Option<Spanned<TracingSpec>>,
 }
 
 /// `ProxyConfig.spec.tracing`.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
 pub struct TracingSpec {
     /// OTLP/HTTP (protobuf) traces URL of a collector, e.g.
     /// `http://127.0.0.1:4318/v1/traces`. Plain `http://` only.
     pub otlp_endpoint: Spanned<String>,
     /// Percent of new traces sampled (0–100, default 100); requests with a `traceparent`
     /// follow its sampled flag.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling_percent: Option<Spanned<f64>>,
     /// `service.name` of the spans (default `egressd`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_name: Option<Spanned<String>>,
     /// How long finished spans wait to be exported together (default 5s).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub export_interval: Option<GwDuration>,
 }
 
 /// `ProxyConfig.spec.undeclaredDestinations`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
+#[derive(Default)]
 pub struct UndeclaredDestinationsSpec {
     /// CIDRs an undeclared destination may not be or resolve to. Default: every non-public
     /// network (loopback, where egressd's admin port listens; RFC 1918; CGNAT; link-local;
@@ -79,165 +64,136 @@ pub struct UndeclaredDestinationsSpec {
     /// (`[]` denies nothing but link-local and unspecified addresses, which are refused
     /// whatever this says). Addresses are compared in canonical form (`::ffff:127.0.0.1` is
     /// 127.0.0.1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub denied_addresses: Option<Vec<Spanned<String>>>,
     /// CIDRs undeclared destinations may reach although `deniedAddresses` holds them, e.g.
     /// `10.0.0.0/8` for an internal network (default none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_addresses: Option<Vec<Spanned<String>>>,
     /// Undeclared destinations (host, port, how) kept at once, each with its DNS refresher
     /// and connection pool (default 1024); the least recently used makes room.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_destinations: Option<Spanned<u32>>,
     /// An undeclared destination nobody asked for this long is forgotten, and its DNS
     /// refresher stops (default 5m, as Envoy's dynamic forward proxy `host_ttl`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<Spanned<GwDuration>>,
 }
 
 /// `ProxyConfig.spec.bufferedBodies`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
+#[derive(Default)]
 pub struct BufferedBodiesSpec {
     /// Bytes all bodies egressd holds whole may take together, process-wide (default `32Mi`).
     /// Past it, a retry read-ahead is skipped (the request streams, without retries), an MCP
     /// request without a tool policy passes uninspected, and what needs its body whole gets
     /// 503 `overflow`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Spanned<Quantity>>,
     /// How long a body egressd holds whole may take to arrive (default 30s); later: 408.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_timeout: Option<Spanned<GwDuration>>,
 }
 
 /// `ProxyConfig.spec.blockedAudit`: how much of what was refused admin `/blocked` remembers.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
+#[derive(Default)]
 pub struct BlockedAuditSpec {
     /// Destinations listed at most (default 1024); the least recently seen makes room.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_entries: Option<Spanned<u32>>,
     /// A destination not seen for this long leaves the list (default 24h).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<Spanned<GwDuration>>,
 }
 
 /// `ProxyConfig.spec.mcp`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
+#[derive(Default)]
 pub struct ProxyMcpSpec {
     /// File with the key (at least 32 bytes) that authenticates the MCP session ids egressd
     /// hands out; replicas that share it route each other's sessions. Unset: a key made at
     /// start, valid for this process only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key_file: Option<Spanned<String>>,
 }
 
 /// Settings of downstream (client) connections.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
+#[derive(Default)]
 pub struct DownstreamSpec {
     /// HTTP/2 server settings: h2c (prior knowledge) on HTTP listeners, `h2` by ALPN on HTTPS
     /// listeners. A change applies to connections accepted after the reload.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http2: Option<DownstreamHttp2Spec>,
     /// Client connections open at once, over every listener (TLS passthrough and tunnels
     /// included); more are closed as soon as they are accepted. Default: half of the file
     /// descriptors the process may open (`RLIMIT_NOFILE`) less 64.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<Spanned<u32>>,
     /// From accept until the first request head is complete (TLS handshake, HTTP/2 preface
     /// and TLS passthrough ClientHello included); a connection that sends nothing is closed
     /// too (default 10s; `0s` disables).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub header_read_timeout: Option<Spanned<GwDuration>>,
     /// How long a connection with no request in flight stays open: HTTP/1.1 keep-alive, and
     /// HTTP/2 without streams (closed with GOAWAY). Default 5m; `0s` disables.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<Spanned<GwDuration>>,
     /// Largest request head: request line and headers as HTTP/1.1 writes them (default
     /// 60Ki); larger ones are answered 431.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_request_headers_bytes: Option<Spanned<Quantity>>,
     /// Most header fields in a request (default 100); more are answered 431.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_request_headers: Option<Spanned<u32>>,
     /// Longest request target, path and query or absolute URI (default 16Ki); longer ones
     /// are answered 414.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_request_uri_bytes: Option<Spanned<Quantity>>,
     /// Longest request method (default 32); longer ones are answered 400.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_request_method_bytes: Option<Spanned<u32>>,
 }
 
 /// What egressd announces in its HTTP/2 SETTINGS and how much abuse it tolerates before it
 /// closes a client connection with GOAWAY `ENHANCE_YOUR_CALM`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
+#[derive(Default)]
 pub struct DownstreamHttp2Spec {
     /// SETTINGS_MAX_CONCURRENT_STREAMS: requests in flight per connection (default 256).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent_streams: Option<Spanned<u32>>,
     /// SETTINGS_MAX_HEADER_LIST_SIZE: larger request headers are answered 431 (default 64Ki).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_header_list_size: Option<Spanned<Quantity>>,
     /// SETTINGS_INITIAL_WINDOW_SIZE: request body bytes a client may send on one stream before
     /// egressd has forwarded them (default 1Mi, at most 2147483647).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_stream_window_size: Option<Spanned<Quantity>>,
     /// Request body bytes a client may send on the whole connection before egressd has
     /// forwarded them (default 1Mi, 65535 to 2147483647).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_connection_window_size: Option<Spanned<Quantity>>,
     /// Streams a client may reset before egressd has accepted them, at any one time, before
     /// the connection is closed (Rapid Reset, CVE-2023-44487; default 20).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_pending_accept_reset_streams: Option<Spanned<u32>>,
     /// Streams egressd may have to reset because of the client's protocol errors, over the
     /// connection's life, before the connection is closed (MadeYouReset, CVE-2025-8671;
     /// default 1024).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_local_error_reset_streams: Option<Spanned<u32>>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
+#[derive(Default)]
 pub struct AdminSpec {
     /// `127.0.0.1:15000` by default. Binding a non-loopback address exposes config dumps.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<Spanned<String>>,
     /// Admin connections open at once (default 32); more are closed as soon as they are
     /// accepted. The admin server also applies `downstream.headerReadTimeout` and
     /// `downstream.idleTimeout`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<Spanned<u32>>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
+#[derive(Default)]
 pub struct DrainSpec {
     /// On SIGTERM, in-flight requests get at most this long to finish (default 30s).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<GwDuration>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
+#[derive(Default)]
 pub struct AccessLogSpec {
     /// Default true.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     /// `JSON` (default) or `Text`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<AccessLogFormat>,
     /// `stdout` (default), `stderr` or a file path.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
+#[derive(Default)]
 pub struct ProxyDnsSpec {
     /// `ip:port` of DNS servers to ask instead of the system's (`/etc/resolv.conf`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -246,13 +202,12 @@ pub struct ProxyDnsSpec {
 
 /// The workload identity a platform (e.g. a SPIFFE agent) keeps current on disk, used by
 /// Backends with `tls.mode: PlatformProvided`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
+#[derive(Default)]
 pub struct PlatformIdentity {
     /// PEM certificate chain presented as the client certificate.
     pub certificate_file: String,
     pub private_key_file: String,
     /// PEM trust bundle; verifies PlatformProvided Backends that set no CA of their own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_certificate_file: Option<String>,
 }

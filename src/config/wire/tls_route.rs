@@ -1,14 +1,14 @@
 //! `TLSRoute` (gateway.networking.k8s.io): how TLS Passthrough listeners route by the
 //! ClientHello's SNI to Passthrough Backends, beyond the implicit route by Backend hostname.
 
+use macro_rules_attribute::apply;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{BackendRef, ParentRef};
 use crate::config::yaml::Spanned;
 
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
 pub struct TlsRouteSpec {
     /// Gateways (and listeners) this route attaches to; every TLS Passthrough listener when
     /// omitted.
@@ -21,10 +21,8 @@ pub struct TlsRouteSpec {
     pub rules: Vec<Spanned<TlsRouteRule>>,
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[apply(wire!)]
 pub struct TlsRouteRule {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Passthrough Backends the connection goes to, picked by weight.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
