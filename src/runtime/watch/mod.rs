@@ -166,7 +166,7 @@ impl ConfigWatcher {
             watches: Mutex::new(WatchSet::new(watcher)),
             baseline: Mutex::new(None),
         });
-        lock(&shared.watches).reconcile(&shared.filter);
+        reconcile(&shared.watches, &shared.filter);
         if poll_interval.is_some() {
             // Taken synchronously, after the watches exist: a change made right after
             // `start` returns must differ from the baseline (or be seen by inotify).
@@ -213,7 +213,7 @@ impl ConfigWatcher {
             filter.extra_files = files.clone();
             filter.apply(resolved);
         }
-        lock(&self.shared.watches).reconcile(&self.shared.filter);
+        reconcile(&self.shared.watches, &self.shared.filter);
 
         if lock(&self.shared.baseline).is_none() {
             return;
@@ -271,7 +271,7 @@ impl Shared {
                 filter.apply(resolved);
             }
         }
-        lock(&self.watches).reconcile(&self.filter);
+        reconcile(&self.watches, &self.filter);
         fingerprint.then(|| Fingerprint::compute(&self.config_dirs, &extra_files))
     }
 }
@@ -279,6 +279,15 @@ impl Shared {
 /// Ignores lock poisoning. Every critical section leaves the data usable even if it panics
 /// midway (worst case a stale filter or watch list, corrected by the next reconcile), and
 /// propagating the panic into the notify thread or the reload loop would be worse.
+/// Brings `watches` in line with `filter`'s directories. The filter is read while `watches`
+/// is locked (never the other way round), so the last of two reconciles sees the newest set.
+fn reconcile(watches: &Mutex<WatchSet>, filter: &Mutex<Filter>) {
+    let mut watches = lock(watches);
+    let desired = lock(filter).watch_dirs.clone();
+    let aliases = watches.reconcile(desired);
+    lock(filter).aliases = aliases;
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

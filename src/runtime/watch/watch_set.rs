@@ -5,13 +5,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Display;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tracing::{debug, info, warn};
-
-use super::filter::Filter;
-use super::lock;
 
 /// Extra files resolved against the file system (symlink targets may move).
 #[derive(Debug, Default)]
@@ -85,14 +81,19 @@ impl WatchSet {
         }
     }
 
-    /// Brings the registered watches in line with `filter.watch_dirs` and the disk.
+    /// Brings the registered watches in line with `desired` (the filter's `watch_dirs`, read
+    /// while this set is locked, so the last reconcile sees the newest) and the disk.
     ///
     /// A registration is dropped when it is no longer wanted or when its path now names a
     /// different directory (deleted, moved away, recreated, symlink retargeted): an inotify
     /// watch follows the inode, not the name. Missing ones are (re)added, one per directory
-    /// identity. Never called with `filter` locked (see the module docs).
-    pub(super) fn reconcile(&mut self, filter: &Mutex<Filter>) {
-        let desired = lock(filter).watch_dirs.clone();
+    /// identity.
+    /// Returns the filter's new aliases: a wanted directory that is the same directory as a
+    /// watched one (events come under the watched name).
+    pub(super) fn reconcile(
+        &mut self,
+        desired: BTreeSet<PathBuf>,
+    ) -> HashMap<PathBuf, Vec<PathBuf>> {
         let current: BTreeMap<PathBuf, Option<DirId>> = desired
             .iter()
             .map(|dir| (dir.clone(), dir_identity(dir)))
@@ -160,7 +161,7 @@ impl WatchSet {
             }
         }
         self.failing.retain(|dir| desired.contains(dir));
-        lock(filter).aliases = aliases;
+        aliases
     }
 
     fn note_failure(&mut self, dir: &Path, reason: &dyn Display) {
