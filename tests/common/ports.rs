@@ -59,8 +59,8 @@ pub fn shared_port() -> u16 {
     panic!("no port free on all of 127.0.0.1 to 127.0.0.{SHARED_HOSTS} in 100 tries")
 }
 
-/// A listener on `addr`: the socket [`shared_port`] holds there, now listening, or else a new
-/// one bound to `addr`.
+/// A listener on `addr`: the socket [`shared_port`] holds there, now listening (with
+/// `SO_REUSEADDR`, like any other), or else a new one bound to `addr`.
 pub async fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     let held = {
         let mut held = HELD.lock().unwrap();
@@ -69,6 +69,9 @@ pub async fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener
     };
     match held {
         Some(socket) => {
+            // As `TcpListener::bind` does: the connections it accepts inherit the flag, so a
+            // server started again on `addr` once this one is gone can bind while they close.
+            socket.set_reuse_address(true)?;
             socket.listen(1024)?;
             socket.set_nonblocking(true)?;
             tokio::net::TcpListener::from_std(socket.into())
