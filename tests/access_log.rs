@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::proxy::{eventually, fetch, get, ip_backend, preamble, request, route_to, TestProxy};
+use common::poll_within;
+use common::proxy::{fetch, get, ip_backend, preamble, request, route_to, TestProxy};
 use common::upstream::{full, Upstream};
 use http_body_util::{BodyExt, Full};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -78,7 +79,9 @@ async fn every_request_gets_a_json_line_with_its_fields() {
     );
 
     assert!(
-        eventually(Duration::from_secs(5), || async { lines(&log).len() == 5 }).await,
+        poll_within(Duration::from_secs(5), || async { lines(&log).len() == 5 })
+            .await
+            .is_some(),
         "{:?}",
         lines(&log)
     );

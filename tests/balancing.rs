@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::ports::{loopback, shared_port};
 use common::proxy::{get, preamble, TestProxy};
 use common::upstream::{full, Upstream};
 
@@ -28,7 +29,8 @@ fn backend(endpoints: &[(SocketAddr, u32)], load_balancer: &str) -> String {
 /// until the test ends, `fast` answers at once.
 async fn slow_and_fast() -> (Upstream, Upstream) {
     let release = Arc::new(tokio::sync::Notify::new());
-    let slow = Upstream::start_with(move |_req| {
+    let port = shared_port();
+    let slow = Upstream::start_on_with(loopback(1, port), move |_req| {
         let release = release.clone();
         async move {
             release.notified().await;
@@ -36,11 +38,7 @@ async fn slow_and_fast() -> (Upstream, Upstream) {
         }
     })
     .await;
-    let fast = Upstream::start_on(
-        "fast",
-        SocketAddr::new([127, 0, 0, 2].into(), slow.addr.port()),
-    )
-    .await;
+    let fast = Upstream::start_on("fast", loopback(2, port)).await;
     (slow, fast)
 }
 
@@ -55,10 +53,11 @@ async fn least_request_sends_nothing_more_to_an_endpoint_with_a_request_in_fligh
     for _ in 0..50 {
         let addr = proxy.http();
         held.push(tokio::spawn(async move { get(addr, HOST, "/").await }));
-        if common::proxy::eventually(Duration::from_millis(500), || async {
+        if common::poll_within(Duration::from_millis(500), || async {
             slow.request_count() + fast.request_count() == held.len()
         })
         .await
+        .is_some()
             && slow.request_count() == 1
         {
             break;
@@ -92,9 +91,9 @@ async fn round_robin_and_random_split_by_weight() {
         "{type: Random}",
         "{type: LeastRequest}",
     ] {
-        let a = Upstream::start("a").await;
-        let b =
-            Upstream::start_on("b", SocketAddr::new([127, 0, 0, 2].into(), a.addr.port())).await;
+        let port = shared_port();
+        let a = Upstream::start_on("a", loopback(1, port)).await;
+        let b = Upstream::start_on("b", loopback(2, port)).await;
         let yaml = preamble(None) + &backend(&[(a.addr, 1), (b.addr, 3)], lb);
         let proxy = TestProxy::start(&yaml).await;
         let mut conn = common::proxy::Conn::open(proxy.http()).await;
@@ -139,12 +138,12 @@ async fn max_parallel_requests_turns_overload_into_immediate_overflow_replies() 
             tokio::spawn(async move { get(addr, HOST, &format!("/held{i}")).await })
         })
         .collect();
-    assert!(
-        common::proxy::eventually(Duration::from_secs(5), || async {
-            slow.request_count() == 2
-        })
-        .await
-    );
+    common::eventually(
+        "two requests held by the slow upstream",
+        Duration::from_secs(5),
+        || async { slow.request_count() == 2 },
+    )
+    .await;
     // The third is refused at once, without reaching the upstream.
     let refused = tokio::time::timeout(Duration::from_secs(2), get(proxy.http(), HOST, "/third"))
         .await
@@ -161,13 +160,15 @@ async fn max_parallel_requests_turns_overload_into_immediate_overflow_replies() 
     let again = get(proxy.http(), HOST, "/again");
     release.notify_waiters();
     let pending = tokio::spawn(again);
-    assert!(
-        common::proxy::eventually(Duration::from_secs(5), || async {
+    common::eventually(
+        "the pending request finished once released",
+        Duration::from_secs(5),
+        || async {
             release.notify_waiters();
             pending.is_finished()
-        })
-        .await
-    );
+        },
+    )
+    .await;
     assert_eq!(pending.await.unwrap().status, 200);
 }
 
@@ -178,7 +179,8 @@ async fn max_parallel_requests_turns_overload_into_immediate_overflow_replies() 
 async fn endpoints_with_their_own_ports_are_one_backend_and_ejected_alone() {
     let blue = Upstream::start("blue").await;
     let green = Upstream::start("green").await;
-    let gone = common::upstream::refused_addr();
+    let refusing = common::ports::Refusing::bind();
+    let gone = refusing.addr;
     // The Backend port's number is nobody's: every endpoint names its own.
     let yaml = preamble(None)
         + &format!(
@@ -254,12 +256,9 @@ spec:
 /// order).
 #[tokio::test]
 async fn least_request_splits_sequential_requests_evenly_between_two_endpoints() {
-    let one = Upstream::start("one").await;
-    let two = Upstream::start_on(
-        "two",
-        SocketAddr::new([127, 0, 0, 2].into(), one.addr.port()),
-    )
-    .await;
+    let port = shared_port();
+    let one = Upstream::start_on("one", loopback(1, port)).await;
+    let two = Upstream::start_on("two", loopback(2, port)).await;
     let yaml = preamble(None) + &backend(&[(one.addr, 1), (two.addr, 1)], "{type: LeastRequest}");
     let dir = tempfile::tempdir().expect("config dir");
     std::fs::write(dir.path().join("egressd.yaml"), yaml).expect("write config");

@@ -9,9 +9,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::outlier::{answering, backend, free_port, metric, HOST};
-use common::proxy::{eventually, get, preamble, Response, TestProxy};
+use common::outlier::{answering, backend, metric, HOST};
+use common::ports::shared_port;
+use common::proxy::{get, preamble, Response, TestProxy};
 use common::upstream::{full, Upstream};
+use common::{eventually, poll_within};
 use tokio::sync::Semaphore;
 
 /// `backend(..)` (round robin, outlier detection that never ejects) with more sections.
@@ -48,7 +50,7 @@ async fn at_max_connections_requests_wait_up_to_max_pending_and_the_rest_overflo
     // CB-pending: one connection allowed, one request may wait for it; the third is refused
     // at once. The waiting one is served on the same connection when the first ends.
     let gate = Arc::new(Semaphore::new(0));
-    let port = free_port();
+    let port = shared_port();
     let slow = gated(1, port, gate.clone()).await;
     let proxy = TestProxy::start(&with_sections(
         &[slow.addr],
@@ -57,22 +59,23 @@ async fn at_max_connections_requests_wait_up_to_max_pending_and_the_rest_overflo
     .await;
 
     let first = spawn_get(&proxy, "/first");
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            slow.request_count() == 1
-        })
-        .await
-    );
+    eventually(
+        "one request held by the slow upstream",
+        Duration::from_secs(5),
+        || async { slow.request_count() == 1 },
+    )
+    .await;
     let waiting = spawn_get(&proxy, "/waiting");
-    assert!(
-        eventually(Duration::from_secs(5), || async {
+    eventually(
+        "the second request waits for the connection",
+        Duration::from_secs(5),
+        || async {
             let body = get(proxy.admin, "admin", "/endpoints").await.body;
             let all: serde_json::Value = serde_json::from_slice(&body).unwrap();
             all["backends"][0]["circuitBreaker"]["pendingRequests"] == 1
-        })
-        .await,
-        "the second request waits for the connection"
-    );
+        },
+    )
+    .await;
     let refused = tokio::time::timeout(Duration::from_secs(2), get(proxy.http(), HOST, "/third"))
         .await
         .expect("an immediate reply");
@@ -100,7 +103,7 @@ async fn at_max_connections_requests_wait_up_to_max_pending_and_the_rest_overflo
 async fn an_idle_connection_to_another_endpoint_gives_its_slot_to_a_waiting_request() {
     // maxConnections 1 over two endpoints: after A's request, A's idle pooled connection holds
     // the only slot; a request picked for B closes it and proceeds.
-    let port = free_port();
+    let port = shared_port();
     let a = answering(1, port, 200).await;
     let b = answering(2, port, 200).await;
     let proxy = TestProxy::start(&with_sections(
@@ -148,7 +151,7 @@ async fn fails_once_then_waits(n: u8, port: u16, gate: Arc<Semaphore>) -> Upstre
 /// at the upstream), the others end with the first attempt's 503.
 async fn retries_past_the_limit_are_not_sent(circuit_breaker: &str, limit: &str, admitted: usize) {
     let gate = Arc::new(Semaphore::new(0));
-    let port = free_port();
+    let port = shared_port();
     let up = fails_once_then_waits(1, port, gate.clone()).await;
     let proxy = TestProxy::start(&with_sections(
         &[up.addr],
@@ -162,20 +165,20 @@ async fn retries_past_the_limit_are_not_sent(circuit_breaker: &str, limit: &str,
         .collect();
     // Every first attempt, and the admitted retries, reach the upstream.
     assert!(
-        eventually(Duration::from_secs(5), || async {
+        poll_within(Duration::from_secs(5), || async {
             up.request_count() == 5 + admitted
         })
-        .await,
+        .await
+        .is_some(),
         "{} requests reached the upstream",
         up.request_count()
     );
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            requests.iter().filter(|r| r.is_finished()).count() == 5 - admitted
-        })
-        .await,
-        "the retries over the limit were not sent: their requests ended"
-    );
+    eventually(
+        "the retries over the limit were not sent: their requests ended",
+        Duration::from_secs(5),
+        || async { requests.iter().filter(|r| r.is_finished()).count() == 5 - admitted },
+    )
+    .await;
     gate.add_permits(admitted);
     let mut statuses = Vec::new();
     for r in requests {

@@ -7,8 +7,10 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::outlier::{backend, free_port, is_ejected, metric, HOST};
-use common::proxy::{eventually, get, json_lines, preamble_with, TestProxy};
+use common::outlier::{backend, is_ejected, metric, HOST};
+use common::poll_within;
+use common::ports::shared_port;
+use common::proxy::{get, json_lines, preamble_with, TestProxy};
 use common::upstream::{count_body, full, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -28,7 +30,7 @@ async fn send_raw(proxy: SocketAddr, raw: &[u8], hang_up: bool) -> String {
 
 #[tokio::test]
 async fn broken_and_abandoned_request_bodies_never_eject_the_endpoint() {
-    let port = free_port();
+    let port = shared_port();
     let addr = SocketAddr::new([127, 0, 0, 1].into(), port);
     // Reads every body whole before answering, as an application does.
     let upstream = Upstream::start_on_with(
@@ -103,10 +105,11 @@ async fn broken_and_abandoned_request_bodies_never_eject_the_endpoint() {
     assert_eq!(ok.status, 200, "{}", ok.text());
 
     // The access log says whose fault it was.
-    let written = eventually(Duration::from_secs(5), || async {
+    let written = poll_within(Duration::from_secs(5), || async {
         json_lines(log.path()).len() >= 31
     })
-    .await;
+    .await
+    .is_some();
     assert!(written, "{:?}", json_lines(log.path()));
     let lines = json_lines(log.path());
     let errors = |prefix: &str| -> Vec<serde_json::Value> {

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::dns::TestDns;
-use common::proxy::{eventually, preamble, TestProxy};
+use common::eventually;
+use common::proxy::{preamble, TestProxy};
 use common::tls::{San, TestCa, TlsOptions, TlsUpstream};
 use common::upstream::Upstream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -208,12 +209,12 @@ async fn drain_waits_for_an_open_tunnel() {
     let listener = proxy.http();
     let shutdown = tokio::spawn(proxy.shutdown());
     // Draining has begun once the listener refuses new connections.
-    assert!(
-        common::proxy::eventually(std::time::Duration::from_secs(5), || async {
-            TcpStream::connect(listener).await.is_err()
-        })
-        .await
-    );
+    common::eventually(
+        "the listener refuses connections",
+        std::time::Duration::from_secs(5),
+        || async { TcpStream::connect(listener).await.is_err() },
+    )
+    .await;
     // The open tunnel holds the drain (bounded look: the drain timeout is 1 s).
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(
@@ -243,7 +244,7 @@ async fn drain_waits_for_an_open_tunnel() {
 async fn an_unreachable_tunnel_endpoint_is_ejected_and_tunnels_go_to_the_other() {
     // Tunnels feed outlier detection with what they see: whether the endpoint could be
     // reached. 127.0.0.2 refuses; after 5 refusals it is ejected.
-    let port = common::outlier::free_port();
+    let port = common::ports::shared_port();
     let up = Upstream::start_on("up", SocketAddr::new([127, 0, 0, 1].into(), port)).await;
     let dns = TestDns::start().await;
     dns.set(API, &[Ipv4Addr::LOCALHOST, Ipv4Addr::new(127, 0, 0, 2)], 60);
@@ -294,10 +295,12 @@ async fn a_tunnel_is_logged_when_it_closes_with_its_bytes() {
         let text = std::fs::read_to_string(&log).ok()?;
         serde_json::from_str(text.lines().next()?).ok()
     };
-    assert!(
-        eventually(Duration::from_secs(5), || async { line().is_some() }).await,
-        "a line once the tunnel closed"
-    );
+    eventually(
+        "a line once the tunnel closed",
+        Duration::from_secs(5),
+        || async { line().is_some() },
+    )
+    .await;
     let line = line().unwrap();
     assert_eq!(line["method"], "CONNECT");
     assert_eq!(line["status"], 200);
@@ -340,13 +343,12 @@ async fn a_tunnel_cut_by_a_reset_is_logged_with_the_bytes_it_carried() {
     assert_eq!(status, 200, "{head}");
     const SENT: usize = 5 * 1024 * 1024;
     tunnel.write_all(&vec![7u8; SENT]).await.unwrap();
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            received.load(std::sync::atomic::Ordering::Relaxed) == SENT
-        })
-        .await,
-        "the sink got everything"
-    );
+    eventually(
+        "the sink got everything",
+        Duration::from_secs(10),
+        || async { received.load(std::sync::atomic::Ordering::Relaxed) == SENT },
+    )
+    .await;
     // SO_LINGER 0: close sends RST instead of FIN.
     tunnel.set_zero_linger().unwrap();
     drop(tunnel);
@@ -354,10 +356,12 @@ async fn a_tunnel_cut_by_a_reset_is_logged_with_the_bytes_it_carried() {
         let text = std::fs::read_to_string(&log).ok()?;
         serde_json::from_str(text.lines().next()?).ok()
     };
-    assert!(
-        eventually(Duration::from_secs(5), || async { line().is_some() }).await,
-        "a line once the tunnel was cut"
-    );
+    eventually(
+        "a line once the tunnel was cut",
+        Duration::from_secs(5),
+        || async { line().is_some() },
+    )
+    .await;
     let line = line().unwrap();
     assert_eq!(line["method"], "CONNECT");
     assert_eq!(line["bytes_in"], SENT, "{line}");

@@ -18,10 +18,9 @@ const REPEATS: usize = 4;
 
 /// Three upstreams, named by their last address byte.
 async fn upstreams() -> Vec<Upstream> {
-    let first = Upstream::start("1").await;
-    let port = first.addr.port();
-    let mut all = vec![first];
-    for last in [2u8, 3] {
+    let port = common::ports::shared_port();
+    let mut all = Vec::new();
+    for last in [1u8, 2, 3] {
         let addr = SocketAddr::new([127, 0, 0, last].into(), port);
         all.push(Upstream::start_on(&last.to_string(), addr).await);
     }

@@ -6,9 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::proxy::{
-    eventually, fetch, get, ip_backend, preamble, request, route_to, ClientBody, TestProxy,
-};
+use common::eventually;
+use common::proxy::{fetch, get, ip_backend, preamble, request, route_to, ClientBody, TestProxy};
 use common::upstream::Upstream;
 
 const HOST: &str = "api.test";
@@ -49,20 +48,24 @@ async fn the_credential_replaces_the_clients_and_follows_its_file() {
 
     // Rotated in place: the next requests carry the new one, no restart.
     std::fs::write(&key, "s3cret-two\n").unwrap();
-    let rotated = eventually(Duration::from_secs(10), || async {
-        call(&proxy).await.status == 200
-            && upstream.last_request().headers["authorization"] == "Bearer s3cret-two"
-    })
+    eventually(
+        "the rotated credential is used",
+        Duration::from_secs(10),
+        || async {
+            call(&proxy).await.status == 200
+                && upstream.last_request().headers["authorization"] == "Bearer s3cret-two"
+        },
+    )
     .await;
-    assert!(rotated, "the rotated credential is used");
 
     // Gone: fail closed, nothing reaches the upstream.
     std::fs::remove_file(&key).unwrap();
-    let closed = eventually(Duration::from_secs(10), || async {
-        call(&proxy).await.status == 503
-    })
+    eventually(
+        "an unreadable credential fails closed",
+        Duration::from_secs(10),
+        || async { call(&proxy).await.status == 503 },
+    )
     .await;
-    assert!(closed, "an unreadable credential fails closed");
     let before = upstream.request_count();
     let r = call(&proxy).await;
     assert_eq!(r.error_code(), Some("credential_unavailable"));

@@ -19,9 +19,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::binary::{Egressd, KeepAlive};
 use common::h2frames::{self, read_until_goaway};
-use common::proxy::{eventually, get, ip_backend, route_to, TestProxy};
+use common::proxy::{get, ip_backend, route_to, TestProxy};
 use common::tls::{San, TestCa};
 use common::upstream::{full, Upstream};
+use common::{eventually, poll_within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -301,13 +302,12 @@ async fn keep_alive_outlives_header_read_timeout_and_slow_responses_outlive_idle
     assert_eq!(slow.body, Bytes::from_static(b"done"));
     assert_eq!(setup.upstream.connection_count(), 1);
     // Then nothing: the connection is closed after idleTimeout.
-    assert!(
-        eventually(WITHIN, || async {
-            setup.metric(&timeouts("idle_timeout")) >= 1.0
-        })
-        .await,
-        "the idle keep-alive connection was not closed"
-    );
+    eventually(
+        "the idle keep-alive connection was not closed",
+        WITHIN,
+        || async { setup.metric(&timeouts("idle_timeout")) >= 1.0 },
+    )
+    .await;
     assert!(conn.get(HOST, "/").await.is_err());
     assert_eq!(setup.metric(&timeouts("idle_timeout")), 1.0);
     assert_eq!(setup.metric(&timeouts("header_read_timeout")), 0.0);
@@ -345,14 +345,11 @@ async fn an_http2_stream_slower_than_idle_timeout_completes_then_the_idle_connec
     let response = sender.send_request(request).await.expect("response");
     let response = common::proxy::collect(response).await;
     assert_eq!(response.body, Bytes::from_static(b"done"));
-    assert!(
-        eventually(WITHIN, || {
-            let closed = sender.is_closed();
-            async move { closed }
-        })
-        .await,
-        "the idle HTTP/2 connection was not closed"
-    );
+    eventually("the idle HTTP/2 connection was not closed", WITHIN, || {
+        let closed = sender.is_closed();
+        async move { closed }
+    })
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -373,10 +370,10 @@ async fn connections_over_max_connections_are_closed_at_once_and_counted_until_o
     assert!(try_get(setup.http()).await.is_none());
     // A closed connection frees its slot for the next client.
     drop(first);
-    assert!(
-        eventually(WITHIN, || async { try_get(setup.http()).await.is_some() }).await,
-        "no slot came free"
-    );
+    eventually("no slot came free", WITHIN, || async {
+        try_get(setup.http()).await.is_some()
+    })
+    .await;
     assert_eq!(setup.metric(&refused("max_connections")), 2.0);
 }
 
@@ -385,15 +382,20 @@ async fn tls_passthrough_and_https_connections_count_against_max_connections() {
     let setup = Setup::start("    maxConnections: 2\n", "").await;
     let passthrough = TcpStream::connect(setup.passthrough()).await.unwrap();
     let _https = setup.tls_connect().await;
-    assert!(
-        eventually(WITHIN, || async {
+    eventually(
+        "a new connection refused and counted as max_connections",
+        WITHIN,
+        || async {
             try_get(setup.http()).await.is_none()
                 && setup.metric(&refused("max_connections")) >= 1.0
-        })
-        .await
-    );
+        },
+    )
+    .await;
     drop(passthrough);
-    assert!(eventually(WITHIN, || async { try_get(setup.http()).await.is_some() }).await);
+    eventually("a new connection served again", WITHIN, || async {
+        try_get(setup.http()).await.is_some()
+    })
+    .await;
 }
 
 /// A raw TCP server echoing what it reads, for tunnels.
@@ -448,7 +450,10 @@ async fn a_connect_tunnel_keeps_its_slot_after_the_upgrade() {
     // The upgraded socket still holds the only slot.
     assert!(try_get(http).await.is_none());
     drop(tunnel);
-    assert!(eventually(WITHIN, || async { try_get(http).await.is_some() }).await);
+    eventually("a new connection served again", WITHIN, || async {
+        try_get(http).await.is_some()
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -479,13 +484,11 @@ async fn an_http2_connection_carrying_only_a_tunnel_is_not_idle() {
     assert_eq!(proxy_metric(&proxy, &timeouts("idle_timeout")), 0.0);
     // Once the tunnel closes, the connection is idle like any other.
     drop(tunnel);
-    assert!(
-        eventually(WITHIN, || {
-            let closed = sender.is_closed();
-            async move { closed }
-        })
-        .await
-    );
+    eventually("the HTTP/2 connection is closed once idle", WITHIN, || {
+        let closed = sender.is_closed();
+        async move { closed }
+    })
+    .await;
 }
 
 fn proxy_metric(proxy: &TestProxy, series: &str) -> f64 {
@@ -500,12 +503,12 @@ async fn a_reload_applies_new_timeouts_and_caps_to_new_connections_only() {
     let setup = Setup::start("    headerReadTimeout: 30s\n", "").await;
     let old = TcpStream::connect(setup.http()).await.unwrap();
     // Accepted under the old settings before the reload.
-    assert!(
-        eventually(WITHIN, || async {
-            setup.metric("egressd_downstream_connections_active") >= 1.0
-        })
-        .await
-    );
+    eventually(
+        "a downstream connection counted as active",
+        WITHIN,
+        || async { setup.metric("egressd_downstream_connections_active") >= 1.0 },
+    )
+    .await;
     setup
         .reload("    headerReadTimeout: 300ms\n    maxConnections: 3\n")
         .await;
@@ -545,14 +548,12 @@ async fn the_admin_server_caps_its_connections_and_closes_silent_ones() {
         closed_within(&mut silent, WITHIN).await,
         "a silent admin connection was not closed"
     );
-    assert!(
-        eventually(WITHIN, || async {
-            common::binary::try_get(admin, "localhost", "/ready")
-                .await
-                .is_ok_and(|r| r.status == 200)
-        })
-        .await
-    );
+    eventually("/ready answers 200", WITHIN, || async {
+        common::binary::try_get(admin, "localhost", "/ready")
+            .await
+            .is_ok_and(|r| r.status == 200)
+    })
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -625,14 +626,17 @@ async fn metric_over(admin: &mut KeepAlive, series: &str) -> f64 {
 
 /// Polls [`metric_over`] until `series` reaches `wanted` or `within` passes; the last value.
 async fn metric_reaches(admin: &mut KeepAlive, series: &str, wanted: f64, within: Duration) -> f64 {
-    let deadline = Instant::now() + within;
-    loop {
-        let value = metric_over(admin, series).await;
-        if value >= wanted || Instant::now() >= deadline {
-            return value;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // Each check borrows the connection anew.
+    let admin = tokio::sync::Mutex::new(admin);
+    let last = std::cell::Cell::new(0.0);
+    // Reached or not: the caller asserts on the value.
+    poll_within(within, || async {
+        let value = metric_over(*admin.lock().await, series).await;
+        last.set(value);
+        value >= wanted
+    })
+    .await;
+    last.get()
 }
 
 /// `count` connections that say nothing, held open by the test.
@@ -670,13 +674,12 @@ async fn silent_sockets_under_a_low_descriptor_limit_meet_the_default_cap_not_em
     );
     // Once headerReadTimeout closes the silent ones, clients are served again (while the
     // test still holds its ends of all 300).
-    assert!(
-        eventually(Duration::from_secs(15), || async {
-            try_get(http).await == Some(http::StatusCode::OK)
-        })
-        .await,
-        "no request served after the silent connections timed out"
-    );
+    eventually(
+        "no request served after the silent connections timed out",
+        Duration::from_secs(15),
+        || async { try_get(http).await == Some(http::StatusCode::OK) },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -716,13 +719,12 @@ async fn out_of_descriptors_accept_backs_off_without_a_log_flood_and_open_connec
     );
     // Descriptors come back: the backlog is accepted and new clients are served.
     drop(held);
-    assert!(
-        eventually(Duration::from_secs(15), || async {
-            try_get(http).await == Some(http::StatusCode::OK)
-        })
-        .await,
-        "nothing served after descriptors came back"
-    );
+    eventually(
+        "nothing served after descriptors came back",
+        Duration::from_secs(15),
+        || async { try_get(http).await == Some(http::StatusCode::OK) },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -753,12 +755,13 @@ async fn a_flood_of_refused_passthrough_connections_is_counted_whole_and_logged_
         "{lines} log lines for {flood} refusals"
     );
     // Once a window has passed, the next refusal is logged with how many were left out.
-    let reported = eventually(Duration::from_secs(25), || async {
+    let reported = poll_within(Duration::from_secs(25), || async {
         let mut stream = TcpStream::connect(tls).await.unwrap();
         stream.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
         closed_within(&mut stream, WITHIN).await;
         egressd.stderr().contains("similar messages suppressed")
     })
-    .await;
+    .await
+    .is_some();
     assert!(reported, "no suppressed line:\n{}", egressd.stderr());
 }

@@ -7,8 +7,10 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::outlier::{answering, free_port, HOST};
-use common::proxy::{eventually, get, preamble, TestProxy};
+use common::eventually;
+use common::outlier::{answering, HOST};
+use common::ports::shared_port;
+use common::proxy::{get, preamble, TestProxy};
 use common::upstream::Upstream;
 
 fn backend(name: &str, addr: SocketAddr, fallback: bool) -> String {
@@ -42,7 +44,7 @@ async fn send(proxy: &TestProxy, n: usize) -> Vec<u16> {
 
 #[tokio::test]
 async fn traffic_moves_to_the_fallback_while_the_primary_is_down_and_back_after() {
-    let port = free_port();
+    let port = shared_port();
     let primary = answering(1, port, 200).await;
     let spare = answering(2, port, 200).await;
     let primary_addr = primary.addr;
@@ -69,13 +71,15 @@ async fn traffic_moves_to_the_fallback_while_the_primary_is_down_and_back_after(
 
     // The primary comes back: once its ejection ends, traffic returns to it.
     let primary = Upstream::start_on("primary again", primary_addr).await;
-    assert!(
-        eventually(Duration::from_secs(5), || async {
+    eventually(
+        "requests reach the primary again",
+        Duration::from_secs(5),
+        || async {
             send(&proxy, 5).await;
             primary.request_count() > 0
-        })
-        .await
-    );
+        },
+    )
+    .await;
     let spare_before = spare.request_count();
     assert!(send(&proxy, 10).await.iter().all(|s| *s == 200));
     assert_eq!(spare.request_count(), spare_before, "back on the primary");
@@ -83,7 +87,7 @@ async fn traffic_moves_to_the_fallback_while_the_primary_is_down_and_back_after(
 
 #[tokio::test]
 async fn a_rule_of_fallbacks_only_uses_them_as_primaries() {
-    let port = free_port();
+    let port = shared_port();
     let spare = answering(2, port, 200).await;
     let yaml = preamble(None) + &backend("spare", spare.addr, true) + &route(&["spare"]);
     let proxy = TestProxy::start(&yaml).await;
@@ -95,7 +99,7 @@ async fn a_rule_of_fallbacks_only_uses_them_as_primaries() {
 async fn a_lower_priority_endpoint_takes_traffic_only_while_the_first_level_is_down() {
     // Endpoint priorities inside one Backend: 127.0.0.2 (priority 1) idles while 127.0.0.1
     // (priority 0) is healthy, takes over while it is ejected, and idles again after.
-    let port = free_port();
+    let port = shared_port();
     let first = answering(1, port, 200).await;
     let standby = answering(2, port, 200).await;
     let first_addr = first.addr;
@@ -115,13 +119,15 @@ async fn a_lower_priority_endpoint_takes_traffic_only_while_the_first_level_is_d
     assert_eq!(standby.request_count(), 20);
 
     let first = Upstream::start_on("first again", first_addr).await;
-    assert!(
-        eventually(Duration::from_secs(5), || async {
+    eventually(
+        "requests reach the first endpoint again",
+        Duration::from_secs(5),
+        || async {
             send(&proxy, 5).await;
             first.request_count() > 0
-        })
-        .await
-    );
+        },
+    )
+    .await;
     let before = standby.request_count();
     send(&proxy, 10).await;
     assert_eq!(standby.request_count(), before, "back on priority 0");

@@ -7,9 +7,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use common::dns::TestDns;
+use common::eventually;
 use common::proxy::{
-    eventually, fetch, fqdn_backend, get, ip_backend, preamble, request, route_to, ClientBody,
-    Conn, TestProxy,
+    fetch, fqdn_backend, get, ip_backend, preamble, request, route_to, ClientBody, Conn, TestProxy,
 };
 use common::upstream::{full, read_request_head, RawUpstream, Upstream};
 
@@ -487,12 +487,15 @@ async fn pooled_connection_closed_by_the_upstream_is_not_used_again() {
         );
         assert_eq!(response.text(), "ok");
         // Wait for the server side of the close before the next request.
-        let seen = eventually(Duration::from_secs(5), || {
-            let closed = closed.clone();
-            async move { closed.load(std::sync::atomic::Ordering::SeqCst) >= i }
-        })
+        eventually(
+            &format!("upstream did not close connection {i}"),
+            Duration::from_secs(5),
+            || {
+                let closed = closed.clone();
+                async move { closed.load(std::sync::atomic::Ordering::SeqCst) >= i }
+            },
+        )
         .await;
-        assert!(seen, "upstream did not close connection {i}");
     }
     assert_eq!(upstream.connection_count(), 3);
 }
@@ -531,14 +534,12 @@ async fn fqdn_backend_keeps_its_last_good_addresses_while_dns_fails() {
     let before = dns.query_count(API_HOST);
     // Wait until egressd has re-resolved at least twice against the failing server (the
     // resolver may retry a SERVFAIL, so two queries might be one attempt; three is safe).
-    let refreshed = eventually(Duration::from_secs(15), || async {
-        dns.query_count(API_HOST) >= before + 3
-    })
+    eventually(
+        "egressd did not re-resolve after the TTL ran out",
+        Duration::from_secs(15),
+        || async { dns.query_count(API_HOST) >= before + 3 },
+    )
     .await;
-    assert!(
-        refreshed,
-        "egressd did not re-resolve after the TTL ran out"
-    );
 
     for _ in 0..3 {
         let response = get(proxy.http(), &host, "/").await;
@@ -556,8 +557,8 @@ async fn fqdn_backend_keeps_its_last_good_addresses_while_dns_fails() {
 #[tokio::test]
 async fn fqdn_backend_follows_a_changed_address_after_the_ttl() {
     let dns = TestDns::start().await;
-    let first = Upstream::start("first").await;
-    let port = first.addr.port();
+    let port = common::ports::shared_port();
+    let first = Upstream::start_on("first", (Ipv4Addr::LOCALHOST, port).into()).await;
     // The same port on another loopback address stands for the host's new address.
     let moved: SocketAddr = (Ipv4Addr::new(127, 0, 0, 2), port).into();
     let second = Upstream::start_on("second", moved).await;
@@ -570,14 +571,12 @@ async fn fqdn_backend_follows_a_changed_address_after_the_ttl() {
     assert_eq!(response.upstream(), Some("first"), "{}", response.text());
 
     dns.set(API_HOST, &[Ipv4Addr::new(127, 0, 0, 2)], 1);
-    let moved_over = eventually(Duration::from_secs(10), || async {
-        get(proxy.http(), &host, "/").await.upstream() == Some("second")
-    })
+    eventually(
+        "still not routed to the new address 10s after a 1s TTL",
+        Duration::from_secs(10),
+        || async { get(proxy.http(), &host, "/").await.upstream() == Some("second") },
+    )
     .await;
-    assert!(
-        moved_over,
-        "still not routed to the new address 10s after a 1s TTL"
-    );
     // Once moved, it stays moved: the old address is no longer an endpoint.
     let before = first.request_count();
     for _ in 0..5 {

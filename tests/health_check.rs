@@ -9,8 +9,10 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::eventually;
 use common::outlier::endpoint_state;
-use common::proxy::{eventually, get, preamble, TestProxy};
+use common::ports::shared_port;
+use common::proxy::{get, preamble, TestProxy};
 use common::upstream::{full, Upstream};
 use tokio::time::Instant;
 
@@ -26,15 +28,6 @@ fn backend(endpoints: &[SocketAddr], active: &str, passive: &str) -> String {
         "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: api}}\nspec:\n  destination:\n    type: IP\n    ip:\n      endpoints:\n{list}    ports: [{{number: {port}}}]\n  tls: {{mode: InsecureDisable}}\n  trafficPolicy:\n    loadBalancer: {{type: RoundRobin}}\n    healthCheck:\n      active: {active}\n      passive: {passive}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: api}}\nspec:\n  hostnames: [{HOST}]\n  rules: [{{backendRefs: [{{name: api}}]}}]\n",
         port = endpoints[0].port()
     )
-}
-
-/// A free port on 127.0.0.1 (bound and released: another 127.0.0.x may use it too).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// An upstream on 127.0.0.`n`:`port` whose `/healthz` and other paths answer with statuses
@@ -113,29 +106,23 @@ const WITHIN: Duration = Duration::from_secs(5);
 
 #[tokio::test]
 async fn an_endpoint_failing_http_checks_gets_no_traffic_until_it_passes_again() {
-    let port = free_port();
+    let port = shared_port();
     let a = Switchable::start(1, port).await;
     let b = Switchable::start(2, port).await;
     let active = "{type: HTTP, interval: 100ms, timeout: 500ms, unhealthyThreshold: 2, healthyThreshold: 2, http: {path: /healthz}}";
     let proxy =
         TestProxy::start(&(preamble(None) + &backend(&[a.addr(), b.addr()], active, "{}"))).await;
-    assert!(
-        eventually(WITHIN, || async {
-            active_state(&proxy, "127.0.0.1").await == "healthy"
-        })
-        .await,
-        "checked and healthy"
-    );
+    eventually("checked and healthy", WITHIN, || async {
+        active_state(&proxy, "127.0.0.1").await == "healthy"
+    })
+    .await;
 
     a.health.store(503, Ordering::SeqCst);
     let checks_before = a.check_count();
-    assert!(
-        eventually(WITHIN, || async {
-            active_state(&proxy, "127.0.0.1").await == "unhealthy"
-        })
-        .await,
-        "unhealthy after two failed checks"
-    );
+    eventually("unhealthy after two failed checks", WITHIN, || async {
+        active_state(&proxy, "127.0.0.1").await == "unhealthy"
+    })
+    .await;
     assert!(
         a.check_count() >= checks_before + 2,
         "unhealthyThreshold 2 needs two failed checks"
@@ -168,21 +155,15 @@ async fn an_endpoint_failing_http_checks_gets_no_traffic_until_it_passes_again()
 
     // Passing again: back after two passes, and balanced over again.
     a.health.store(200, Ordering::SeqCst);
-    assert!(
-        eventually(WITHIN, || async {
-            active_state(&proxy, "127.0.0.1").await == "healthy"
-        })
-        .await,
-        "healthy again"
-    );
-    assert!(
-        eventually(WITHIN, || async {
-            let _ = get(proxy.http(), HOST, "/again").await;
-            a.traffic_count() > a_traffic
-        })
-        .await,
-        "traffic reaches it again"
-    );
+    eventually("healthy again", WITHIN, || async {
+        active_state(&proxy, "127.0.0.1").await == "healthy"
+    })
+    .await;
+    eventually("traffic reaches it again", WITHIN, || async {
+        let _ = get(proxy.http(), HOST, "/again").await;
+        a.traffic_count() > a_traffic
+    })
+    .await;
     assert!(
         metric(
             &proxy,
@@ -195,7 +176,7 @@ async fn an_endpoint_failing_http_checks_gets_no_traffic_until_it_passes_again()
 
 #[tokio::test]
 async fn a_closed_port_fails_tcp_checks_and_traffic_goes_to_the_others() {
-    let port = free_port();
+    let port = shared_port();
     let a = Upstream::start_on("a", SocketAddr::new([127, 0, 0, 1].into(), port)).await;
     let b = Upstream::start_on("b", SocketAddr::new([127, 0, 0, 2].into(), port)).await;
     let active = "{type: TCP, interval: 100ms, timeout: 500ms, unhealthyThreshold: 1}";
@@ -204,20 +185,15 @@ async fn a_closed_port_fails_tcp_checks_and_traffic_goes_to_the_others() {
         &(preamble(None) + &backend(&[a.addr, b.addr], active, "{consecutiveGatewayErrors: 0}")),
     )
     .await;
-    assert!(
-        eventually(WITHIN, || async {
-            active_state(&proxy, "127.0.0.1").await == "healthy"
-        })
-        .await
-    );
+    eventually("127.0.0.1 checked healthy", WITHIN, || async {
+        active_state(&proxy, "127.0.0.1").await == "healthy"
+    })
+    .await;
     drop(a);
-    assert!(
-        eventually(WITHIN, || async {
-            active_state(&proxy, "127.0.0.1").await == "unhealthy"
-        })
-        .await,
-        "the closed port fails its check"
-    );
+    eventually("the closed port fails its check", WITHIN, || async {
+        active_state(&proxy, "127.0.0.1").await == "unhealthy"
+    })
+    .await;
     let b_before = b.request_count();
     for i in 0..10 {
         let r = get(proxy.http(), HOST, &format!("/{i}")).await;
@@ -229,7 +205,7 @@ async fn a_closed_port_fails_tcp_checks_and_traffic_goes_to_the_others() {
 /// OD-HC-uneject (`reference/balancing-and-outliers.md` §4, scenario 14).
 #[tokio::test]
 async fn a_passing_check_ends_an_outlier_ejection_at_once_unless_turned_off() {
-    let port = free_port();
+    let port = shared_port();
     let a = Switchable::start(1, port).await;
     let b = Switchable::start(2, port).await;
     let passive = "{interval: 100ms, baseEjectionTime: 60s}";
@@ -246,27 +222,21 @@ async fn a_passing_check_ends_an_outlier_ejection_at_once_unless_turned_off() {
     assert_eq!(state["ejection"]["ejections"], 1, "{state}");
     a.traffic.store(200, Ordering::SeqCst);
     // Its health check passes: back well before the 60 s ejection ends.
-    assert!(
-        eventually(WITHIN, || async {
-            endpoint_state(&proxy, "127.0.0.1").await["ejection"]["ejected"] == false
-        })
-        .await,
-        "unejected by a passing check"
-    );
+    eventually("unejected by a passing check", WITHIN, || async {
+        endpoint_state(&proxy, "127.0.0.1").await["ejection"]["ejected"] == false
+    })
+    .await;
     let state = endpoint_state(&proxy, "127.0.0.1").await;
     assert_eq!(
         state["ejection"]["multiplier"], 1,
         "multiplier kept: {state}"
     );
     let before = a.traffic_count();
-    assert!(
-        eventually(WITHIN, || async {
-            let _ = get(proxy.http(), HOST, "/back").await;
-            a.traffic_count() > before
-        })
-        .await,
-        "back in rotation"
-    );
+    eventually("back in rotation", WITHIN, || async {
+        let _ = get(proxy.http(), HOST, "/back").await;
+        a.traffic_count() > before
+    })
+    .await;
     drop(proxy);
 
     // With unejectOnPass: false it stays ejected while its checks pass.
@@ -283,10 +253,10 @@ async fn a_passing_check_ends_an_outlier_ejection_at_once_unless_turned_off() {
         true
     );
     let checks = a.check_count();
-    assert!(
-        eventually(WITHIN, || async { a.check_count() >= checks + 3 }).await,
-        "checks go on"
-    );
+    eventually("checks go on", WITHIN, || async {
+        a.check_count() >= checks + 3
+    })
+    .await;
     let state = endpoint_state(&proxy, "127.0.0.1").await;
     assert_eq!(state["ejection"]["ejected"], true, "{state}");
     assert_eq!(state["activeHealth"]["lastResult"], "pass", "{state}");
@@ -294,7 +264,7 @@ async fn a_passing_check_ends_an_outlier_ejection_at_once_unless_turned_off() {
 
 #[tokio::test]
 async fn the_checks_of_a_group_are_spread_over_the_interval() {
-    let port = free_port();
+    let port = shared_port();
     let mut upstreams = Vec::new();
     for n in 1..=4 {
         upstreams.push(Switchable::start(n, port).await);
@@ -302,13 +272,10 @@ async fn the_checks_of_a_group_are_spread_over_the_interval() {
     let addrs: Vec<SocketAddr> = upstreams.iter().map(Switchable::addr).collect();
     let active = "{type: HTTP, interval: 400ms, timeout: 300ms, http: {path: /healthz}}";
     let _proxy = TestProxy::start(&(preamble(None) + &backend(&addrs, active, "{}"))).await;
-    assert!(
-        eventually(WITHIN, || async {
-            upstreams.iter().all(|u| u.check_count() >= 1)
-        })
-        .await,
-        "every endpoint checked"
-    );
+    eventually("every endpoint checked", WITHIN, || async {
+        upstreams.iter().all(|u| u.check_count() >= 1)
+    })
+    .await;
     let firsts: Vec<Instant> = upstreams
         .iter()
         .map(|u| u.checks.lock().unwrap()[0])
@@ -326,19 +293,17 @@ async fn the_checks_of_a_group_are_spread_over_the_interval() {
 
 #[tokio::test]
 async fn health_survives_a_reload_and_the_new_checker_carries_on() {
-    let port = free_port();
+    let port = shared_port();
     let a = Switchable::start(1, port).await;
     let b = Switchable::start(2, port).await;
     a.health.store(503, Ordering::SeqCst);
     let active = "{type: HTTP, interval: 100ms, timeout: 500ms, unhealthyThreshold: 2, healthyThreshold: 3, http: {path: /healthz}}";
     let yaml = preamble(None) + &backend(&[a.addr(), b.addr()], active, "{}");
     let proxy = TestProxy::start(&yaml).await;
-    assert!(
-        eventually(WITHIN, || async {
-            active_state(&proxy, "127.0.0.1").await == "unhealthy"
-        })
-        .await
-    );
+    eventually("127.0.0.1 checked unhealthy", WITHIN, || async {
+        active_state(&proxy, "127.0.0.1").await == "unhealthy"
+    })
+    .await;
 
     // Another config with the same Backend: the endpoint keeps its health.
     proxy.rewrite(&(yaml.clone() + "# reloaded\n"));
@@ -353,13 +318,12 @@ async fn health_survives_a_reload_and_the_new_checker_carries_on() {
 
     // The new config's checker brings it back.
     a.health.store(200, Ordering::SeqCst);
-    assert!(
-        eventually(WITHIN, || async {
-            active_state(&proxy, "127.0.0.1").await == "healthy"
-        })
-        .await,
-        "healthy after healthyThreshold passes under the new config"
-    );
+    eventually(
+        "healthy after healthyThreshold passes under the new config",
+        WITHIN,
+        || async { active_state(&proxy, "127.0.0.1").await == "healthy" },
+    )
+    .await;
     let metric = metric(
         &proxy,
         r#"egressd_health_checks_total{backend="default/api",result="pass"}"#,
@@ -370,7 +334,7 @@ async fn health_survives_a_reload_and_the_new_checker_carries_on() {
 
 #[tokio::test]
 async fn addresses_a_dns_refresh_adds_are_checked() {
-    let port = free_port();
+    let port = shared_port();
     let a = Switchable::start(1, port).await;
     let b = Switchable::start(2, port).await;
     let dns = common::dns::TestDns::start().await;
@@ -383,16 +347,19 @@ async fn addresses_a_dns_refresh_adds_are_checked() {
             "  trafficPolicy:\n    healthCheck:\n      active: {type: HTTP, interval: 100ms, timeout: 500ms, http: {path: /healthz}}\n",
         );
     let proxy = TestProxy::start(&yaml).await;
-    assert!(eventually(WITHIN, || async { a.check_count() >= 1 }).await);
+    eventually("a checked at least once", WITHIN, || async {
+        a.check_count() >= 1
+    })
+    .await;
     dns.set(
         "api.hc.test",
         &[[127, 0, 0, 1].into(), [127, 0, 0, 2].into()],
         1,
     );
-    assert!(
-        eventually(WITHIN, || async { b.check_count() >= 1 }).await,
-        "the new address is checked"
-    );
+    eventually("the new address is checked", WITHIN, || async {
+        b.check_count() >= 1
+    })
+    .await;
     let recorded = b
         .upstream
         .requests()
@@ -404,12 +371,10 @@ async fn addresses_a_dns_refresh_adds_are_checked() {
         &format!("api.hc.test:{port}"),
         "Host is the Backend's hostname"
     );
-    assert!(
-        eventually(WITHIN, || async {
-            active_state(&proxy, "127.0.0.2").await == "healthy"
-        })
-        .await
-    );
+    eventually("127.0.0.2 checked healthy", WITHIN, || async {
+        active_state(&proxy, "127.0.0.2").await == "healthy"
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -434,13 +399,10 @@ async fn http_checks_use_the_backend_tls_settings_and_http2() {
         )
     };
     let proxy = TestProxy::start(&(preamble(Some(dns.addr)) + &backend(&ca_file))).await;
-    assert!(
-        eventually(WITHIN, || async {
-            endpoint_state(&proxy, "127.0.0.1").await["activeHealth"]["lastResult"] == "pass"
-        })
-        .await,
-        "the check passes over verified TLS"
-    );
+    eventually("the check passes over verified TLS", WITHIN, || async {
+        endpoint_state(&proxy, "127.0.0.1").await["activeHealth"]["lastResult"] == "pass"
+    })
+    .await;
     let check = upstream
         .requests()
         .into_iter()
@@ -461,12 +423,10 @@ async fn http_checks_use_the_backend_tls_settings_and_http2() {
     let stranger_file = dir.path().join("stranger.pem");
     std::fs::write(&stranger_file, stranger.pem()).unwrap();
     let proxy = TestProxy::start(&(preamble(Some(dns.addr)) + &backend(&stranger_file))).await;
-    assert!(
-        eventually(WITHIN, || async {
-            active_state(&proxy, "127.0.0.1").await == "unhealthy"
-        })
-        .await
-    );
+    eventually("127.0.0.1 checked unhealthy", WITHIN, || async {
+        active_state(&proxy, "127.0.0.1").await == "unhealthy"
+    })
+    .await;
     let state = endpoint_state(&proxy, "127.0.0.1").await;
     let failure = state["activeHealth"]["lastFailure"].as_str().unwrap();
     assert!(failure.contains("unknown_ca"), "{failure}");

@@ -190,7 +190,8 @@ async fn each_port_keeps_its_kind_and_an_undeclared_port_names_every_declared_on
     assert_eq!(r.status, 403, "HTTP to a Passthrough port: {}", r.text());
 
     // A port nobody declares: 403, naming the ports that are.
-    let closed = common::upstream::refused_addr().port();
+    let refusing = common::ports::Refusing::bind();
+    let closed = refusing.addr.port();
     let r = get(s.proxy.http(), &format!("{HOST}:{closed}"), "/").await;
     assert_eq!(r.status, 403, "{}", r.text());
     assert_eq!(r.error_code(), Some("destination_not_allowed"));

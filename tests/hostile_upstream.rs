@@ -60,13 +60,12 @@ async fn proxy_with(hostile: &RawUpstream, good: &Upstream) -> TestProxy {
 async fn assert_local_reply_and_worker_free(proxy: &TestProxy, hostile: &RawUpstream) {
     let addr = proxy.http();
     let stuck = tokio::spawn(async move { get(addr, "hostile.test", "/").await });
-    assert!(
-        common::proxy::eventually(Duration::from_secs(5), || async {
-            hostile.connection_count() > 0
-        })
-        .await,
-        "egressd never connected to the hostile upstream"
-    );
+    common::eventually(
+        "egressd never connected to the hostile upstream",
+        Duration::from_secs(5),
+        || async { hostile.connection_count() > 0 },
+    )
+    .await;
     let other = tokio::time::timeout(Duration::from_secs(5), get(addr, "good.test", "/"))
         .await
         .expect("a request to another Backend is served while the hostile one is handled");

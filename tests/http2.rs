@@ -543,13 +543,12 @@ async fn keepalive_pings_end_a_connection_whose_peer_went_silent() {
 
     let addr = proxy.http();
     let call = tokio::spawn(async move { get(addr, HOST, "/held").await });
-    assert!(
-        common::proxy::eventually(Duration::from_secs(5), || async {
-            upstream.request_count() == 1
-        })
-        .await,
-        "the request reached the upstream"
-    );
+    common::eventually(
+        "the request reached the upstream",
+        Duration::from_secs(5),
+        || async { upstream.request_count() == 1 },
+    )
+    .await;
     relay.freeze();
     let response = tokio::time::timeout(Duration::from_secs(10), call)
         .await

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
 use common::binary::{try_get, Egressd, TestConfig, HOST, LISTENER};
-use common::proxy::eventually;
 use common::upstream::{full, BoxBody, Upstream};
+use common::{eventually, poll_within};
 
 const IN_FLIGHT: usize = 3;
 
@@ -51,10 +51,11 @@ async fn sigterm_refuses_new_connections_and_finishes_in_flight_requests() {
         .map(|_| tokio::spawn(try_get(listener, HOST, "/")))
         .collect();
     let upstream_ref = &upstream;
-    let arrived = eventually(Duration::from_secs(5), || async move {
+    let arrived = poll_within(Duration::from_secs(5), || async move {
         upstream_ref.request_count() == IN_FLIGHT
     })
-    .await;
+    .await
+    .is_some();
     assert!(
         arrived,
         "only {} requests reached the upstream",
@@ -66,27 +67,28 @@ async fn sigterm_refuses_new_connections_and_finishes_in_flight_requests() {
 
     // Not ready any more (or the admin server is already gone).
     let egressd_ref = &egressd;
-    let unready = eventually(Duration::from_secs(2), || async move {
-        egressd_ref.ready().await != Some(http::StatusCode::OK)
-    })
+    eventually(
+        "/ready still answers 200 after SIGTERM",
+        Duration::from_secs(2),
+        || async move { egressd_ref.ready().await != Some(http::StatusCode::OK) },
+    )
     .await;
-    assert!(unready, "/ready still answers 200 after SIGTERM");
     if let Some(status) = egressd.ready().await {
         assert_eq!(status, http::StatusCode::SERVICE_UNAVAILABLE);
     }
 
     // New connections are refused once the listener is closed.
-    let refused = eventually(Duration::from_secs(2), || async move {
-        matches!(
-            TcpStream::connect(listener).await,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
-        )
-    })
+    eventually(
+        "the listener still accepts connections after SIGTERM",
+        Duration::from_secs(2),
+        || async move {
+            matches!(
+                TcpStream::connect(listener).await,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+            )
+        },
+    )
     .await;
-    assert!(
-        refused,
-        "the listener still accepts connections after SIGTERM"
-    );
 
     // All of that happened while the requests were still waiting for the upstream.
     for request in &requests {
@@ -130,11 +132,12 @@ async fn sigterm_exits_after_the_drain_timeout_when_a_request_is_stuck() {
 
     let request = tokio::spawn(try_get(listener, HOST, "/"));
     let upstream_ref = &upstream;
-    let arrived = eventually(Duration::from_secs(5), || async move {
-        upstream_ref.request_count() == 1
-    })
+    eventually(
+        "the request did not reach the upstream",
+        Duration::from_secs(5),
+        || async move { upstream_ref.request_count() == 1 },
+    )
     .await;
-    assert!(arrived, "the request did not reach the upstream");
 
     let terminated = Instant::now();
     egressd.signal("TERM");

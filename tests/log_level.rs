@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::binary::{Egressd, TestConfig, HOST};
-use common::proxy::{eventually, fetch, get, request, ClientBody};
+use common::poll_within;
+use common::proxy::{fetch, get, request, ClientBody};
 use http_body_util::Full;
 
 async fn admin_post(egressd: &Egressd, path: &str) -> common::proxy::Response {
@@ -20,9 +21,8 @@ async fn admin_post(egressd: &Egressd, path: &str) -> common::proxy::Response {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_log_filter_changes_through_the_admin_api() {
     // A Backend on a port nothing listens on: every request is a 503 local reply.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = closed.local_addr().unwrap();
-    drop(closed);
+    let closed = common::ports::Refusing::bind();
+    let addr = closed.addr;
     let config = TestConfig::new().backend("gone", addr).route_to("gone");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("egressd.yaml"), config.yaml()).unwrap();
@@ -62,10 +62,11 @@ async fn the_log_filter_changes_through_the_admin_api() {
             .unwrap(),
     )
     .await;
-    let logged = eventually(Duration::from_secs(5), || async {
+    let logged = poll_within(Duration::from_secs(5), || async {
         egressd.stderr().contains("local reply")
     })
-    .await;
+    .await
+    .is_some();
     assert!(logged, "debug lines now: {}", egressd.stderr());
 
     let bad = admin_post(&egressd, "/logging?level=egressd%3Dloud").await;

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::mcp::{McpClient, McpServer, McpServerOptions, PATH};
-use common::outlier::free_port;
+use common::ports::shared_port;
 use common::proxy::{preamble_with, TestProxy};
 
 const HOST: &str = "mcp.test";
@@ -120,7 +120,7 @@ async fn progress_notifications_are_not_buffered() {
 /// that did not issue the session, which answers 404, and rmcp's client gives up.
 #[tokio::test]
 async fn without_affinity_a_session_reaches_the_other_endpoint() {
-    let port = free_port();
+    let port = shared_port();
     let a = McpServer::start(1, port, McpServerOptions::default()).await;
     let b = McpServer::start(2, port, McpServerOptions::default()).await;
     let proxy = TestProxy::start(&config(&[a.addr, b.addr])).await;
@@ -154,7 +154,7 @@ async fn without_affinity_a_session_reaches_the_other_endpoint() {
 /// still balanced over both.
 #[tokio::test]
 async fn a_session_stays_on_the_endpoint_that_issued_it() {
-    let port = free_port();
+    let port = shared_port();
     let a = McpServer::start(1, port, McpServerOptions::default()).await;
     let b = McpServer::start(2, port, McpServerOptions::default()).await;
     let protocol = "MCP\n  protocolOptions:\n    mcp: {path: /mcp, transport: StreamableHTTP, sessionRouting: Stateful}\n";
@@ -240,7 +240,7 @@ async fn a_denied_tool_is_hidden_and_refused() {
 /// `Mcp-Name` headers reach the servers, and the tool policy holds.
 #[tokio::test]
 async fn the_stateless_protocol_balances_every_request() {
-    let port = free_port();
+    let port = shared_port();
     let a = McpServer::start(1, port, McpServerOptions::default()).await;
     let b = McpServer::start(2, port, McpServerOptions::default()).await;
     let protocol = "MCP\n  protocolOptions:\n    mcp: {tools: {deny: [count]}}\n";
@@ -282,7 +282,7 @@ async fn the_stateless_protocol_balances_every_request() {
 /// one), and the call completes with every notification.
 #[tokio::test]
 async fn a_stream_the_server_closes_is_resumed_with_last_event_id() {
-    let port = free_port();
+    let port = shared_port();
     let options = McpServerOptions {
         close_post_streams_after: Some(2),
         sse_retry: Some(Duration::from_millis(50)),
@@ -322,7 +322,7 @@ async fn a_stream_the_server_closes_is_resumed_with_last_event_id() {
 /// Two rmcp servers on 127.0.0.1 and .2 (one port) and a `protocol: MCP` config for them whose
 /// ProxyConfig names a session key file (in the returned directory, kept while it lives).
 async fn two_servers_with_key_file() -> (McpServer, McpServer, tempfile::TempDir, String) {
-    let port = free_port();
+    let port = shared_port();
     let a = McpServer::start(1, port, McpServerOptions::default()).await;
     let b = McpServer::start(2, port, McpServerOptions::default()).await;
     let dir = tempfile::tempdir().unwrap();
@@ -343,10 +343,10 @@ async fn two_servers_with_key_file() -> (McpServer, McpServer, tempfile::TempDir
 #[tokio::test]
 async fn a_session_keeps_working_after_egressd_restarts() {
     let (a, b, _key_dir, yaml) = two_servers_with_key_file().await;
-    let listen = free_port();
-    let yaml = yaml.replace("port: 0", &format!("port: {listen}"));
-
+    // The first egressd's listener takes an ephemeral port; the second is given that port.
     let before = TestProxy::start(&yaml).await;
+    let listen = before.http().port();
+    let yaml = yaml.replace("port: 0", &format!("port: {listen}"));
     let client = McpClient::connect_via(before.http(), HOST)
         .await
         .expect("initialize through egressd");
@@ -401,7 +401,7 @@ async fn check_state(proxy: &TestProxy, ip: &str) -> String {
 /// gets no traffic.
 #[tokio::test]
 async fn mcp_health_checks_ping_and_leave_no_session_behind() {
-    let port = free_port();
+    let port = shared_port();
     let mcp = McpServer::start(1, port, McpServerOptions::default()).await;
     let not_mcp = common::upstream::Upstream::start_on_with(
         SocketAddr::new([127, 0, 0, 2].into(), port),
@@ -413,11 +413,12 @@ async fn mcp_health_checks_ping_and_leave_no_session_behind() {
         "{type: MCP, interval: 100ms, unhealthyThreshold: 1}",
     );
     let proxy = TestProxy::start(&yaml).await;
-    let settled = common::proxy::eventually(Duration::from_secs(5), || async {
+    let settled = common::poll_within(Duration::from_secs(5), || async {
         check_state(&proxy, "127.0.0.1").await == "healthy"
             && check_state(&proxy, "127.0.0.2").await == "unhealthy"
     })
-    .await;
+    .await
+    .is_some();
     assert!(
         settled,
         "{} / {}",
@@ -471,10 +472,11 @@ async fn a_stateless_mcp_health_check_is_one_ping() {
         "{type: MCP, interval: 100ms}",
     );
     let proxy = TestProxy::start(&yaml).await;
-    let passed = common::proxy::eventually(Duration::from_secs(5), || async {
+    let passed = common::poll_within(Duration::from_secs(5), || async {
         check_state(&proxy, "127.0.0.1").await == "healthy"
     })
-    .await;
+    .await
+    .is_some();
     assert!(passed, "{}", check_state(&proxy, "127.0.0.1").await);
     let first = mcp.requests().first().cloned().expect("the check");
     assert_eq!(first.headers["mcp-method"], "ping");
@@ -675,10 +677,11 @@ async fn mcp_health_checks_pass_on_the_python_sdk_server_and_end_their_sessions(
     );
     let proxy = TestProxy::start(&yaml).await;
     // Several checks in a row passed: the state stays healthy and DELETEs pile up.
-    let settled = common::proxy::eventually(Duration::from_secs(10), || async {
+    let settled = common::poll_within(Duration::from_secs(10), || async {
         check_state(&proxy, "127.0.0.1").await == "healthy" && python.stats().await.2 >= 5
     })
-    .await;
+    .await
+    .is_some();
     let endpoints = common::proxy::get(proxy.admin, "admin", "/endpoints").await;
     assert!(settled, "{}", endpoints.text());
     assert!(

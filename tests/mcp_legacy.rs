@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::outlier::free_port;
+use common::ports::shared_port;
 use common::proxy::{fetch, preamble, request, Conn, TestProxy};
 use common::upstream::{full, Upstream};
 use http_body_util::{BodyExt, Full};
@@ -173,7 +173,7 @@ async fn post_message(proxy: &TestProxy, url: &str, message: &str) -> common::pr
 /// gets 404 without reaching a server.
 #[tokio::test]
 async fn messages_reach_the_server_that_holds_their_stream() {
-    let port = free_port();
+    let port = shared_port();
     let a = legacy_server(1, port, "a", false).await;
     let b = legacy_server(2, port, "b", true).await;
     let proxy = TestProxy::start(&config(&[a.addr, b.addr], "")).await;
@@ -236,7 +236,7 @@ async fn messages_reach_the_server_that_holds_their_stream() {
 /// waiting) and never reaches the server.
 #[tokio::test]
 async fn a_denied_tool_call_is_refused_as_a_request() {
-    let port = free_port();
+    let port = shared_port();
     let a = legacy_server(1, port, "a", false).await;
     let proxy = TestProxy::start(&config(&[a.addr], ", tools: {deny: [rm]}")).await;
     let mut stream = EventStream::open(&proxy).await;

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use common::outlier::free_port;
+use common::ports::shared_port;
 use common::proxy::{fetch, preamble_with, request, Response, TestProxy};
 use common::upstream::{full, Upstream};
 use http_body_util::Full;
@@ -101,7 +101,7 @@ async fn initialize(proxy: &TestProxy) -> (String, String) {
 
 #[tokio::test]
 async fn every_request_of_a_session_reaches_the_endpoint_that_issued_it() {
-    let port = free_port();
+    let port = shared_port();
     let a = server(1, port, "a").await;
     let b = server(2, port, "b").await;
     let proxy = TestProxy::start(&config(&[a.addr, b.addr], "path: /mcp", "")).await;
@@ -144,7 +144,7 @@ fn tampered_mac(id: &str) -> String {
 
 #[tokio::test]
 async fn a_session_id_egressd_did_not_issue_gets_404_so_the_client_reinitializes() {
-    let port = free_port();
+    let port = shared_port();
     let a = server(1, port, "a").await;
     let proxy = TestProxy::start(&config(&[a.addr], "path: /mcp", "")).await;
     let (id, _) = initialize(&proxy).await;
@@ -164,7 +164,7 @@ async fn a_session_id_egressd_did_not_issue_gets_404_so_the_client_reinitializes
 
 #[tokio::test]
 async fn a_second_replica_sharing_the_key_file_routes_the_session() {
-    let port = free_port();
+    let port = shared_port();
     let a = server(1, port, "a").await;
     let b = server(2, port, "b").await;
     let dir = tempfile::tempdir().unwrap();
@@ -190,7 +190,7 @@ async fn a_second_replica_sharing_the_key_file_routes_the_session() {
 
 #[tokio::test]
 async fn a_protocol_version_other_than_the_backends_gets_400() {
-    let port = free_port();
+    let port = shared_port();
     let a = server(1, port, "a").await;
     let proxy = TestProxy::start(&config(&[a.addr], "version: \"2025-06-18\"", "")).await;
     let r = post(&proxy, None, &[("mcp-protocol-version", "2025-03-26")]).await;
@@ -203,7 +203,7 @@ async fn a_protocol_version_other_than_the_backends_gets_400() {
 
 #[tokio::test]
 async fn a_session_whose_endpoint_is_gone_gets_404() {
-    let port = free_port();
+    let port = shared_port();
     let a = server(1, port, "a").await;
     let b = server(2, port, "b").await;
     let both = config(&[a.addr, b.addr], "", "");
@@ -237,7 +237,7 @@ async fn call_tool(proxy: &TestProxy, session: &str, tool: &str) -> Response {
 
 #[tokio::test]
 async fn a_denied_tool_call_gets_a_json_rpc_error_and_never_reaches_the_server() {
-    let port = free_port();
+    let port = shared_port();
     let a = server(1, port, "a").await;
     let proxy = TestProxy::start(&config(
         &[a.addr],
@@ -285,7 +285,7 @@ async fn a_denied_tool_call_gets_a_json_rpc_error_and_never_reaches_the_server()
 async fn stateless_routing_balances_every_request() {
     // `sessionRouting: Stateless` (servers that keep no session state, like the 2026-07-28
     // protocol): no wrapping, every request balanced.
-    let port = free_port();
+    let port = shared_port();
     let a = server(1, port, "a").await;
     let b = server(2, port, "b").await;
     let proxy = TestProxy::start(&config(&[a.addr, b.addr], "sessionRouting: Stateless", "")).await;
@@ -323,7 +323,7 @@ fn unsized_call(tool: &str) -> http::Request<common::h2::ClientBody> {
 /// refused (413) rather than let through unchecked.
 #[tokio::test]
 async fn the_tool_policy_sees_every_call_and_headers_must_match_the_body() {
-    let port = free_port();
+    let port = shared_port();
     let a = server(1, port, "a").await;
     let proxy = TestProxy::start(&config(&[a.addr], "tools: {deny: [rm]}", "")).await;
     let (id, _) = initialize(&proxy).await;
@@ -432,7 +432,7 @@ async fn answering_json_rpc(n: u8, port: u16, code: i64) -> Upstream {
 /// detection (JSON and event-stream answers alike); a client's mistake (-32602) does not.
 #[tokio::test]
 async fn json_rpc_internal_errors_inside_200_eject_the_endpoint() {
-    let port = free_port();
+    let port = shared_port();
     let failing = answering_json_rpc(1, port, -32603).await;
     let picky = answering_json_rpc(2, port, -32602).await;
     let fine = answering_json_rpc(3, port, 0).await;
@@ -480,7 +480,7 @@ async fn json_rpc_internal_errors_inside_200_eject_the_endpoint() {
 /// egressd error), and the headers MCP relies on pass both ways.
 #[tokio::test]
 async fn mcp_statuses_and_headers_pass_through_unchanged() {
-    let port = free_port();
+    let port = shared_port();
     let addr = SocketAddr::new([127, 0, 0, 1].into(), port);
     let a = Upstream::start_on_with(
         addr,
@@ -539,7 +539,7 @@ async fn mcp_statuses_and_headers_pass_through_unchanged() {
 #[tokio::test]
 async fn a_client_that_goes_away_ends_the_upstream_stream() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let port = free_port();
+    let port = shared_port();
     let addr = SocketAddr::new([127, 0, 0, 1].into(), port);
     let (dropped_tx, mut dropped) = mpsc::unbounded_channel::<()>();
     struct OnDrop(mpsc::UnboundedSender<()>);
@@ -617,7 +617,7 @@ async fn a_client_that_goes_away_ends_the_upstream_stream() {
 /// request gets the server's own 404 (not egressd's), so the client starts a new one.
 #[tokio::test]
 async fn delete_ends_the_session_on_its_endpoint() {
-    let port = free_port();
+    let port = shared_port();
     let a = server(1, port, "a").await;
     let b = server(2, port, "b").await;
     let proxy = TestProxy::start(&config(&[a.addr, b.addr], "", "")).await;

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::outlier::metric;
-use common::proxy::{eventually, fqdn_backend, get, ip_backend, preamble, route_to, TestProxy};
+use common::proxy::{fqdn_backend, get, ip_backend, preamble, route_to, TestProxy};
 use common::tls::TestCa;
 use common::upstream::{full, Upstream};
+use common::{eventually, poll_within};
 use tokio::sync::Semaphore;
 
 #[tokio::test]
@@ -52,10 +53,11 @@ async fn in_flight_requests_connections_endpoints_and_certificate_expiry() {
         .collect();
     let active = r#"egressd_upstream_requests_active{backend="default/app"}"#;
     assert!(
-        eventually(Duration::from_secs(5), || async {
+        poll_within(Duration::from_secs(5), || async {
             metric(&proxy, active).await == 2.0
         })
-        .await,
+        .await
+        .is_some(),
         "{}",
         get(proxy.admin, "admin", "/metrics").await.text()
     );
@@ -85,12 +87,12 @@ async fn in_flight_requests_connections_endpoints_and_certificate_expiry() {
     for r in requests {
         assert_eq!(r.await.unwrap().status, 200);
     }
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            metric(&proxy, active).await == 0.0
-        })
-        .await
-    );
+    eventually(
+        "no upstream request active",
+        Duration::from_secs(5),
+        || async { metric(&proxy, active).await == 0.0 },
+    )
+    .await;
 
     // The client certificate is valid until 2200-01-01 (the test CA's "current" validity).
     let series = format!(
@@ -134,9 +136,8 @@ async fn request_families_move_with_traffic_errors_and_reloads() {
             .unwrap()
     })
     .await;
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let gone = closed.local_addr().unwrap();
-    drop(closed);
+    let closed = common::ports::Refusing::bind();
+    let gone = closed.addr;
     let yaml = preamble(None)
         + &ip_backend("app", upstream.addr, "")
         + &route_to("app.test", "app")

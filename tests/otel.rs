@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::proxy::{eventually, get_absolute, get_with_headers, ip_backend, preamble_with};
+use common::eventually;
+use common::proxy::{get_absolute, get_with_headers, ip_backend, preamble_with};
 use common::proxy::{route_to, TestProxy};
 use common::upstream::Upstream;
 use http_body_util::{BodyExt, Full};
@@ -151,11 +152,12 @@ async fn the_upstream_sees_egressds_span_under_the_clients_and_the_collector_get
     assert_eq!(flags, "01");
     assert_eq!(seen.headers["tracestate"], "vendor=opaque");
 
-    let exported = eventually(Duration::from_secs(10), || async {
-        collector.span_of_trace(TRACE_ID).is_some()
-    })
+    eventually(
+        "the span reaches the collector",
+        Duration::from_secs(10),
+        || async { collector.span_of_trace(TRACE_ID).is_some() },
+    )
     .await;
-    assert!(exported, "the span reaches the collector");
     let (service, span) = collector.span_of_trace(TRACE_ID).unwrap();
     assert_eq!(service, "egress-test");
     assert_eq!(hex(&span.span_id), parent);
@@ -209,14 +211,12 @@ async fn sampling_follows_the_parent_and_new_traces_use_the_percentage() {
     )
     .await;
     assert_eq!(r.status, 403);
-    let exported = eventually(Duration::from_secs(10), || async {
-        collector.span_of_trace(trace).is_some()
-    })
+    eventually(
+        "a sampled parent is followed whatever the percentage",
+        Duration::from_secs(10),
+        || async { collector.span_of_trace(trace).is_some() },
+    )
     .await;
-    assert!(
-        exported,
-        "a sampled parent is followed whatever the percentage"
-    );
     let (_, span) = collector.span_of_trace(trace).unwrap();
     assert_eq!(
         attribute(&span, "error.type"),

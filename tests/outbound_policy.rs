@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use common::dns::TestDns;
 use common::outlier::metric;
-use common::proxy::{eventually, get, get_absolute, preamble_with, TestProxy};
+use common::poll_within;
+use common::proxy::{get, get_absolute, preamble_with, TestProxy};
 use common::tls::{San, TestCa, TlsOptions, TlsUpstream};
 use common::upstream::Upstream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -253,24 +254,25 @@ async fn denied_hosts_addresses_and_declared_hosts_stay_refused() {
 #[tokio::test]
 async fn audit_only_passes_an_undeclared_sni_through_to_port_443() {
     // The destination port of a passthrough connection is not in the ClientHello: egressd
-    // uses 443. 127.0.0.2:443 needs the privilege to bind a low port.
+    // uses 443 (a constant, so the upstream cannot move to an unprivileged port).
+    // 127.0.0.2:443 needs root or CAP_NET_BIND_SERVICE (CI runs as root): without them this
+    // test fails, saying so, rather than pass without having run.
     let ca = TestCa::new("undeclared-sni");
     let host = "tls.any.test";
     let addr: SocketAddr = "127.0.0.2:443".parse().unwrap();
-    let upstream = match TlsUpstream::start_on(
+    let upstream = TlsUpstream::start_on(
         "sni",
         addr,
         ca.server_cert(&[San::dns(host)]),
         TlsOptions::default(),
     )
     .await
-    {
-        Ok(upstream) => upstream,
-        Err(e) => {
-            eprintln!("SKIPPED: cannot bind {addr} ({e}); needs root or CAP_NET_BIND_SERVICE");
-            return;
-        }
-    };
+    .unwrap_or_else(|e| {
+        panic!(
+            "cannot bind {addr} ({e}): this test needs root or CAP_NET_BIND_SERVICE \
+             (`--skip audit_only_passes_an_undeclared_sni_through_to_port_443` to leave it out)"
+        )
+    });
     let dns = TestDns::start().await;
     dns.set(host, &[Ipv4Addr::new(127, 0, 0, 2)], 60);
     let yaml = preamble_with(Some(dns.addr), &policy("AuditOnly"))
@@ -287,13 +289,14 @@ async fn audit_only_passes_an_undeclared_sni_through_to_port_443() {
     let (status, body) = common::tls::get_over(tls, host).await;
     assert_eq!((status.as_u16(), &body[..]), (200, &b"sni"[..]));
     assert_eq!(upstream.snis(), vec![Some(host.to_owned())]);
-    let listed = eventually(Duration::from_secs(5), || async {
+    let listed = poll_within(Duration::from_secs(5), || async {
         blocked_list(&proxy)
             .await
             .iter()
             .any(|b| b["host"] == host && b["via"] == "tls-passthrough" && b["action"] == "audited")
     })
-    .await;
+    .await
+    .is_some();
     assert!(listed, "{:#?}", blocked_list(&proxy).await);
 }
 

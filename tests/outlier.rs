@@ -7,16 +7,17 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::eventually;
 use common::outlier::{
-    answering, backend, ejected_count, endpoint_state, free_port, is_ejected, metric, od_proxy,
-    HOST,
+    answering, backend, ejected_count, endpoint_state, is_ejected, metric, od_proxy, HOST,
 };
-use common::proxy::{eventually, get, preamble, TestProxy};
+use common::ports::shared_port;
+use common::proxy::{get, preamble, TestProxy};
 use common::upstream::Upstream;
 
 #[tokio::test]
 async fn five_gateway_errors_eject_then_the_endpoint_returns_and_a_relapse_lasts_longer() {
-    let port = free_port();
+    let port = shared_port();
     let bad = answering(1, port, 503).await;
     let good = answering(2, port, 200).await;
     let proxy = od_proxy(&[bad.addr, good.addr], "").await;
@@ -53,13 +54,12 @@ async fn five_gateway_errors_eject_then_the_endpoint_returns_and_a_relapse_lasts
     assert_eq!(bad.request_count(), 5);
 
     // Back after 400 ms (on a 200 ms tick); five more 503s eject it again, for 2 × 400 ms.
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            !is_ejected(&proxy, "127.0.0.1").await
-        })
-        .await,
-        "unejected after the base ejection time"
-    );
+    eventually(
+        "unejected after the base ejection time",
+        Duration::from_secs(3),
+        || async { !is_ejected(&proxy, "127.0.0.1").await },
+    )
+    .await;
     for i in 0..10 {
         let _ = get(proxy.http(), HOST, &format!("/r{i}")).await;
     }
@@ -76,7 +76,7 @@ async fn five_gateway_errors_eject_then_the_endpoint_returns_and_a_relapse_lasts
 
 #[tokio::test]
 async fn connect_failures_count_as_gateway_errors() {
-    let port = free_port();
+    let port = shared_port();
     let good = answering(2, port, 200).await;
     let dead = SocketAddr::new([127, 0, 0, 3].into(), port); // nothing listens there
     let proxy = od_proxy(&[dead, good.addr], "").await;
@@ -99,7 +99,7 @@ async fn connect_failures_count_as_gateway_errors() {
 
 #[tokio::test]
 async fn a_500_is_not_a_gateway_error_unless_consecutive_5xx_is_set() {
-    let port = free_port();
+    let port = shared_port();
     let erring = answering(1, port, 500).await;
     let good = answering(2, port, 200).await;
     let proxy = od_proxy(&[erring.addr, good.addr], "").await;
@@ -121,7 +121,7 @@ async fn a_500_is_not_a_gateway_error_unless_consecutive_5xx_is_set() {
 
 #[tokio::test]
 async fn max_ejection_percent_caps_ejections_and_always_eject_one_overrides_it() {
-    let port = free_port();
+    let port = shared_port();
     let a = answering(1, port, 503).await;
     let b = answering(2, port, 503).await;
     let c = answering(3, port, 503).await;
@@ -207,22 +207,24 @@ impl SteadyLoad {
 /// Once `b` (127.0.0.2) has served some of the load, kills it, waits until it is ejected, and
 /// until `a` has served 100 more requests without it.
 async fn kill_under_load(proxy: &TestProxy, a: &Upstream, b: Upstream) {
-    assert!(eventually(Duration::from_secs(5), || async { b.request_count() >= 50 }).await);
+    eventually("50 requests reached b", Duration::from_secs(5), || async {
+        b.request_count() >= 50
+    })
+    .await;
     drop(b);
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            is_ejected(proxy, "127.0.0.2").await
-        })
-        .await,
-        "the dead endpoint is ejected"
-    );
+    eventually(
+        "the dead endpoint is ejected",
+        Duration::from_secs(5),
+        || async { is_ejected(proxy, "127.0.0.2").await },
+    )
+    .await;
     let a_before = a.request_count();
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            a.request_count() >= a_before + 100
-        })
-        .await
-    );
+    eventually(
+        "100 more requests reached a",
+        Duration::from_secs(5),
+        || async { a.request_count() >= a_before + 100 },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -231,7 +233,7 @@ async fn a_killed_endpoint_costs_at_most_a_run_of_errors_and_returns_when_it_rec
     // retries, the failures clients see are the requests in flight to it when it died plus
     // the run of consecutiveGatewayErrors (5) that ejects it; then none.
     const CLIENTS: usize = 4;
-    let port = free_port();
+    let port = shared_port();
     let a = answering(1, port, 200).await;
     let b = answering(2, port, 200).await;
     let c = answering(3, port, 200).await;
@@ -246,10 +248,12 @@ async fn a_killed_endpoint_costs_at_most_a_run_of_errors_and_returns_when_it_rec
 
     // B recovers (same address); after its ejection it gets traffic again.
     let b = Upstream::start_on("b again", b_addr).await;
-    assert!(
-        eventually(Duration::from_secs(5), || async { b.request_count() >= 10 }).await,
-        "the recovered endpoint is used again"
-    );
+    eventually(
+        "the recovered endpoint is used again",
+        Duration::from_secs(5),
+        || async { b.request_count() >= 10 },
+    )
+    .await;
     let (ok, failures) = load.stop().await;
     let failed = failures.len();
     assert!(ok > 300, "steady load: {ok} requests succeeded");
@@ -271,7 +275,7 @@ fn with_retry(yaml: String, retry: &str) -> String {
 #[tokio::test]
 async fn with_retries_a_killed_endpoint_costs_clients_nothing() {
     const CLIENTS: usize = 4;
-    let port = free_port();
+    let port = shared_port();
     let a = answering(1, port, 200).await;
     let b = answering(2, port, 200).await;
     let c = answering(3, port, 200).await;
@@ -292,7 +296,7 @@ async fn with_retries_a_killed_endpoint_costs_clients_nothing() {
 
 #[tokio::test]
 async fn a_503_is_retried_on_another_endpoint_but_a_post_with_a_body_is_not() {
-    let port = free_port();
+    let port = shared_port();
     let bad = answering(1, port, 503).await;
     let good = answering(2, port, 200).await;
     let yaml = preamble(None)
@@ -341,7 +345,7 @@ async fn a_503_is_retried_on_another_endpoint_but_a_post_with_a_body_is_not() {
 
 #[tokio::test]
 async fn a_put_body_is_read_ahead_and_sent_again_intact() {
-    let port = free_port();
+    let port = shared_port();
     let bad = answering(1, port, 503).await;
     let good = Upstream::start_on("good", SocketAddr::new([127, 0, 0, 2].into(), port)).await;
     let yaml = preamble(None)
@@ -368,7 +372,7 @@ async fn a_put_body_is_read_ahead_and_sent_again_intact() {
 
 #[tokio::test]
 async fn an_httproute_retry_maps_onto_the_retry_policy() {
-    let port = free_port();
+    let port = shared_port();
     let bad = answering(1, port, 503).await;
     let good = answering(2, port, 200).await;
     let yaml = preamble(None)

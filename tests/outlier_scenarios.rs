@@ -10,11 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::outlier::{
-    answering, backend, ejected_count, endpoint_state, free_port, is_ejected, metric, od_proxy,
-    scripted, HOST,
+    answering, backend, ejected_count, endpoint_state, is_ejected, metric, od_proxy, scripted, HOST,
 };
-use common::proxy::{eventually, get, preamble, TestProxy};
+use common::ports::shared_port;
+use common::proxy::{get, preamble, TestProxy};
 use common::upstream::Upstream;
+use common::{eventually, poll_within};
 
 fn script(statuses: &[u16]) -> Arc<Mutex<VecDeque<u16>>> {
     Arc::new(Mutex::new(statuses.iter().copied().collect()))
@@ -40,7 +41,7 @@ async fn gateway_errors_eject_while_a_5xx_run_is_only_detected() {
     // OD-gateway (BasicFlowGatewayFailure) with egressd's defaults: 503, 500, 503×5. The 5th
     // response completes a run of five 5xx: detected, not enforced. The 500 reset the gateway
     // run, so the 7th response is the 5th gateway error in a row and ejects.
-    let port = free_port();
+    let port = shared_port();
     let seq = script(&[503, 500, 503, 503, 503, 503, 503]);
     let a = scripted(1, port, seq.clone()).await;
     let proxy = od_proxy(&[a.addr], "").await;
@@ -77,7 +78,7 @@ async fn with_both_enforced_the_gateway_detector_wins_and_a_500_run_ejects_as_5x
     // OD-gateway-vs-5xx: consecutive5XxErrors set. 503, 200, 503×5: the gateway detector
     // ejects (the 5xx detection of the same response is dropped). After the return:
     // 503, 503, 500, 500, 500: the 5xx run ejects; the gateway run was cut by the 500s.
-    let port = free_port();
+    let port = shared_port();
     let seq = script(&[503, 200, 503, 503, 503, 503, 503]);
     let a = scripted(1, port, seq.clone()).await;
     let proxy = od_proxy(&[a.addr], ", consecutive5XxErrors: 5").await;
@@ -93,12 +94,12 @@ async fn with_both_enforced_the_gateway_detector_wins_and_a_500_run_ejects_as_5x
         0.0
     );
 
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            !is_ejected(&proxy, "127.0.0.1").await
-        })
-        .await
-    );
+    eventually(
+        "127.0.0.1 back from its ejection",
+        Duration::from_secs(3),
+        || async { !is_ejected(&proxy, "127.0.0.1").await },
+    )
+    .await;
     seq.lock().unwrap().extend([503, 503, 500, 500, 500]);
     send(&proxy, 5).await;
     let state = endpoint_state(&proxy, "127.0.0.1").await;
@@ -112,7 +113,7 @@ async fn errors_while_ejected_neither_extend_the_ejection_nor_eject_again_on_ret
     // OD-counters-reset: a lone endpoint (so panic mode keeps sending it traffic while it is
     // ejected) fails throughout its ejection; after it returns, one more failure does not
     // eject it again: a fresh run of five is needed.
-    let port = free_port();
+    let port = shared_port();
     let a = answering(1, port, 503).await;
     let proxy = od_proxy(&[a.addr], "").await;
     send(&proxy, 5).await;
@@ -128,12 +129,12 @@ async fn errors_while_ejected_neither_extend_the_ejection_nor_eject_again_on_ret
     let state = endpoint_state(&proxy, "127.0.0.1").await;
     assert_eq!(state["ejection"]["ejections"], 1);
     assert!(state["ejection"]["remainingMs"].as_u64().unwrap() <= 400);
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            !is_ejected(&proxy, "127.0.0.1").await
-        })
-        .await
-    );
+    eventually(
+        "127.0.0.1 back from its ejection",
+        Duration::from_secs(3),
+        || async { !is_ejected(&proxy, "127.0.0.1").await },
+    )
+    .await;
     assert!(ejected_at.elapsed() >= Duration::from_millis(400));
     send(&proxy, 4).await;
     assert!(
@@ -148,7 +149,7 @@ async fn errors_while_ejected_neither_extend_the_ejection_nor_eject_again_on_ret
 async fn split_local_origin_failures_eject_as_their_own_detector() {
     // OD-split: with splitExternalLocalOriginErrors, refused connections feed the
     // local-origin detector, not the gateway one.
-    let port = free_port();
+    let port = shared_port();
     let good = answering(2, port, 200).await;
     let dead = std::net::SocketAddr::new([127, 0, 0, 3].into(), port);
     let proxy = od_proxy(
@@ -174,7 +175,7 @@ async fn split_local_origin_failures_eject_as_their_own_detector() {
 async fn ejections_over_max_ejection_percent_are_counted_not_made() {
     // OD-overflow: 2 endpoints, 60%, no forced ejection: A is ejected (50%), B would make it
     // 100%: detected, counted as over the cap, not ejected.
-    let port = free_port();
+    let port = shared_port();
     let a = answering(1, port, 503).await;
     let b = answering(2, port, 503).await;
     let proxy = od_proxy(
@@ -196,11 +197,12 @@ async fn ejections_over_max_ejection_percent_are_counted_not_made() {
 
 /// Sends batches of requests until `ip` is ejected (rate detection judges whole intervals).
 async fn load_until_ejected(proxy: &TestProxy, ip: &str) -> bool {
-    eventually(Duration::from_secs(10), || async {
+    poll_within(Duration::from_secs(10), || async {
         send(proxy, 30).await;
         is_ejected(proxy, ip).await
     })
     .await
+    .is_some()
 }
 
 #[tokio::test]
@@ -208,7 +210,7 @@ async fn an_endpoint_far_below_the_group_success_rate_is_ejected() {
     // 500s are not gateway errors and consecutive 5xx is not enforced: only the success-rate
     // detector can eject. Rates {0, 100, 100}: mean 66.7, stdev 47.1, threshold (1 stdev)
     // 19.6.
-    let port = free_port();
+    let port = shared_port();
     let bad = answering(1, port, 500).await;
     let b = answering(2, port, 200).await;
     let c = answering(3, port, 200).await;
@@ -236,7 +238,7 @@ async fn an_endpoint_far_below_the_group_success_rate_is_ejected() {
 
 #[tokio::test]
 async fn an_endpoint_failing_past_the_failure_percentage_is_ejected() {
-    let port = free_port();
+    let port = shared_port();
     let bad = answering(1, port, 500).await;
     let good = answering(2, port, 200).await;
     let proxy = od_proxy(
@@ -262,7 +264,7 @@ async fn an_endpoint_failing_past_the_failure_percentage_is_ejected() {
 /// Six endpoints (least request, maxEjectionPercent 100, 60 s ejections), the first
 /// `failing` answering 503, under traffic until those are ejected.
 async fn six_endpoints_with_failing(failing: u8) -> (TestProxy, Vec<Upstream>) {
-    let port = free_port();
+    let port = shared_port();
     let mut upstreams: Vec<Upstream> = Vec::new();
     for n in 1..=6u8 {
         upstreams.push(answering(n, port, if n <= failing { 503 } else { 200 }).await);
@@ -272,13 +274,15 @@ async fn six_endpoints_with_failing(failing: u8) -> (TestProxy, Vec<Upstream>) {
         .replace("{type: RoundRobin}", "{type: LeastRequest}")
         .replace("baseEjectionTime: 400ms", "baseEjectionTime: 60s");
     let proxy = TestProxy::start(&yaml).await;
-    assert!(
-        eventually(Duration::from_secs(5), || async {
+    eventually(
+        "the failing endpoints ejected, and only they",
+        Duration::from_secs(5),
+        || async {
             send(&proxy, 10).await;
             ejected_count(&proxy).await == usize::from(failing)
-        })
-        .await
-    );
+        },
+    )
+    .await;
     (proxy, upstreams)
 }
 
@@ -312,7 +316,7 @@ async fn below_the_panic_threshold_picks_ignore_health() {
 
 #[tokio::test]
 async fn with_panic_off_and_nothing_healthy_requests_get_503_no_healthy_upstream() {
-    let port = free_port();
+    let port = shared_port();
     let a = answering(1, port, 503).await;
     let yaml = (preamble(None) + &backend(&[a.addr], ""))
         .replace("baseEjectionTime: 400ms", "baseEjectionTime: 60s")
@@ -334,7 +338,7 @@ async fn an_endpoint_back_from_ejection_ramps_up_under_slow_start() {
     // Two endpoints, least request, a 2 s window. Once B is past its own slow start (every
     // endpoint starts in one), A fails 5 times and is ejected; back after 400 ms, it gets the
     // slow-start share (10% floor at first), not half the traffic.
-    let port = free_port();
+    let port = shared_port();
     let seq = script(&[]);
     let a = scripted(1, port, seq.clone()).await;
     let b = answering(2, port, 200).await;
@@ -343,29 +347,33 @@ async fn an_endpoint_back_from_ejection_ramps_up_under_slow_start() {
         "loadBalancer: {type: LeastRequest, slowStart: {window: 2s}}",
     );
     let proxy = TestProxy::start(&yaml).await;
-    assert!(
-        eventually(Duration::from_secs(5), || async {
+    eventually(
+        "127.0.0.2 ready for over 2 s",
+        Duration::from_secs(5),
+        || async {
             endpoint_state(&proxy, "127.0.0.2").await["readyForMs"]
                 .as_u64()
                 .unwrap()
                 > 2_000
-        })
-        .await
-    );
+        },
+    )
+    .await;
     seq.lock().unwrap().extend([503; 5]);
-    assert!(
-        eventually(Duration::from_secs(5), || async {
+    eventually(
+        "127.0.0.1 ejected under traffic",
+        Duration::from_secs(5),
+        || async {
             send(&proxy, 5).await;
             is_ejected(&proxy, "127.0.0.1").await
-        })
-        .await
-    );
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            !is_ejected(&proxy, "127.0.0.1").await
-        })
-        .await
-    );
+        },
+    )
+    .await;
+    eventually(
+        "127.0.0.1 back from its ejection",
+        Duration::from_secs(3),
+        || async { !is_ejected(&proxy, "127.0.0.1").await },
+    )
+    .await;
     let returning = endpoint_state(&proxy, "127.0.0.1").await["effectiveWeight"]
         .as_f64()
         .unwrap();
@@ -387,7 +395,7 @@ async fn an_endpoint_back_from_ejection_ramps_up_under_slow_start() {
 #[tokio::test]
 async fn timeouts_count_as_gateway_errors() {
     // OD-local-origin mapping: a timeout without a response is a 504 for outlier detection.
-    let port = free_port();
+    let port = shared_port();
     let hanging = Upstream::start_on_with(
         std::net::SocketAddr::new([127, 0, 0, 1].into(), port),
         |_req| async {

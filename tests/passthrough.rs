@@ -8,8 +8,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use common::dns::TestDns;
-use common::proxy::{eventually, get, TestProxy};
+use common::proxy::{get, TestProxy};
 use common::tls::{passthrough_rejected, San, TestCa, TlsOptions, TlsUpstream};
+use common::{eventually, poll_within};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -127,12 +128,12 @@ async fn client_hello_without_sni_is_closed_and_counted() {
         .connect(API.try_into().unwrap(), tcp)
         .await;
     assert!(attempt.is_err(), "no tunnel without SNI");
-    assert!(
-        eventually(Duration::from_secs(2), || async {
-            passthrough_rejected(&s.proxy, "no_sni").await > before
-        })
-        .await
-    );
+    eventually(
+        "a passthrough rejection counted as no_sni",
+        Duration::from_secs(2),
+        || async { passthrough_rejected(&s.proxy, "no_sni").await > before },
+    )
+    .await;
     assert_eq!(s.upstream.hellos().len(), 0, "nothing reached the endpoint");
 }
 
@@ -145,12 +146,12 @@ async fn unknown_sni_is_closed_and_counted() {
         .connect("elsewhere.pass.test".try_into().unwrap(), tcp)
         .await;
     assert!(attempt.is_err());
-    assert!(
-        eventually(Duration::from_secs(2), || async {
-            passthrough_rejected(&s.proxy, "destination_not_allowed").await > before
-        })
-        .await
-    );
+    eventually(
+        "a passthrough rejection counted as destination_not_allowed",
+        Duration::from_secs(2),
+        || async { passthrough_rejected(&s.proxy, "destination_not_allowed").await > before },
+    )
+    .await;
     assert_eq!(s.upstream.hellos().len(), 0);
     // The audit lists it, with the Passthrough Backend that would allow it.
     let listed = get(s.proxy.admin, "admin", "/blocked").await.text();
@@ -173,12 +174,12 @@ async fn plaintext_bytes_are_not_tls_and_are_closed() {
         .await
         .unwrap();
     assert_closed_silently(tcp).await;
-    assert!(
-        eventually(Duration::from_secs(2), || async {
-            passthrough_rejected(&s.proxy, "not_tls").await > before
-        })
-        .await
-    );
+    eventually(
+        "a passthrough rejection counted as not_tls",
+        Duration::from_secs(2),
+        || async { passthrough_rejected(&s.proxy, "not_tls").await > before },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -249,7 +250,9 @@ async fn each_connection_gets_an_access_log_line() {
 
     let lines = || common::proxy::json_lines(&log);
     assert!(
-        eventually(Duration::from_secs(5), || async { lines().len() == 2 }).await,
+        poll_within(Duration::from_secs(5), || async { lines().len() == 2 })
+            .await
+            .is_some(),
         "{:?}",
         lines()
     );

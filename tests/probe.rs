@@ -199,18 +199,6 @@ async fn run_check(dir: &Path, probe: bool) -> Probe {
     }
 }
 
-/// Polls `f` until it returns `Some`, for at most 5 s.
-async fn eventually<T>(f: impl Fn() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "condition not met within 5s");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 fn days_until(not_after: i64) -> i64 {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -319,7 +307,12 @@ async fn probe_of_a_certificate_from_an_unknown_ca_fails_and_names_the_cause() {
         .contains("\nprobe FAILED: 1 port(s), 1 endpoint(s), 1 failed"));
     // The real handshake, then the diagnostic one that accepts any certificate.
     assert_eq!(upstream.hellos().len(), 2);
-    eventually(|| (upstream.handshake_count() == 1).then_some(())).await;
+    common::eventually(
+        "the server counts one finished handshake",
+        Duration::from_secs(5),
+        || async { upstream.handshake_count() == 1 },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -445,7 +438,12 @@ async fn probe_of_a_mutual_backend_over_tls12_reports_version_and_accepted_clien
         api.field("client cert"),
         "presented and accepted (the server finished the handshake after checking it)"
     );
-    let cns = eventually(|| Some(upstream.client_cns()).filter(|c| !c.is_empty())).await;
+    let cns = common::eventually(
+        "the server records the client certificate",
+        Duration::from_secs(5),
+        || async { Some(upstream.client_cns()).filter(|c| !c.is_empty()) },
+    )
+    .await;
     assert_eq!(cns, vec![Some("egressd-client".to_owned())]);
 }
 
@@ -571,11 +569,9 @@ async fn probe_of_an_invalid_config_reports_the_errors_and_probes_nothing() {
 async fn probe_of_unreachable_destinations_fails_on_dns_and_on_connect() {
     let env = Env::new().await;
     env.dns.remove(API);
-    // A port nothing listens on: bound, then released.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("local addr");
+    // A port nothing listens on (held, so nothing else takes it).
+    let refusing = common::ports::Refusing::bind();
+    let closed = refusing.addr;
     env.write_config(&(fqdn_backend("gone", API, &[443], "") + &ip_backend("closed", closed, "")));
 
     let probe = env.check_probe().await;

@@ -9,8 +9,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use common::dns::TestDns;
+use common::eventually;
 use common::outlier::metric;
-use common::proxy::{eventually, ip_backend, preamble, TestProxy};
+use common::proxy::{ip_backend, preamble, TestProxy};
 use common::tls::{passthrough_rejected, San, TestCa, TlsOptions, TlsUpstream};
 use common::upstream::Upstream;
 use common::websocket::EchoServer;
@@ -144,11 +145,12 @@ async fn websockets_hold_a_slot_while_open(breaker: &str, limit: &str) {
     first.close(None).await.unwrap();
     while first.next().await.is_some() {}
     drop(first);
-    let reopened = eventually(Duration::from_secs(5), || async {
-        open_ws(&proxy, None).await.is_ok()
-    })
+    eventually(
+        "the slot came back when the websocket closed",
+        Duration::from_secs(5),
+        || async { open_ws(&proxy, None).await.is_ok() },
+    )
     .await;
-    assert!(reopened, "the slot came back when the websocket closed");
 }
 
 #[tokio::test]
@@ -237,11 +239,12 @@ async fn tunnels_hold_a_slot_while_open(breaker: &str, limit: &str) {
 
     get_through(&mut first).await;
     drop(first);
-    let reopened = eventually(Duration::from_secs(5), || async {
-        connect(proxy.http(), &target).await.0 == 200
-    })
+    eventually(
+        "the slot came back when the tunnel closed",
+        Duration::from_secs(5),
+        || async { connect(proxy.http(), &target).await.0 == 200 },
+    )
     .await;
-    assert!(reopened, "the slot came back when the tunnel closed");
 }
 
 #[tokio::test]
@@ -316,9 +319,10 @@ spec:
     );
 
     drop(first);
-    let reopened = eventually(Duration::from_secs(5), || async {
-        handshake().await.is_ok()
-    })
+    eventually(
+        "the slot came back when the connection closed",
+        Duration::from_secs(5),
+        || async { handshake().await.is_ok() },
+    )
     .await;
-    assert!(reopened, "the slot came back when the connection closed");
 }

@@ -18,8 +18,8 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use common::binary::{try_get, Egressd, KeepAlive, TestConfig, HOST, LISTENER};
-use common::proxy::eventually;
 use common::upstream::Upstream;
+use common::{eventually, poll_within};
 
 /// How soon a change on disk (or a SIGHUP) must be serving.
 const RELOAD_WITHIN: Duration = Duration::from_secs(2);
@@ -82,11 +82,12 @@ impl Rig {
     /// generation.
     async fn expect_reload_to(&self, since: u64, upstream: &str) -> u64 {
         let rig = self;
-        let reloaded = eventually(RELOAD_WITHIN, || async move {
+        let reloaded = poll_within(RELOAD_WITHIN, || async move {
             rig.egressd.generation().await > since
                 && rig.answered_by().await.as_deref() == Ok(upstream)
         })
-        .await;
+        .await
+        .is_some();
         if !reloaded {
             let status = self.egressd.status().await;
             self.egressd.fail(&format!(
@@ -216,14 +217,17 @@ async fn sighup_without_changes_keeps_serving_every_request() {
             .unwrap();
         rig.egressd.signal("HUP");
         let egressd = &rig.egressd;
-        let reloaded = eventually(RELOAD_WITHIN, || async move {
-            egressd.status().await["lastReload"]["succeeded"]
-                .as_u64()
-                .unwrap()
-                > succeeded
-        })
+        eventually(
+            &format!("SIGHUP did not reload within {RELOAD_WITHIN:?}"),
+            RELOAD_WITHIN,
+            || async move {
+                egressd.status().await["lastReload"]["succeeded"]
+                    .as_u64()
+                    .unwrap()
+                    > succeeded
+            },
+        )
         .await;
-        assert!(reloaded, "SIGHUP did not reload within {RELOAD_WITHIN:?}");
         // Requests keep flowing between reloads, so each reload happens under load.
         load.wait_for_requests(&rig.egressd).await;
     }
@@ -255,13 +259,14 @@ async fn check_rejected_edit(break_config: impl FnOnce(&str) -> (String, Option<
 
     // The failed reload attempt is the signal that the edit was seen.
     let egressd = &rig.egressd;
-    let attempted = eventually(RELOAD_WITHIN, || async move {
+    let attempted = poll_within(RELOAD_WITHIN, || async move {
         egressd.status().await["lastReload"]["failed"]
             .as_u64()
             .unwrap()
             > failed
     })
-    .await;
+    .await
+    .is_some();
     if !attempted {
         egressd.fail("the invalid edit was not reported as a failed reload within 2 s");
     }
@@ -334,13 +339,14 @@ async fn yaml_syntax_error_is_rejected_with_its_position_and_old_config_keeps_se
 
 /// Waits until the failed-reload count rises above `failed`, returning `/status`.
 async fn wait_for_failed_reload(egressd: &Egressd, failed: u64, what: &str) -> serde_json::Value {
-    let refused = eventually(RELOAD_WITHIN, || async move {
+    let refused = poll_within(RELOAD_WITHIN, || async move {
         egressd.status().await["lastReload"]["failed"]
             .as_u64()
             .unwrap()
             > failed
     })
-    .await;
+    .await
+    .is_some();
     if !refused {
         egressd.fail(&format!("{what} was not refused within {RELOAD_WITHIN:?}"));
     }
@@ -546,10 +552,11 @@ impl Load {
     async fn wait_for_requests(&self, egressd: &Egressd) {
         let target = self.done.load(Ordering::Relaxed) + 20;
         let done = &self.done;
-        if !eventually(Duration::from_secs(10), || async move {
+        if poll_within(Duration::from_secs(10), || async move {
             done.load(Ordering::Relaxed) >= target
         })
         .await
+        .is_none()
         {
             egressd.fail("the load made no progress");
         }

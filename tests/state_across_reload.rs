@@ -6,6 +6,7 @@ mod common;
 use std::net::Ipv4Addr;
 
 use common::dns::TestDns;
+use common::ports::{loopback, shared_port};
 use common::proxy::{fqdn_backend, get, ip_backend, preamble, TestProxy};
 use common::upstream::Upstream;
 
@@ -157,12 +158,6 @@ fn static_backend(endpoints: &[std::net::SocketAddr], traffic_policy: &str) -> S
     ) + &route("svc.test", "api")
 }
 
-/// An upstream named `name` on 127.0.0.`last`, on `like`'s port.
-async fn beside(name: &str, like: &Upstream, last: u8) -> Upstream {
-    let addr = std::net::SocketAddr::new([127, 0, 0, last].into(), like.addr.port());
-    Upstream::start_on(name, addr).await
-}
-
 /// An unrelated Backend and route, present or not: a reload that does not touch `api`.
 fn unrelated(other: &Upstream, present: bool) -> String {
     if present {
@@ -197,12 +192,12 @@ async fn circuit_breaker_counts_survive_an_unrelated_reload() {
     let in_flight: Vec<_> = (0..2)
         .map(|_| tokio::spawn(async move { get(addr, "svc.test", "/").await }))
         .collect();
-    assert!(
-        common::proxy::eventually(std::time::Duration::from_secs(5), || async {
-            slow.request_count() == 2
-        })
-        .await
-    );
+    common::eventually(
+        "two requests held by the slow upstream",
+        std::time::Duration::from_secs(5),
+        || async { slow.request_count() == 2 },
+    )
+    .await;
 
     proxy.rewrite(&(base + &unrelated(&other, true)));
     proxy.reload().await;
@@ -220,8 +215,9 @@ async fn circuit_breaker_counts_survive_an_unrelated_reload() {
 
 #[tokio::test]
 async fn round_robin_keeps_its_turn_across_reloads() {
-    let a = Upstream::start("a").await;
-    let b = beside("b", &a, 2).await;
+    let port = shared_port();
+    let a = Upstream::start_on("a", loopback(1, port)).await;
+    let b = Upstream::start_on("b", loopback(2, port)).await;
     let other = Upstream::start("other").await;
     let base = preamble(None)
         + &static_backend(&[a.addr, b.addr], "    loadBalancer: {type: RoundRobin}\n");
@@ -238,8 +234,9 @@ async fn round_robin_keeps_its_turn_across_reloads() {
 
 #[tokio::test]
 async fn a_reload_that_adds_an_endpoint_keeps_the_others_and_their_slow_start() {
-    let a = Upstream::start("a").await;
-    let b = beside("b", &a, 2).await;
+    let port = shared_port();
+    let a = Upstream::start_on("a", loopback(1, port)).await;
+    let b = Upstream::start_on("b", loopback(2, port)).await;
     let policy = "    loadBalancer: {type: LeastRequest, slowStart: {window: 60s}}\n";
     let proxy = TestProxy::start(&(preamble(None) + &static_backend(&[a.addr], policy))).await;
     let group_before = group_id(&proxy, "api");
@@ -254,13 +251,15 @@ async fn a_reload_that_adds_an_endpoint_keeps_the_others_and_their_slow_start() 
             .unwrap()
     };
     // Until `a` has been ready for a while (no sleep: polled).
-    assert!(
-        common::proxy::eventually(std::time::Duration::from_secs(5), || async {
+    common::eventually(
+        "a ready for 300 ms or more",
+        std::time::Duration::from_secs(5),
+        || async {
             let e = get(proxy.admin, "admin", "/endpoints").await.text();
             ready_for(&serde_json::from_str(&e).unwrap(), a.addr) >= 300
-        })
-        .await
-    );
+        },
+    )
+    .await;
 
     proxy.rewrite(&(preamble(None) + &static_backend(&[a.addr, b.addr], policy)));
     proxy.reload().await;
@@ -277,27 +276,30 @@ async fn a_reload_that_adds_an_endpoint_keeps_the_others_and_their_slow_start() 
 
 #[tokio::test]
 async fn an_unhealthy_endpoint_is_never_picked_across_a_reload() {
-    let sick = Upstream::start_with(|_| async {
+    let port = shared_port();
+    let sick = Upstream::start_on_with(loopback(1, port), |_| async {
         let mut response = http::Response::new(common::upstream::full("sick"));
         *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
         response
     })
     .await;
-    let a = beside("a", &sick, 2).await;
+    let a = Upstream::start_on("a", loopback(2, port)).await;
     let other = Upstream::start("other").await;
     // `sick` fails every check: unhealthy after its first.
     let policy = "    loadBalancer: {type: RoundRobin}\n    healthCheck:\n      panicThreshold: 0\n      active: {type: HTTP, interval: 100ms, unhealthyThreshold: 1, http: {path: /healthz}}\n";
     let base = preamble(None) + &static_backend(&[sick.addr, a.addr], policy);
     let proxy = TestProxy::start(&base).await;
-    assert!(
-        common::proxy::eventually(std::time::Duration::from_secs(5), || async {
+    common::eventually(
+        "an endpoint checked unhealthy",
+        std::time::Duration::from_secs(5),
+        || async {
             get(proxy.admin, "admin", "/endpoints")
                 .await
                 .text()
                 .contains("\"unhealthy\"")
-        })
-        .await
-    );
+        },
+    )
+    .await;
     let traffic = |u: &Upstream| u.requests().iter().filter(|r| r.uri != "/healthz").count();
     for present in [true, false, true] {
         proxy.rewrite(&(base.clone() + &unrelated(&other, present)));

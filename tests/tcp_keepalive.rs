@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::outlier::{answering, backend, free_port, HOST};
+use common::outlier::{answering, backend, HOST};
+use common::ports::shared_port;
 use common::proxy::{get, preamble, TestProxy};
 
 /// The `tr` (timer) field of the established IPv4 sockets connected to 127.0.0.1:`port`.
@@ -23,7 +24,7 @@ fn timers_of_connections_to(port: u16) -> Vec<String> {
 }
 
 async fn timers_after_one_request(policy: &str) -> Vec<String> {
-    let port = free_port();
+    let port = shared_port();
     let up = answering(1, port, 200).await;
     let yaml = (preamble(None) + &backend(&[up.addr], ""))
         .replace("    healthCheck:", &format!("{policy}    healthCheck:"));

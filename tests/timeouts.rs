@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::proxy::{get, ip_backend, preamble, request, ClientBody, Conn, TestProxy};
 use common::upstream::{
-    dripping_body, full, read_request_head, refused_addr, stalling_body, RawUpstream, Unresponsive,
-    Upstream,
+    dripping_body, full, read_request_head, stalling_body, RawUpstream, Unresponsive, Upstream,
 };
 use http_body_util::BodyExt;
 
@@ -103,7 +102,8 @@ spec:
 
 #[tokio::test]
 async fn refused_connection_gives_503_upstream_connect_failure() {
-    let proxy = TestProxy::start(&config(refused_addr(), "", None)).await;
+    let refusing = common::ports::Refusing::bind();
+    let proxy = TestProxy::start(&config(refusing.addr, "", None)).await;
     let response = get(proxy.http(), "app.test", "/").await;
     assert_local_reply(&response, 503, "upstream_connect_failure");
 }

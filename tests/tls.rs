@@ -262,19 +262,20 @@ async fn assert_tls_failure(proxy: &TestProxy, response: &Response, cause: &str)
         "the body does not name the cause `{cause}`: {body:?}"
     );
     // Polled with a deadline: the counter may be bumped just after the reply is written.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let (counts, counted) = loop {
+    let counted = common::poll_within(Duration::from_secs(3), || async {
         let counts = tls_failure_counts(proxy).await;
-        let counted = counts.get(cause).is_some_and(|n| *n >= 1.0);
-        if counted || Instant::now() >= deadline {
-            break (counts, counted);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        counts
+            .get(cause)
+            .is_some_and(|n| *n >= 1.0)
+            .then_some(counts)
+    })
+    .await;
+    let Some(counts) = counted else {
+        panic!(
+            "egressd_upstream_tls_failures_total{{cause=\"{cause}\"}} not incremented: {:?}",
+            tls_failure_counts(proxy).await
+        );
     };
-    assert!(
-        counted,
-        "egressd_upstream_tls_failures_total{{cause=\"{cause}\"}} not incremented: {counts:?}"
-    );
     assert!(
         counts.iter().all(|(c, n)| c == cause || *n == 0.0),
         "failures counted under other causes: {counts:?}"
@@ -786,12 +787,13 @@ async fn rotated_client_certificate_is_used_by_the_next_handshake_without_restar
     let second = env.ca.client_cert("client-two");
     replace_file(&key, &second.key_pem);
     replace_file(&cert, &second.cert_pem);
-    let rotated = common::proxy::eventually(Duration::from_secs(5), || async {
+    let rotated = common::poll_within(Duration::from_secs(5), || async {
         let response = get_api(&proxy, upstream.addr.port()).await;
         response.status == 200
             && upstream.client_cns().last() == Some(&Some("client-two".to_owned()))
     })
-    .await;
+    .await
+    .is_some();
     assert!(
         rotated,
         "new handshakes must present the rotated certificate; saw {:?}",
@@ -830,11 +832,12 @@ async fn broken_rotated_certificate_keeps_the_old_one_and_reports_resolved_refs_
         &cert,
         "-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n",
     );
-    let reported = common::proxy::eventually(Duration::from_secs(5), || async {
+    let reported = common::poll_within(Duration::from_secs(5), || async {
         let status = get(proxy.admin, "127.0.0.1", "/status").await.text();
         status.contains("\"result\": \"failure\"") && status.contains("client.pem")
     })
-    .await;
+    .await
+    .is_some();
     let status = get(proxy.admin, "127.0.0.1", "/status").await.text();
     assert!(
         reported,
@@ -1245,9 +1248,10 @@ async fn the_access_log_names_connect_time_tls_version_and_alpn() {
         assert_eq!(get_api(&proxy, port).await.status, 200);
     }
     let lines = || common::proxy::json_lines(&log);
-    assert!(
-        common::proxy::eventually(Duration::from_secs(5), || async { lines().len() == 2 }).await
-    );
+    common::eventually("two access log lines", Duration::from_secs(5), || async {
+        lines().len() == 2
+    })
+    .await;
     let lines = lines();
     for line in &lines {
         assert_eq!(line["upstream_tls"], "TLSv1.3", "{line}");

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::dns::TestDns;
-use common::proxy::{eventually, TestProxy};
+use common::eventually;
+use common::proxy::TestProxy;
 use common::tls::{passthrough_rejected, San, TestCa, TlsOptions, TlsUpstream};
 use egressd::config::{load_paths, Diagnostic, Reason};
 use egressd::runtime::compile::compile;
@@ -255,12 +256,12 @@ async fn route_whose_backends_all_weigh_zero_refuses_with_no_backend() {
         .connect("off.test".try_into().unwrap(), tcp)
         .await;
     assert!(attempt.is_err(), "no backend may take the connection");
-    assert!(
-        eventually(Duration::from_secs(2), || async {
-            passthrough_rejected(&s.proxy, "no_backend").await > before
-        })
-        .await
-    );
+    eventually(
+        "a passthrough rejection counted as no_backend",
+        Duration::from_secs(2),
+        || async { passthrough_rejected(&s.proxy, "no_backend").await > before },
+    )
+    .await;
     assert!(s.x.hellos().is_empty());
 }
 

@@ -195,22 +195,22 @@ async fn open_websockets_and_their_bytes_are_counted_per_backend() {
     let mut ws = open(&proxy).await;
     ws.send(Message::text("count me")).await.unwrap();
     ws.next().await.unwrap().unwrap();
-    assert!(
-        common::proxy::eventually(std::time::Duration::from_secs(2), || async {
-            metric(&proxy, active).await == Some(1.0)
-        })
-        .await
-    );
+    common::eventually(
+        "one active websocket counted",
+        std::time::Duration::from_secs(2),
+        || async { metric(&proxy, active).await == Some(1.0) },
+    )
+    .await;
     ws.close(None).await.unwrap();
     while ws.next().await.is_some() {}
     // The server closed its TCP side after the close handshake; the client now closes its own.
     drop(ws);
-    assert!(
-        common::proxy::eventually(std::time::Duration::from_secs(2), || async {
-            metric(&proxy, active).await == Some(0.0)
-        })
-        .await
-    );
+    common::eventually(
+        "no active websocket counted",
+        std::time::Duration::from_secs(2),
+        || async { metric(&proxy, active).await == Some(0.0) },
+    )
+    .await;
     let up = metric(
         &proxy,
         "egressd_websocket_bytes_total{backend=\"default/echo\",direction=\"upstream\"}",

@@ -304,10 +304,10 @@ async fn http2_websocket_is_counted_and_survives_a_reload() {
     let (_, mut ws) = open(&proxy, &[]).await;
     ws.send(Message::text("before")).await.unwrap();
     assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("before"));
-    assert!(
-        common::proxy::eventually(STEP, || async { metric(&proxy, active).await == Some(1.0) })
-            .await
-    );
+    common::eventually("one active websocket counted", STEP, || async {
+        metric(&proxy, active).await == Some(1.0)
+    })
+    .await;
 
     proxy.reload().await;
     ws.send(Message::text("after")).await.unwrap();
@@ -316,10 +316,10 @@ async fn http2_websocket_is_counted_and_survives_a_reload() {
     ws.close(None).await.unwrap();
     while ws.next().await.is_some() {}
     drop(ws);
-    assert!(
-        common::proxy::eventually(STEP, || async { metric(&proxy, active).await == Some(0.0) })
-            .await
-    );
+    common::eventually("no active websocket counted", STEP, || async {
+        metric(&proxy, active).await == Some(0.0)
+    })
+    .await;
     let up = metric(
         &proxy,
         "egressd_websocket_bytes_total{backend=\"default/echo\",direction=\"upstream\"}",

@@ -28,8 +28,6 @@ pub const HOST: &str = "svc.test";
 /// How long the process may take to bind its admin port and load the first config. Generous:
 /// the machine is shared with other builds, and a slow start is not what these tests test.
 const START_WITHIN: Duration = Duration::from_secs(20);
-/// Pause between polls of the child or the admin server.
-const POLL_EVERY: Duration = Duration::from_millis(20);
 
 /// A running `egressd run` child process.
 pub struct Egressd {
@@ -105,24 +103,32 @@ impl Egressd {
             stderr_path,
             _scratch: scratch,
         };
-        let deadline = Instant::now() + START_WITHIN;
+        let started = Instant::now();
 
         // The file is written by rename, so once it exists it is complete.
-        egressd.admin = loop {
+        let text = super::poll_within(START_WITHIN, || {
             egressd.assert_running("while starting");
-            if let Ok(text) = std::fs::read_to_string(&address_file) {
-                break text
-                    .trim()
-                    .parse()
-                    .unwrap_or_else(|e| panic!("admin address file holds {text:?}: {e}"));
-            }
-            egressd.assert_before(deadline, "write the admin address file");
-            tokio::time::sleep(POLL_EVERY).await;
-        };
-        while egressd.ready().await != Some(http::StatusCode::OK) {
+            let text = std::fs::read_to_string(&address_file).ok();
+            async move { text }
+        })
+        .await
+        .unwrap_or_else(|| egressd.fail("egressd did not write the admin address file in time"));
+        egressd.admin = text
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("admin address file holds {text:?}: {e}"));
+        let admin = egressd.admin;
+        let ready = super::poll_within(START_WITHIN.saturating_sub(started.elapsed()), || {
             egressd.assert_running("while loading its first config");
-            egressd.assert_before(deadline, "answer 200 on /ready");
-            tokio::time::sleep(POLL_EVERY).await;
+            async move {
+                try_get(admin, "localhost", "/ready")
+                    .await
+                    .is_ok_and(|r| r.status == http::StatusCode::OK)
+            }
+        })
+        .await;
+        if ready.is_none() {
+            egressd.fail("egressd did not answer 200 on /ready in time");
         }
         egressd
     }
@@ -208,14 +214,15 @@ impl Egressd {
     /// Waits for the process to exit; panics (with its log) if it is still running after
     /// `within`.
     pub async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait for egressd") {
-                return status;
-            }
-            self.assert_before(deadline, &format!("exit within {within:?}"));
-            tokio::time::sleep(POLL_EVERY).await;
-        }
+        let child = &mut self.child;
+        let exited = super::poll_within(within, || {
+            let status = child.try_wait().expect("wait for egressd");
+            async move { status }
+        })
+        .await;
+        exited.unwrap_or_else(|| {
+            self.fail(&format!("egressd did not exit within {within:?} in time"))
+        })
     }
 
     /// Peak resident set size of the process so far (`VmHWM`), in KiB.
@@ -235,12 +242,6 @@ impl Egressd {
                 "egressd exited ({status}) {when}; its stderr:\n{}",
                 self.stderr()
             );
-        }
-    }
-
-    fn assert_before(&self, deadline: Instant, what: &str) {
-        if Instant::now() >= deadline {
-            self.fail(&format!("egressd did not {what} in time"));
         }
     }
 

@@ -27,7 +27,6 @@ use rmcp::{
     schemars, tool, tool_handler, tool_router, ClientHandler, Peer, RoleClient, RoleServer,
     ServerHandler, ServiceExt,
 };
-use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tower_service::Service;
 
@@ -90,7 +89,7 @@ impl McpServer {
     /// Binds 127.0.0.`n`:`port` (`port` 0: ephemeral) and serves MCP there until dropped.
     pub async fn start(n: u8, port: u16, options: McpServerOptions) -> McpServer {
         let bind = SocketAddr::new([127, 0, 0, n].into(), port);
-        let listener = TcpListener::bind(bind).await.expect("bind MCP server");
+        let listener = super::ports::listen(bind).await.expect("bind MCP server");
         let addr = listener.local_addr().unwrap();
         let name = options
             .name

@@ -14,7 +14,14 @@
 //! | `mcp` | rmcp (official MCP SDK) Streamable HTTP servers on 127.0.0.x that record sessions, and a client through egressd |
 //! | `python` | the official MCP Python SDK's server (with an event store), installed into target/tmp on first use |
 //! | `websocket` | a websocket echo server that records its handshakes |
+//! | `ports` | ports held by bound sockets: shared by 127.0.0.x servers, or refusing connections |
+//!
+//! [`eventually`] (and [`poll_within`] under it) is the one way the tests wait for a condition:
+//! polled with a deadline, never a sleep.
 #![allow(dead_code)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 pub mod binary;
 pub mod dns;
@@ -23,8 +30,75 @@ pub mod h2;
 pub mod h2frames;
 pub mod mcp;
 pub mod outlier;
+pub mod ports;
 pub mod proxy;
 pub mod python;
 pub mod tls;
 pub mod upstream;
 pub mod websocket;
+
+/// Pause between two checks of a polled condition.
+const POLL_EVERY: Duration = Duration::from_millis(50);
+
+/// What a polled check returns: `true`, or `Some(value)`, once its condition holds.
+pub trait Polled {
+    type Value;
+    fn value(self) -> Option<Self::Value>;
+}
+
+impl Polled for bool {
+    type Value = ();
+    fn value(self) -> Option<()> {
+        self.then_some(())
+    }
+}
+
+impl<T> Polled for Option<T> {
+    type Value = T;
+    fn value(self) -> Option<T> {
+        self
+    }
+}
+
+/// Runs `check` every [`POLL_EVERY`] until it holds (`true` or `Some(value)`) or `timeout` has
+/// passed: its value, or `None` when it never held. `check` runs at least once, and once more
+/// at or after the deadline. For callers that report the expiry themselves (with a process log
+/// or state read afterwards) or try again; [`eventually`] otherwise.
+pub async fn poll_within<F, Fut>(
+    timeout: Duration,
+    mut check: F,
+) -> Option<<Fut::Output as Polled>::Value>
+where
+    F: FnMut() -> Fut,
+    Fut: Future,
+    Fut::Output: Polled,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await.value() {
+            return Some(value);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// [`poll_within`] that panics, naming `what` (the condition awaited) and `timeout`, when the
+/// condition never held.
+pub async fn eventually<F, Fut>(
+    what: &str,
+    timeout: Duration,
+    check: F,
+) -> <Fut::Output as Polled>::Value
+where
+    F: FnMut() -> Fut,
+    Fut: Future,
+    Fut::Output: Polled,
+{
+    match poll_within(timeout, check).await {
+        Some(value) => value,
+        None => panic!("not within {timeout:?}: {what}"),
+    }
+}

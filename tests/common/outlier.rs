@@ -39,15 +39,6 @@ pub async fn answering(n: u8, port: u16, status: u16) -> Upstream {
     .await
 }
 
-/// A free port on 127.0.0.1 (bound and released: another 127.0.0.x may use it too).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 pub async fn endpoint_state(proxy: &TestProxy, ip: &str) -> serde_json::Value {
     let response = get(proxy.admin, "admin", "/endpoints").await;
     let all: serde_json::Value = serde_json::from_slice(&response.body).expect("JSON");

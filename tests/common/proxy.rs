@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -348,24 +348,6 @@ pub async fn get_absolute(addr: SocketAddr, url: &str) -> Response {
         .body(ClientBody::default())
         .unwrap();
     fetch(addr, request).await
-}
-
-/// Polls `check` until it returns true or `timeout` passes; returns whether it did.
-pub async fn eventually<F, Fut>(timeout: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if check().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The lines of a JSON-lines file (the access log) so far, parsed; each must be one JSON

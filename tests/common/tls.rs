@@ -333,7 +333,7 @@ impl TlsUpstream {
         opts: TlsOptions<'_>,
     ) -> std::io::Result<TlsUpstream> {
         let config = Arc::new(server_config(&server, &opts));
-        let listener = TcpListener::bind(addr).await?;
+        let listener = super::ports::listen(addr).await?;
         let addr = listener.local_addr().expect("TLS upstream local addr");
         let state = Arc::new(TlsState::default());
         state

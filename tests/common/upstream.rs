@@ -106,7 +106,7 @@ impl Upstream {
     }
 
     async fn start_inner(bind: SocketAddr, handler: Handler) -> Upstream {
-        let listener = TcpListener::bind(bind).await.expect("bind upstream");
+        let listener = super::ports::listen(bind).await.expect("bind upstream");
         let addr = listener.local_addr().expect("upstream local addr");
         let state = Arc::new(State::default());
         let accept = tokio::spawn(accept_loop(listener, state.clone(), handler));
@@ -323,12 +323,6 @@ impl Unresponsive {
         }
         panic!("the accept queue of a backlog-0 listener never filled");
     }
-}
-
-/// An address on which nothing listens (connecting is refused): a port bound and released.
-pub fn refused_addr() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("local addr")
 }
 
 /// A response body that sends `first` and then nothing, forever (the connection stays open).
