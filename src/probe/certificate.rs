@@ -6,6 +6,8 @@ use std::net::IpAddr;
 use rustls::pki_types::{CertificateDer, ServerName};
 use x509_parser::extensions::GeneralName;
 
+use crate::upstream::verify::names_any_identity;
+
 /// What a port's certificate must name, as configured (CONFIG.md, "TLS modes").
 #[derive(Clone, Debug)]
 pub(super) enum Expected {
@@ -45,7 +47,6 @@ pub(super) struct Leaf {
     pub subject: String,
     /// Subject alternative names as `DNS:…`, `IP:…`, `URI:…`.
     pub sans: Vec<String>,
-    uris: Vec<String>,
     /// notAfter, seconds since the Unix epoch.
     pub not_after: i64,
     /// notAfter as `YYYY-MM-DD`.
@@ -63,15 +64,11 @@ impl Leaf {
 pub(super) fn read_leaf(der: &CertificateDer<'_>) -> Result<Leaf, String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| e.to_string())?;
     let mut sans = Vec::new();
-    let mut uris = Vec::new();
     if let Ok(Some(ext)) = cert.subject_alternative_name() {
         for name in &ext.value.general_names {
             match name {
                 GeneralName::DNSName(dns) => sans.push(format!("DNS:{dns}")),
-                GeneralName::URI(uri) => {
-                    sans.push(format!("URI:{uri}"));
-                    uris.push((*uri).to_owned());
-                }
+                GeneralName::URI(uri) => sans.push(format!("URI:{uri}")),
                 GeneralName::IPAddress(bytes) => match ip_from_bytes(bytes) {
                     Some(ip) => sans.push(format!("IP:{ip}")),
                     None => sans.push("IP:(malformed)".to_owned()),
@@ -84,7 +81,6 @@ pub(super) fn read_leaf(der: &CertificateDer<'_>) -> Result<Leaf, String> {
     Ok(Leaf {
         subject: cert.subject().to_string(),
         sans,
-        uris,
         not_after: not_after.timestamp(),
         not_after_date: not_after.to_datetime().date().to_string(),
     })
@@ -98,27 +94,28 @@ fn ip_from_bytes(bytes: &[u8]) -> Option<IpAddr> {
     }
 }
 
-/// Whether the leaf names what `expected` asks for, judged the way egressd's verifier judges
-/// names (webpki's subject-name check; URI SANs compared exactly), but without the chain.
-/// `None` when there is nothing to check or the certificate cannot be parsed.
+/// Whether the leaf names what `expected` asks for, judged by egressd's verifier's own name
+/// check, but without the chain. `None` when there is nothing to check or the certificate
+/// cannot be parsed.
 pub(super) fn names_match(
     der: &CertificateDer<'_>,
-    leaf: &Leaf,
     expected: &Expected,
     server_name: &ServerName<'_>,
 ) -> Option<bool> {
     let cert = webpki::EndEntityCert::try_from(der).ok()?;
-    let valid_for = |name: &ServerName<'_>| cert.verify_is_valid_for_subject_name(name).is_ok();
     match expected {
         Expected::Nothing => None,
-        Expected::ServerName => Some(valid_for(server_name)),
+        Expected::ServerName => Some(names_any_identity(
+            &cert,
+            std::slice::from_ref(server_name),
+            &[],
+        )),
         Expected::Identities { names, uris } => {
-            let name_ok = names
+            let names: Vec<ServerName<'_>> = names
                 .iter()
                 .filter_map(|n| ServerName::try_from(n.as_str()).ok())
-                .any(|n| valid_for(&n));
-            let uri_ok = leaf.uris.iter().any(|have| uris.contains(have));
-            Some(name_ok || uri_ok)
+                .collect();
+            Some(names_any_identity(&cert, &names, uris))
         }
     }
 }

@@ -10,21 +10,16 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{
     ClientSessionMemoryCache, ClientSessionStore, ResolvesClientCert, Resumption,
     Tls12ClientSessionValue, Tls13ClientSessionValue,
 };
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::sign::CertifiedKey;
-use rustls::{
-    AlertDescription, ClientConfig, DigitallySignedStruct, NamedGroup, ProtocolVersion,
-    SignatureScheme,
-};
+use rustls::{AlertDescription, ClientConfig, NamedGroup, ProtocolVersion, SignatureScheme};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
@@ -32,6 +27,7 @@ use tokio_rustls::client::TlsStream;
 
 use crate::upstream::connect::{connect_tcp, ConnectError};
 use crate::upstream::tls::{TlsFailure, TlsOrigination};
+use crate::upstream::verify::CertVerifier;
 
 /// How long, after a TLS 1.3 handshake in which a client certificate was sent, the probe waits
 /// for the server's verdict on it. In TLS 1.3 the server checks the certificate after the client
@@ -288,10 +284,9 @@ async fn diagnostic_chain(
     server_name: ServerName<'static>,
     timeout: Duration,
 ) -> Option<Vec<CertificateDer<'static>>> {
-    let recorder = Arc::new(RecordChain {
-        provider: tls.config.crypto_provider().clone(),
-        chain: OnceLock::new(),
-    });
+    let recorder = Arc::new(CertVerifier::keeping_any_chain(
+        tls.config.crypto_provider(),
+    ));
     let mut config = (*tls.config).clone();
     config
         .dangerous()
@@ -303,7 +298,7 @@ async fn diagnostic_chain(
     if let Ok(mut stream) = handshake(Arc::new(config), server_name, tcp, timeout).await {
         let _ = tokio::time::timeout(timeout, stream.shutdown()).await;
     }
-    recorder.chain.get().cloned()
+    recorder.presented_chain()
 }
 
 /// The rustls error inside an I/O error, if that is what it is.
@@ -388,65 +383,5 @@ impl ClientSessionStore for TicketSpy {
         server_name: &ServerName<'static>,
     ) -> Option<Tls13ClientSessionValue> {
         self.inner.take_tls13_ticket(server_name)
-    }
-}
-
-/// Accepts any certificate and keeps the chain. Handshake signatures are still verified, so
-/// the chain read is one the peer holds the key for.
-#[derive(Debug)]
-struct RecordChain {
-    provider: Arc<CryptoProvider>,
-    chain: OnceLock<Vec<CertificateDer<'static>>>,
-}
-
-impl ServerCertVerifier for RecordChain {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let chain = std::iter::once(end_entity)
-            .chain(intermediates)
-            .map(|c| c.clone().into_owned())
-            .collect();
-        let _ = self.chain.set(chain);
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
     }
 }

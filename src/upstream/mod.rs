@@ -15,6 +15,7 @@ pub mod pem;
 pub mod pool;
 pub mod registry;
 pub mod tls;
+pub mod verify;
 
 pub use endpoint::Endpoint;
 pub use group::{EndpointGroup, EndpointSource, GroupSettings};

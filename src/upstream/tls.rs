@@ -1,19 +1,16 @@
-//! TLS origination: client configs built once per Backend port when a snapshot is compiled,
-//! the verifier that honours `validation.hostname` / `subjectAltNames`, and the classification
-//! of handshake failures into causes people can act on.
+//! TLS origination: client configs built once per Backend port when a snapshot is compiled
+//! (their certificate verifier is in [`super::verify`]), and the classification of handshake
+//! failures into causes people can act on.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use super::pem::{read_certs, read_key, PemError};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::WebPkiServerVerifier;
+use super::verify::CertVerifier;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{
-    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
-};
+use rustls::pki_types::ServerName;
+use rustls::{CertificateError, ClientConfig, RootCertStore};
 
 /// How one Backend port originates TLS.
 #[derive(Debug)]
@@ -138,56 +135,9 @@ fn system_roots() -> Result<Arc<RootCertStore>, TlsConfigError> {
 /// request.
 pub fn build(spec: &TlsSpec) -> Result<TlsOrigination, TlsConfigError> {
     let provider = provider();
-    let roots = match &spec.roots {
-        Roots::System => system_roots()?,
-        Roots::Files(files) => {
-            let mut store = RootCertStore::empty();
-            for file in files {
-                for cert in read_certs(file)? {
-                    store.add(cert).map_err(|e| TlsConfigError::CaCertificate {
-                        path: file.clone(),
-                        message: e.to_string(),
-                    })?;
-                }
-            }
-            Arc::new(store)
-        }
-    };
-    let versions: Vec<&'static rustls::SupportedProtocolVersion> = spec
-        .versions
-        .iter()
-        .map(|v| match v {
-            TlsVersion::V1_2 => &rustls::version::TLS12,
-            TlsVersion::V1_3 => &rustls::version::TLS13,
-        })
-        .collect();
-    let webpki = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider.clone())
-        .build()
-        .map_err(|e| TlsConfigError::Verifier(e.to_string()))?;
-    let verifier: Arc<dyn ServerCertVerifier> = match &spec.names {
-        NameCheck::ServerName => webpki,
-        NameCheck::Expected { names, uris } => {
-            let names = names
-                .iter()
-                .map(|n| {
-                    ServerName::try_from(n.clone())
-                        .map_err(|_| TlsConfigError::ServerName(n.clone()))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            if uris.is_empty() {
-                Arc::new(ExpectedNames { webpki, names })
-            } else {
-                Arc::new(ExpectedIdentities {
-                    webpki,
-                    roots,
-                    names,
-                    uris: uris.clone(),
-                    provider: provider.clone(),
-                })
-            }
-        }
-        NameCheck::SkipVerify => Arc::new(SkipVerify { webpki }),
-    };
+    let roots = root_store(&spec.roots)?;
+    let versions = protocol_versions(&spec.versions);
+    let verifier = Arc::new(CertVerifier::new(&spec.names, roots, &provider)?);
     let builder = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&versions)?
         .dangerous()
@@ -211,172 +161,52 @@ pub fn build(spec: &TlsSpec) -> Result<TlsOrigination, TlsConfigError> {
         ),
     };
     let config = Arc::new(config);
-    let http1_config = if spec.alpn.iter().any(|p| p == b"h2") {
-        let mut http1 = (*config).clone();
-        http1.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Arc::new(http1)
-    } else {
-        config.clone()
-    };
     Ok(TlsOrigination {
+        http1_config: http1_only(&config),
         config,
-        http1_config,
         sni,
     })
 }
 
-/// Our verifiers only change how the certificate is judged; signatures over the handshake are
-/// always checked by rustls's own verifier (held in the `webpki` field).
-macro_rules! handshake_signatures_by_webpki {
-    () => {
-        fn verify_tls12_signature(
-            &self,
-            m: &[u8],
-            c: &CertificateDer<'_>,
-            d: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            self.webpki.verify_tls12_signature(m, c, d)
-        }
-
-        fn verify_tls13_signature(
-            &self,
-            m: &[u8],
-            c: &CertificateDer<'_>,
-            d: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            self.webpki.verify_tls13_signature(m, c, d)
-        }
-
-        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.webpki.supported_verify_schemes()
-        }
-    };
-}
-
-/// Verifies the chain as usual, then accepts any of the configured names instead of the SNI.
-#[derive(Debug)]
-struct ExpectedNames {
-    webpki: Arc<WebPkiServerVerifier>,
-    names: Vec<ServerName<'static>>,
-}
-
-impl ServerCertVerifier for ExpectedNames {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        ocsp: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let mut last = rustls::Error::InvalidCertificate(CertificateError::NotValidForName);
-        for name in &self.names {
-            match self
-                .webpki
-                .verify_server_cert(end_entity, intermediates, name, ocsp, now)
-            {
-                Ok(ok) => return Ok(ok),
-                // A chain problem is the same for every name: report it as is.
-                Err(rustls::Error::InvalidCertificate(
-                    CertificateError::NotValidForName
-                    | CertificateError::NotValidForNameContext { .. },
-                )) => {}
-                Err(other) => return Err(other),
+/// The certificates to trust: the platform store, or the PEM bundles read now.
+fn root_store(roots: &Roots) -> Result<Arc<RootCertStore>, TlsConfigError> {
+    match roots {
+        Roots::System => system_roots(),
+        Roots::Files(files) => {
+            let mut store = RootCertStore::empty();
+            for file in files {
+                for cert in read_certs(file)? {
+                    store.add(cert).map_err(|e| TlsConfigError::CaCertificate {
+                        path: file.clone(),
+                        message: e.to_string(),
+                    })?;
+                }
             }
-            last = rustls::Error::InvalidCertificate(CertificateError::NotValidForName);
-        }
-        Err(last)
-    }
-
-    handshake_signatures_by_webpki!();
-}
-
-/// Verifies the chain, then requires one of the configured URI SANs (SPIFFE IDs and the like)
-/// or one of the configured names. rustls's verifier only checks DNS and IP names, so the
-/// chain is verified with webpki directly here.
-#[derive(Debug)]
-struct ExpectedIdentities {
-    webpki: Arc<WebPkiServerVerifier>,
-    roots: Arc<RootCertStore>,
-    names: Vec<ServerName<'static>>,
-    uris: Vec<String>,
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for ExpectedIdentities {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let cert = webpki::EndEntityCert::try_from(end_entity)
-            .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
-        cert.verify_for_usage(
-            self.provider.signature_verification_algorithms.all,
-            &self.roots.roots,
-            intermediates,
-            now,
-            webpki::KeyUsage::server_auth(),
-            None,
-            None,
-        )
-        .map_err(|e| rustls::Error::InvalidCertificate(certificate_error(e)))?;
-        let uri_ok = cert
-            .valid_uri_names()
-            .any(|uri| self.uris.iter().any(|want| want == uri));
-        let name_ok = || {
-            self.names
-                .iter()
-                .any(|n| cert.verify_is_valid_for_subject_name(n).is_ok())
-        };
-        if uri_ok || name_ok() {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName,
-            ))
+            Ok(Arc::new(store))
         }
     }
-
-    handshake_signatures_by_webpki!();
 }
 
-/// `insecureSkipVerify`: accepts any certificate. Signatures over the handshake are still
-/// checked (they prove the peer holds the key of the certificate it sent, whatever that is).
-#[derive(Debug)]
-struct SkipVerify {
-    webpki: Arc<WebPkiServerVerifier>,
+/// rustls's names of the versions to offer.
+fn protocol_versions(versions: &[TlsVersion]) -> Vec<&'static rustls::SupportedProtocolVersion> {
+    versions
+        .iter()
+        .map(|v| match v {
+            TlsVersion::V1_2 => &rustls::version::TLS12,
+            TlsVersion::V1_3 => &rustls::version::TLS13,
+        })
+        .collect()
 }
 
-impl ServerCertVerifier for SkipVerify {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    handshake_signatures_by_webpki!();
-}
-
-/// The rustls name of a webpki chain error (as rustls itself maps them).
-fn certificate_error(e: webpki::Error) -> CertificateError {
-    match e {
-        webpki::Error::UnknownIssuer => CertificateError::UnknownIssuer,
-        webpki::Error::CertExpired { .. } | webpki::Error::InvalidCertValidity => {
-            CertificateError::Expired
-        }
-        webpki::Error::CertNotValidYet { .. } => CertificateError::NotValidYet,
-        webpki::Error::CertRevoked => CertificateError::Revoked,
-        webpki::Error::InvalidSignatureForPublicKey => CertificateError::BadSignature,
-        _ => CertificateError::BadEncoding,
+/// `config` offering only `http/1.1` in ALPN (for websocket upgrades); `config` itself when it
+/// offers no `h2`.
+fn http1_only(config: &Arc<ClientConfig>) -> Arc<ClientConfig> {
+    if config.alpn_protocols.iter().any(|p| p == b"h2") {
+        let mut http1 = (**config).clone();
+        http1.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Arc::new(http1)
+    } else {
+        config.clone()
     }
 }
 

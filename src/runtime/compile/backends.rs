@@ -3,38 +3,39 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderValue;
 
+use super::destination::{compile_destination, Destination};
 use super::policy::{check_sections, PolicyIndex};
 use super::settings::Settings;
-use super::tls::{compile_tls, TlsSite};
-use super::{at, Cx};
-use crate::balance::health::CheckKind;
+use super::tls::{compile_tls, error_count, TlsSite};
+use super::{at, At, Cx};
+use crate::balance::health::{ActiveSettings, CheckKind};
 use crate::balance::outlier::{FailurePercentageSettings, OutlierSettings, SuccessRateSettings};
 use crate::balance::slow_start::SlowStartSettings;
 use crate::balance::{BalancerKind, LeastRequestSettings};
-use crate::config::wire::backend::BackendSpec;
-use crate::config::wire::enums::{DestinationType, LookupFamily, Protocol, TlsMode};
+use crate::config::wire::backend::{BackendPort as WirePort, BackendSpec};
+use crate::config::wire::enums::{LookupFamily, Protocol, TlsMode};
 use crate::config::wire::policy::{
     CircuitBreaker, DnsPolicy, HealthCheck, Http2Policy, LoadBalancer, TimeoutPolicy,
     TrafficPolicySpec,
 };
 use crate::config::wire::Object;
-use crate::config::yaml::Spanned;
-use crate::config::{ConfigSet, Reason};
-use crate::names::{hostname_matches, is_valid_hostname};
+use crate::config::yaml::{Pos, Spanned};
+use crate::config::{ConfigSet, ObjectId, Reason};
 use crate::snapshot::{Backend, BackendPort};
-use crate::upstream::address::is_never_reachable;
 use crate::upstream::breaker::{BreakerSettings, RetryBudget};
 use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, TcpKeepalive, Transport};
 use crate::upstream::dns::RefreshPlan;
 use crate::upstream::health_check::CheckPlan;
 use crate::upstream::pool::PoolSettings;
 use crate::upstream::registry::{EndpointTemplate, GroupKey, GroupSource, StateRegistry};
+use crate::upstream::tls::{Roots, TlsSpec};
 use crate::upstream::{Endpoint, EndpointGroup, EndpointSource, GroupSettings};
 
 /// Compiled Backends by `(namespace, name)`, with their inline policies for request-level
@@ -85,6 +86,59 @@ pub(crate) fn compile<'a>(
     out
 }
 
+/// The connection-level policy of a Backend (its inline `trafficPolicy`, else a
+/// BackendTrafficPolicy targeting it), the same for all its ports.
+struct BackendPolicy {
+    dns: DnsPolicy,
+    balancer: BalancerKind,
+    breaker: BreakerSettings,
+    health_check: Option<HealthCheck>,
+    outlier: OutlierSettings,
+    active: Option<ActiveSettings>,
+    tcp_keepalive: Option<TcpKeepalive>,
+    http2: Http2Settings,
+    pool: PoolSettings,
+}
+
+/// One Backend while its ports compile: its YAML, where it sends and its policy.
+struct BackendSite<'a> {
+    obj: &'a Object<BackendSpec>,
+    settings: &'a Settings,
+    registry: &'a StateRegistry,
+    label: Arc<str>,
+    dest: Destination,
+    policy: BackendPolicy,
+}
+
+impl BackendSite<'_> {
+    fn file(&self) -> &Path {
+        &self.obj.file
+    }
+
+    fn id(&self) -> &ObjectId {
+        &self.obj.id
+    }
+
+    fn spec(&self) -> &BackendSpec {
+        &self.obj.spec
+    }
+}
+
+/// A port's protocol and where it is written (the port's own, else the Backend's).
+struct PortProtocol {
+    value: Protocol,
+    pos: Pos,
+    field: String,
+}
+
+/// How a port connects: its TLS mode, what its client config was built from, its transport.
+struct PortTransport {
+    mode: Option<TlsMode>,
+    spec: Option<TlsSpec>,
+    transport: Transport,
+}
+
+/// One Backend: its destination, policy and ports; `None` when any of it is in error.
 fn compile_one(
     cx: &mut Cx,
     obj: &Object<BackendSpec>,
@@ -93,191 +147,95 @@ fn compile_one(
     registry: &StateRegistry,
 ) -> Option<Arc<Backend>> {
     let (file, id, spec) = (&*obj.file, &obj.id, &obj.spec);
-    let dest = &spec.destination;
-    let before = cx.diagnostics.iter().filter(|d| d.is_error()).count();
+    let before = error_count(cx);
 
     let credentials = super::credentials::compile_extensions(cx, file, id, &spec.extensions);
     let inline = spec.traffic_policy.as_ref();
     if let Some(p) = inline {
         check_sections(cx, file, id, &p.value, "spec.trafficPolicy");
     }
-
-    // Destination.
-    let mut hostname = None;
-    // Address, own port (else the Backend port's), weight, priority.
-    let mut ips: Vec<(IpAddr, Option<u16>, u32, u32)> = Vec::new();
-    match dest.kind.value {
-        DestinationType::Fqdn => {
-            if dest.ip.is_some() {
-                cx.error(
-                    at(file, id, dest.pos, "spec.destination.ip"),
-                    "type FQDN takes `fqdn`, not `ip`",
-                    "remove `ip` or set `type: IP`",
-                );
-            }
-            match &dest.fqdn {
-                None => cx.error(
-                    at(file, id, dest.pos, "spec.destination.fqdn"),
-                    "type FQDN needs `fqdn.hostname`",
-                    "add `fqdn: {hostname: api.example.com}`",
-                ),
-                Some(fqdn) => {
-                    let host = fqdn
-                        .hostname
-                        .value
-                        .trim_end_matches('.')
-                        .to_ascii_lowercase();
-                    let pos = fqdn.hostname.pos;
-                    if host.parse::<IpAddr>().is_ok() {
-                        cx.error(
-                            at(file, id, pos, "spec.destination.fqdn.hostname"),
-                            format!("`{host}` is an IP address"),
-                            "use `type: IP` with `ip.endpoints` for addresses",
-                        );
-                    } else if host.contains('*') {
-                        cx.error(
-                            at(file, id, pos, "spec.destination.fqdn.hostname"),
-                            format!("wildcard hostname `{host}` is not a destination"),
-                            "name one host per Backend",
-                        );
-                    } else if !is_valid_hostname(&host) {
-                        cx.error(
-                            at(file, id, pos, "spec.destination.fqdn.hostname"),
-                            format!("invalid hostname `{host}`"),
-                            "use a DNS name such as api.example.com",
-                        );
-                    } else if let Some(p) = settings
-                        .denied_hostnames
-                        .iter()
-                        .find(|p| hostname_matches(p, &host))
-                    {
-                        cx.error(
-                            at(file, id, pos, "spec.destination.fqdn.hostname"),
-                            format!(
-                                "hostname `{host}` is denied by ProxyConfig deniedHostnames `{p}`"
-                            ),
-                            "choose another destination or change deniedHostnames",
-                        );
-                    } else {
-                        hostname = Some(host);
-                    }
-                }
-            }
-        }
-        DestinationType::Ip => {
-            if dest.fqdn.is_some() {
-                cx.error(
-                    at(file, id, dest.pos, "spec.destination.fqdn"),
-                    "type IP takes `ip`, not `fqdn`",
-                    "remove `fqdn` or set `type: FQDN`",
-                );
-            }
-            match &dest.ip {
-                Some(ip) if !ip.endpoints.is_empty() => {
-                    for (i, ep) in ip.endpoints.iter().enumerate() {
-                        let field = format!("spec.destination.ip.endpoints[{i}]");
-                        match ep.address.value.parse::<IpAddr>() {
-                            Ok(addr) if is_never_reachable(addr) => cx.error(at(file, id, ep.address.pos, format!("{field}.address")), format!("address {addr} is link-local or unspecified and never a destination"), "use the service's real address"),
-                            Ok(addr) => ips.push((crate::upstream::address::canonical_ip(addr), ep.port.as_ref().map(|p| p.value), ep.weight.unwrap_or(1), ep.priority.as_ref().map_or(0, |p| p.value))),
-                            Err(_) => cx.error(at(file, id, ep.address.pos, format!("{field}.address")), format!("invalid IP address `{}`", ep.address.value), "write an IPv4 or IPv6 address without port"),
-                        }
-                        if let Some(port) = &ep.port {
-                            if port.value == 0 {
-                                cx.error(
-                                    at(file, id, port.pos, format!("{field}.port")),
-                                    "port 0 is not a destination port",
-                                    "use 1-65535",
-                                );
-                            } else if dest.ports.len() != 1 {
-                                cx.error(
-                                    at(file, id, port.pos, format!("{field}.port")),
-                                    format!(
-                                        "an endpoint's own port needs a Backend with exactly one port (this one declares {})",
-                                        dest.ports.len()
-                                    ),
-                                    "split the Backend: one per port, each with its endpoints",
-                                );
-                            }
-                        }
-                        if ep.weight == Some(0) {
-                            cx.error(
-                                at(file, id, ep.pos, format!("{field}.weight")),
-                                "weight must be at least 1",
-                                "remove the endpoint to stop sending it traffic",
-                            );
-                        }
-                        if let Some(h) = &ep.hostname {
-                            cx.not_yet(
-                                at(file, id, h.pos, format!("{field}.hostname")),
-                                "endpoint hostname",
-                                "[tls]",
-                            );
-                        }
-                    }
-                }
-                _ => cx.error(
-                    at(file, id, dest.pos, "spec.destination.ip.endpoints"),
-                    "type IP needs at least one endpoint",
-                    "add `ip: {endpoints: [{address: 10.0.0.1}]}`",
-                ),
-            }
-        }
-    }
-    if dest.ports.is_empty() {
-        cx.error(
-            at(file, id, dest.pos, "spec.destination.ports"),
-            "a Backend needs at least one port",
-            "add `ports: [{number: 443}]`",
-        );
-    }
-
-    let label: Arc<str> = format!("{}/{}", id.namespace, id.name).into();
-    // Connection-level policy.
-    let inline_spec = inline.map(|p| &p.value);
-    let dns: DnsPolicy = policies
-        .backend_section(id, inline_spec, |s| s.dns.as_ref())
-        .unwrap_or_default();
-    let timeouts: TimeoutPolicy = policies
-        .backend_section(id, inline_spec, |s| s.timeout.as_ref())
-        .unwrap_or_default();
-    let balancer = policies
-        .backend_section(id, inline_spec, |s| s.load_balancer.as_ref())
-        .map_or_else(BalancerKind::default, |lb| balancer_kind(&lb));
-    let breaker = policies
-        .backend_section(id, inline_spec, |s| s.circuit_breaker.as_ref())
-        .map_or_else(BreakerSettings::default, |cb| breaker_settings(&cb));
-    let health_check = policies.backend_section(id, inline_spec, |s| s.health_check.as_ref());
-    let outlier = health_check
-        .as_ref()
-        .map_or_else(OutlierSettings::default, outlier_settings);
-    let active = health_check
-        .as_ref()
-        .and_then(|hc| super::health::active_settings(hc.active.as_ref()));
-    let tcp_keepalive = policies
-        .backend_section(id, inline_spec, |s| s.tcp_keepalive.as_ref())
-        .map(|k| {
-            let d = TcpKeepalive::default();
-            TcpKeepalive {
-                idle: k.idle_time.as_ref().map_or(d.idle, |v| v.value.0),
-                interval: k.interval.as_ref().map_or(d.interval, |v| v.value.0),
-                probes: k.probes.as_ref().map_or(d.probes, |v| v.value),
-            }
-        });
-    let http2 = policies
-        .backend_section(id, inline_spec, |s| s.http2.as_ref())
-        .map_or_else(Http2Settings::default, |p| http2_settings(&p));
-    let pool = PoolSettings {
-        idle_timeout: timeouts
-            .http
-            .as_ref()
-            .and_then(|h| h.connection_idle_timeout)
-            .map_or(PoolSettings::default().idle_timeout, Duration::from),
-        ..PoolSettings::default()
+    let dest = compile_destination(cx, file, id, &spec.destination, settings);
+    let site = BackendSite {
+        obj,
+        settings,
+        registry,
+        label: format!("{}/{}", id.namespace, id.name).into(),
+        dest,
+        policy: backend_policy(policies, id, inline.map(|p| &p.value)),
     };
+    let ports = compile_ports(cx, &site);
 
+    if error_count(cx) > before {
+        return None;
+    }
+    Some(Arc::new(Backend {
+        label: site.label,
+        id: id.clone(),
+        hostname: site.dest.hostname,
+        ports,
+        fallback: spec.fallback.as_ref().is_some_and(|f| f.value),
+        credentials,
+        stats: std::sync::OnceLock::new(),
+    }))
+}
+
+/// The Backend's policy sections over their defaults.
+fn backend_policy(
+    policies: &PolicyIndex<'_>,
+    id: &ObjectId,
+    inline: Option<&TrafficPolicySpec>,
+) -> BackendPolicy {
+    let timeouts: TimeoutPolicy = policies
+        .backend_section(id, inline, |s| s.timeout.as_ref())
+        .unwrap_or_default();
+    let health_check = policies.backend_section(id, inline, |s| s.health_check.as_ref());
+    BackendPolicy {
+        dns: policies
+            .backend_section(id, inline, |s| s.dns.as_ref())
+            .unwrap_or_default(),
+        balancer: policies
+            .backend_section(id, inline, |s| s.load_balancer.as_ref())
+            .map_or_else(BalancerKind::default, |lb| balancer_kind(&lb)),
+        breaker: policies
+            .backend_section(id, inline, |s| s.circuit_breaker.as_ref())
+            .map_or_else(BreakerSettings::default, |cb| breaker_settings(&cb)),
+        outlier: health_check
+            .as_ref()
+            .map_or_else(OutlierSettings::default, outlier_settings),
+        active: health_check
+            .as_ref()
+            .and_then(|hc| super::health::active_settings(hc.active.as_ref())),
+        health_check,
+        tcp_keepalive: policies
+            .backend_section(id, inline, |s| s.tcp_keepalive.as_ref())
+            .map(|k| {
+                let d = TcpKeepalive::default();
+                TcpKeepalive {
+                    idle: k.idle_time.as_ref().map_or(d.idle, |v| v.value.0),
+                    interval: k.interval.as_ref().map_or(d.interval, |v| v.value.0),
+                    probes: k.probes.as_ref().map_or(d.probes, |v| v.value),
+                }
+            }),
+        http2: policies
+            .backend_section(id, inline, |s| s.http2.as_ref())
+            .map_or_else(Http2Settings::default, |p| http2_settings(&p)),
+        pool: PoolSettings {
+            idle_timeout: timeouts
+                .http
+                .as_ref()
+                .and_then(|h| h.connection_idle_timeout)
+                .map_or(PoolSettings::default().idle_timeout, Duration::from),
+            ..PoolSettings::default()
+        },
+    }
+}
+
+/// `destination.ports`, each a real port listed once.
+fn compile_ports(cx: &mut Cx, site: &BackendSite<'_>) -> Vec<Arc<BackendPort>> {
+    let (file, id) = (site.file(), site.id());
     let mut ports = Vec::new();
     let mut seen_ports: HashMap<u16, usize> = HashMap::new();
-    for (i, port) in dest.ports.iter().enumerate() {
+    for (i, port) in site.spec().destination.ports.iter().enumerate() {
         let field = format!("spec.destination.ports[{i}]");
         let number = port.number.value;
         if number == 0 {
@@ -296,328 +254,412 @@ fn compile_one(
             );
             continue;
         }
-        let tls = port.tls.as_ref().or(spec.tls.as_ref());
-        let protocol = port.protocol.as_ref().or(spec.protocol.as_ref());
-        let passthrough = tls
-            .and_then(|t| t.value.mode.as_ref())
-            .is_some_and(|m| m.value == TlsMode::Passthrough);
-        // Passthrough carries the client's TLS bytes untouched: protocol TCP is implied.
-        let protocol_value = protocol.map_or(
-            if passthrough {
-                Protocol::Tcp
-            } else {
-                Protocol::Http
-            },
-            |p| p.value,
-        );
-        let (protocol_pos, protocol_field) = match (&port.protocol, &spec.protocol) {
-            (Some(p), _) => (p.pos, format!("{field}.protocol")),
-            (None, Some(p)) => (p.pos, "spec.protocol".to_owned()),
-            _ => (port.pos, field.clone()),
-        };
-        match protocol_value {
-            Protocol::Tcp => {}
-            http if passthrough => cx.error(
-                at(file, id, protocol_pos, protocol_field.clone()),
-                format!(
-                    "tls.mode Passthrough carries raw TLS bytes and cannot speak protocol {http}"
-                ),
-                "use protocol TCP (or omit protocol)",
-            ),
-            _ => {}
-        }
-        // An HTTP or MCP check needs an HTTP port; on raw TCP only a connect can be checked.
-        let request_check = active.as_ref().and_then(|a| match a.kind {
-            CheckKind::Http(_) => Some("HTTP"),
-            CheckKind::Mcp => Some("MCP"),
-            CheckKind::Tcp => None,
-        });
-        if let Some(kind) = request_check.filter(|_| protocol_value == Protocol::Tcp) {
-            cx.error(
-                at(file, id, protocol_pos, protocol_field.clone()),
-                format!(
-                    "port {number} carries TCP, so healthCheck.active type {kind} cannot check it"
-                ),
-                "use healthCheck.active type: TCP for this Backend",
-            );
-        }
-        let mcp = compile_mcp(cx, file, id, spec, port, &field, protocol_value, settings);
-        let tls_field = if port.tls.is_some() {
-            format!("{field}.tls")
-        } else {
-            "spec.tls".to_owned()
-        };
-        let plan = compile_tls(
-            cx,
-            &TlsSite {
-                file,
-                id,
-                tls: tls.map(|t| (&t.value, t.pos)),
-                object_pos: obj.pos,
-                field: &tls_field,
-                hostname: hostname.as_deref(),
-                protocol: protocol_value,
-                platform: settings.platform_identity.as_ref(),
-            },
-        );
-        let mode = plan.as_ref().map(|p| p.mode);
-        let tls_spec = plan.and_then(|p| p.spec);
-        if let Some(spec) = &tls_spec {
-            if let crate::upstream::tls::Roots::Files(files) = &spec.roots {
-                cx.referenced.extend(files.iter().cloned());
-            }
-            if let Some((cert, key)) = &spec.client_cert {
-                cx.referenced.insert(cert.clone());
-                cx.referenced.insert(key.clone());
-            }
-        }
-        let transport = match &tls_spec {
-            None => Transport::Plain,
-            Some(spec) => match crate::upstream::tls::build(spec) {
-                Ok(origination) => Transport::Tls(Arc::new(origination)),
-                Err(e) => {
-                    cx.missing_ref(
-                        at(file, id, tls.map_or(obj.pos, |t| t.pos), tls_field.clone()),
-                        format!("TLS settings of port {number} cannot be used: {e}"),
-                        "check the certificate, key and CA files (paths are relative to this YAML file)",
-                    );
-                    Transport::Plain
-                }
-            },
-        };
-        if mode == Some(TlsMode::InsecureDisable) {
-            // No valid destination (already reported as an error): nothing to judge, and
-            // calling a rejected `127.0.0.1` "non-loopback" would only mislead.
-            let known = hostname.is_some() || !ips.is_empty();
-            let loopback = match &hostname {
-                Some(h) => h == "localhost",
-                None => ips.iter().all(|(ip, _, _, _)| ip.is_loopback()),
-            };
-            if known && !loopback {
-                cx.warn(
-                    at(file, id, tls.map_or(obj.pos, |t| t.pos), tls_field.clone()),
-                    Reason::Degraded,
-                    format!("port {number} sends plaintext (tls.mode InsecureDisable) to a non-loopback destination"),
-                    "use tls.mode Simple unless the network path is trusted",
-                );
-            }
-        }
+        ports.push(compile_port(cx, site, port, &field));
+    }
+    ports
+}
 
-        let plaintext = matches!(transport, Transport::Plain);
-        if protocol_value == Protocol::H2c && !plaintext {
-            cx.error(
-                at(file, id, protocol_pos, protocol_field.clone()),
-                "protocol H2C is HTTP/2 in plaintext, but this port originates TLS",
-                "set tls.mode: InsecureDisable for h2c, or use protocol HTTP2 for HTTP/2 over TLS",
-            );
-        }
-        let wire = match protocol_value {
-            Protocol::Http2 | Protocol::H2c | Protocol::Grpc => HttpWire::Http2,
-            // MCP is HTTP plus MCP handling (CONFIG.md).
-            Protocol::Http | Protocol::Mcp if !plaintext => HttpWire::Negotiated,
-            _ => HttpWire::Http1,
-        };
-
-        let mut fingerprint = DefaultHasher::new();
-        protocol_value.hash(&mut fingerprint);
-        http2.hash(&mut fingerprint);
-        mode.hash(&mut fingerprint);
-        tls_spec.hash(&mut fingerprint);
-        let template = EndpointTemplate {
-            backend: id.clone(),
-            port: number,
-            transport: fingerprint.finish(),
-            pool,
-            weight: 1,
-            priority: 0,
-        };
-        let settings = GroupSettings {
-            outlier,
-            active: active.clone(),
-            breaker,
-        };
-        let group = match &hostname {
-            Some(host) => {
-                let refresh = dns
-                    .dns_refresh_rate
-                    .map_or(Duration::from_secs(30), Duration::from);
-                let respect_ttl = dns.respect_dns_ttl.unwrap_or(true);
-                let family = dns.lookup_family.unwrap_or(LookupFamily::IPv4Preferred);
-                let key = GroupKey {
-                    template: template.clone(),
-                    source: GroupSource::Dns {
-                        hostname: host.clone(),
-                        refresh,
-                        respect_ttl,
-                        family,
-                    },
-                    balancer: balancer.key(),
-                    outlier,
-                    active: active.clone(),
-                    breaker,
-                };
-                let source = EndpointSource::Dns {
-                    hostname: host.clone(),
-                    port: number,
-                    refresh,
-                    respect_ttl,
-                };
-                let (group, created) = registry.group(key, || {
-                    EndpointGroup::new_dns(source, || balancer.build(), settings)
-                });
-                if created {
-                    cx.outlier_groups
-                        .push((Arc::downgrade(&group), label.clone()));
-                    cx.refreshers.push(RefreshPlan {
-                        group: Arc::downgrade(&group),
-                        template,
-                        family,
-                        addresses: None,
-                    });
-                }
-                group
-            }
-            None => {
-                let endpoints: Vec<Arc<Endpoint>> = ips
-                    .iter()
-                    .map(|(ip, own_port, weight, priority)| {
-                        let t = EndpointTemplate {
-                            weight: *weight,
-                            priority: *priority,
-                            ..template.clone()
-                        };
-                        registry.endpoint(&t, SocketAddr::new(*ip, own_port.unwrap_or(number)))
-                    })
-                    .collect();
-                let mut levels: Vec<u32> = ips.iter().map(|(_, _, _, p)| *p).collect();
-                levels.sort_unstable();
-                levels.dedup();
-                let key = GroupKey {
-                    template,
-                    source: GroupSource::Static {
-                        levels: levels.len().max(1),
-                    },
-                    balancer: balancer.key(),
-                    outlier,
-                    active: active.clone(),
-                    breaker,
-                };
-                let (group, created) = registry.group(key, || {
-                    EndpointGroup::new_static(endpoints.clone(), || balancer.build(), settings)
-                });
-                if created {
-                    cx.outlier_groups
-                        .push((Arc::downgrade(&group), label.clone()));
-                } else if !group.holds(&endpoints) {
-                    // Published when this config is accepted: a config that is refused must
-                    // leave the serving one's endpoints alone.
-                    cx.static_lists.push((group.clone(), endpoints));
-                }
-                group
-            }
-        };
-        let rewrite = dest
-            .fqdn
-            .as_ref()
-            .is_none_or(|f| f.rewrite_authority.unwrap_or(true));
-        let authority = match (&hostname, rewrite) {
-            (Some(host), true) => {
-                let default_port = if mode == Some(TlsMode::InsecureDisable) {
-                    80
-                } else {
-                    443
-                };
-                let value = if number == default_port {
-                    host.clone()
-                } else {
-                    format!("{host}:{number}")
-                };
-                HeaderValue::from_str(&value).ok()
-            }
-            _ => None,
-        };
-        if active.is_some() {
-            cx.health_checks.push(CheckPlan {
-                group: Arc::downgrade(&group),
-                backend: format!("{}/{}", id.namespace, id.name).into(),
-                host: check_host(health_check.as_ref(), hostname.as_deref(), number, mode),
-                transport: transport.clone(),
-                wire,
-                http2: Http2Options::new(&http2),
-                mcp: mcp.clone(),
-            });
-        }
-        ports.push(Arc::new(BackendPort {
-            tcp_keepalive,
-            mcp,
-            passthrough: mode == Some(TlsMode::Passthrough),
-            transport,
+/// One port: its protocol, MCP options, TLS, wire, endpoint group and health checks.
+fn compile_port(
+    cx: &mut Cx,
+    site: &BackendSite<'_>,
+    port: &Spanned<WirePort>,
+    field: &str,
+) -> Arc<BackendPort> {
+    let number = port.number.value;
+    let protocol = port_protocol(cx, site, port, field);
+    let mcp = compile_mcp(cx, site, port, field, protocol.value);
+    let transport = port_transport(cx, site, port, field, protocol.value);
+    let wire = port_wire(cx, site, &protocol, &transport.transport);
+    let group = endpoint_group(cx, site, number, protocol.value, &transport);
+    let policy = &site.policy;
+    let mode = transport.mode;
+    let authority = site
+        .dest
+        .hostname
+        .as_ref()
+        .filter(|_| rewrites_authority(site.spec()))
+        .and_then(|host| HeaderValue::from_str(&host_and_port(host, number, mode)).ok());
+    if policy.active.is_some() {
+        cx.health_checks.push(CheckPlan {
+            group: Arc::downgrade(&group),
+            backend: site.label.clone(),
+            host: check_host(site, number, mode),
+            transport: transport.transport.clone(),
             wire,
-            http2: Http2Options::new(&http2),
-            number,
-            protocol: protocol_value,
-            endpoints: group,
-            authority,
-        }));
+            http2: Http2Options::new(&policy.http2),
+            mcp: mcp.clone(),
+        });
     }
+    Arc::new(BackendPort {
+        tcp_keepalive: policy.tcp_keepalive,
+        mcp,
+        passthrough: mode == Some(TlsMode::Passthrough),
+        transport: transport.transport,
+        wire,
+        http2: Http2Options::new(&policy.http2),
+        number,
+        protocol: protocol.value,
+        endpoints: group,
+        authority,
+    })
+}
 
-    let errors_now = cx.diagnostics.iter().filter(|d| d.is_error()).count();
-    if errors_now > before {
-        return None;
+/// Whether requests carry the destination's hostname as authority (`fqdn.rewriteAuthority`,
+/// default true).
+fn rewrites_authority(spec: &BackendSpec) -> bool {
+    spec.destination
+        .fqdn
+        .as_ref()
+        .is_none_or(|f| f.rewrite_authority.unwrap_or(true))
+}
+
+/// `host`, with `:port` when the port is not the default one of the port's scheme.
+fn host_and_port(host: &str, port: u16, mode: Option<TlsMode>) -> String {
+    let default_port = if mode == Some(TlsMode::InsecureDisable) {
+        80
+    } else {
+        443
+    };
+    if port == default_port {
+        host.to_owned()
+    } else {
+        format!("{host}:{port}")
     }
-    Some(Arc::new(Backend {
-        label,
-        id: id.clone(),
-        hostname,
-        ports,
-        fallback: spec.fallback.as_ref().is_some_and(|f| f.value),
-        credentials,
-        stats: std::sync::OnceLock::new(),
-    }))
 }
 
 /// `Host` of HTTP health checks: `http.host`, else the Backend's hostname (with the port when
 /// it is not the default one of the port's scheme); `None` for IP Backends (the endpoint
 /// address is used).
-fn check_host(
-    hc: Option<&HealthCheck>,
-    hostname: Option<&str>,
-    port: u16,
-    mode: Option<TlsMode>,
-) -> Option<HeaderValue> {
-    let configured = hc
+fn check_host(site: &BackendSite<'_>, port: u16, mode: Option<TlsMode>) -> Option<HeaderValue> {
+    let configured = site
+        .policy
+        .health_check
+        .as_ref()
         .and_then(|hc| hc.active.as_ref())
         .and_then(|a| a.value.http.as_ref())
         .and_then(|h| h.value.host.as_ref())
         .map(|h| h.value.clone());
     let value = configured.or_else(|| {
-        let host = hostname?;
-        let default_port = if mode == Some(TlsMode::InsecureDisable) {
-            80
-        } else {
-            443
-        };
-        Some(if port == default_port {
-            host.to_owned()
-        } else {
-            format!("{host}:{port}")
-        })
+        let host = site.dest.hostname.as_deref()?;
+        Some(host_and_port(host, port, mode))
     })?;
     HeaderValue::from_str(&value).ok()
 }
 
-/// `protocolOptions.mcp` of a port (the port's own, else the Backend's), for protocol MCP.
-#[allow(clippy::too_many_arguments)]
-fn compile_mcp(
+/// The port's protocol (the port's own, else the Backend's; TCP under Passthrough, else HTTP),
+/// checked against the TLS mode and the active health check.
+fn port_protocol(
     cx: &mut Cx,
-    file: &std::path::Path,
-    id: &crate::config::ObjectId,
-    spec: &BackendSpec,
-    port: &crate::config::wire::backend::BackendPort,
+    site: &BackendSite<'_>,
+    port: &Spanned<WirePort>,
+    field: &str,
+) -> PortProtocol {
+    let (file, id, spec) = (site.file(), site.id(), site.spec());
+    let passthrough = port
+        .tls
+        .as_ref()
+        .or(spec.tls.as_ref())
+        .and_then(|t| t.value.mode.as_ref())
+        .is_some_and(|m| m.value == TlsMode::Passthrough);
+    // Passthrough carries the client's TLS bytes untouched: protocol TCP is implied.
+    let value = port.protocol.as_ref().or(spec.protocol.as_ref()).map_or(
+        if passthrough {
+            Protocol::Tcp
+        } else {
+            Protocol::Http
+        },
+        |p| p.value,
+    );
+    let (pos, field) = match (&port.protocol, &spec.protocol) {
+        (Some(p), _) => (p.pos, format!("{field}.protocol")),
+        (None, Some(p)) => (p.pos, "spec.protocol".to_owned()),
+        _ => (port.pos, field.to_owned()),
+    };
+    if passthrough && value != Protocol::Tcp {
+        cx.error(
+            at(file, id, pos, field.clone()),
+            format!("tls.mode Passthrough carries raw TLS bytes and cannot speak protocol {value}"),
+            "use protocol TCP (or omit protocol)",
+        );
+    }
+    // An HTTP or MCP check needs an HTTP port; on raw TCP only a connect can be checked.
+    let request_check = site.policy.active.as_ref().and_then(|a| match a.kind {
+        CheckKind::Http(_) => Some("HTTP"),
+        CheckKind::Mcp => Some("MCP"),
+        CheckKind::Tcp => None,
+    });
+    if let Some(kind) = request_check.filter(|_| value == Protocol::Tcp) {
+        cx.error(
+            at(file, id, pos, field.clone()),
+            format!(
+                "port {} carries TCP, so healthCheck.active type {kind} cannot check it",
+                port.number.value
+            ),
+            "use healthCheck.active type: TCP for this Backend",
+        );
+    }
+    PortProtocol { value, pos, field }
+}
+
+/// The port's `tls` block (the port's own, else the Backend's) checked, and its client config
+/// built from the files it names.
+fn port_transport(
+    cx: &mut Cx,
+    site: &BackendSite<'_>,
+    port: &Spanned<WirePort>,
     field: &str,
     protocol: Protocol,
-    settings: &Settings,
+) -> PortTransport {
+    let (file, id, obj) = (site.file(), site.id(), site.obj);
+    let number = port.number.value;
+    let tls = port.tls.as_ref().or(obj.spec.tls.as_ref());
+    let tls_field = if port.tls.is_some() {
+        format!("{field}.tls")
+    } else {
+        "spec.tls".to_owned()
+    };
+    let plan = compile_tls(
+        cx,
+        &TlsSite {
+            file,
+            id,
+            tls: tls.map(|t| (&t.value, t.pos)),
+            object_pos: obj.pos,
+            field: &tls_field,
+            hostname: site.dest.hostname.as_deref(),
+            protocol,
+            platform: site.settings.platform_identity.as_ref(),
+        },
+    );
+    let mode = plan.as_ref().map(|p| p.mode);
+    let spec = plan.and_then(|p| p.spec);
+    let here = || at(file, id, tls.map_or(obj.pos, |t| t.pos), tls_field.clone());
+    let transport = match &spec {
+        None => Transport::Plain,
+        Some(spec) => originate(cx, here(), spec, number),
+    };
+    if mode == Some(TlsMode::InsecureDisable) {
+        warn_plaintext(cx, here(), &site.dest, number);
+    }
+    PortTransport {
+        mode,
+        spec,
+        transport,
+    }
+}
+
+/// The client config of a port that originates TLS, from the files `spec` names (noted as
+/// referenced); plaintext, with the reason reported, when they cannot be used.
+fn originate(cx: &mut Cx, here: At<'_>, spec: &TlsSpec, number: u16) -> Transport {
+    if let Roots::Files(files) = &spec.roots {
+        cx.referenced.extend(files.iter().cloned());
+    }
+    if let Some((cert, key)) = &spec.client_cert {
+        cx.referenced.insert(cert.clone());
+        cx.referenced.insert(key.clone());
+    }
+    match crate::upstream::tls::build(spec) {
+        Ok(origination) => Transport::Tls(Arc::new(origination)),
+        Err(e) => {
+            cx.missing_ref(
+                here,
+                format!("TLS settings of port {number} cannot be used: {e}"),
+                "check the certificate, key and CA files (paths are relative to this YAML file)",
+            );
+            Transport::Plain
+        }
+    }
+}
+
+/// Warns when tls.mode InsecureDisable sends plaintext beyond this host.
+fn warn_plaintext(cx: &mut Cx, here: At<'_>, dest: &Destination, number: u16) {
+    // No valid destination (already reported as an error): nothing to judge, and calling a
+    // rejected `127.0.0.1` "non-loopback" would only mislead.
+    let known = dest.hostname.is_some() || !dest.addrs.is_empty();
+    let loopback = match &dest.hostname {
+        Some(h) => h == "localhost",
+        None => dest.addrs.iter().all(|a| a.ip.is_loopback()),
+    };
+    if known && !loopback {
+        cx.warn(
+            here,
+            Reason::Degraded,
+            format!("port {number} sends plaintext (tls.mode InsecureDisable) to a non-loopback destination"),
+            "use tls.mode Simple unless the network path is trusted",
+        );
+    }
+}
+
+/// How HTTP is spoken on the port: HTTP/2 for H2C, HTTP2 and gRPC, negotiated by ALPN for
+/// HTTP and MCP over TLS, else HTTP/1.1. H2C over TLS is an error.
+fn port_wire(
+    cx: &mut Cx,
+    site: &BackendSite<'_>,
+    protocol: &PortProtocol,
+    transport: &Transport,
+) -> HttpWire {
+    let plaintext = matches!(transport, Transport::Plain);
+    if protocol.value == Protocol::H2c && !plaintext {
+        cx.error(
+            at(site.file(), site.id(), protocol.pos, protocol.field.clone()),
+            "protocol H2C is HTTP/2 in plaintext, but this port originates TLS",
+            "set tls.mode: InsecureDisable for h2c, or use protocol HTTP2 for HTTP/2 over TLS",
+        );
+    }
+    match protocol.value {
+        Protocol::Http2 | Protocol::H2c | Protocol::Grpc => HttpWire::Http2,
+        // MCP is HTTP plus MCP handling (CONFIG.md).
+        Protocol::Http | Protocol::Mcp if !plaintext => HttpWire::Negotiated,
+        _ => HttpWire::Http1,
+    }
+}
+
+/// The port's endpoint group from the registry (kept across reloads when nothing that shapes
+/// it changed): resolved from the hostname, or the listed addresses.
+fn endpoint_group(
+    cx: &mut Cx,
+    site: &BackendSite<'_>,
+    number: u16,
+    protocol: Protocol,
+    transport: &PortTransport,
+) -> Arc<EndpointGroup> {
+    let mut fingerprint = DefaultHasher::new();
+    protocol.hash(&mut fingerprint);
+    site.policy.http2.hash(&mut fingerprint);
+    transport.mode.hash(&mut fingerprint);
+    transport.spec.hash(&mut fingerprint);
+    let template = EndpointTemplate {
+        backend: site.id().clone(),
+        port: number,
+        transport: fingerprint.finish(),
+        pool: site.policy.pool,
+        weight: 1,
+        priority: 0,
+    };
+    match &site.dest.hostname {
+        Some(host) => dns_group(cx, site, host, template),
+        None => static_group(cx, site, template),
+    }
+}
+
+/// The settings of a group of this Backend's endpoints.
+fn group_settings(policy: &BackendPolicy) -> GroupSettings {
+    GroupSettings {
+        outlier: policy.outlier,
+        active: policy.active.clone(),
+        breaker: policy.breaker,
+    }
+}
+
+/// The group of `host`'s addresses, kept current by a DNS refresher (started with a new group).
+fn dns_group(
+    cx: &mut Cx,
+    site: &BackendSite<'_>,
+    host: &str,
+    template: EndpointTemplate,
+) -> Arc<EndpointGroup> {
+    let (policy, dns) = (&site.policy, &site.policy.dns);
+    let refresh = dns
+        .dns_refresh_rate
+        .map_or(Duration::from_secs(30), Duration::from);
+    let respect_ttl = dns.respect_dns_ttl.unwrap_or(true);
+    let family = dns.lookup_family.unwrap_or(LookupFamily::IPv4Preferred);
+    let key = GroupKey {
+        template: template.clone(),
+        source: GroupSource::Dns {
+            hostname: host.to_owned(),
+            refresh,
+            respect_ttl,
+            family,
+        },
+        balancer: policy.balancer.key(),
+        outlier: policy.outlier,
+        active: policy.active.clone(),
+        breaker: policy.breaker,
+    };
+    let source = EndpointSource::Dns {
+        hostname: host.to_owned(),
+        port: template.port,
+        refresh,
+        respect_ttl,
+    };
+    let (group, created) = site.registry.group(key, || {
+        EndpointGroup::new_dns(source, || policy.balancer.build(), group_settings(policy))
+    });
+    if created {
+        cx.outlier_groups
+            .push((Arc::downgrade(&group), site.label.clone()));
+        cx.refreshers.push(RefreshPlan {
+            group: Arc::downgrade(&group),
+            template,
+            family,
+            addresses: None,
+        });
+    }
+    group
+}
+
+/// The group of the listed addresses; a kept group's new list is published when the config is
+/// accepted.
+fn static_group(
+    cx: &mut Cx,
+    site: &BackendSite<'_>,
+    template: EndpointTemplate,
+) -> Arc<EndpointGroup> {
+    let (policy, addrs) = (&site.policy, &site.dest.addrs);
+    let endpoints: Vec<Arc<Endpoint>> = addrs
+        .iter()
+        .map(|a| {
+            let t = EndpointTemplate {
+                weight: a.weight,
+                priority: a.priority,
+                ..template.clone()
+            };
+            let port = a.port.unwrap_or(template.port);
+            site.registry.endpoint(&t, SocketAddr::new(a.ip, port))
+        })
+        .collect();
+    let mut levels: Vec<u32> = addrs.iter().map(|a| a.priority).collect();
+    levels.sort_unstable();
+    levels.dedup();
+    let key = GroupKey {
+        template,
+        source: GroupSource::Static {
+            levels: levels.len().max(1),
+        },
+        balancer: policy.balancer.key(),
+        outlier: policy.outlier,
+        active: policy.active.clone(),
+        breaker: policy.breaker,
+    };
+    let (group, created) = site.registry.group(key, || {
+        EndpointGroup::new_static(
+            endpoints.clone(),
+            || policy.balancer.build(),
+            group_settings(policy),
+        )
+    });
+    if created {
+        cx.outlier_groups
+            .push((Arc::downgrade(&group), site.label.clone()));
+    } else if !group.holds(&endpoints) {
+        // Published when this config is accepted: a config that is refused must leave the
+        // serving one's endpoints alone.
+        cx.static_lists.push((group.clone(), endpoints));
+    }
+    group
+}
+
+/// `protocolOptions.mcp` of a port (the port's own, else the Backend's), for protocol MCP.
+fn compile_mcp(
+    cx: &mut Cx,
+    site: &BackendSite<'_>,
+    port: &WirePort,
+    field: &str,
+    protocol: Protocol,
 ) -> Option<Arc<crate::mcp::McpPort>> {
+    let (file, id, spec, settings) = (site.file(), site.id(), site.spec(), site.settings);
     let (options, options_field) = match (&port.protocol_options, &spec.protocol_options) {
         (Some(o), _) => (Some(o), format!("{field}.protocolOptions.mcp")),
         (None, Some(o)) => (Some(o), "spec.protocolOptions.mcp".to_owned()),

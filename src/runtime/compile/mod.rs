@@ -5,6 +5,7 @@
 mod backends;
 mod consistent_hash;
 mod credentials;
+mod destination;
 mod downstream;
 mod health;
 mod listeners;

@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{at, Cx};
-use crate::config::wire::backend::BackendTls;
+use super::{at, At, Cx};
+use crate::config::wire::backend::{BackendTls, TlsValidation};
 use crate::config::wire::enums::{Protocol, SanType, TlsMode, TlsVersion as WireVersion};
 use crate::config::yaml::Pos;
 use crate::config::{ObjectId, Reason};
@@ -31,81 +31,152 @@ pub(super) struct TlsSite<'a> {
     pub platform: Option<&'a super::settings::PlatformFiles>,
 }
 
+/// The `tls` block being checked (an empty one when omitted), with its mode.
+struct Block<'a> {
+    site: &'a TlsSite<'a>,
+    tls: &'a BackendTls,
+    /// The block's position, else the object's.
+    pos: Pos,
+    mode: TlsMode,
+    /// `mode`'s position, else the block's.
+    mode_pos: Pos,
+}
+
+impl<'a> Block<'a> {
+    /// Where a diagnostic about `tls.<name>` points: `pos`, field `<tls field>.<name>`.
+    fn at(&self, pos: Pos, name: &str) -> At<'a> {
+        at(
+            self.site.file,
+            self.site.id,
+            pos,
+            format!("{}.{name}", self.site.field),
+        )
+    }
+}
+
+/// What the `validation` block asks of the server certificate.
+struct Validation {
+    roots: Roots,
+    names: NameCheck,
+}
+
 /// Checks a `tls` block. `None` when it has errors (already reported).
 pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
-    let (file, id, field) = (site.file, site.id, site.field);
     let default = BackendTls::default();
     let (tls, pos) = site.tls.unwrap_or((&default, site.object_pos));
-    let mode = tls.mode.as_ref().map_or(TlsMode::Simple, |m| m.value);
-    let mode_pos = tls.mode.as_ref().map_or(pos, |m| m.pos);
+    let block = Block {
+        site,
+        tls,
+        pos,
+        mode: tls.mode.as_ref().map_or(TlsMode::Simple, |m| m.value),
+        mode_pos: tls.mode.as_ref().map_or(pos, |m| m.pos),
+    };
     let before = error_count(cx);
-    match mode {
-        TlsMode::InsecureDisable => {
-            if sets_origination_fields(tls) {
-                cx.error(
-                    at(file, id, pos, field),
-                    "tls.mode InsecureDisable takes no other tls fields",
-                    "remove them, or choose mode Simple",
-                );
-                return None;
+    if let Some(without_origination) = check_mode(cx, &block) {
+        return without_origination;
+    }
+    let client_cert = client_certificate(cx, &block);
+    let validation = validation(cx, &block);
+    // SNI: configured, else the name to verify, else the destination hostname; none for IP
+    // endpoints (the certificate is then checked against the endpoint address).
+    let sni = tls
+        .sni
+        .clone()
+        .or_else(|| tls.validation.as_ref().and_then(|v| v.hostname.clone()))
+        .or_else(|| site.hostname.map(str::to_owned))
+        .map(|s| s.to_ascii_lowercase());
+    let versions = versions(cx, &block);
+    let alpn = alpn(cx, &block);
+    if error_count(cx) > before {
+        return None;
+    }
+    Some(TlsPlan {
+        mode: block.mode,
+        spec: Some(TlsSpec {
+            roots: validation.roots,
+            names: validation.names,
+            client_cert,
+            versions,
+            alpn,
+            sni,
+        }),
+    })
+}
+
+/// Checks the mode. `Some` when the port does not originate TLS (or cannot): the plan for
+/// InsecureDisable and Passthrough, `None` for errors; `None` when the rest is to be checked.
+fn check_mode(cx: &mut Cx, b: &Block<'_>) -> Option<Option<TlsPlan>> {
+    let (file, id, field) = (b.site.file, b.site.id, b.site.field);
+    match b.mode {
+        TlsMode::InsecureDisable | TlsMode::Passthrough => {
+            if !sets_origination_fields(b.tls) {
+                return Some(Some(TlsPlan {
+                    mode: b.mode,
+                    spec: None,
+                }));
             }
-            return Some(TlsPlan { mode, spec: None });
+            let message = if b.mode == TlsMode::InsecureDisable {
+                "tls.mode InsecureDisable takes no other tls fields"
+            } else {
+                "tls.mode Passthrough takes no other tls fields: the client does TLS with the endpoint itself"
+            };
+            let hint = if b.mode == TlsMode::InsecureDisable {
+                "remove them, or choose mode Simple"
+            } else {
+                "remove them"
+            };
+            cx.error(at(file, id, b.pos, field), message, hint);
+            Some(None)
         }
-        TlsMode::Passthrough => {
-            if sets_origination_fields(tls) {
-                cx.error(
-                    at(file, id, pos, field),
-                    "tls.mode Passthrough takes no other tls fields: the client does TLS with the endpoint itself",
-                    "remove them",
-                );
-                return None;
-            }
-            return Some(TlsPlan { mode, spec: None });
-        }
-        TlsMode::PlatformProvided if site.platform.is_none() => {
+        TlsMode::PlatformProvided if b.site.platform.is_none() => {
             cx.error(
-                at(file, id, mode_pos, format!("{field}.mode")),
+                b.at(b.mode_pos, "mode"),
                 "tls.mode PlatformProvided needs the platform's identity, and ProxyConfig sets no platformIdentity",
                 "add ProxyConfig.spec.platformIdentity: {certificateFile, privateKeyFile, caCertificateFile} (files your platform, e.g. a SPIFFE agent, keeps current), or use Mutual with clientCertificate",
             );
-            return None;
+            Some(None)
         }
         TlsMode::Simple | TlsMode::Mutual | TlsMode::PlatformProvided => {
-            if site.protocol == Protocol::Tcp {
+            if b.site.protocol == Protocol::Tcp {
                 cx.not_yet(
-                    at(file, id, mode_pos, format!("{field}.mode")),
+                    b.at(b.mode_pos, "mode"),
                     "TLS origination for protocol TCP (use tls.mode Passthrough to tunnel the client's own TLS, or InsecureDisable for plain TCP)",
                     "[tls]",
                 );
-                return None;
+                return Some(None);
             }
+            None
         }
     }
+}
 
-    // Client certificate: required by Mutual, refused by Simple.
-    if let Some(r) = &tls.client_certificate_ref {
-        let _ = r;
+/// The client certificate: required by Mutual, refused by Simple, the platform's under
+/// PlatformProvided. Paths are resolved against the YAML file.
+fn client_certificate(cx: &mut Cx, b: &Block<'_>) -> Option<(PathBuf, PathBuf)> {
+    let (tls, pos) = (b.tls, b.pos);
+    if tls.client_certificate_ref.is_some() {
         cx.not_yet(
-            at(file, id, pos, format!("{field}.clientCertificateRef")),
+            b.at(pos, "clientCertificateRef"),
             "clientCertificateRef (Secret references)",
             "[tls]",
         );
     }
-    let client_cert = match (mode, &tls.client_certificate) {
+    match (b.mode, &tls.client_certificate) {
         (TlsMode::PlatformProvided, Some(_)) => {
             cx.error(
-                at(file, id, pos, format!("{field}.clientCertificate")),
+                b.at(pos, "clientCertificate"),
                 "tls.mode PlatformProvided presents the platform's identity, not a clientCertificate",
                 "remove clientCertificate, or use tls.mode Mutual",
             );
             None
         }
-        (TlsMode::PlatformProvided, None) => site
+        (TlsMode::PlatformProvided, None) => b
+            .site
             .platform
             .map(|p| (p.certificate.clone(), p.private_key.clone())),
         (TlsMode::Simple, Some(_)) => {
             cx.error(
-                at(file, id, pos, format!("{field}.clientCertificate")),
+                b.at(pos, "clientCertificate"),
                 "tls.mode Simple sends no client certificate",
                 "use tls.mode Mutual, or remove clientCertificate",
             );
@@ -113,29 +184,42 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
         }
         (TlsMode::Mutual, None) if tls.client_certificate_ref.is_none() => {
             cx.error(
-                at(file, id, mode_pos, format!("{field}.mode")),
+                b.at(b.mode_pos, "mode"),
                 "tls.mode Mutual needs a client certificate",
                 "add clientCertificate: {certificateFile: ..., privateKeyFile: ...}",
             );
             None
         }
         (_, Some(c)) => Some((
-            resolve(file, &c.certificate_file),
-            resolve(file, &c.private_key_file),
+            resolve(b.site.file, &c.certificate_file),
+            resolve(b.site.file, &c.private_key_file),
         )),
         _ => None,
-    };
+    }
+}
 
-    // What to trust and what the certificate must name.
-    let validation = tls.validation.clone().unwrap_or_default();
+/// `validation`: what to trust and what the certificate must name.
+fn validation(cx: &mut Cx, b: &Block<'_>) -> Validation {
+    let validation = b.tls.validation.clone().unwrap_or_default();
+    check_validation_fields(cx, b, &validation);
+    let roots = trusted_roots(b, &validation);
+    let names = name_check(cx, b, &validation);
+    if validation.insecure_skip_verify == Some(true) {
+        cx.warn(
+            b.at(b.pos, "validation.insecureSkipVerify"),
+            Reason::Degraded,
+            "insecureSkipVerify: the server certificate is not verified, anyone on the path can impersonate the server",
+            "trust the server's CA with caCertificateFiles instead",
+        );
+    }
+    Validation { roots, names }
+}
+
+/// The `validation` fields that exclude each other or are not supported yet.
+fn check_validation_fields(cx: &mut Cx, b: &Block<'_>, validation: &TlsValidation) {
     if !validation.ca_certificate_refs.is_empty() {
         cx.not_yet(
-            at(
-                file,
-                id,
-                pos,
-                format!("{field}.validation.caCertificateRefs"),
-            ),
+            b.at(b.pos, "validation.caCertificateRefs"),
             "caCertificateRefs (Secret/ConfigMap references)",
             "[tls]",
         );
@@ -145,7 +229,7 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
         !validation.ca_certificate_files.is_empty() || !validation.ca_certificate_refs.is_empty();
     if has_ca && validation.well_known_ca_certificates.is_some() {
         cx.error(
-            at(file, id, pos, format!("{field}.validation")),
+            b.at(b.pos, "validation"),
             "wellKnownCACertificates and caCertificateFiles/Refs exclude each other",
             "trust either the system store or your own CA files",
         );
@@ -157,21 +241,21 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
             || !validation.subject_alt_names.is_empty())
     {
         cx.error(
-            at(
-                file,
-                id,
-                pos,
-                format!("{field}.validation.insecureSkipVerify"),
-            ),
+            b.at(b.pos, "validation.insecureSkipVerify"),
             "insecureSkipVerify excludes every other validation field",
             "remove insecureSkipVerify (verification is the point) or the other fields",
         );
     }
-    let platform_ca = match (mode, site.platform) {
+}
+
+/// The CA files named (resolved against the YAML file), else the platform's bundle under
+/// PlatformProvided, else the system store.
+fn trusted_roots(b: &Block<'_>, validation: &TlsValidation) -> Roots {
+    let platform_ca = match (b.mode, b.site.platform) {
         (TlsMode::PlatformProvided, Some(p)) => p.ca.clone(),
         _ => None,
     };
-    let roots = if validation.ca_certificate_files.is_empty() {
+    if validation.ca_certificate_files.is_empty() {
         // PlatformProvided Backends that name no CA trust the platform's bundle (the mesh's
         // trust domain), unless they ask for the system store.
         match platform_ca {
@@ -183,10 +267,15 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
             validation
                 .ca_certificate_files
                 .iter()
-                .map(|f| resolve(file, f))
+                .map(|f| resolve(b.site.file, f))
                 .collect(),
         )
-    };
+    }
+}
+
+/// What the certificate must name: nothing (`insecureSkipVerify`), else `subjectAltNames`,
+/// else `validation.hostname`, else the handshake's server name.
+fn name_check(cx: &mut Cx, b: &Block<'_>, validation: &TlsValidation) -> NameCheck {
     let mut names = Vec::new();
     let mut uris = Vec::new();
     for (i, san) in validation.subject_alt_names.iter().enumerate() {
@@ -194,18 +283,13 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
             (SanType::Hostname, Some(h), None) => names.push(h.to_ascii_lowercase()),
             (SanType::Uri, None, Some(u)) => uris.push(u.clone()),
             _ => cx.error(
-                at(
-                    file,
-                    id,
-                    pos,
-                    format!("{field}.validation.subjectAltNames[{i}]"),
-                ),
+                b.at(b.pos, &format!("validation.subjectAltNames[{i}]")),
                 "a subjectAltName sets exactly the field named by its type",
                 "{type: Hostname, hostname: api.example.com} or {type: URI, uri: spiffe://...}",
             ),
         }
     }
-    let name_check = if skip {
+    if validation.insecure_skip_verify == Some(true) {
         NameCheck::SkipVerify
     } else if !names.is_empty() || !uris.is_empty() {
         NameCheck::Expected { names, uris }
@@ -216,90 +300,53 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
         }
     } else {
         NameCheck::ServerName
-    };
-    if skip {
-        cx.warn(
-            at(file, id, pos, format!("{field}.validation.insecureSkipVerify")),
-            Reason::Degraded,
-            "insecureSkipVerify: the server certificate is not verified, anyone on the path can impersonate the server",
-            "trust the server's CA with caCertificateFiles instead",
-        );
     }
+}
 
-    // SNI: configured, else the name to verify, else the destination hostname; none for IP
-    // endpoints (the certificate is then checked against the endpoint address).
-    let sni = tls
-        .sni
-        .clone()
-        .or_else(|| validation.hostname.clone())
-        .or_else(|| site.hostname.map(str::to_owned))
-        .map(|s| s.to_ascii_lowercase());
-
-    // Versions.
+/// The TLS versions to offer: `minVersion` (default 1.2) to `maxVersion` (default 1.3).
+fn versions(cx: &mut Cx, b: &Block<'_>) -> Vec<TlsVersion> {
     let rank = |v: WireVersion| match v {
         WireVersion::V1_2 => TlsVersion::V1_2,
         WireVersion::V1_3 => TlsVersion::V1_3,
     };
-    let min = tls.min_version.map_or(TlsVersion::V1_2, rank);
-    let max = tls.max_version.map_or(TlsVersion::V1_3, rank);
+    let min = b.tls.min_version.map_or(TlsVersion::V1_2, rank);
+    let max = b.tls.max_version.map_or(TlsVersion::V1_3, rank);
     if min > max {
         cx.error(
-            at(file, id, pos, format!("{field}.minVersion")),
+            b.at(b.pos, "minVersion"),
             "minVersion is above maxVersion",
             "e.g. minVersion: \"1.2\", maxVersion: \"1.3\"",
         );
     }
-    let versions: Vec<TlsVersion> = [TlsVersion::V1_2, TlsVersion::V1_3]
+    [TlsVersion::V1_2, TlsVersion::V1_3]
         .into_iter()
         .filter(|v| *v >= min && *v <= max)
-        .collect();
+        .collect()
+}
 
-    // ALPN: offered by protocol (CONFIG.md, Protocols); an explicit list may only narrow it.
-    let alpn = match &tls.alpn_protocols {
-        None => match site.protocol {
-            Protocol::Http | Protocol::Mcp => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
-            Protocol::Http11 => vec![b"http/1.1".to_vec()],
-            Protocol::Http2 | Protocol::Grpc => vec![b"h2".to_vec()],
-            _ => Vec::new(),
-        },
-        Some(list) => {
-            let speaks: &[&str] = match site.protocol {
-                Protocol::Http | Protocol::Mcp => &["h2", "http/1.1"],
-                Protocol::Http11 => &["http/1.1"],
-                Protocol::Http2 | Protocol::Grpc => &["h2"],
-                _ => &[],
-            };
-            for p in list.iter().filter(|p| !speaks.contains(&p.as_str())) {
-                cx.error(
-                    at(file, id, pos, format!("{field}.alpnProtocols")),
-                    format!(
-                        "ALPN protocol `{p}` is not spoken on protocol {}",
-                        site.protocol
-                    ),
-                    format!(
-                        "offer only {} here, or change `protocol`",
-                        speaks.join(", ")
-                    ),
-                );
-            }
-            list.iter().map(|p| p.as_bytes().to_vec()).collect()
-        }
+/// ALPN: offered by protocol (CONFIG.md, Protocols); an explicit list may only narrow it.
+fn alpn(cx: &mut Cx, b: &Block<'_>) -> Vec<Vec<u8>> {
+    let protocol = b.site.protocol;
+    let speaks: &[&str] = match protocol {
+        Protocol::Http | Protocol::Mcp => &["h2", "http/1.1"],
+        Protocol::Http11 => &["http/1.1"],
+        Protocol::Http2 | Protocol::Grpc => &["h2"],
+        _ => &[],
     };
-
-    if error_count(cx) > before {
-        return None;
+    let Some(list) = &b.tls.alpn_protocols else {
+        return speaks.iter().map(|p| p.as_bytes().to_vec()).collect();
+    };
+    for p in list.iter().filter(|p| !speaks.contains(&p.as_str())) {
+        cx.error(
+            b.at(b.pos, "alpnProtocols"),
+            format!("ALPN protocol `{p}` is not spoken on protocol {protocol}"),
+            format!(
+                "offer only {} here, or change `protocol`",
+                speaks.join(", ")
+            ),
+        );
     }
-    Some(TlsPlan {
-        mode,
-        spec: Some(TlsSpec {
-            roots,
-            names: name_check,
-            client_cert,
-            versions,
-            alpn,
-            sni,
-        }),
-    })
+    list.iter().map(|p| p.as_bytes().to_vec()).collect()
 }
 
 /// Whether any field that only makes sense when egressd originates TLS is set.
@@ -324,6 +371,7 @@ pub(super) fn resolve(config_file: &Path, path: &str) -> PathBuf {
     }
 }
 
-fn error_count(cx: &Cx) -> usize {
+/// How many errors have been reported so far.
+pub(super) fn error_count(cx: &Cx) -> usize {
     cx.diagnostics.iter().filter(|d| d.is_error()).count()
 }
