@@ -38,11 +38,11 @@ use crate::upstream::registry::{EndpointTemplate, GroupKey, GroupSource, StateRe
 use crate::upstream::tls::{Roots, TlsSpec};
 use crate::upstream::{Endpoint, EndpointGroup, EndpointSource, GroupSettings};
 
-/// Compiled Backends by `(namespace, name)`, with their inline policies for request-level
-/// resolution later.
 /// A compiled Backend with its inline policy (if any).
 pub(crate) type BackendEntry<'a> = (Arc<Backend>, Option<&'a TrafficPolicySpec>);
 
+/// Compiled Backends by `(namespace, name)`, with their inline policies for request-level
+/// resolution later.
 pub(crate) struct Backends<'a> {
     pub by_name: HashMap<(String, String), BackendEntry<'a>>,
     order: Vec<Arc<Backend>>,
