@@ -74,6 +74,29 @@ fn bench_picks(c: &mut Criterion) {
             });
         }
         group.finish();
+        // Two threads picking from the same list at once, as two workers do: what one pick
+        // costs each of them (a pick that takes a shared lock pays for the cache line moving
+        // between cores).
+        let mut group = c.benchmark_group(format!("pick_2_threads/{name}"));
+        let (list, _held) = endpoints(100, *weighted);
+        let list = Arc::new(EndpointList::resolved(list));
+        balancer.prepare(&list);
+        group.bench_with_input(BenchmarkId::from_parameter(100), &list, |b, list| {
+            b.iter_custom(|iters| {
+                let start = std::time::Instant::now();
+                std::thread::scope(|s| {
+                    for _ in 0..2 {
+                        s.spawn(|| {
+                            for _ in 0..iters {
+                                black_box(balancer.pick(black_box(list), None));
+                            }
+                        });
+                    }
+                });
+                start.elapsed()
+            })
+        });
+        group.finish();
     }
 }
 
