@@ -6,6 +6,8 @@
 #
 #   benches/instructions.sh [EGRESSD_BINARY...]     # default: target/release/egressd
 #   N1=2000 N2=12000 benches/instructions.sh /tmp/egressd-before target/release/egressd
+#   KEEP=/tmp/cg benches/instructions.sh    # also keeps each run's callgrind.out in /tmp/cg
+#                                             # (then: callgrind_annotate --inclusive=yes FILE)
 #
 # Kernel time (the larger part of the wall-clock figure, see benches/README.md) is not counted.
 set -euo pipefail
@@ -87,6 +89,9 @@ count() {
   grep -q "$n succeeded" "$WORK/h2load.txt" || { cat "$WORK/h2load.txt" >&2; exit 1; }
   kill -TERM "$pid"
   wait "$pid" 2>/dev/null || true
+  if [[ -n "${KEEP:-}" ]]; then
+    mkdir -p "$KEEP" && cp "$out" "$KEEP/callgrind$(echo "$binary" | tr / _).$n.out"
+  fi
   # No early exit in awk: callgrind_annotate would die of SIGPIPE and fail the pipeline.
   callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",", "", $1); print $1; done = 1}'
 }

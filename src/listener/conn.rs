@@ -272,9 +272,11 @@ impl Served<'_> {
                 // Counted from here, synchronously: the watchdog must never see a request
                 // whose head is complete as "no request yet".
                 let in_flight = activity.begin();
-                let response = handle(shared.clone(), info.clone(), req);
+                let (shared, info) = (shared.clone(), info.clone());
+                // `handle` is called inside: a future made outside and moved in would be held
+                // twice (12 KiB instead of 6 per request, and copied).
                 async move {
-                    let response = response.await?;
+                    let response = handle(shared, info, req).await?;
                     Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
                 }
             })

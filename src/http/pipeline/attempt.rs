@@ -69,7 +69,17 @@ pub(super) async fn phase(
             None => pick_avoiding(target, previous.as_ref(), prepared.hash).await?,
         };
         let deadline = attempt_deadline(&plan, retry.and_then(|r| r.per_try_timeout));
-        let (sent, active) = once(ctx, &plan, &endpoint, req, deadline).await;
+        // One attempt. Sent from here rather than from an `async fn` of its own: every level
+        // of futures is one more copy of the ones below it per request.
+        let started = Started::now(ctx, &endpoint);
+        let sent = if ctx.timed() {
+            let (sent, connected) = timed_send(target, &endpoint, req, deadline).await;
+            started.timed(ctx, &endpoint, &sent, connected);
+            sent
+        } else {
+            exchange::send(target, &endpoint, req, deadline).await
+        };
+        let active = started.finish(ctx, &plan, &endpoint, &sent);
         if let (Some(policy), Some(next)) = (retry, replay) {
             if let Some(slot) =
                 super::retry::decide(ctx, target, policy, &sent, &next, plan.deadline)
@@ -97,60 +107,94 @@ pub(super) async fn phase(
     }
 }
 
-/// One attempt: sent, timed when logged, classified and recorded.
-async fn once(
-    ctx: &mut RequestCtx<'_>,
-    plan: &Plan<'_>,
-    endpoint: &Arc<Endpoint>,
-    req: Request<RequestBody>,
-    deadline: Option<(Instant, Duration)>,
-) -> (
+/// What an attempt's start knows: the request counts as in flight to its endpoint, and when
+/// it was sent.
+struct Started {
+    active: ActiveRequest,
+    at: Instant,
+}
+
+/// What [`timed_send`] gives: the attempt's result and, when it opened a connection, how long
+/// that took.
+type TimedSent = (
     Result<(Response<Incoming>, Lease), ProxyError>,
-    ActiveRequest,
-) {
-    let target = plan.target;
-    ctx.upstream.endpoint = Some(endpoint.addr);
-    // Counted from now, not from the response headers: least-request balancing must see the
-    // requests still waiting for an answer (a slow endpoint's pile-up is the signal).
-    let active = endpoint.start_request();
-    ctx.upstream.attempts += 1;
-    let sent_at = Instant::now();
-    let sent = if ctx.timed() {
-        // For the access log: whether this attempt opened a connection, and how long that took
-        // (boxed: only requests that are logged carry the larger future).
-        let new_connection = &exchange::NEW_CONNECTION;
-        let (sent, connected) = Box::pin(new_connection.scope(std::cell::Cell::new(None), async {
-            let sent = exchange::send(target, endpoint, req, deadline).await;
-            (sent, new_connection.with(std::cell::Cell::get))
-        }))
-        .await;
+    Option<Duration>,
+);
+
+impl Started {
+    fn now(ctx: &mut RequestCtx<'_>, endpoint: &Arc<Endpoint>) -> Self {
+        ctx.upstream.endpoint = Some(endpoint.addr);
+        ctx.upstream.attempts += 1;
+        Started {
+            // Counted from now, not from the response headers: least-request balancing must
+            // see the requests still waiting for an answer (a slow endpoint's pile-up is the
+            // signal).
+            active: endpoint.start_request(),
+            at: Instant::now(),
+        }
+    }
+
+    /// What the access log learns of a timed attempt.
+    fn timed(
+        &self,
+        ctx: &mut RequestCtx<'_>,
+        endpoint: &Endpoint,
+        sent: &Result<(Response<Incoming>, Lease), ProxyError>,
+        connected: Option<Duration>,
+    ) {
         ctx.upstream.connect = connected;
         ctx.upstream.tls = endpoint.tls();
         if sent.is_ok() {
             ctx.upstream.ttfb = Some(ctx.started.elapsed());
         }
-        sent
-    } else {
-        exchange::send(target, endpoint, req, deadline).await
-    };
-    count(ctx.shared, target, &sent, sent_at);
-    // An MCP POST's 200 is judged by the JSON-RPC messages in it, once they have passed.
-    let seen = match &sent {
-        Ok((response, _)) if plan.mcp_post && response.status() == http::StatusCode::OK => None,
-        Ok((response, _)) => Some(OutlierOutcome::of_status(response.status().as_u16())),
-        Err(e) => e.outlier_outcome(),
-    };
-    if let Some(seen) = seen {
-        record(ctx.shared, target, endpoint, seen);
     }
-    match &sent {
-        Err(e) if e.endpoint().is_some() => endpoint.note_failure(format!("{}: {e}", e.code())),
-        Ok((response, _)) if response.status().is_server_error() => {
-            endpoint.note_failure(format!("answered {}", response.status()))
+
+    /// The attempt is over: classified and recorded (metrics, outlier detection, the
+    /// endpoint's last failure). The request stays in flight until the response ends.
+    fn finish(
+        self,
+        ctx: &RequestCtx<'_>,
+        plan: &Plan<'_>,
+        endpoint: &Endpoint,
+        sent: &Result<(Response<Incoming>, Lease), ProxyError>,
+    ) -> ActiveRequest {
+        let target = plan.target;
+        count(ctx.shared, target, sent, self.at);
+        // An MCP POST's 200 is judged by the JSON-RPC messages in it, once they have passed.
+        let seen = match sent {
+            Ok((response, _)) if plan.mcp_post && response.status() == http::StatusCode::OK => None,
+            Ok((response, _)) => Some(OutlierOutcome::of_status(response.status().as_u16())),
+            Err(e) => e.outlier_outcome(),
+        };
+        if let Some(seen) = seen {
+            record(ctx.shared, target, endpoint, seen);
         }
-        _ => {}
+        match sent {
+            Err(e) if e.endpoint().is_some() => endpoint.note_failure(format!("{}: {e}", e.code())),
+            Ok((response, _)) if response.status().is_server_error() => {
+                endpoint.note_failure(format!("answered {}", response.status()))
+            }
+            _ => {}
+        }
+        self.active
     }
-    (sent, active)
+}
+
+/// An attempt of a request that is logged: also whether it opened a connection, and how long
+/// that took. Boxed: only requests that are logged carry the larger future.
+fn timed_send<'a>(
+    target: &'a Target,
+    endpoint: &'a Arc<Endpoint>,
+    req: Request<RequestBody>,
+    deadline: Option<(Instant, Duration)>,
+) -> std::pin::Pin<Box<impl std::future::Future<Output = TimedSent> + Send + 'a>> {
+    let new_connection = &exchange::NEW_CONNECTION;
+    Box::pin(
+        new_connection.scope(std::cell::Cell::new(None), async move {
+            let sent = exchange::send(target, endpoint, req, deadline).await;
+            (sent, new_connection.with(std::cell::Cell::get))
+        }),
+    )
 }
 
 /// The Backend's request metrics, or its connect failures.

@@ -16,6 +16,10 @@ pub(super) struct Destination {
     /// The host in canonical form (`upstream::address::canonical_host`), only when that is not
     /// the client's text without its trailing dot (the common case needs no copy).
     canonical: Option<String>,
+    /// The length of the host at the start of `authority` (userinfo is refused, so the host
+    /// starts it), without its trailing dot: `host()` is called several times per request and
+    /// `Authority::host` parses again each time.
+    host_len: usize,
     pub(super) port: Option<u16>,
     /// The authority as the client gave it (used as `Host` when not rewritten).
     pub(super) authority: Authority,
@@ -28,10 +32,11 @@ impl Destination {
     pub(super) fn host(&self) -> &str {
         match &self.canonical {
             Some(h) => h,
-            None => {
-                let raw = self.authority.host();
-                raw.strip_suffix('.').unwrap_or(raw)
-            }
+            None => self
+                .authority
+                .as_str()
+                .get(..self.host_len)
+                .unwrap_or_default(),
         }
     }
 
@@ -97,15 +102,66 @@ fn destination<B>(req: &Request<B>, tls: bool) -> Result<Destination, ProxyError
     // no host name or IP literal never reaches a table, and every spelling of an address is
     // one address.
     let raw = authority.host();
-    let canonical = match crate::upstream::address::canonical_host(raw) {
-        Ok(std::borrow::Cow::Borrowed(_)) => None,
-        Ok(std::borrow::Cow::Owned(host)) => Some(host),
+    // After the host: nothing, or `:` and the port (`Authority` checked it is digits; RFC 3986
+    // §3.2.3 allows it empty, meaning the scheme's).
+    let port = match &authority.as_str()[raw.len()..] {
+        "" | ":" => None,
+        after => match after.strip_prefix(':').map(str::parse::<u16>) {
+            Some(Ok(port)) => Some(port),
+            _ => return Err(ProxyError::InvalidRequest("invalid port".into())),
+        },
+    };
+    let (canonical, host_len) = match crate::upstream::address::canonical_host(raw) {
+        Ok(std::borrow::Cow::Borrowed(host)) => (None, host.len()),
+        Ok(std::borrow::Cow::Owned(host)) => (Some(host), 0),
         Err(e) => return Err(ProxyError::InvalidRequest(format!("invalid host: {e}"))),
     };
     Ok(Destination {
         canonical,
-        port: authority.port_u16(),
+        host_len,
+        port,
         authority,
         scheme_default_port: default_port,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dest(host: &str) -> Result<Destination, ProxyError> {
+        let req = Request::get("/")
+            .header(header::HOST, host)
+            .body(())
+            .unwrap();
+        destination(&req, false)
+    }
+
+    #[test]
+    fn host_and_port_are_split_once_and_canonical() {
+        for (given, host, port) in [
+            ("example.com", "example.com", 80),
+            ("example.com.:8080", "example.com", 8080),
+            ("Example.COM:81", "example.com", 81),
+            ("127.0.0.1:9", "127.0.0.1", 9),
+            ("[::1]", "[::1]", 80),
+            ("[::1]:8443", "[::1]", 8443),
+            ("[0:0::1]:1", "[::1]", 1),
+            ("example.com:", "example.com", 80),
+        ] {
+            let d = dest(given).unwrap_or_else(|e| panic!("{given}: {e}"));
+            assert_eq!((d.host(), d.port_or_default()), (host, port), "{given}");
+            assert_eq!(d.authority.as_str(), given);
+        }
+    }
+
+    #[test]
+    fn a_port_out_of_range_is_a_bad_request() {
+        for given in ["example.com:99999", "example.com:65536", "[::1]:1x"] {
+            assert!(
+                matches!(dest(given), Err(ProxyError::InvalidRequest(_))),
+                "{given}"
+            );
+        }
+    }
 }

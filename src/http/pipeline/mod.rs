@@ -122,9 +122,14 @@ async fn proxy(
     let kind = kind.allowed_by(&routed.target)?;
     let admitted = admit::phase(&routed.target, kind)?;
     match kind {
-        Kind::Tunnel => tunnel::phase(ctx, req, &routed, admitted).await,
+        // Boxed: their futures are larger than a request's, and every request would carry
+        // (and copy) the largest.
+        Kind::Tunnel => Box::pin(tunnel::phase(ctx, req, &routed, admitted)).await,
         Kind::Websocket(upgrade) => {
-            websocket::phase(ctx, req, &dest, &routed, admitted, upgrade).await
+            Box::pin(websocket::phase(
+                ctx, req, &dest, &routed, admitted, upgrade,
+            ))
+            .await
         }
         Kind::Request => {
             let mut prepared = prepare::phase(ctx, req, &dest, &routed)?;

@@ -54,7 +54,8 @@ pub(super) async fn phase(
             .as_ref()
             .filter(|_| ctx.mcp_method.as_deref() == Some("tools/list"))
         {
-            return super::mcp::filtered_tools_list(
+            // Boxed: only these responses are read whole; every other would carry the future.
+            return Box::pin(super::mcp::filtered_tools_list(
                 ctx.shared,
                 response,
                 policy,
@@ -62,7 +63,7 @@ pub(super) async fn phase(
                 target,
                 endpoint.addr,
                 verdict,
-            )
+            ))
             .await;
         }
         // An MCP event stream lives as long as the session needs it: only the stream idle

@@ -63,7 +63,10 @@ impl Upgrade {
         }
         let http1 = req.method() == Method::GET
             && req.version() == Version::HTTP_11
-            // Upgrade first: most requests have none, so one lookup settles it.
+            // hyper gives every HTTP/1.1 request with an `Upgrade` header an `OnUpgrade`
+            // (and without one the connection cannot be taken over anyway): most requests
+            // carry no extensions, so this settles them without a header lookup.
+            && req.extensions().get::<hyper::upgrade::OnUpgrade>().is_some()
             && has_token(req.headers(), header::UPGRADE, "websocket")
             && has_token(req.headers(), header::CONNECTION, "upgrade");
         Ok(http1.then_some(Upgrade::Http1))
