@@ -33,6 +33,10 @@ pub struct ReloadStatus {
     /// (e.g. `ResolvedRefs=False` for a certificate file that no longer parses).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rejected_objects: Vec<crate::config::status::ObjectStatus>,
+    /// How long the last successful reload took, from reading the files to the new config
+    /// serving (`durationMs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
 }
 
 /// Shared state. The snapshot is the only thing the hot path reads about config.
