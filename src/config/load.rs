@@ -28,13 +28,16 @@ use crate::names::is_dns_subdomain;
 
 /// Every object of a config, grouped by kind, in file order.
 #[derive(Clone, Debug, Default)]
+///
+/// Objects are shared (`Arc`): a reload reuses the objects of every file whose bytes did not
+/// change (see [`LoadCache`]) instead of parsing it again.
 pub struct ConfigSet {
-    pub gateways: Vec<Object<GatewaySpec>>,
-    pub http_routes: Vec<Object<HttpRouteSpec>>,
-    pub tls_routes: Vec<Object<TlsRouteSpec>>,
-    pub backends: Vec<Object<BackendSpec>>,
-    pub policies: Vec<Object<BackendTrafficPolicySpec>>,
-    pub proxy_configs: Vec<Object<ProxyConfigSpec>>,
+    pub gateways: Vec<Arc<Object<GatewaySpec>>>,
+    pub http_routes: Vec<Arc<Object<HttpRouteSpec>>>,
+    pub tls_routes: Vec<Arc<Object<TlsRouteSpec>>>,
+    pub backends: Vec<Arc<Object<BackendSpec>>>,
+    pub policies: Vec<Arc<Object<BackendTrafficPolicySpec>>>,
+    pub proxy_configs: Vec<Arc<Object<ProxyConfigSpec>>>,
     /// The YAML files that were read.
     pub files: Vec<PathBuf>,
     /// Hash of every file's path and content: equal fingerprints mean nothing changed.
@@ -46,6 +49,28 @@ pub struct ConfigSet {
 pub struct Loaded {
     pub set: ConfigSet,
     pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Loaded {
+    /// Adds what one file gave (its objects shared, not copied).
+    fn extend(&mut self, file: &Loaded) {
+        let (to, from) = (&mut self.set, &file.set);
+        to.gateways.extend(from.gateways.iter().cloned());
+        to.http_routes.extend(from.http_routes.iter().cloned());
+        to.tls_routes.extend(from.tls_routes.iter().cloned());
+        to.backends.extend(from.backends.iter().cloned());
+        to.policies.extend(from.policies.iter().cloned());
+        to.proxy_configs.extend(from.proxy_configs.iter().cloned());
+        self.diagnostics.extend(file.diagnostics.iter().cloned());
+    }
+}
+
+/// What each file gave the previous load, by path: a reload parses again only the files whose
+/// bytes changed, and shares the objects of the others (a SIGHUP over 10,000 Backends in ten
+/// unchanged files parses nothing). Entries of files no longer read are dropped.
+#[derive(Debug, Default)]
+pub struct LoadCache {
+    files: HashMap<PathBuf, (u64, Arc<Loaded>)>,
 }
 
 /// Reads every `*.yaml`/`*.yml` file of the given directories (or single files), within the
@@ -60,6 +85,13 @@ pub fn load_paths(paths: &[PathBuf]) -> Loaded {
 
 /// [`load_paths`] within explicit limits.
 pub fn load_paths_with(paths: &[PathBuf], limits: &LoadLimits) -> Loaded {
+    load_paths_cached(paths, limits, &mut LoadCache::default())
+}
+
+/// [`load_paths_with`], reusing what `cache` holds for files whose bytes did not change, and
+/// leaving in it what this load read.
+pub fn load_paths_cached(paths: &[PathBuf], limits: &LoadLimits, cache: &mut LoadCache) -> Loaded {
+    let mut previous = std::mem::take(&mut cache.files);
     let mut loaded = Loaded::default();
     let mut hasher = DefaultHasher::new();
     let mut total: u64 = 0;
@@ -97,9 +129,23 @@ pub fn load_paths_with(paths: &[PathBuf], limits: &LoadLimits) -> Loaded {
                 }
             };
             total = total.saturating_add(text.len() as u64);
+            let text_hash = {
+                let mut h = DefaultHasher::new();
+                text.hash(&mut h);
+                h.finish()
+            };
             file.hash(&mut hasher);
-            text.hash(&mut hasher);
-            load_file(file, &text, limits, &mut loaded);
+            text_hash.hash(&mut hasher);
+            let this_file = match previous.remove(file) {
+                Some((hash, cached)) if hash == text_hash => cached,
+                _ => {
+                    let mut this_file = Loaded::default();
+                    load_file(file, &text, limits, &mut this_file);
+                    Arc::new(this_file)
+                }
+            };
+            loaded.extend(&this_file);
+            cache.files.insert(file.clone(), (text_hash, this_file));
             loaded.set.files.push(file.clone());
         }
     }
@@ -371,7 +417,7 @@ impl Base<'_> {
         self,
         spec: &Node,
         diags: &mut Vec<Diagnostic>,
-        out: &mut Vec<Object<S>>,
+        out: &mut Vec<Arc<Object<S>>>,
     ) {
         let parsed = yaml::from_node_all::<S>(spec, MAX_ERRORS_PER_OBJECT);
         // Collecting every error deserializes the spec more than once: each alias use is
@@ -397,13 +443,13 @@ impl Base<'_> {
             );
         }
         match parsed {
-            Ok(spec) if self.ok => out.push(Object {
+            Ok(spec) if self.ok => out.push(Arc::new(Object {
                 id: self.id,
                 meta: self.meta,
                 file: self.file.clone(),
                 pos: self.doc.pos,
                 spec,
-            }),
+            })),
             Ok(_) => {}
             Err(errors) => {
                 let capped = errors.len() >= MAX_ERRORS_PER_OBJECT;
@@ -482,4 +528,58 @@ fn check_duplicates(loaded: &mut Loaded) {
         }
     }
     loaded.diagnostics.extend(dups);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend(name: &str) -> String {
+        format!(
+            "apiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: {name}}}\n\
+             spec:\n  destination: {{type: IP, ip: {{endpoints: [{{address: 127.0.0.1}}]}}, \
+             ports: [{{number: 80}}]}}\n  protocol: HTTP11\n  tls: {{mode: InsecureDisable}}\n"
+        )
+    }
+
+    fn names(loaded: &Loaded) -> Vec<&str> {
+        loaded.set.backends.iter().map(|b| &*b.meta.name).collect()
+    }
+
+    /// A reload shares the objects of files whose bytes did not change, parses the changed
+    /// ones again, forgets removed ones, and keeps each file's warnings.
+    #[test]
+    fn unchanged_files_are_not_parsed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, c) = (
+            dir.path().join("a.yaml"),
+            dir.path().join("b.yaml"),
+            dir.path().join("c.yaml"),
+        );
+        std::fs::write(&a, backend("a")).unwrap();
+        std::fs::write(&b, backend("b")).unwrap();
+        std::fs::write(&c, "").unwrap(); // a warning: "file is empty"
+        let (paths, limits) = (vec![dir.path().to_owned()], LoadLimits::default());
+        let mut cache = LoadCache::default();
+        let first = load_paths_cached(&paths, &limits, &mut cache);
+        assert_eq!(names(&first), ["a", "b"]);
+        assert_eq!(first.diagnostics.len(), 1, "{:?}", first.diagnostics);
+
+        std::fs::write(&b, backend("b2")).unwrap();
+        let second = load_paths_cached(&paths, &limits, &mut cache);
+        assert_eq!(names(&second), ["a", "b2"]);
+        assert!(Arc::ptr_eq(&first.set.backends[0], &second.set.backends[0]));
+        assert_eq!(second.diagnostics.len(), 1, "{:?}", second.diagnostics);
+        assert_ne!(first.set.fingerprint, second.set.fingerprint);
+
+        std::fs::remove_file(&a).unwrap();
+        let third = load_paths_cached(&paths, &limits, &mut cache);
+        assert_eq!(names(&third), ["b2"]);
+        assert!(Arc::ptr_eq(&second.set.backends[1], &third.set.backends[0]));
+        assert_eq!(cache.files.len(), 2);
+        // Without a cache, the same objects and fingerprint.
+        let fresh = load_paths_with(&paths, &limits);
+        assert_eq!(names(&fresh), ["b2"]);
+        assert_eq!(fresh.set.fingerprint, third.set.fingerprint);
+    }
 }

@@ -14,7 +14,7 @@ use super::compile::compile;
 use crate::admin::{self, AdminHandle};
 use crate::config::status::StatusReport;
 use crate::config::yaml::Pos;
-use crate::config::{load_paths, Diagnostic, LoadLimits};
+use crate::config::{load_paths_cached, Diagnostic, LoadCache, LoadLimits};
 use crate::listener::ListenerManager;
 use crate::runtime::compile::Compiled;
 use crate::runtime::watch::ConfigWatcher;
@@ -55,6 +55,8 @@ struct Inner {
     /// The address the admin server was asked to bind (its port may have been 0).
     admin_requested: Option<SocketAddr>,
     last_fingerprint: Option<u64>,
+    /// What each config file gave the previous load: unchanged files are not parsed again.
+    load_cache: LoadCache,
     /// Told which extra files (certificates, keys) to watch after each load.
     watcher: Option<Arc<ConfigWatcher>>,
     /// The span exporter of the serving config (`tracing`), reused while unchanged.
@@ -78,6 +80,7 @@ impl Reloader {
                 admin: None,
                 admin_requested: None,
                 last_fingerprint: None,
+                load_cache: LoadCache::default(),
                 watcher: None,
                 tracing: None,
             }),
@@ -98,13 +101,14 @@ impl Reloader {
         let unchanged = (!force).then_some(inner.last_fingerprint).flatten();
         let generation = self.generation.load(Ordering::Acquire) + 1;
         let (paths, registry) = (self.paths.clone(), self.registry.clone());
+        let mut cache = std::mem::take(&mut inner.load_cache);
         // Loading and compiling take a while for a large config (10,000 Backends: hundreds of
         // milliseconds): on a blocking thread, never on a worker that serves requests.
         let prepared = tokio::task::spawn_blocking(move || {
-            let loaded = load_paths(&paths);
+            let loaded = load_paths_cached(&paths, &LoadLimits::current(), &mut cache);
             let fingerprint = combined_fingerprint(loaded.set.fingerprint, &serving_files);
             if unchanged == Some(fingerprint) {
-                return None;
+                return (cache, None);
             }
             let load_took = started.elapsed();
             let yaml_fingerprint = loaded.set.fingerprint;
@@ -114,10 +118,15 @@ impl Reloader {
                 &registry,
                 generation,
             );
-            Some((compiled, yaml_fingerprint, load_took, started.elapsed()))
+            (
+                cache,
+                Some((compiled, yaml_fingerprint, load_took, started.elapsed())),
+            )
         })
         .await
         .map_err(|e| ReloadError::Apply(format!("config loader failed: {e}")))?;
+        let (cache, prepared) = prepared;
+        inner.load_cache = cache;
         let Some((mut compiled, yaml_fingerprint, load_took, compiled_at)) = prepared else {
             tracing::debug!(cause, "config files unchanged; nothing to reload");
             return Ok(self.generation.load(Ordering::Acquire));

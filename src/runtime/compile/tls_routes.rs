@@ -36,7 +36,7 @@ pub(super) fn check<'a>(
     listeners: &[CompiledListener],
     backends: &'a Backends<'_>,
 ) -> Vec<CheckedTlsRoute<'a>> {
-    let mut routes: Vec<&Object<TlsRouteSpec>> = set.tls_routes.iter().collect();
+    let mut routes: Vec<&Object<TlsRouteSpec>> = set.tls_routes.iter().map(|r| &**r).collect();
     routes.sort_by(|a, b| a.id.cmp(&b.id));
     let mut out = Vec::new();
     for route in routes {
