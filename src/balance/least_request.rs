@@ -68,8 +68,10 @@ pub(super) struct Prepared {
     /// Until when some endpoint of the list is in slow start ([`now_ms`] milliseconds; 0:
     /// none, or no slow start configured): until then picks use the weighted schedule.
     ramp_until_ms: u64,
-    /// The weighted schedules, made by each thread's first weighted pick.
-    schedules: Schedules,
+    /// The weighted schedules, made by each thread's first weighted pick; only for a list
+    /// whose picks can be weighted (a per-thread table is 520 bytes, and a gateway has
+    /// thousands of lists, most with equal weights).
+    schedules: Option<Box<Schedules>>,
 }
 
 impl LeastRequest {
@@ -78,13 +80,15 @@ impl LeastRequest {
     }
 
     fn prepared_for<E: Candidate>(&self, list: &EndpointList<E>) -> Prepared {
+        let ramp_until_ms = self
+            .settings
+            .slow_start
+            .as_ref()
+            .map_or(0, |slow| ramp_until_ms(slow, &list.endpoints));
+        let weighted = ramp_until_ms > 0 || self.settings.bias_explicit || !list.weights.uniform;
         Prepared {
-            ramp_until_ms: self
-                .settings
-                .slow_start
-                .as_ref()
-                .map_or(0, |slow| ramp_until_ms(slow, &list.endpoints)),
-            schedules: ThreadLocal::new(),
+            ramp_until_ms,
+            schedules: weighted.then(|| Box::new(ThreadLocal::new())),
         }
     }
 
@@ -210,7 +214,7 @@ impl<E: Candidate> Balancer<E> for LeastRequest {
     }
 
     fn prepare(&self, list: &EndpointList<E>) {
-        list.prepared(|| ListPrepared::LeastRequest(Box::new(self.prepared_for(list))));
+        list.prepared(|| ListPrepared::LeastRequest(self.prepared_for(list)));
     }
 
     fn pick<'a>(&self, list: &'a EndpointList<E>, _hash: Option<u64>) -> Option<&'a Arc<E>> {
@@ -218,8 +222,13 @@ impl<E: Candidate> Balancer<E> for LeastRequest {
         if endpoints.len() < 2 {
             return endpoints.first();
         }
+        // Equal weights, no explicit bias, no slow start: the choices, and nothing prepared
+        // for the list is needed.
+        if weights.uniform && !self.settings.bias_explicit && self.settings.slow_start.is_none() {
+            return self.pick_choices(endpoints);
+        }
         let ListPrepared::LeastRequest(prepared) =
-            list.prepared(|| ListPrepared::LeastRequest(Box::new(self.prepared_for(list))))
+            list.prepared(|| ListPrepared::LeastRequest(self.prepared_for(list)))
         else {
             // Another balancer's list: never in a group, where each level has one balancer.
             return self.pick_choices(endpoints);
@@ -233,10 +242,14 @@ impl<E: Candidate> Balancer<E> for LeastRequest {
             }
             _ => None,
         };
-        if ramp.is_some() || self.settings.bias_explicit || !weights.uniform {
-            self.pick_weighted(endpoints, &prepared.schedules, ramp)
-        } else {
-            self.pick_choices(endpoints)
+        match &prepared.schedules {
+            // A ramp needs `ramp_until_ms`, so a list with a ramp has schedules.
+            Some(schedules)
+                if ramp.is_some() || self.settings.bias_explicit || !weights.uniform =>
+            {
+                self.pick_weighted(endpoints, schedules, ramp)
+            }
+            _ => self.pick_choices(endpoints),
         }
     }
 }

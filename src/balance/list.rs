@@ -54,8 +54,7 @@ impl<E: Candidate> EndpointList<E> {
 /// which has one balancer, so a list holds at most one of these.
 #[derive(Debug)]
 pub(super) enum Prepared {
-    // Boxed: its per-thread table is 520 bytes, which every list would carry otherwise.
-    LeastRequest(Box<super::least_request::Prepared>),
+    LeastRequest(super::least_request::Prepared),
     RoundRobin(super::round_robin::Prepared),
     ConsistentHash(super::consistent_hash::Lookup),
 }
