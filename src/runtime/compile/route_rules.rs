@@ -41,7 +41,7 @@ pub(super) fn check_route<'a>(
     let (file, id) = (&*route.file, &route.id);
     let before = error_count(cx);
     check_hostnames(cx, file, id, &route.spec.hostnames);
-    let mut rules = Vec::new();
+    let mut rules = Vec::with_capacity(route.spec.rules.len());
     for (ri, rule) in route.spec.rules.iter().enumerate() {
         let field = format!("spec.rules[{ri}]");
         if let Some(v) = &rule.retry {
@@ -62,7 +62,7 @@ pub(super) fn check_route<'a>(
                 "",
             );
         }
-        let mut matches = Vec::new();
+        let mut matches = Vec::with_capacity(rule.matches.len().max(1));
         if rule.matches.is_empty() {
             matches.push(RequestMatch::default());
         }
@@ -72,7 +72,7 @@ pub(super) fn check_route<'a>(
             }
         }
         let filters = check_filters(cx, file, id, rule, &matches, &field);
-        let mut refs = Vec::new();
+        let mut refs = Vec::with_capacity(rule.backend_refs.len());
         for (bi, r) in rule.backend_refs.iter().enumerate() {
             let bfield = format!("{field}.backendRefs[{bi}]");
             if let Some((backend, inline, port_index)) =

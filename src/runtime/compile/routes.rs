@@ -485,7 +485,11 @@ impl Tiers {
     ) -> HttpRouter {
         fn sorted(mut v: Vec<(SortKey, RouteEntry)>) -> Vec<RouteEntry> {
             v.sort_by(|a, b| a.0.cmp(&b.0));
-            v.into_iter().map(|(_, e)| e).collect()
+            // Collected in place, the entries would keep the larger buffer (and its growth
+            // by doubling) for as long as the config serves: 700 bytes for a one-rule route.
+            let mut entries: Vec<RouteEntry> = v.into_iter().map(|(_, e)| e).collect();
+            entries.shrink_to_fit();
+            entries
         }
         let mut wildcard: Vec<(String, Vec<RouteEntry>)> = self
             .wildcard
