@@ -138,7 +138,7 @@ fn plan_ports(compiled: &Compiled) -> Vec<PortPlan> {
             let tls = raw_port
                 .and_then(|p| p.tls.as_ref())
                 .or(raw.spec.tls.as_ref())
-                .map(|t| &t.value);
+                .map(|t| &*t.value);
             let mode = match &port.transport {
                 Transport::Plain => "plaintext".to_owned(),
                 Transport::Tls(_) => {

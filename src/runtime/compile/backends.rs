@@ -75,7 +75,7 @@ pub(crate) fn compile<'a>(
     };
     for obj in &set.backends {
         if let Some(backend) = compile_one(cx, obj, policies, settings, registry) {
-            let inline = obj.spec.traffic_policy.as_ref().map(|p| &p.value);
+            let inline = obj.spec.traffic_policy.as_ref().map(|p| &*p.value);
             out.by_name.insert(
                 (obj.id.namespace.clone(), obj.id.name.clone()),
                 (backend.clone(), inline),
@@ -161,7 +161,7 @@ fn compile_one(
         registry,
         label: format!("{}/{}", id.namespace, id.name).into(),
         dest,
-        policy: backend_policy(policies, id, inline.map(|p| &p.value)),
+        policy: backend_policy(policies, id, inline.map(|p| &*p.value)),
     };
     let ports = compile_ports(cx, &site);
 
@@ -424,7 +424,7 @@ fn port_transport(
         &TlsSite {
             file,
             id,
-            tls: tls.map(|t| (&t.value, t.pos)),
+            tls: tls.map(|t| (&*t.value, t.pos)),
             object_pos: obj.pos,
             field: &tls_field,
             hostname: site.dest.hostname.as_deref(),
