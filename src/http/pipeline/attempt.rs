@@ -74,7 +74,7 @@ pub(super) async fn phase(
         let started = Started::now(ctx, &endpoint);
         let sent = if ctx.timed() {
             let (sent, connected) = timed_send(target, &endpoint, req, deadline).await;
-            started.timed(ctx, &endpoint, &sent, connected);
+            note_timing(ctx, &endpoint, &sent, connected);
             sent
         } else {
             exchange::send(target, &endpoint, req, deadline).await
@@ -134,21 +134,6 @@ impl Started {
         }
     }
 
-    /// What the access log learns of a timed attempt.
-    fn timed(
-        &self,
-        ctx: &mut RequestCtx<'_>,
-        endpoint: &Endpoint,
-        sent: &Result<(Response<Incoming>, Lease), ProxyError>,
-        connected: Option<Duration>,
-    ) {
-        ctx.upstream.connect = connected;
-        ctx.upstream.tls = endpoint.tls();
-        if sent.is_ok() {
-            ctx.upstream.ttfb = Some(ctx.started.elapsed());
-        }
-    }
-
     /// The attempt is over: classified and recorded (metrics, outlier detection, the
     /// endpoint's last failure). The request stays in flight until the response ends.
     fn finish(
@@ -177,6 +162,20 @@ impl Started {
             _ => {}
         }
         self.active
+    }
+}
+
+/// What the access log learns of a timed attempt.
+fn note_timing(
+    ctx: &mut RequestCtx<'_>,
+    endpoint: &Endpoint,
+    sent: &Result<(Response<Incoming>, Lease), ProxyError>,
+    connected: Option<Duration>,
+) {
+    ctx.upstream.connect = connected;
+    ctx.upstream.tls = endpoint.tls();
+    if sent.is_ok() {
+        ctx.upstream.ttfb = Some(ctx.started.elapsed());
     }
 }
 
