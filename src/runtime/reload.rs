@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::Mutex;
 
-use super::compile::compile;
+use super::compile::{compile_reusing, CompiledBackends};
 use crate::admin::{self, AdminHandle};
 use crate::config::status::StatusReport;
 use crate::config::yaml::Pos;
@@ -57,6 +57,8 @@ struct Inner {
     last_fingerprint: Option<u64>,
     /// What each config file gave the previous load: unchanged files are not parsed again.
     load_cache: LoadCache,
+    /// The serving config's compiled Backends: unchanged ones are not compiled again.
+    compiled_backends: CompiledBackends,
     /// Told which extra files (certificates, keys) to watch after each load.
     watcher: Option<Arc<ConfigWatcher>>,
     /// The span exporter of the serving config (`tracing`), reused while unchanged.
@@ -81,6 +83,7 @@ impl Reloader {
                 admin_requested: None,
                 last_fingerprint: None,
                 load_cache: LoadCache::default(),
+                compiled_backends: CompiledBackends::default(),
                 watcher: None,
                 tracing: None,
             }),
@@ -102,31 +105,33 @@ impl Reloader {
         let generation = self.generation.load(Ordering::Acquire) + 1;
         let (paths, registry) = (self.paths.clone(), self.registry.clone());
         let mut cache = std::mem::take(&mut inner.load_cache);
+        let previous = std::mem::take(&mut inner.compiled_backends);
         // Loading and compiling take a while for a large config (10,000 Backends: hundreds of
         // milliseconds): on a blocking thread, never on a worker that serves requests.
         let prepared = tokio::task::spawn_blocking(move || {
             let loaded = load_paths_cached(&paths, &LoadLimits::current(), &mut cache);
             let fingerprint = combined_fingerprint(loaded.set.fingerprint, &serving_files);
             if unchanged == Some(fingerprint) {
-                return (cache, None);
+                return (cache, previous, None);
             }
             let load_took = started.elapsed();
             let yaml_fingerprint = loaded.set.fingerprint;
-            let compiled = compile(
+            let compiled = compile_reusing(
                 Arc::new(loaded.set),
                 loaded.diagnostics,
                 &registry,
                 generation,
+                Some(&previous),
             );
-            (
-                cache,
-                Some((compiled, yaml_fingerprint, load_took, started.elapsed())),
-            )
+            let prepared = (compiled, yaml_fingerprint, load_took, started.elapsed());
+            (cache, previous, Some(prepared))
         })
         .await
         .map_err(|e| ReloadError::Apply(format!("config loader failed: {e}")))?;
-        let (cache, prepared) = prepared;
+        let (cache, previous, prepared) = prepared;
         inner.load_cache = cache;
+        // Until a new config is accepted, the serving one's Backends are the ones to reuse.
+        inner.compiled_backends = previous;
         let Some((mut compiled, yaml_fingerprint, load_took, compiled_at)) = prepared else {
             tracing::debug!(cause, "config files unchanged; nothing to reload");
             return Ok(self.generation.load(Ordering::Acquire));
@@ -246,8 +251,9 @@ impl Reloader {
         let diagnostics = compiled.diagnostics;
         let tracing = snapshot.tracing.clone();
         let old = self.shared.snapshot.swap(Arc::new(snapshot));
+        let old_backends = std::mem::replace(&mut inner.compiled_backends, compiled.backends);
         // The last reference to a large config takes a while to free: not on a worker.
-        tokio::task::spawn_blocking(move || drop(old));
+        tokio::task::spawn_blocking(move || drop((old, old_backends)));
         let replaced = std::mem::replace(&mut inner.tracing, tracing);
         if let Some(old) = replaced.filter(|old| {
             !inner

@@ -12,8 +12,9 @@ use http::HeaderValue;
 
 use super::destination::{compile_destination, Destination};
 use super::policy::{check_sections, PolicyIndex};
+use super::reuse::{CompiledBackends, Entry, FileStates, SideOutputs};
 use super::settings::Settings;
-use super::tls::{compile_tls, error_count, TlsSite};
+use super::tls::{compile_tls, TlsSite};
 use super::{at, At, Cx};
 use crate::balance::health::{ActiveSettings, CheckKind};
 use crate::balance::outlier::{FailurePercentageSettings, OutlierSettings, SuccessRateSettings};
@@ -46,6 +47,8 @@ pub(crate) type BackendEntry<'a> = (Arc<Backend>, Option<&'a TrafficPolicySpec>)
 pub(crate) struct Backends<'a> {
     pub by_name: HashMap<(String, String), BackendEntry<'a>>,
     order: Vec<Arc<Backend>>,
+    /// The same Backends, for the next reload to reuse.
+    pub compiled: CompiledBackends,
 }
 
 impl Backends<'_> {
@@ -68,13 +71,26 @@ pub(crate) fn compile<'a>(
     policies: &PolicyIndex<'_>,
     settings: &Settings,
     registry: &StateRegistry,
+    previous: Option<&CompiledBackends>,
 ) -> Backends<'a> {
     let mut out = Backends {
         by_name: HashMap::new(),
-        order: Vec::new(),
+        order: Vec::with_capacity(set.backends.len()),
+        compiled: CompiledBackends::for_set(set),
     };
+    let previous = previous.filter(|p| p.applies_to(set));
+    let mut files = FileStates::default();
     for obj in &set.backends {
-        if let Some(backend) = compile_one(cx, obj, policies, settings, registry) {
+        let kept = previous.and_then(|p| p.find(obj, &mut files));
+        let backend = match kept {
+            Some(entry) => {
+                reuse(cx, entry);
+                out.compiled.keep(entry.clone());
+                Some(entry.backend.clone())
+            }
+            None => compile_recording(cx, obj, policies, settings, registry, &mut out, &mut files),
+        };
+        if let Some(backend) = backend {
             let inline = obj.spec.traffic_policy.as_ref().map(|p| &*p.value);
             out.by_name.insert(
                 (obj.id.namespace.clone(), obj.id.name.clone()),
@@ -84,6 +100,40 @@ pub(crate) fn compile<'a>(
         }
     }
     out
+}
+
+/// Gives again what compiling a kept Backend gave: its warnings, its health checks (each
+/// accepted config starts its own checkers) and the files it reads (watched).
+fn reuse(cx: &mut Cx, entry: &Entry) {
+    cx.diagnostics.extend(entry.diagnostics.iter().cloned());
+    cx.health_checks.extend(entry.health_checks.iter().cloned());
+    for file in entry.files() {
+        cx.refer(file);
+    }
+}
+
+/// Compiles one Backend and records it with what it gave, for the next reload to reuse.
+fn compile_recording(
+    cx: &mut Cx,
+    obj: &Arc<Object<BackendSpec>>,
+    policies: &PolicyIndex<'_>,
+    settings: &Settings,
+    registry: &StateRegistry,
+    out: &mut Backends<'_>,
+    files: &mut FileStates,
+) -> Option<Arc<Backend>> {
+    let started = std::time::SystemTime::now();
+    let (diagnostics, health_checks) = (cx.diagnostics.len(), cx.health_checks.len());
+    cx.referred_by_backend.clear();
+    let backend = compile_one(cx, obj, policies, settings, registry)?;
+    let side = SideOutputs {
+        started,
+        diagnostics: cx.diagnostics[diagnostics..].to_vec(),
+        health_checks: cx.health_checks[health_checks..].to_vec(),
+        files: std::mem::take(&mut cx.referred_by_backend),
+    };
+    out.compiled.record(obj, backend.clone(), side, files);
+    Some(backend)
 }
 
 /// The connection-level policy of a Backend (its inline `trafficPolicy`, else a
@@ -147,7 +197,7 @@ fn compile_one(
     registry: &StateRegistry,
 ) -> Option<Arc<Backend>> {
     let (file, id, spec) = (&*obj.file, &obj.id, &obj.spec);
-    let before = error_count(cx);
+    let before = cx.error_count();
 
     let credentials = super::credentials::compile_extensions(cx, file, id, &spec.extensions);
     let inline = spec.traffic_policy.as_ref();
@@ -165,7 +215,7 @@ fn compile_one(
     };
     let ports = compile_ports(cx, &site);
 
-    if error_count(cx) > before {
+    if cx.error_count() > before {
         return None;
     }
     Some(Arc::new(Backend {
@@ -453,11 +503,13 @@ fn port_transport(
 /// referenced); plaintext, with the reason reported, when they cannot be used.
 fn originate(cx: &mut Cx, here: At<'_>, spec: &TlsSpec, number: u16) -> Transport {
     if let Roots::Files(files) = &spec.roots {
-        cx.referenced.extend(files.iter().cloned());
+        for file in files {
+            cx.refer(file);
+        }
     }
     if let Some((cert, key)) = &spec.client_cert {
-        cx.referenced.insert(cert.clone());
-        cx.referenced.insert(key.clone());
+        cx.refer(cert);
+        cx.refer(key);
     }
     match crate::upstream::tls::build(spec) {
         Ok(origination) => Transport::Tls(Arc::new(origination)),

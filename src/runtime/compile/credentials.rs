@@ -109,7 +109,7 @@ fn credential_injector(
     let path = super::tls::resolve(file, &value_file.value);
     // Watched whether or not it can be read now: when it appears or changes, the config
     // recompiles and the credential is read again.
-    cx.referenced.insert(path.clone());
+    cx.refer(&path);
     let prefix = c.prefix.as_deref().unwrap_or("");
     let value = read_credential(&path, prefix);
     if let Err(reason) = &value {

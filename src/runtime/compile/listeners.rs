@@ -277,8 +277,8 @@ fn compile_tls(
         let cert = resolve(file, &files.certificate_file);
         let key = resolve(file, &files.private_key_file);
         // Watched even when broken, so that fixing the file reloads.
-        cx.referenced.insert(cert.clone());
-        cx.referenced.insert(key.clone());
+        cx.refer(&cert);
+        cx.refer(&key);
         match ServerCertificate::load(&cert, &key) {
             Ok(certificate) => certificates.push(certificate),
             Err(e) => {

@@ -39,7 +39,7 @@ pub(super) fn check_route<'a>(
     backends: &'a Backends<'_>,
 ) -> Option<Vec<CheckedRule<'a>>> {
     let (file, id) = (&*route.file, &route.id);
-    let before = error_count(cx);
+    let before = cx.error_count();
     check_hostnames(cx, file, id, &route.spec.hostnames);
     let mut rules = Vec::with_capacity(route.spec.rules.len());
     for (ri, rule) in route.spec.rules.iter().enumerate() {
@@ -88,7 +88,7 @@ pub(super) fn check_route<'a>(
             refs,
         });
     }
-    (error_count(cx) == before).then_some(rules)
+    (cx.error_count() == before).then_some(rules)
 }
 
 /// Checks that every hostname is a DNS name or `*.suffix`.
@@ -183,10 +183,6 @@ pub(super) fn resolve_backend_ref<'a>(
         None => 0,
     };
     Some((backend, *inline, port_index))
-}
-
-pub(super) fn error_count(cx: &Cx) -> usize {
-    cx.diagnostics.iter().filter(|d| d.is_error()).count()
 }
 
 fn check_match(

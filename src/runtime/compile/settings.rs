@@ -173,7 +173,7 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
         }
         // A rotated key reloads (sessions issued under the old key then get 404 and
         // re-initialize).
-        cx.referenced.insert(path);
+        cx.refer(&path);
     }
     settings
 }
@@ -194,7 +194,7 @@ fn compile_tracing(
         return None;
     }
     let spec = &tracing.value;
-    let before = super::route_rules::error_count(cx);
+    let before = cx.error_count();
     let endpoint = &spec.otlp_endpoint;
     match endpoint.value.parse::<http::Uri>() {
         Ok(uri) if uri.scheme_str() == Some("http") && uri.host().is_some() => {}
@@ -225,7 +225,7 @@ fn compile_tracing(
         .service_name
         .as_ref()
         .map_or_else(|| "egressd".to_owned(), |s| s.value.clone());
-    if super::route_rules::error_count(cx) > before {
+    if cx.error_count() > before {
         return None;
     }
     Some(TracingSettings {

@@ -71,7 +71,7 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
         mode: tls.mode.as_ref().map_or(TlsMode::Simple, |m| m.value),
         mode_pos: tls.mode.as_ref().map_or(pos, |m| m.pos),
     };
-    let before = error_count(cx);
+    let before = cx.error_count();
     if let Some(without_origination) = check_mode(cx, &block) {
         return without_origination;
     }
@@ -87,7 +87,7 @@ pub(super) fn compile_tls(cx: &mut Cx, site: &TlsSite<'_>) -> Option<TlsPlan> {
         .map(|s| s.to_ascii_lowercase());
     let versions = versions(cx, &block);
     let alpn = alpn(cx, &block);
-    if error_count(cx) > before {
+    if cx.error_count() > before {
         return None;
     }
     Some(TlsPlan {
@@ -369,9 +369,4 @@ pub(super) fn resolve(config_file: &Path, path: &str) -> PathBuf {
     } else {
         config_file.parent().map_or(p.clone(), |dir| dir.join(&p))
     }
-}
-
-/// How many errors have been reported so far.
-pub(super) fn error_count(cx: &Cx) -> usize {
-    cx.diagnostics.iter().filter(|d| d.is_error()).count()
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::backends::Backends;
 use super::listeners::CompiledListener;
 use super::policy::PolicyIndex;
-use super::route_rules::{check_hostnames, error_count, resolve_backend_ref};
+use super::route_rules::{check_hostnames, resolve_backend_ref};
 use super::routes::{attach, effective_hostnames};
 use super::{at, Cx};
 use crate::config::wire::policy::TrafficPolicySpec;
@@ -41,7 +41,7 @@ pub(super) fn check<'a>(
     let mut out = Vec::new();
     for route in routes {
         let (file, id) = (&*route.file, &route.id);
-        let before = error_count(cx);
+        let before = cx.error_count();
         let attached = attach(cx, set, file, id, &route.spec.parent_refs, listeners, true);
         check_hostnames(cx, file, id, &route.spec.hostnames);
         if route.spec.rules.is_empty() {
@@ -75,7 +75,7 @@ pub(super) fn check<'a>(
                 refs.push((backend.clone(), inline, port_index, r.weight.unwrap_or(1)));
             }
         }
-        if error_count(cx) == before {
+        if cx.error_count() == before {
             out.push(CheckedTlsRoute {
                 route,
                 listeners: attached,
