@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::Mutex;
 
+use super::background;
 use super::compile::{compile_reusing, CompiledBackends};
 use crate::admin::{self, AdminHandle};
 use crate::config::status::StatusReport;
@@ -106,9 +107,9 @@ impl Reloader {
         let (paths, registry) = (self.paths.clone(), self.registry.clone());
         let mut cache = std::mem::take(&mut inner.load_cache);
         let previous = std::mem::take(&mut inner.compiled_backends);
-        // Loading and compiling take a while for a large config (10,000 Backends: hundreds of
-        // milliseconds): on a blocking thread, never on a worker that serves requests.
-        let prepared = tokio::task::spawn_blocking(move || {
+        // Loading and compiling take a while for a large config (10,000 Backends: a hundred
+        // milliseconds and more): never on a worker, and below the workers' priority.
+        let prepared = background::run(move || {
             let loaded = load_paths_cached(&paths, &LoadLimits::current(), &mut cache);
             let fingerprint = combined_fingerprint(loaded.set.fingerprint, &serving_files);
             if unchanged == Some(fingerprint) {
@@ -253,7 +254,7 @@ impl Reloader {
         let old = self.shared.snapshot.swap(Arc::new(snapshot));
         let old_backends = std::mem::replace(&mut inner.compiled_backends, compiled.backends);
         // The last reference to a large config takes a while to free: not on a worker.
-        tokio::task::spawn_blocking(move || drop((old, old_backends)));
+        background::detach(move || drop((old, old_backends)));
         let replaced = std::mem::replace(&mut inner.tracing, tracing);
         if let Some(old) = replaced.filter(|old| {
             !inner
