@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# CPU flame graphs of egressd under the side-by-side bench's loads (../shared/bench), one per
+# scenario: h1 hello at 50 and 256 connections (wrk) and h2c 16x16 streams (h2load).
+#
+#   benches/profile.sh [OUT_DIR=benches/profiles] [BINARY]
+#
+# Needs perf (Debian `linux-perf`), inferno (`cargo install inferno`), nginx, wrk, h2load, and
+# `cargo build --release` (line tables are on in the release profile). Samples egressd only, at
+# 499 Hz with DWARF call graphs, for 8 s of each load; loopback only, pinned like run.sh.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BENCH=${BENCH:-$ROOT/../shared/bench}
+OUT=${1:-$ROOT/benches/profiles}
+BIN=${2:-$ROOT/target/release/egressd}
+B=/tmp/bench
+mkdir -p "$OUT" "$B/logs" "$B/www" "$B/run"
+"$BENCH/gen-certs.sh" >/dev/null
+[ -s "$B/www/4k.bin" ] || head -c 4096 /dev/urandom >"$B/www/4k.bin"
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+taskset -c 0 nginx -p "$B/" -c "$BENCH/conf/origin-nginx.conf" >"$B/logs/profile-origin.out" 2>&1 &
+pids+=($!)
+taskset -c 1 "$BIN" run --workers 1 --no-watch --config "$BENCH/conf/egressd" >"$B/logs/profile-egressd.out" 2>&1 &
+egressd=$!
+pids+=($egressd)
+for _ in $(seq 100); do
+  curl -fsS -o /dev/null http://127.0.0.1:28400/ 2>/dev/null && break
+  sleep 0.1
+done
+profile() { # NAME LOAD...
+  local name=$1; shift
+  taskset -c 0 "$@" >"$B/logs/profile-$name.load" 2>&1 &
+  local load=$!
+  sleep 1 # past the load's connection set-up
+  perf record -q -F 499 --call-graph dwarf,32768 -p "$egressd" -o "$B/profile-$name.data" -- sleep 8 2>/dev/null
+  wait "$load"
+  perf script -i "$B/profile-$name.data" 2>/dev/null | inferno-collapse-perf >"$B/profile-$name.folded"
+  inferno-flamegraph --minwidth 2 --title "egressd, $name" <"$B/profile-$name.folded" >"$OUT/$name.svg"
+  echo "$name: $OUT/$name.svg ($(wc -l <"$B/profile-$name.folded") stacks)"
+}
+profile h1-hello-c50 wrk -t1 -c50 -d10s http://127.0.0.1:28400/
+profile h1-hello-c256 wrk -t1 -c256 -d10s http://127.0.0.1:28400/
+profile h2c-hello h2load -t1 -c16 -m16 -D10 http://127.0.0.1:28400/
