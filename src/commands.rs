@@ -52,7 +52,7 @@ pub fn validate_compiled(paths: &[PathBuf]) -> (Validation, Option<Compiled>) {
         report.push('\n');
     }
     for object in &compiled.snapshot.status.objects {
-        let _ = writeln!(report, "{} ({})", object.object, object.file);
+        let _ = writeln!(report, "{} ({})", object.object, object.file.display());
         for c in &object.conditions {
             let _ = write!(report, "  {}={} {}", c.kind, c.status, c.reason);
             if !c.message.is_empty() {

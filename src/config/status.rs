@@ -1,6 +1,10 @@
 //! Status conditions of every object, derived from the diagnostics of a load (Gateway API
 //! style: `Accepted`, `ResolvedRefs`, `Programmed`, `Degraded`, `Conflicted`, `Overridden`).
 
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
 use serde::Serialize;
 
 use crate::config::{ConfigSet, Diagnostic, ObjectId, Reason};
@@ -11,7 +15,7 @@ pub struct Condition {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub status: &'static str,
-    pub reason: String,
+    pub reason: &'static str,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub message: String,
 }
@@ -21,8 +25,14 @@ pub struct Condition {
 pub struct ObjectStatus {
     #[serde(flatten)]
     pub object: ObjectId,
-    pub file: String,
+    /// Shared with the object (10,000 objects made 10,000 copies of ten file names).
+    #[serde(serialize_with = "display_path")]
+    pub file: Arc<Path>,
     pub conditions: Vec<Condition>,
+}
+
+fn display_path<S: serde::Serializer>(path: &Arc<Path>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&path.display())
 }
 
 /// Conditions of every object of a config.
@@ -35,6 +45,14 @@ impl StatusReport {
     /// Derives every object's conditions. `programmed` says whether this config is the one
     /// serving (false when it was rejected because some object has errors).
     pub fn build(set: &ConfigSet, diagnostics: &[Diagnostic], programmed: bool) -> Self {
+        // Each object's diagnostics, found in one pass (a scan per object made a config of
+        // 10,000 Backends with a warning each take seconds).
+        let mut by_object: HashMap<&ObjectId, Vec<&Diagnostic>> = HashMap::new();
+        for d in diagnostics {
+            if let Some(id) = &d.object {
+                by_object.entry(id).or_default().push(d);
+            }
+        }
         let mut objects = Vec::new();
         let all = set
             .gateways
@@ -46,14 +64,11 @@ impl StatusReport {
             .chain(set.policies.iter().map(|o| (&o.id, &o.file)))
             .chain(set.proxy_configs.iter().map(|o| (&o.id, &o.file)));
         for (id, file) in all {
-            let mine: Vec<&Diagnostic> = diagnostics
-                .iter()
-                .filter(|d| d.object.as_ref() == Some(id))
-                .collect();
+            let mine = by_object.get(id).map_or(&[][..], Vec::as_slice);
             objects.push(ObjectStatus {
                 object: id.clone(),
-                file: file.display().to_string(),
-                conditions: conditions(&mine, programmed),
+                file: file.clone(),
+                conditions: conditions(mine, programmed),
             });
         }
         StatusReport { objects }
@@ -89,8 +104,7 @@ fn conditions(diags: &[&Diagnostic], programmed: bool) -> Vec<Condition> {
                 "Invalid"
             } else {
                 "ConfigRejected"
-            }
-            .to_owned(),
+            },
             message: "the config has errors; the last good config keeps serving".to_owned(),
         }
     });
@@ -106,20 +120,20 @@ fn conditions(diags: &[&Diagnostic], programmed: bool) -> Vec<Condition> {
     out
 }
 
-fn ok(kind: &'static str, reason: &str) -> Condition {
+fn ok(kind: &'static str, reason: &'static str) -> Condition {
     Condition {
         kind,
         status: "True",
-        reason: reason.to_owned(),
+        reason,
         message: String::new(),
     }
 }
 
-fn cond(kind: &'static str, status: bool, reason: &str, d: &Diagnostic) -> Condition {
+fn cond(kind: &'static str, status: bool, reason: &'static str, d: &Diagnostic) -> Condition {
     Condition {
         kind,
         status: if status { "True" } else { "False" },
-        reason: reason.to_owned(),
+        reason,
         message: d.message.clone(),
     }
 }
