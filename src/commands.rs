@@ -51,7 +51,8 @@ pub fn validate_compiled(paths: &[PathBuf]) -> (Validation, Option<Compiled>) {
     if !compiled.diagnostics.is_empty() {
         report.push('\n');
     }
-    for object in &compiled.snapshot.status.objects {
+    let status = compiled.status();
+    for object in &status.objects {
         let _ = writeln!(report, "{} ({})", object.object, object.file.display());
         for c in &object.conditions {
             let _ = write!(report, "  {}={} {}", c.kind, c.status, c.reason);
@@ -61,7 +62,7 @@ pub fn validate_compiled(paths: &[PathBuf]) -> (Validation, Option<Compiled>) {
             report.push('\n');
         }
     }
-    let objects = compiled.snapshot.status.objects.len();
+    let objects = status.objects.len();
     let _ = writeln!(
         report,
         "\n{}: {files} file(s), {objects} object(s), {errors} error(s), {warnings} warning(s)",

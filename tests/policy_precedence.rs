@@ -202,7 +202,7 @@ fn two_policies_on_one_target_lower_name_wins_and_other_is_conflicted() {
         policy_for(&c, "/plain").request_timeout,
         Some(Duration::from_secs(12))
     );
-    let status = &c.snapshot.status.objects;
+    let status = &c.status().objects;
     let conditions = |name: &str| {
         status
             .iter()
@@ -238,9 +238,8 @@ spec:
 "#;
     let c = compile_yaml(extra);
     assert_valid(&c);
-    let rt = c
-        .snapshot
-        .status
+    let status = c.status();
+    let rt = status
         .objects
         .iter()
         .find(|o| o.object.name == "rt")

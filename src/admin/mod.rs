@@ -290,7 +290,7 @@ fn status(shared: &Shared) -> serde_json::Value {
         "generation": snapshot.generation,
         "lastReload": shared.reload_status(),
         "listeners": listeners,
-        "objects": &snapshot.status.objects,
+        "objects": snapshot.status().objects,
     })
 }
 

@@ -13,7 +13,6 @@ use tokio::sync::Mutex;
 use super::background;
 use super::compile::{compile_reusing, CompiledBackends};
 use crate::admin::{self, AdminHandle};
-use crate::config::status::StatusReport;
 use crate::config::yaml::Pos;
 use crate::config::{load_paths_cached, Diagnostic, LoadCache, LoadLimits};
 use crate::listener::ListenerManager;
@@ -147,11 +146,8 @@ impl Reloader {
             for d in compiled.errors() {
                 tracing::error!(target: "egressd::config", "{d}");
             }
-            self.record_failure(
-                cause,
-                compiled.diagnostics,
-                compiled.snapshot.status.objects.clone(),
-            );
+            let rejected = compiled.status().objects;
+            self.record_failure(cause, compiled.diagnostics, rejected);
             return Err(ReloadError::Invalid(errors));
         }
         for d in compiled.diagnostics.iter().filter(|d| !d.is_error()) {
@@ -437,11 +433,6 @@ pub fn refuse_without_listeners(compiled: &mut Compiled, paths: &[PathBuf]) {
     .hint("add a Gateway with a listener; if a file was emptied or truncated, restore it");
     // Errors come first (compile's order).
     compiled.diagnostics.insert(0, diagnostic);
-    compiled.snapshot.status = Arc::new(StatusReport::build(
-        &compiled.snapshot.config,
-        &compiled.diagnostics,
-        false,
-    ));
 }
 
 /// The YAML fingerprint combined with the content of the referenced files (a missing or

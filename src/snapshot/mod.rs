@@ -51,8 +51,10 @@ pub struct Snapshot {
     pub mcp_session_key: Arc<crate::mcp::session::SessionKey>,
     /// The config as written (for `/config`, redacted there).
     pub config: Arc<ConfigSet>,
-    /// Conditions of every object.
-    pub status: Arc<StatusReport>,
+    /// What compiling this config reported (warnings only, for a config that serves): each
+    /// object's conditions are derived from them on request ([`Snapshot::status`]); kept for
+    /// 10,000 objects, they were 12 MB).
+    pub diagnostics: Arc<[crate::config::Diagnostic]>,
     /// Files the config refers to (certificates, keys, CA bundles): watched, and part of the
     /// "did anything change" fingerprint, so rotating one reloads.
     pub referenced_files: Vec<std::path::PathBuf>,
@@ -62,6 +64,11 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The conditions of every object of this config, which is the one serving.
+    pub fn status(&self) -> StatusReport {
+        StatusReport::build(&self.config, &self.diagnostics, true)
+    }
+
     /// A snapshot that serves nothing: used before the first config is accepted.
     pub fn empty() -> Self {
         Snapshot {
@@ -75,7 +82,7 @@ impl Snapshot {
             mcp_session_key: crate::mcp::session::SessionKey::of_this_process(),
             tracing: None,
             config: Arc::default(),
-            status: Arc::default(),
+            diagnostics: Arc::new([]),
             referenced_files: Vec::new(),
             certificate_expiries: Vec::new(),
         }

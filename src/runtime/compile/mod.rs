@@ -60,6 +60,12 @@ pub type StaticList = (
 );
 
 impl Compiled {
+    /// The conditions of every object: `Programmed` when the config has no error.
+    pub fn status(&self) -> StatusReport {
+        let programmed = !self.has_errors();
+        StatusReport::build(&self.snapshot.config, &self.diagnostics, programmed)
+    }
+
     pub fn has_errors(&self) -> bool {
         self.diagnostics.iter().any(Diagnostic::is_error)
     }
@@ -129,8 +135,6 @@ pub fn compile_reusing(
     });
     // Errors first, then warnings; each group in file order.
     diagnostics.sort_by_key(|d| std::cmp::Reverse(d.severity));
-    let ok = !diagnostics.iter().any(Diagnostic::is_error);
-    let status = StatusReport::build(&set, &diagnostics, ok);
     let snapshot = Snapshot {
         generation,
         settings: settings.proxy,
@@ -142,7 +146,7 @@ pub fn compile_reusing(
         mcp_session_key: settings.mcp_session_key.clone(),
         tracing: None,
         config: set,
-        status: Arc::new(status),
+        diagnostics: diagnostics.as_slice().into(),
         certificate_expiries: cx
             .referenced
             .iter()
