@@ -45,23 +45,26 @@ pub(crate) type BackendEntry<'a> = (Arc<Backend>, Option<&'a TrafficPolicySpec>)
 /// Compiled Backends by `(namespace, name)`, with their inline policies for request-level
 /// resolution later.
 pub(crate) struct Backends<'a> {
-    pub by_name: HashMap<(String, String), BackendEntry<'a>>,
+    /// By namespace, then name, borrowed from the objects: a lookup allocates nothing (an
+    /// owned `(namespace, name)` key made two strings per backendRef).
+    by_name: HashMap<&'a str, HashMap<&'a str, BackendEntry<'a>>>,
     order: Vec<Arc<Backend>>,
     /// The same Backends, for the next reload to reuse.
     pub compiled: CompiledBackends,
 }
 
-impl Backends<'_> {
+impl<'a> Backends<'a> {
     pub fn all(&self) -> Vec<Arc<Backend>> {
         self.order.clone()
     }
 
-    pub fn get(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Option<&(Arc<Backend>, Option<&TrafficPolicySpec>)> {
-        self.by_name.get(&(namespace.to_owned(), name.to_owned()))
+    /// Every compiled Backend with its inline policy, in no particular order.
+    pub fn entries(&self) -> impl Iterator<Item = &BackendEntry<'a>> {
+        self.by_name.values().flat_map(HashMap::values)
+    }
+
+    pub fn get(&self, namespace: &str, name: &str) -> Option<&BackendEntry<'a>> {
+        self.by_name.get(namespace)?.get(name)
     }
 }
 
@@ -92,10 +95,10 @@ pub(crate) fn compile<'a>(
         };
         if let Some(backend) = backend {
             let inline = obj.spec.traffic_policy.as_ref().map(|p| &*p.value);
-            out.by_name.insert(
-                (obj.id.namespace.clone(), obj.id.name.clone()),
-                (backend.clone(), inline),
-            );
+            out.by_name
+                .entry(&obj.id.namespace)
+                .or_default()
+                .insert(&obj.id.name, (backend.clone(), inline));
             out.order.push(backend);
         }
     }

@@ -92,18 +92,15 @@ pub(crate) fn compile(
                         None => tiers.any.push((key, entry)),
                         Some(hosts) => {
                             for h in hosts {
-                                match h.strip_prefix('*') {
-                                    Some(suffix) => tiers
-                                        .wildcard
-                                        .entry(suffix.to_owned())
-                                        .or_default()
-                                        .push((key.clone(), entry.clone())),
-                                    None => tiers
-                                        .exact
-                                        .entry(h.clone())
-                                        .or_default()
-                                        .push((key.clone(), entry.clone())),
-                                }
+                                // Most hosts have one entry: a first push would
+                                // reserve four (freed again, but it sets the peak).
+                                let entries = match h.strip_prefix('*') {
+                                    Some(suffix) => tiers.wildcard.entry(suffix.to_owned()),
+                                    None => tiers.exact.entry(h.clone()),
+                                };
+                                entries
+                                    .or_insert_with(|| Vec::with_capacity(1))
+                                    .push((key.clone(), entry.clone()));
                             }
                         }
                     }
@@ -145,7 +142,7 @@ pub(crate) fn declared_ports<'a>(
     backends: &'a Backends<'_>,
 ) -> DeclaredPorts<'a> {
     let mut out: DeclaredPorts<'a> = HashMap::new();
-    let mut sorted: Vec<_> = backends.by_name.values().collect();
+    let mut sorted: Vec<_> = backends.entries().collect();
     sorted.sort_by(|a, b| a.0.id.cmp(&b.0.id));
     for entry in sorted {
         let backend = &entry.0;
