@@ -34,8 +34,9 @@ fuzz_target!(|data: &[u8]| {
     for d in &compiled.diagnostics {
         let _ = writeln!(report, "{d}");
     }
-    for object in &compiled.snapshot.status.objects {
-        let _ = writeln!(report, "{} ({})", object.object, object.file);
+    let status = compiled.status();
+    for object in &status.objects {
+        let _ = writeln!(report, "{} ({})", object.object, object.file.display());
         for c in &object.conditions {
             let _ = writeln!(
                 report,
@@ -45,7 +46,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     // What the admin server's `/status` shows of it.
-    let _ = serde_json::to_vec(&*compiled.snapshot.status);
+    let _ = serde_json::to_vec(&status);
     drop(compiled);
     REGISTRY.sweep();
 });

@@ -5,7 +5,7 @@
 //! health checks (or all of them when too few are healthy, Envoy's panic mode), rebuilt
 //! whenever the list, an ejection or an endpoint's health changes, never per request.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -353,6 +353,11 @@ impl EndpointGroup {
         verdict
     }
 
+    /// How often [`EndpointGroup::outlier_tick`] is to run.
+    pub fn outlier_interval(&self) -> Duration {
+        self.outlier.interval
+    }
+
     /// The interval tick: unejects endpoints whose time is up, decays multipliers, then runs
     /// rate-based detection over the interval that just ended. Returns its detections.
     pub fn outlier_tick(&self) -> Vec<Detection> {
@@ -588,28 +593,6 @@ impl LevelShares {
 
 /// Where detections made off the request path (on the interval tick) are reported.
 pub type DetectionSink = Box<dyn Fn(Detection) + Send + Sync>;
-
-/// Runs the outlier detector's interval tick for `group` until the group is dropped (its last
-/// snapshot is gone).
-pub async fn outlier_ticks(group: Weak<EndpointGroup>, detections: DetectionSink) {
-    let Some(interval) = group.upgrade().map(|g| g.outlier.interval) else {
-        return;
-    };
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await; // the first tick is immediate
-    loop {
-        tick.tick().await;
-        match group.upgrade() {
-            Some(group) => {
-                for detection in group.outlier_tick() {
-                    detections(detection);
-                }
-            }
-            None => return,
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -11,6 +11,7 @@ pub mod group;
 pub mod h2_frames;
 pub mod h2_pool;
 pub mod health_check;
+pub mod outlier_clock;
 pub mod pem;
 pub mod pool;
 pub mod registry;
