@@ -9,25 +9,11 @@
 # pinned like run.sh (load and origin on CPU 0, the proxy on CPU 1).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BENCH=${BENCH:-$ROOT/../shared/bench}
 BIN=${1:-$ROOT/target/release/egressd}
 CONNS=${2:-256}
 AFTER=${3:-10}
-B=/tmp/bench
-mkdir -p "$B/logs" "$B/www" "$B/run"
-"$BENCH/gen-certs.sh" >/dev/null
-[ -s "$B/www/4k.bin" ] || head -c 4096 /dev/urandom >"$B/www/4k.bin"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
-taskset -c 0 nginx -p "$B/" -c "$BENCH/conf/origin-nginx.conf" >"$B/logs/memory-origin.out" 2>&1 &
-pids+=($!)
-taskset -c 1 "$BIN" run --workers 1 --no-watch --config "$BENCH/conf/egressd" >"$B/logs/memory-egressd.out" 2>&1 &
-egressd=$!
-pids+=($egressd)
-for _ in $(seq 100); do
-  curl -fsS -o /dev/null http://127.0.0.1:28400/ 2>/dev/null && break
-  sleep 0.1
-done
+# shellcheck source=bench_env.sh
+. "$ROOT/benches/bench_env.sh"
 rss() { echo "$(( $(ps -o rss= -p "$egressd") / 1024 )) MiB"; }
 echo "idle after start: $(rss)"
 taskset -c 0 wrk -t1 -c"$CONNS" -d10s http://127.0.0.1:28400/ >"$B/logs/memory-wrk.out" &

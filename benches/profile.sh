@@ -9,24 +9,11 @@
 # 499 Hz with DWARF call graphs, for 8 s of each load; loopback only, pinned like run.sh.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BENCH=${BENCH:-$ROOT/../shared/bench}
 OUT=${1:-$ROOT/benches/profiles}
 BIN=${2:-$ROOT/target/release/egressd}
-B=/tmp/bench
-mkdir -p "$OUT" "$B/logs" "$B/www" "$B/run"
-"$BENCH/gen-certs.sh" >/dev/null
-[ -s "$B/www/4k.bin" ] || head -c 4096 /dev/urandom >"$B/www/4k.bin"
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
-taskset -c 0 nginx -p "$B/" -c "$BENCH/conf/origin-nginx.conf" >"$B/logs/profile-origin.out" 2>&1 &
-pids+=($!)
-taskset -c 1 "$BIN" run --workers 1 --no-watch --config "$BENCH/conf/egressd" >"$B/logs/profile-egressd.out" 2>&1 &
-egressd=$!
-pids+=($egressd)
-for _ in $(seq 100); do
-  curl -fsS -o /dev/null http://127.0.0.1:28400/ 2>/dev/null && break
-  sleep 0.1
-done
+mkdir -p "$OUT"
+# shellcheck source=bench_env.sh
+. "$ROOT/benches/bench_env.sh"
 profile() { # NAME LOAD...
   local name=$1; shift
   taskset -c 0 "$@" >"$B/logs/profile-$name.load" 2>&1 &

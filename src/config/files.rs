@@ -164,6 +164,16 @@ pub(super) struct Opened {
     pub size: u64,
 }
 
+/// Hashes what a referenced file holds now into `hasher`: its bytes (within the config file
+/// size limit), or the error reading it, so that a missing, unreadable or oversized file is a
+/// state of its own and its appearing later is a change.
+pub fn hash_file_state(path: &Path, hasher: &mut impl std::hash::Hasher) {
+    use std::hash::Hash;
+    read_regular_file(path, crate::config::LoadLimits::current().max_file_bytes)
+        .map_err(|e| e.to_string())
+        .hash(hasher);
+}
+
 /// The bytes of the regular file `path`, at most `max` of them; an error for anything else
 /// (nothing but a regular file is opened, see [`open`]) or a larger file.
 ///

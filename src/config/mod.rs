@@ -12,6 +12,6 @@ pub mod wire;
 pub mod yaml;
 
 pub use error::{ConfigErrors, Diagnostic, ObjectId, Reason, Severity};
-pub use files::read_regular_file;
+pub use files::{hash_file_state, read_regular_file};
 pub use limits::LoadLimits;
 pub use load::{load_paths, load_paths_cached, load_paths_with, ConfigSet, LoadCache};

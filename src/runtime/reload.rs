@@ -445,14 +445,11 @@ fn combined_fingerprint(yaml: u64, files: &[PathBuf]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     yaml.hash(&mut hasher);
-    let max = LoadLimits::current().max_file_bytes;
     for file in files {
         file.hash(&mut hasher);
-        // Never blocks on a FIFO nor reads a huge file whole: its first bytes and its size
-        // (in the error when it is too large) still tell a change.
-        crate::config::read_regular_file(file, max)
-            .map_err(|e| e.to_string())
-            .hash(&mut hasher);
+        // Never blocks on a FIFO nor reads a huge file whole: its size (in the error when it
+        // is too large) still tells a change.
+        crate::config::hash_file_state(file, &mut hasher);
     }
     hasher.finish()
 }

@@ -14,7 +14,7 @@
 //! are replaced only when a config is accepted: a refused config reuses nothing later.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -26,7 +26,7 @@ use crate::config::wire::gateway::GatewaySpec;
 use crate::config::wire::policy::BackendTrafficPolicySpec;
 use crate::config::wire::proxy::ProxyConfigSpec;
 use crate::config::wire::{Object, GATEWAY_GROUP};
-use crate::config::{ConfigSet, Diagnostic, LoadLimits};
+use crate::config::{ConfigSet, Diagnostic};
 use crate::snapshot::Backend;
 use crate::upstream::health_check::CheckPlan;
 
@@ -204,9 +204,7 @@ impl FileStates {
 
 fn read_state(path: &Path) -> FileState {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    crate::config::read_regular_file(path, LoadLimits::current().max_file_bytes)
-        .map_err(|e| e.kind())
-        .hash(&mut hasher);
+    crate::config::hash_file_state(path, &mut hasher);
     FileState {
         hash: hasher.finish(),
         changed: status_change(path),
@@ -229,7 +227,7 @@ fn status_change(path: &Path) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{load_paths_cached, LoadCache};
+    use crate::config::{load_paths_cached, LoadCache, LoadLimits};
     use crate::runtime::compile::{compile_reusing, Compiled};
     use crate::upstream::dns::DnsResolver;
     use crate::upstream::registry::StateRegistry;
