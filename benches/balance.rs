@@ -202,7 +202,7 @@ fn bench_group_pick(c: &mut Criterion) {
     let one = egressd::upstream::EndpointGroup::new_static(
         list,
         || Box::new(LeastRequest::new(LeastRequestSettings::default())),
-        Default::default(),
+        egressd::upstream::GroupSettings::default(),
     );
     g.bench_function("one_level/100", |b| {
         b.iter(|| black_box(one.pick(None)).map(|e| e.weight))

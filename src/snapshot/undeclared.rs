@@ -37,7 +37,7 @@ use crate::upstream::address::{canonical_ip, AddressPolicy};
 use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, Transport};
 use crate::upstream::dns::{refresh_loop, RefreshPlan};
 use crate::upstream::pool::PoolSettings;
-use crate::upstream::registry::{EndpointTemplate, StateRegistry};
+use crate::upstream::registry::{EndpointTemplate, PortIdentity, StateRegistry};
 use crate::upstream::tls::{NameCheck, Roots, TlsSpec, TlsVersion};
 use crate::upstream::{EndpointGroup, EndpointSource, GroupSettings};
 
@@ -301,10 +301,12 @@ impl UndeclaredDestinations {
             name: format!("{LABEL} {host}"),
         };
         let template = EndpointTemplate {
-            backend: id.clone(),
-            port,
-            transport: carriage as u64,
-            pool: PoolSettings::default(),
+            port: Arc::new(PortIdentity {
+                backend: id.clone(),
+                number: port,
+                transport: carriage as u64,
+                pool: PoolSettings::default(),
+            }),
             weight: 1,
             priority: 0,
         };

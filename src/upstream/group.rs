@@ -78,15 +78,14 @@ pub struct EndpointGroup {
     /// One balancer per priority level (index: the level's rank among the group's
     /// priorities; one for DNS groups and groups without priorities).
     balancers: Vec<Box<dyn Balancer<Endpoint>>>,
-    outlier: OutlierSettings,
+    /// Outlier detection, active checks, limits: shared with the groups of every Backend with
+    /// the same settings (and with the registry's key of this group).
+    settings: Arc<GroupSettings>,
     /// `circuitBreaker` limits and counts.
     breaker: Breaker,
     /// Some endpoint is neither ejected nor unhealthy (or the group has not resolved yet):
     /// routes send traffic to `fallback` Backends only when this is false for every primary.
     has_healthy: std::sync::atomic::AtomicBool,
-    /// `healthCheck.active`; without it the endpoints' active health is ignored (it may be
-    /// left over from a config that had checks).
-    active: Option<ActiveSettings>,
     /// Serialises ejections, unejections and the rebuilds of `pickable` (rare events).
     ejections: Mutex<()>,
     /// Flips to true when the first resolution finished (success or failure).
@@ -115,10 +114,14 @@ impl Unroutable {
 }
 
 /// How a group is set up, besides its endpoints and balancers.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct GroupSettings {
+    /// The balancing algorithm and its settings, as an identity (`BalancerKind::key`): a
+    /// different balancer is a different group.
+    pub balancer: String,
     pub outlier: OutlierSettings,
-    /// `healthCheck.active`: without it the endpoints' active health is ignored.
+    /// `healthCheck.active`: without it the endpoints' active health is ignored (it may be
+    /// left over from a config that had checks).
     pub active: Option<ActiveSettings>,
     /// `circuitBreaker` limits.
     pub breaker: BreakerSettings,
@@ -130,7 +133,7 @@ impl EndpointGroup {
     pub fn new_static(
         endpoints: Vec<Arc<Endpoint>>,
         make_balancer: impl Fn() -> Box<dyn Balancer<Endpoint>>,
-        settings: GroupSettings,
+        settings: impl Into<Arc<GroupSettings>>,
     ) -> Self {
         Self::new(
             EndpointSource::Static,
@@ -144,7 +147,7 @@ impl EndpointGroup {
     pub fn new_dns(
         source: EndpointSource,
         make_balancer: impl Fn() -> Box<dyn Balancer<Endpoint>>,
-        settings: GroupSettings,
+        settings: impl Into<Arc<GroupSettings>>,
     ) -> Self {
         Self::new(source, EndpointList::default(), make_balancer, settings)
     }
@@ -156,10 +159,11 @@ impl EndpointGroup {
         source: EndpointSource,
         list: EndpointList<Endpoint>,
         make_balancer: impl Fn() -> Box<dyn Balancer<Endpoint>>,
-        settings: GroupSettings,
+        settings: impl Into<Arc<GroupSettings>>,
     ) -> Self {
         // One balancer per priority level, so weighted schedules are not rebuilt as picks
         // move between levels (DNS groups have one level).
+        let settings = settings.into();
         let levels = priorities(&list.endpoints).len().max(1);
         let (resolved_tx, _) = watch::channel(list.resolved);
         let group = EndpointGroup {
@@ -167,9 +171,8 @@ impl EndpointGroup {
             list: ArcSwap::from_pointee(list),
             pickable: ArcSwap::from_pointee(Pickable::default()),
             balancers: (0..levels).map(|_| make_balancer()).collect(),
-            outlier: settings.outlier,
-            active: settings.active,
             breaker: Breaker::new(settings.breaker),
+            settings,
             has_healthy: std::sync::atomic::AtomicBool::new(true),
             ejections: Mutex::new(()),
             resolved_tx,
@@ -196,11 +199,11 @@ impl EndpointGroup {
     }
 
     pub fn outlier_settings(&self) -> &OutlierSettings {
-        &self.outlier
+        &self.settings.outlier
     }
 
     pub fn active_settings(&self) -> Option<&ActiveSettings> {
-        self.active.as_ref()
+        self.settings.active.as_ref()
     }
 
     /// Phase "admit": a slot under `maxParallelRequests`, held until the response ends; `None`
@@ -220,7 +223,7 @@ impl EndpointGroup {
             .ok_or(Unroutable::Gone)?;
         if endpoint.outlier.is_ejected() {
             Err(Unroutable::Ejected)
-        } else if self.active.is_some() && endpoint.health.is_unhealthy() {
+        } else if self.settings.active.is_some() && endpoint.health.is_unhealthy() {
             Err(Unroutable::Unhealthy)
         } else {
             Ok(endpoint.clone())
@@ -304,7 +307,7 @@ impl EndpointGroup {
     /// Records how an exchange with `endpoint` went; when that completes a run of failures,
     /// says which detector fired and what became of it (ejected, or why not).
     pub fn record(&self, endpoint: &Endpoint, outcome: Outcome) -> Option<Detection> {
-        let reason = endpoint.outlier.record(outcome, &self.outlier)?;
+        let reason = endpoint.outlier.record(outcome, &self.settings.outlier)?;
         Some(Detection {
             reason,
             verdict: self.eject(endpoint, reason),
@@ -335,7 +338,7 @@ impl EndpointGroup {
             .count();
         let verdict = endpoint.outlier.try_eject(
             reason,
-            &self.outlier,
+            &self.settings.outlier,
             ejected_now,
             list.endpoints.len(),
             now,
@@ -355,7 +358,7 @@ impl EndpointGroup {
 
     /// How often [`EndpointGroup::outlier_tick`] is to run.
     pub fn outlier_interval(&self) -> Duration {
-        self.outlier.interval
+        self.settings.outlier.interval
     }
 
     /// The interval tick: unejects endpoints whose time is up, decays multipliers, then runs
@@ -366,14 +369,14 @@ impl EndpointGroup {
         let now = Instant::now();
         let mut changed = false;
         for endpoint in &list.endpoints {
-            if endpoint.outlier.tick(&self.outlier, now) {
+            if endpoint.outlier.tick(&self.settings.outlier, now) {
                 crate::telemetry::log_limit::limited!(info, endpoint = %endpoint.addr, "endpoint back from ejection");
                 endpoint.mark_ready();
                 changed = true;
             }
         }
         let mut detections = Vec::new();
-        if self.outlier.counts_rates() {
+        if self.settings.outlier.counts_rates() {
             let counts: Vec<_> = list
                 .endpoints
                 .iter()
@@ -382,7 +385,7 @@ impl EndpointGroup {
                     (!e.outlier.is_ejected()).then_some(counts)
                 })
                 .collect();
-            for (i, reason) in rate_outliers(&counts, &self.outlier) {
+            for (i, reason) in rate_outliers(&counts, &self.settings.outlier) {
                 let verdict = self.eject_locked(&list, &list.endpoints[i], reason, now);
                 changed |= verdict == Verdict::Ejected;
                 detections.push(Detection { reason, verdict });
@@ -398,7 +401,7 @@ impl EndpointGroup {
     /// outlier ejection (Envoy's `successful_active_health_check_uneject_host`: the multiplier
     /// is kept), rebuilds `pickable`. Returns the health change, if any.
     pub fn record_check(&self, endpoint: &Endpoint, result: &CheckResult) -> Option<Transition> {
-        let Some(active) = &self.active else {
+        let Some(active) = &self.settings.active else {
             return None;
         };
         let _serial = self.lock();
@@ -453,7 +456,7 @@ impl EndpointGroup {
         let any_healthy = levels.iter().any(|l| !l.healthy.is_empty());
         self.has_healthy
             .store(any_healthy, std::sync::atomic::Ordering::Relaxed);
-        let shares = LevelShares::of(&levels, self.outlier.panic_threshold);
+        let shares = LevelShares::of(&levels, self.settings.outlier.panic_threshold);
         if shares.panic.iter().any(|p| *p) {
             let healthy: usize = levels.iter().map(|l| l.healthy.len()).sum();
             // Every rebuild while in panic would say it again: an upstream flapping can cause
@@ -516,7 +519,7 @@ impl EndpointGroup {
 
     /// Neither ejected nor (when active checks are on) unhealthy.
     fn is_pickable(&self, endpoint: &Endpoint) -> bool {
-        let unhealthy = self.active.is_some() && endpoint.health.is_unhealthy();
+        let unhealthy = self.settings.active.is_some() && endpoint.health.is_unhealthy();
         !endpoint.outlier.is_ejected() && !unhealthy
     }
 
@@ -816,7 +819,7 @@ mod tests {
             let group = EndpointGroup::new_static(
                 eps.clone(),
                 || Box::new(ConsistentHash::new(settings.clone())),
-                Default::default(),
+                GroupSettings::default(),
             );
             let place = || -> Vec<u16> {
                 (0..10_000)

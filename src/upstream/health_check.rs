@@ -550,7 +550,7 @@ mod tests {
         let group = Arc::new(EndpointGroup::new_static(
             vec![],
             || Box::new(RoundRobin::new()),
-            Default::default(),
+            crate::upstream::GroupSettings::default(),
         ));
         let s = ActiveSettings {
             timeout: Duration::from_millis(100),

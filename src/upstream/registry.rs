@@ -20,20 +20,29 @@ use arc_swap::ArcSwap;
 use crate::config::wire::enums::LookupFamily;
 use crate::config::ObjectId;
 use crate::upstream::dns::DnsResolver;
+use crate::upstream::group::GroupSettings;
 use crate::upstream::h2_pool::H2Pool;
 use crate::upstream::pool::{H1Pool, PoolSettings};
 use crate::upstream::{Endpoint, EndpointGroup};
 
-/// What identifies an endpoint besides its address: the Backend port it belongs to and how
-/// connections to it are made. A change to any of these is a new endpoint with a fresh pool,
-/// because pooled connections made under the old settings must not be reused.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct EndpointTemplate {
+/// What the endpoints of one Backend port share in their identity: the Backend, the port and
+/// how connections are made. A change to any of these is a new endpoint with a fresh pool,
+/// because pooled connections made under the old settings must not be reused. One per port,
+/// shared by its endpoints and its group (10,000 Backends: one copy each, not one per endpoint
+/// and per registry key).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct PortIdentity {
     pub backend: ObjectId,
-    pub port: u16,
+    pub number: u16,
     /// Hash of the transport settings (protocol, TLS) connections are made with.
     pub transport: u64,
     pub pool: PoolSettings,
+}
+
+/// What identifies an endpoint besides its address.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EndpointTemplate {
+    pub port: Arc<PortIdentity>,
     pub weight: u32,
     pub priority: u32,
 }
@@ -51,16 +60,12 @@ struct EndpointKey {
 /// it finds here once the new config is accepted.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct GroupKey {
-    pub template: EndpointTemplate,
+    pub port: Arc<PortIdentity>,
     pub source: GroupSource,
-    /// The balancing algorithm and its settings; a different balancer is a different group.
-    pub balancer: String,
-    /// Outlier detection settings live in the group too.
-    pub outlier: crate::balance::outlier::OutlierSettings,
-    /// Active health check settings live in the group too.
-    pub active: Option<crate::balance::health::ActiveSettings>,
-    /// `circuitBreaker` limits.
-    pub breaker: crate::upstream::breaker::BreakerSettings,
+    /// The balancer, outlier detection, active health checks and circuit-breaker limits: the
+    /// group keeps this very object, shared by the groups of every Backend with the same
+    /// settings (compared by value: a reload's equal settings find the group again).
+    pub settings: Arc<GroupSettings>,
 }
 
 /// Where a group's addresses come from, as far as its identity goes.
@@ -80,8 +85,8 @@ pub enum GroupSource {
 pub struct StateRegistry {
     // Keyed by the config (not by clients), and hashed for every endpoint and group of every
     // reload: a fast hash (SipHash was a fifth of compiling 10,000 Backends). The keys are
-    // boxed: a table has a quarter to a half of its slots empty, and a `GroupKey` is 512 bytes
-    // (10,000 groups: 8.5 MB of table, 12.8 MB while it grows, instead of 5 MB).
+    // boxed: a table has a quarter to a half of its slots empty. Their big parts (the port's
+    // identity, the group settings) are shared with the values they key.
     endpoints: Mutex<HashMap<Box<EndpointKey>, Weak<Endpoint>, FastHash>>,
     groups: Mutex<HashMap<Box<GroupKey>, Weak<EndpointGroup>, FastHash>>,
     resolver: ArcSwap<DnsResolver>,
@@ -119,8 +124,8 @@ impl StateRegistry {
             Endpoint::new(
                 addr,
                 template.weight,
-                H1Pool::new(template.pool),
-                H2Pool::new(template.pool.idle_timeout),
+                H1Pool::new(template.port.pool),
+                H2Pool::new(template.port.pool.idle_timeout),
             )
             .with_priority(template.priority)
         })

@@ -35,7 +35,9 @@ use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, TcpKeepali
 use crate::upstream::dns::RefreshPlan;
 use crate::upstream::health_check::CheckPlan;
 use crate::upstream::pool::PoolSettings;
-use crate::upstream::registry::{EndpointTemplate, GroupKey, GroupSource, StateRegistry};
+use crate::upstream::registry::{
+    EndpointTemplate, GroupKey, GroupSource, PortIdentity, StateRegistry,
+};
 use crate::upstream::tls::{Roots, TlsSpec};
 use crate::upstream::{Endpoint, EndpointGroup, EndpointSource, GroupSettings};
 
@@ -584,26 +586,21 @@ fn endpoint_group(
     site.policy.http2.hash(&mut fingerprint);
     transport.mode.hash(&mut fingerprint);
     transport.spec.hash(&mut fingerprint);
-    let template = EndpointTemplate {
+    let port = Arc::new(PortIdentity {
         backend: site.id().clone(),
-        port: number,
+        number,
         transport: fingerprint.finish(),
         pool: site.policy.pool,
-        weight: 1,
-        priority: 0,
-    };
+    });
+    let settings = cx.group_settings(GroupSettings {
+        balancer: site.policy.balancer.key(),
+        outlier: site.policy.outlier,
+        active: site.policy.active.clone(),
+        breaker: site.policy.breaker,
+    });
     match &site.dest.hostname {
-        Some(host) => dns_group(cx, site, host, template),
-        None => static_group(cx, site, template),
-    }
-}
-
-/// The settings of a group of this Backend's endpoints.
-fn group_settings(policy: &BackendPolicy) -> GroupSettings {
-    GroupSettings {
-        outlier: policy.outlier,
-        active: policy.active.clone(),
-        breaker: policy.breaker,
+        Some(host) => dns_group(cx, site, host, port, settings),
+        None => static_group(cx, site, port, settings),
     }
 }
 
@@ -612,7 +609,8 @@ fn dns_group(
     cx: &mut Cx,
     site: &BackendSite<'_>,
     host: &str,
-    template: EndpointTemplate,
+    port: Arc<PortIdentity>,
+    settings: Arc<GroupSettings>,
 ) -> Arc<EndpointGroup> {
     let (policy, dns) = (&site.policy, &site.policy.dns);
     let refresh = dns
@@ -621,33 +619,34 @@ fn dns_group(
     let respect_ttl = dns.respect_dns_ttl.unwrap_or(true);
     let family = dns.lookup_family.unwrap_or(LookupFamily::IPv4Preferred);
     let key = GroupKey {
-        template: template.clone(),
+        port: port.clone(),
         source: GroupSource::Dns {
             hostname: host.to_owned(),
             refresh,
             respect_ttl,
             family,
         },
-        balancer: policy.balancer.key(),
-        outlier: policy.outlier,
-        active: policy.active.clone(),
-        breaker: policy.breaker,
+        settings: settings.clone(),
     };
     let source = EndpointSource::Dns {
         hostname: host.to_owned(),
-        port: template.port,
+        port: port.number,
         refresh,
         respect_ttl,
     };
     let (group, created) = site.registry.group(key, || {
-        EndpointGroup::new_dns(source, || policy.balancer.build(), group_settings(policy))
+        EndpointGroup::new_dns(source, || policy.balancer.build(), settings)
     });
     if created {
         cx.outlier_groups
             .push((Arc::downgrade(&group), site.label.clone()));
         cx.refreshers.push(RefreshPlan {
             group: Arc::downgrade(&group),
-            template,
+            template: EndpointTemplate {
+                port,
+                weight: 1,
+                priority: 0,
+            },
             family,
             addresses: None,
         });
@@ -660,40 +659,34 @@ fn dns_group(
 fn static_group(
     cx: &mut Cx,
     site: &BackendSite<'_>,
-    template: EndpointTemplate,
+    port: Arc<PortIdentity>,
+    settings: Arc<GroupSettings>,
 ) -> Arc<EndpointGroup> {
     let (policy, addrs) = (&site.policy, &site.dest.addrs);
     let endpoints: Vec<Arc<Endpoint>> = addrs
         .iter()
         .map(|a| {
             let t = EndpointTemplate {
+                port: port.clone(),
                 weight: a.weight,
                 priority: a.priority,
-                ..template.clone()
             };
-            let port = a.port.unwrap_or(template.port);
-            site.registry.endpoint(&t, SocketAddr::new(a.ip, port))
+            let number = a.port.unwrap_or(port.number);
+            site.registry.endpoint(&t, SocketAddr::new(a.ip, number))
         })
         .collect();
     let mut levels: Vec<u32> = addrs.iter().map(|a| a.priority).collect();
     levels.sort_unstable();
     levels.dedup();
     let key = GroupKey {
-        template,
+        port,
         source: GroupSource::Static {
             levels: levels.len().max(1),
         },
-        balancer: policy.balancer.key(),
-        outlier: policy.outlier,
-        active: policy.active.clone(),
-        breaker: policy.breaker,
+        settings: settings.clone(),
     };
     let (group, created) = site.registry.group(key, || {
-        EndpointGroup::new_static(
-            endpoints.clone(),
-            || policy.balancer.build(),
-            group_settings(policy),
-        )
+        EndpointGroup::new_static(endpoints.clone(), || policy.balancer.build(), settings)
     });
     if created {
         cx.outlier_groups

@@ -31,6 +31,7 @@ use crate::snapshot::undeclared::UndeclaredDestinations;
 use crate::snapshot::Snapshot;
 use crate::upstream::dns::RefreshPlan;
 use crate::upstream::registry::StateRegistry;
+use crate::upstream::GroupSettings;
 
 /// A new endpoint group whose outlier detector needs its interval tick, and the label of the
 /// Backend it belongs to (for the metrics of ejections made on the tick).
@@ -103,6 +104,7 @@ pub fn compile_reusing(
         static_lists: Vec::new(),
         referenced: Default::default(),
         referred_by_backend: Vec::new(),
+        group_settings: Default::default(),
     };
     let settings = settings::compile(&mut cx, &set);
     let policies = policy::PolicyIndex::build(&mut cx, &set);
@@ -179,6 +181,9 @@ pub(crate) struct Cx {
     referenced: std::collections::BTreeSet<std::path::PathBuf>,
     /// The files referred to since the Backend being compiled started (for reusing it).
     referred_by_backend: Vec<std::path::PathBuf>,
+    /// One object per distinct endpoint-group settings: the groups of Backends under the same
+    /// policy share it (bounded by the config's distinct policies).
+    group_settings: std::collections::HashSet<Arc<GroupSettings>>,
 }
 
 /// Where a diagnostic points: an object, a position and a field path.
@@ -190,6 +195,16 @@ pub(crate) struct At<'a> {
 }
 
 impl Cx {
+    /// The shared object holding `settings`.
+    pub fn group_settings(&mut self, settings: GroupSettings) -> Arc<GroupSettings> {
+        if let Some(shared) = self.group_settings.get(&settings) {
+            return shared.clone();
+        }
+        let shared = Arc::new(settings);
+        self.group_settings.insert(shared.clone());
+        shared
+    }
+
     pub fn error(&mut self, at: At<'_>, message: impl Into<String>, hint: impl Into<String>) {
         self.push(Diagnostic::error(at.file, at.pos, message), at, hint);
     }
