@@ -17,7 +17,6 @@ use egressd::balance::{
     LeastRequest, LeastRequestSettings, Random, RoundRobin,
 };
 use egressd::upstream::endpoint::ActiveRequest;
-use egressd::upstream::h2_pool::H2Pool;
 use egressd::upstream::pool::H1Pool;
 use egressd::upstream::Endpoint;
 
@@ -29,12 +28,7 @@ fn endpoints(n: usize, weighted: bool) -> (Vec<Arc<Endpoint>>, Vec<ActiveRequest
         .map(|i| {
             let addr = ([10, 0, (i / 250) as u8, (i % 250) as u8 + 1], 443).into();
             let weight = if weighted { 1 + (i % 7) as u32 } else { 1 };
-            Arc::new(Endpoint::new(
-                addr,
-                weight,
-                H1Pool::new(Default::default()),
-                H2Pool::new(Duration::from_secs(60)),
-            ))
+            Arc::new(Endpoint::new(addr, weight, H1Pool::new(Default::default())))
         })
         .collect();
     let held = list

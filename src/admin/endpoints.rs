@@ -64,7 +64,7 @@ pub(super) fn endpoints(snapshot: &Snapshot) -> Value {
                             "consecutiveGatewayErrors": gateway,
                             "consecutive5xx": server,
                             "consecutiveLocalOriginFailures": local,
-                            "http2Connections": e.h2.connection_count(),
+                            "http2Connections": e.h2_if_used().map_or(0, |h2| h2.connection_count()),
                             "idleHttp1Connections": e.pool.idle_count(),
                         })
                     })

@@ -103,8 +103,9 @@ pub struct HealthDetail {
 #[derive(Debug, Default)]
 pub struct HealthState {
     unhealthy: AtomicBool,
-    /// Boxed: `Endpoint` stays as small as before for the counters picks read.
-    detail: Box<Mutex<HealthDetail>>,
+    /// Boxed: `Endpoint` stays as small as before for the counters picks read. Made by the
+    /// first check: most endpoints are never checked (10,000 Backends: 1.6 MB).
+    detail: std::sync::OnceLock<Box<Mutex<HealthDetail>>>,
 }
 
 impl HealthState {
@@ -114,7 +115,10 @@ impl HealthState {
 
     /// A copy of the details (for `/endpoints`).
     pub fn detail(&self) -> HealthDetail {
-        self.lock().clone()
+        match self.detail.get() {
+            Some(detail) => detail.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            None => HealthDetail::default(),
+        }
     }
 
     /// Counts a check result; says when the endpoint changed health. Call under the group's
@@ -163,7 +167,10 @@ impl HealthState {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HealthDetail> {
         // Plain data copied in and out: a poisoned lock still holds a valid value.
-        self.detail.lock().unwrap_or_else(|p| p.into_inner())
+        self.detail
+            .get_or_init(Box::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 }
 

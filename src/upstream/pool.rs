@@ -69,6 +69,10 @@ impl H1Pool {
         }
     }
 
+    pub fn settings(&self) -> &PoolSettings {
+        &self.settings
+    }
+
     /// Takes the most recently used idle connection that is still open and not expired.
     pub fn checkout(&self) -> Option<H1Sender> {
         let now = Instant::now();

@@ -21,7 +21,6 @@ use crate::config::wire::enums::LookupFamily;
 use crate::config::ObjectId;
 use crate::upstream::dns::DnsResolver;
 use crate::upstream::group::GroupSettings;
-use crate::upstream::h2_pool::H2Pool;
 use crate::upstream::pool::{H1Pool, PoolSettings};
 use crate::upstream::{Endpoint, EndpointGroup};
 
@@ -121,13 +120,8 @@ impl StateRegistry {
             addr,
         };
         get_or_insert(&self.endpoints, key, || {
-            Endpoint::new(
-                addr,
-                template.weight,
-                H1Pool::new(template.port.pool),
-                H2Pool::new(template.port.pool.idle_timeout),
-            )
-            .with_priority(template.priority)
+            Endpoint::new(addr, template.weight, H1Pool::new(template.port.pool))
+                .with_priority(template.priority)
         })
         .0
     }
@@ -170,7 +164,9 @@ impl StateRegistry {
         };
         for endpoint in live {
             endpoint.pool.evict_expired();
-            endpoint.h2.evict_expired();
+            if let Some(h2) = endpoint.h2_if_used() {
+                h2.evict_expired();
+            }
         }
         lock(&self.groups).retain(|_, weak| weak.strong_count() > 0);
     }

@@ -16,8 +16,9 @@ pub struct BackendSpec {
     pub protocol: Option<Spanned<Protocol>>,
     /// `Simple` (verified TLS) when omitted: plaintext is always an explicit choice.
     pub tls: Option<Spanned<Box<BackendTls>>>,
+    // Boxed, like `tls` and `trafficPolicy`: most Backends have none.
     /// Protocol-specific settings (`mcp`).
-    pub protocol_options: Option<Spanned<ProtocolOptions>>,
+    pub protocol_options: Option<Spanned<Box<ProtocolOptions>>>,
     /// Used only when a route's primary backends are unhealthy.
     pub fallback: Option<Spanned<bool>>,
     /// Processing added to every request to this Backend (`CredentialInjector`).
@@ -72,8 +73,9 @@ pub struct BackendPort {
     pub protocol: Option<Spanned<Protocol>>,
     /// Overrides the Backend's `tls` for this port.
     pub tls: Option<Spanned<Box<BackendTls>>>,
+    // Boxed: most ports have none, and the MCP options are a hundred bytes kept per port.
     /// Overrides the Backend's `protocolOptions` for this port.
-    pub protocol_options: Option<Spanned<ProtocolOptions>>,
+    pub protocol_options: Option<Spanned<Box<ProtocolOptions>>>,
 }
 
 /// `protocolOptions`.

@@ -133,7 +133,7 @@ async fn exchange_http1(
                 // connections, and requests follow it there from now on.
                 HttpConnection::Http2(conn) => {
                     endpoint.set_negotiated_http1(false);
-                    let stream = endpoint.h2.add(conn);
+                    let stream = endpoint.h2().add(conn);
                     return match stream {
                         Some(stream) => {
                             Box::pin(send_http2_once(target, endpoint, stream, req)).await
@@ -228,9 +228,9 @@ async fn find_stream(
     endpoint: &Arc<Endpoint>,
     round: u32,
 ) -> Result<Found, ProxyError> {
-    let mut checkout = endpoint.h2.checkout();
+    let mut checkout = endpoint.h2().checkout();
     if round > MAX_SLOT_ROUNDS && !matches!(checkout, Checkout::Stream(_)) {
-        checkout = match endpoint.h2.claim_least_busy() {
+        checkout = match endpoint.h2().claim_least_busy() {
             Some(stream) => Checkout::Stream(stream),
             None if round > MAX_ROUNDS => {
                 return Err(ProxyError::UpstreamReset {
@@ -270,7 +270,7 @@ async fn find_stream(
                     Err(connect_error(&e, &target.backend.label, endpoint.addr))
                 }
                 Ok(HttpConnection::Http2(conn)) => {
-                    let stream = endpoint.h2.add(conn);
+                    let stream = endpoint.h2().add(conn);
                     ticket.finish(Attempt::Done);
                     Ok(stream.map_or(Found::LookAgain, Found::Stream))
                 }
@@ -381,7 +381,7 @@ async fn h2_connection_slot(
         let closed = breaker.connection_closed();
         tokio::pin!(closed);
         closed.as_mut().enable();
-        if let Some(stream) = endpoint.h2.claim_least_busy() {
+        if let Some(stream) = endpoint.h2().claim_least_busy() {
             return Ok(Err(stream));
         }
         if let Some(slot) = breaker.connection() {
