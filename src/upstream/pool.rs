@@ -3,7 +3,14 @@
 //! Connections are checked out for one request and checked back in when the response body has
 //! been read to the end (see `http::body`). The pool is LIFO, so the most recently used — the
 //! least likely to have been closed by the server — connection is reused first, and surplus
-//! connections age out. The lock is held only to push or pop, never across an `.await`.
+//! connections sink to the bottom. The lock is held only to push or pop, never across an
+//! `.await`.
+//!
+//! Surplus connections are closed gradually, as HAProxy's `pool-purge-delay` does: at each
+//! sweep (every 5 s), half of the connections that stayed idle through the whole period since
+//! the previous sweep are closed, oldest first. Under a steady load the pool keeps what the
+//! load uses; after a burst it shrinks by half per period instead of holding every connection
+//! the burst opened (and the memory behind each) for `idle_timeout`.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -40,10 +47,19 @@ struct Idle {
     since: Instant,
 }
 
+/// The idle connections, oldest first.
+#[derive(Default)]
+struct IdleList {
+    conns: Vec<Idle>,
+    /// The fewest idle connections since the last sweep: the bottom `low` connections were not
+    /// used during the whole period (checkouts take from the top).
+    low: usize,
+}
+
 /// Idle HTTP/1.1 connections to one endpoint.
 pub struct H1Pool {
     settings: PoolSettings,
-    idle: Mutex<Vec<Idle>>,
+    idle: Mutex<IdleList>,
     /// Requests waiting for a connection of this endpoint (at `circuitBreaker.maxConnections`);
     /// only then does a checkin wake anyone, so the common checkin touches no `Notify`.
     waiting: AtomicU32,
@@ -63,7 +79,7 @@ impl H1Pool {
     pub fn new(settings: PoolSettings) -> Self {
         H1Pool {
             settings,
-            idle: Mutex::new(Vec::new()),
+            idle: Mutex::default(),
             waiting: AtomicU32::new(0),
             returned: Notify::new(),
         }
@@ -77,15 +93,18 @@ impl H1Pool {
     pub fn checkout(&self) -> Option<H1Sender> {
         let now = Instant::now();
         let mut idle = self.lock();
-        while let Some(entry) = idle.pop() {
+        let mut found = None;
+        while let Some(entry) = idle.conns.pop() {
             if entry.sender.is_closed()
                 || now.duration_since(entry.since) >= self.settings.idle_timeout
             {
                 continue; // dropping the sender closes the connection
             }
-            return Some(entry.sender);
+            found = Some(entry.sender);
+            break;
         }
-        None
+        idle.low = idle.low.min(idle.conns.len());
+        found
     }
 
     /// Returns a connection after its response was read completely.
@@ -95,10 +114,10 @@ impl H1Pool {
         }
         {
             let mut idle = self.lock();
-            if idle.len() >= self.settings.max_idle {
+            if idle.conns.len() >= self.settings.max_idle {
                 return;
             }
-            idle.push(Idle {
+            idle.conns.push(Idle {
                 sender,
                 since: Instant::now(),
             });
@@ -119,26 +138,44 @@ impl H1Pool {
     /// by a request to another endpoint). Returns whether one was closed.
     pub fn close_oldest_idle(&self) -> bool {
         let mut idle = self.lock();
-        if idle.is_empty() {
+        if idle.conns.is_empty() {
             return false;
         }
-        drop(idle.remove(0));
+        drop(idle.conns.remove(0));
+        idle.low = idle.low.min(idle.conns.len());
         true
     }
 
-    /// Closes idle connections that expired or were closed by the server.
-    pub fn evict_expired(&self) {
+    /// The periodic sweep: closes idle connections that expired or were closed by the server,
+    /// and half (rounded up) of those that stayed idle through the whole period since the
+    /// previous sweep (see the module's documentation).
+    pub fn sweep(&self) {
         let now = Instant::now();
         let timeout = self.settings.idle_timeout;
-        self.lock()
-            .retain(|e| !e.sender.is_closed() && now.duration_since(e.since) < timeout);
+        let mut idle = self.lock();
+        let surplus = {
+            // Counted before dropping the dead ones: `low` counts from the bottom.
+            let low = idle.low.min(idle.conns.len());
+            let mut i = 0;
+            let mut untouched_alive = 0;
+            idle.conns.retain(|e| {
+                let keep = !e.sender.is_closed() && now.duration_since(e.since) < timeout;
+                untouched_alive += usize::from(keep && i < low);
+                i += 1;
+                keep
+            });
+            untouched_alive
+        };
+        // Oldest first: the bottom of the stack.
+        drop(idle.conns.drain(..surplus.div_ceil(2)));
+        idle.low = idle.conns.len();
     }
 
     pub fn idle_count(&self) -> usize {
-        self.lock().len()
+        self.lock().conns.len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, IdleList> {
         // A panic while holding this lock can only come from Vec::push/pop, which do not
         // leave the list inconsistent, so a poisoned lock is still safe to use.
         self.idle
@@ -161,5 +198,73 @@ impl CheckinWait<'_> {
 impl Drop for CheckinWait<'_> {
     fn drop(&mut self) {
         self.pool.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper_util::rt::TokioIo;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A pool holding `n` idle connections to a loopback server that keeps them open.
+    async fn pool_with(n: usize) -> (H1Pool, tokio::task::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let pool = H1Pool::new(PoolSettings::default());
+        for _ in 0..n {
+            let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
+            let (sender, conn) = hyper::client::conn::http1::handshake::<_, RequestBody>(io)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            pool.checkin(sender);
+        }
+        (pool, server)
+    }
+
+    #[tokio::test]
+    async fn half_of_the_connections_idle_through_a_whole_period_close_at_each_sweep() {
+        let (pool, _server) = pool_with(9).await;
+        // The first period started with none idle: nothing was idle through all of it.
+        pool.sweep();
+        assert_eq!(pool.idle_count(), 9);
+        // Nine idle throughout: five go (half, rounded up), oldest first.
+        pool.sweep();
+        assert_eq!(pool.idle_count(), 4);
+        // One used and returned in this period: three stayed idle throughout, two go.
+        let used = pool.checkout().unwrap();
+        pool.checkin(used);
+        pool.sweep();
+        assert_eq!(pool.idle_count(), 2);
+        pool.sweep();
+        assert_eq!(pool.idle_count(), 1);
+        pool.sweep();
+        assert_eq!(pool.idle_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn connections_a_steady_load_uses_are_kept() {
+        let (pool, _server) = pool_with(6).await;
+        pool.sweep();
+        for _ in 0..5 {
+            // Every connection in use at some point of each period.
+            let senders: Vec<H1Sender> = std::iter::from_fn(|| pool.checkout()).collect();
+            assert_eq!(senders.len(), 6);
+            senders.into_iter().for_each(|s| pool.checkin(s));
+            pool.sweep();
+            assert_eq!(pool.idle_count(), 6);
+        }
+        // Four of six used in a period: two stayed idle throughout, one goes.
+        let senders: Vec<H1Sender> = (0..4).map_while(|_| pool.checkout()).collect();
+        senders.into_iter().for_each(|s| pool.checkin(s));
+        pool.sweep();
+        assert_eq!(pool.idle_count(), 5);
     }
 }

@@ -155,7 +155,8 @@ impl StateRegistry {
         Ok(())
     }
 
-    /// Closes expired idle connections and forgets dropped entries. Called periodically.
+    /// Closes expired and surplus idle connections (`H1Pool::sweep`) and forgets dropped
+    /// entries. Called every 5 s.
     pub fn sweep(&self) {
         let live: Vec<Arc<Endpoint>> = {
             let mut endpoints = lock(&self.endpoints);
@@ -163,7 +164,7 @@ impl StateRegistry {
             endpoints.values().filter_map(Weak::upgrade).collect()
         };
         for endpoint in live {
-            endpoint.pool.evict_expired();
+            endpoint.pool.sweep();
             if let Some(h2) = endpoint.h2_if_used() {
                 h2.evict_expired();
             }
