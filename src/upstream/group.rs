@@ -89,7 +89,9 @@ pub struct EndpointGroup {
     /// Serialises ejections, unejections and the rebuilds of `pickable` (rare events).
     ejections: Mutex<()>,
     /// Flips to true when the first resolution finished (success or failure).
-    resolved_tx: watch::Sender<bool>,
+    /// Only for a group that starts unresolved (DNS): a static group is resolved from the
+    /// start and needs no channel (a watch channel is 340 bytes; 10,000 groups: 3.4 MB).
+    resolved_tx: Option<watch::Sender<bool>>,
 }
 
 /// Why a request pinned to an endpoint cannot go there.
@@ -165,7 +167,7 @@ impl EndpointGroup {
         // move between levels (DNS groups have one level).
         let settings = settings.into();
         let levels = priorities(&list.endpoints).len().max(1);
-        let (resolved_tx, _) = watch::channel(list.resolved);
+        let resolved_tx = (!list.resolved).then(|| watch::channel(false).0);
         let group = EndpointGroup {
             source,
             list: ArcSwap::from_pointee(list),
@@ -260,17 +262,22 @@ impl EndpointGroup {
     pub fn publish(&self, list: EndpointList<Endpoint>) {
         self.list.store(Arc::new(list));
         self.rebuild_pickable();
-        self.resolved_tx.send_replace(true);
+        if let Some(tx) = &self.resolved_tx {
+            tx.send_replace(true);
+        }
     }
 
     /// Whether the first resolution has finished.
     pub fn is_resolved(&self) -> bool {
-        *self.resolved_tx.borrow()
+        self.resolved_tx.as_ref().is_none_or(|tx| *tx.borrow())
     }
 
     /// Waits until the first resolution has finished, for at most `limit`.
     pub async fn wait_resolved(&self, limit: Duration) {
-        let mut rx = self.resolved_tx.subscribe();
+        let Some(tx) = &self.resolved_tx else {
+            return;
+        };
+        let mut rx = tx.subscribe();
         let _ = tokio::time::timeout(limit, rx.wait_for(|resolved| *resolved)).await;
     }
 
