@@ -142,7 +142,8 @@ impl H1Pool {
             return false;
         }
         drop(idle.conns.remove(0));
-        idle.low = idle.low.min(idle.conns.len());
+        // It was one of the untouched ones at the bottom, if there were any.
+        idle.low = idle.low.saturating_sub(1);
         true
     }
 
@@ -247,6 +248,19 @@ mod tests {
         assert_eq!(pool.idle_count(), 1);
         pool.sweep();
         assert_eq!(pool.idle_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_for_another_endpoint_counts_as_one_of_the_untouched() {
+        let (pool, _server) = pool_with(4).await;
+        pool.sweep();
+        // The top one used in this period: three untouched below it.
+        let used = pool.checkout().unwrap();
+        pool.checkin(used);
+        // The oldest goes to make room elsewhere: two untouched left, one of them closes.
+        assert!(pool.close_oldest_idle());
+        pool.sweep();
+        assert_eq!(pool.idle_count(), 2);
     }
 
     #[tokio::test]
