@@ -115,10 +115,9 @@ impl HealthState {
 
     /// A copy of the details (for `/endpoints`).
     pub fn detail(&self) -> HealthDetail {
-        match self.detail.get() {
-            Some(detail) => detail.lock().unwrap_or_else(|p| p.into_inner()).clone(),
-            None => HealthDetail::default(),
-        }
+        self.detail
+            .get()
+            .map_or_else(HealthDetail::default, |detail| unpoisoned(detail).clone())
     }
 
     /// Counts a check result; says when the endpoint changed health. Call under the group's
@@ -166,12 +165,13 @@ impl HealthState {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HealthDetail> {
-        // Plain data copied in and out: a poisoned lock still holds a valid value.
-        self.detail
-            .get_or_init(Box::default)
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        unpoisoned(self.detail.get_or_init(Box::default))
     }
+}
+
+fn unpoisoned(detail: &Mutex<HealthDetail>) -> std::sync::MutexGuard<'_, HealthDetail> {
+    // Plain data copied in and out: a poisoned lock still holds a valid value.
+    detail.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The first check of the `i`-th of `n` endpoints: the group's checks are spread evenly over

@@ -163,6 +163,8 @@ struct BackendSite<'a> {
     label: Arc<str>,
     dest: Destination,
     policy: BackendPolicy,
+    /// The settings of the groups of all its ports (shared with other Backends' groups).
+    group_settings: Arc<GroupSettings>,
 }
 
 impl BackendSite<'_> {
@@ -210,13 +212,21 @@ fn compile_one(
         check_sections(cx, file, id, &p.value, "spec.trafficPolicy");
     }
     let dest = compile_destination(cx, file, id, &spec.destination, settings);
+    let policy = backend_policy(policies, id, inline.map(|p| &*p.value));
+    let group_settings = cx.group_settings(GroupSettings {
+        balancer: policy.balancer.key(),
+        outlier: policy.outlier,
+        active: policy.active.clone(),
+        breaker: policy.breaker,
+    });
     let site = BackendSite {
         obj,
         settings,
         registry,
         label: format!("{}/{}", id.namespace, id.name).into(),
         dest,
-        policy: backend_policy(policies, id, inline.map(|p| &*p.value)),
+        policy,
+        group_settings,
     };
     let ports = compile_ports(cx, &site);
 
@@ -592,12 +602,7 @@ fn endpoint_group(
         transport: fingerprint.finish(),
         pool: site.policy.pool,
     });
-    let settings = cx.group_settings(GroupSettings {
-        balancer: site.policy.balancer.key(),
-        outlier: site.policy.outlier,
-        active: site.policy.active.clone(),
-        breaker: site.policy.breaker,
-    });
+    let settings = site.group_settings.clone();
     match &site.dest.hostname {
         Some(host) => dns_group(cx, site, host, port, settings),
         None => static_group(cx, site, port, settings),
