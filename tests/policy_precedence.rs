@@ -61,27 +61,79 @@ fn compile_yaml(extra: &str) -> Compiled {
     compile(Arc::new(loaded.set), loaded.diagnostics, &registry, 1)
 }
 
-/// The request policy of the route rule matching `path` on host a.test.
-fn policy_for(compiled: &Compiled, path: &str) -> RequestPolicy {
+/// The route rule matching `path` on `host`.
+fn entry_for<'a>(
+    compiled: &'a Compiled,
+    host: &str,
+    path: &str,
+) -> &'a egressd::snapshot::router::RouteEntry {
     let router = compiled
         .snapshot
         .routers
         .get("default/gw/http")
         .expect("listener router");
-    let entries = router.exact.get("a.test").expect("routes for a.test");
+    let entries = router.exact.get(host).expect("routes for the host");
     let headers = http::HeaderMap::new();
     let input = egressd::snapshot::router::RouteInput {
-        host: "a.test",
+        host,
         path,
         query: None,
         method: &http::Method::GET,
         headers: &headers,
     };
-    let entry = entries
+    entries
         .iter()
         .find(|e| e.matcher.matches(&input))
-        .expect("a matching rule");
-    entry.action.backends[0].target.policy.clone()
+        .expect("a matching rule")
+}
+
+/// The request policy of the route rule matching `path` on host a.test.
+fn policy_for(compiled: &Compiled, path: &str) -> RequestPolicy {
+    let entry = entry_for(compiled, "a.test", path);
+    entry.action.backends[0].target.policy.as_ref().clone()
+}
+
+/// Routes whose targets resolve to the same request policy, and rules with the same filters,
+/// share one object of each (a config of 10,000 routes holds a handful, not 10,000): sharing
+/// is by value, so a different policy or filter is its own object.
+#[test]
+fn equal_policies_and_filters_are_one_object() {
+    let compiled = compile_yaml(
+        r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: other}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [b.test]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /plain}}]
+    backendRefs: [{name: plain}]
+  - matches: [{path: {type: PathPrefix, value: /tagged}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier: {set: [{name: x-tag, value: one}]}
+    backendRefs: [{name: plain}]
+"#,
+    );
+    assert!(!compiled.has_errors(), "{:?}", compiled.diagnostics);
+    let (a, b) = (
+        entry_for(&compiled, "a.test", "/plain"),
+        entry_for(&compiled, "b.test", "/plain"),
+    );
+    let (rule, tagged) = (
+        entry_for(&compiled, "a.test", "/rule"),
+        entry_for(&compiled, "b.test", "/tagged"),
+    );
+    let policy =
+        |e: &egressd::snapshot::router::RouteEntry| e.action.backends[0].target.policy.clone();
+    assert!(Arc::ptr_eq(&policy(a), &policy(b)));
+    assert!(!Arc::ptr_eq(&policy(a), &policy(rule)));
+    assert_eq!(policy(rule).request_timeout, Some(Duration::from_secs(3)));
+    assert!(Arc::ptr_eq(&a.action.filters, &b.action.filters));
+    assert!(Arc::ptr_eq(&a.action.filters, &rule.action.filters));
+    assert!(!Arc::ptr_eq(&a.action.filters, &tagged.action.filters));
+    assert_eq!(tagged.action.filters.request_headers.set.len(), 1);
 }
 
 fn policy(name: &str, target_kind: &str, target: &str, timeout: &str) -> String {

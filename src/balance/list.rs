@@ -1,5 +1,6 @@
 //! The list of endpoints a balancer picks from, and what its balancer built for it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use super::Candidate;
@@ -18,6 +19,9 @@ pub struct EndpointList<E> {
     /// What the list's balancer built for it (see [`Prepared`]): set when the list is
     /// published, so picks only read it.
     prepared: OnceLock<Prepared>,
+    /// Whether this list was ever published as what picks choose from (see
+    /// [`EndpointList::publish_once`]).
+    published: AtomicBool,
 }
 
 impl<E> Default for EndpointList<E> {
@@ -28,6 +32,7 @@ impl<E> Default for EndpointList<E> {
             resolved: false,
             last_error: None,
             prepared: OnceLock::new(),
+            published: AtomicBool::new(false),
         }
     }
 }
@@ -41,7 +46,15 @@ impl<E: Candidate> EndpointList<E> {
             resolved: true,
             last_error: None,
             prepared: OnceLock::new(),
+            published: AtomicBool::new(false),
         }
+    }
+
+    /// True the first time only: a group's list can itself be what picks choose from while
+    /// every endpoint takes load, but only once; a later rebuild makes a new list, so what
+    /// its balancer prepares (schedules, slow start) starts over.
+    pub fn publish_once(&self) -> bool {
+        !self.published.swap(true, Ordering::Relaxed)
     }
 
     /// What the balancer built for this list, building it now if it has not been.

@@ -224,8 +224,9 @@ pub struct OutlierState {
     interval_requests: AtomicU32,
     interval_failures: AtomicU32,
     ejected: AtomicBool,
-    /// Changed only under the group's ejection lock.
-    detail: Mutex<Ejection>,
+    /// Changed only under the group's ejection lock. Made by the first ejection: most
+    /// endpoints are never ejected, and 20,000 of them would carry 1.1 MB of it.
+    detail: Mutex<Option<Box<Ejection>>>,
 }
 
 /// The slow-changing part of an endpoint's outlier state.
@@ -332,7 +333,7 @@ impl OutlierState {
 
     /// A copy of the ejection details (for `/endpoints`).
     pub fn ejection(&self) -> Ejection {
-        *lock(&self.detail)
+        lock(&self.detail).as_deref().copied().unwrap_or_default()
     }
 
     /// Current runs: (gateway errors, 5xx, local-origin failures).
@@ -370,6 +371,7 @@ impl OutlierState {
             return Verdict::NotEnforced;
         }
         let mut detail = lock(&self.detail);
+        let detail = detail.get_or_insert_default();
         // The multiplier grows while the ejection it gives stays below max + base.
         let base = settings.base_ejection_time;
         if base * detail.multiplier < settings.max_ejection_time + base {
@@ -399,7 +401,7 @@ impl OutlierState {
         }
         let mut detail = lock(&self.detail);
         self.ejected.store(false, Ordering::Relaxed);
-        detail.last_unejected = Some(now);
+        detail.get_or_insert_default().last_unejected = Some(now);
         self.reset_counters();
         true
     }
@@ -408,6 +410,10 @@ impl OutlierState {
     /// off the multiplier after each healthy interval. Returns true if it was unejected.
     pub(crate) fn tick(&self, settings: &OutlierSettings, now: Instant) -> bool {
         let mut detail = lock(&self.detail);
+        let Some(detail) = detail.as_deref_mut() else {
+            // Never ejected (`try_eject` makes the detail): nothing to end, no multiplier.
+            return false;
+        };
         if self.is_ejected() {
             let due = detail
                 .ejected_at
@@ -428,7 +434,7 @@ impl OutlierState {
     }
 }
 
-fn lock(m: &Mutex<Ejection>) -> std::sync::MutexGuard<'_, Ejection> {
+fn lock(m: &Mutex<Option<Box<Ejection>>>) -> std::sync::MutexGuard<'_, Option<Box<Ejection>>> {
     // Ejection is plain data copied in and out: a poisoned lock still holds a valid value.
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

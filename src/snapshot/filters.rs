@@ -5,7 +5,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use super::router::PathMatcher;
 
 /// The filters of one route rule.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Filters {
     pub request_headers: HeaderOps,
     pub response_headers: HeaderOps,
@@ -15,7 +15,7 @@ pub struct Filters {
 }
 
 /// RequestHeaderModifier / ResponseHeaderModifier.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct HeaderOps {
     pub set: Vec<(HeaderName, HeaderValue)>,
     pub add: Vec<(HeaderName, HeaderValue)>,
@@ -43,7 +43,7 @@ impl HeaderOps {
 }
 
 /// URLRewrite path modifiers.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum PathRewrite {
     /// Replace the whole path.
     Full(String),

@@ -290,7 +290,8 @@ pub struct Backend {
     /// Backend's first request of this config generation: later requests cost atomic
     /// increments. Not at compile time: with 10,000 Backends that would put ~100,000 series
     /// of never-used Backends in `/metrics`. The series outlive reloads.
-    pub stats: std::sync::OnceLock<crate::telemetry::metrics::BackendStats>,
+    /// Boxed: most Backends of a large config never see a request.
+    pub stats: std::sync::OnceLock<Box<crate::telemetry::metrics::BackendStats>>,
 }
 
 impl Backend {
@@ -300,7 +301,7 @@ impl Backend {
         metrics: &crate::telemetry::metrics::Metrics,
     ) -> &crate::telemetry::metrics::BackendStats {
         self.stats
-            .get_or_init(|| metrics.backend_stats(&self.label))
+            .get_or_init(|| Box::new(metrics.backend_stats(&self.label)))
     }
 }
 
@@ -331,7 +332,7 @@ pub struct BackendPort {
     /// Which HTTP version requests travel on.
     pub wire: crate::upstream::connect::HttpWire,
     /// How HTTP/2 connections are set up (window sizes, PINGs, stream cap).
-    pub http2: crate::upstream::connect::Http2Options,
+    pub http2: Arc<crate::upstream::connect::Http2Options>,
     /// `protocol: MCP`: what egressd does on the MCP endpoint's path.
     pub mcp: Option<Arc<crate::mcp::McpPort>>,
     /// `tcpKeepalive` on upstream connections (none unless configured).
@@ -342,7 +343,7 @@ pub struct BackendPort {
 }
 
 /// Per-request settings resolved (with precedence) when the snapshot is compiled.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RequestPolicy {
     pub connect_timeout: Duration,
     /// The whole exchange, until the end of the response.
@@ -359,7 +360,7 @@ pub struct RequestPolicy {
 }
 
 /// `retry`, resolved.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RetryPolicy {
     pub num_retries: u32,
     pub connect_failure: bool,
@@ -425,7 +426,8 @@ impl RequestPolicy {
 pub struct Target {
     pub backend: Arc<Backend>,
     pub port: Arc<BackendPort>,
-    pub policy: RequestPolicy,
+    /// Shared by the targets with the same policy (most of a config's).
+    pub policy: Arc<RequestPolicy>,
     /// Whether to send the Backend's hostname as `Host`.
     pub rewrite_authority: bool,
 }

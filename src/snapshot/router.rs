@@ -104,7 +104,8 @@ pub struct RouteEntry {
 pub struct RouteAction {
     /// `HTTPRoute namespace/name` and rule index, for logs.
     pub name: Arc<str>,
-    pub filters: Filters,
+    /// Shared by the rules with the same filters (most have none).
+    pub filters: Arc<Filters>,
     pub backends: Vec<WeightedTarget>,
     /// Sum of the backends' weights (0: the rule has no usable backend).
     pub total_weight: u64,
@@ -112,7 +113,8 @@ pub struct RouteAction {
     /// a healthy endpoint.
     pub fallbacks: Vec<WeightedTarget>,
     /// Metric handles, looked up on the first request (the series outlive reloads).
-    pub stats: std::sync::OnceLock<crate::telemetry::metrics::RequestStats>,
+    /// Boxed: most rules of a large config never see a request.
+    pub stats: std::sync::OnceLock<Box<crate::telemetry::metrics::RequestStats>>,
 }
 
 impl RouteAction {
@@ -121,7 +123,8 @@ impl RouteAction {
         &self,
         metrics: &crate::telemetry::metrics::Metrics,
     ) -> &crate::telemetry::metrics::RequestStats {
-        self.stats.get_or_init(|| metrics.route_stats(&self.name))
+        self.stats
+            .get_or_init(|| Box::new(metrics.route_stats(&self.name)))
     }
 
     /// Picks a backend by weight. With fallbacks: among the primaries that have a healthy

@@ -32,7 +32,7 @@ use crate::balance::BalancerKind;
 use crate::config::wire::enums::{LookupFamily, Protocol};
 use crate::config::ObjectId;
 use crate::names::{hostname_matches, is_valid_hostname};
-use crate::snapshot::{Backend, BackendPort, RequestPolicy, Target};
+use crate::snapshot::{Backend, BackendPort, Target};
 use crate::upstream::address::{canonical_ip, AddressPolicy};
 use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, Transport};
 use crate::upstream::dns::{refresh_loop, RefreshPlan};
@@ -345,7 +345,7 @@ impl UndeclaredDestinations {
             passthrough: carriage == Carriage::Tcp,
             transport,
             wire,
-            http2: Http2Options::new(&Http2Settings::default()),
+            http2: Arc::new(Http2Options::new(&Http2Settings::default())),
             mcp: None,
             tcp_keepalive: None,
             endpoints: group,
@@ -363,7 +363,7 @@ impl UndeclaredDestinations {
         let target = Target {
             backend,
             port,
-            policy: RequestPolicy::default(),
+            policy: Arc::default(),
             rewrite_authority: false,
         };
         Ok((target, refresh))

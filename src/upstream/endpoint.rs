@@ -43,7 +43,7 @@ pub struct Endpoint {
     ready_since_ms: AtomicU64,
     /// The last failure seen talking to this endpoint, for `/endpoints` (written on failures
     /// only).
-    last_failure: std::sync::Mutex<Option<LastFailure>>,
+    last_failure: std::sync::Mutex<Option<Box<LastFailure>>>,
     /// Connections ever opened for traffic.
     connections_opened: AtomicU64,
     /// What the latest TLS handshake settled on (0: none yet), see `tls()`.
@@ -173,14 +173,15 @@ impl Endpoint {
             detail,
         };
         // Plain data: a poisoned lock still holds a valid value.
-        *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(failure);
+        *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(failure));
     }
 
     pub fn last_failure(&self) -> Option<LastFailure> {
         self.last_failure
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .as_deref()
+            .cloned()
     }
 
     pub fn total_requests(&self) -> u64 {

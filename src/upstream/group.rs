@@ -477,6 +477,7 @@ impl EndpointGroup {
         }
         let mut pickable = Pickable { levels: Vec::new() };
         let mut load_end = 0u32;
+        let one_level = levels.len() == 1;
         for (rank, (level, load)) in levels.into_iter().zip(shares.loads).enumerate() {
             if load == 0 {
                 continue;
@@ -487,19 +488,27 @@ impl EndpointGroup {
             } else {
                 level.healthy
             };
-            // A new list even when it holds the same endpoints as before: what its balancer
-            // prepares for it (schedules, slow start) starts over, as an endpoint's return
-            // needs.
-            let mut list_of_level = EndpointList::resolved(endpoints);
-            list_of_level.resolved = list.resolved;
-            list_of_level.last_error = list.last_error.clone();
+            // The common case, one level taking every endpoint of a list never published
+            // before (a new group, new addresses): that list itself, not a copy (10,000
+            // groups: 2.8 MB). Otherwise a new list even when it holds the same endpoints as
+            // before: what its balancer prepares for it (schedules, slow start) starts over,
+            // as an endpoint's return needs.
+            let list_of_level =
+                if one_level && endpoints.len() == list.endpoints.len() && list.publish_once() {
+                    list.clone()
+                } else {
+                    let mut new = EndpointList::resolved(endpoints);
+                    new.resolved = list.resolved;
+                    new.last_error = list.last_error.clone();
+                    Arc::new(new)
+                };
             if let Some(balancer) = self.balancers.get(rank).or(self.balancers.first()) {
                 balancer.prepare(&list_of_level);
             }
             pickable.levels.push(Level {
                 load_end,
                 rank,
-                list: Arc::new(list_of_level),
+                list: list_of_level,
             });
         }
         if pickable.levels.is_empty() {
@@ -651,6 +660,21 @@ mod tests {
 
     fn fail() -> CheckResult {
         CheckResult::Fail("refused".into())
+    }
+
+    /// While every endpoint takes load, picks choose from the group's own list (no copy per
+    /// group); once one leaves and returns, from a new list (its balancer starts over).
+    #[test]
+    fn a_whole_list_is_pickable_as_it_is_once() {
+        let g = group(2, Some(active(true)));
+        let same = |g: &EndpointGroup| Arc::ptr_eq(&g.pickable.load().levels[0].list, &g.list());
+        assert!(same(&g));
+        let first = g.list().endpoints[0].clone();
+        g.record_check(&first, &fail());
+        assert!(!same(&g));
+        g.record_check(&first, &CheckResult::Pass);
+        assert_eq!(pickable_ports(&g), vec![1, 2]);
+        assert!(!same(&g), "a returning endpoint gets a new list");
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub struct CheckPlan {
     pub host: Option<HeaderValue>,
     pub transport: Transport,
     pub wire: HttpWire,
-    pub http2: Http2Options,
+    pub http2: Arc<Http2Options>,
     /// The port's MCP options, for `type: MCP` (None: not an MCP port; `/mcp`, any version).
     pub mcp: Option<Arc<crate::mcp::McpPort>>,
 }
@@ -463,7 +463,7 @@ mod tests {
             host: None,
             transport: Transport::Plain,
             wire: HttpWire::Http1,
-            http2: Http2Options::default(),
+            http2: Arc::default(),
             mcp: None,
         }
     }

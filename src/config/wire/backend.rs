@@ -123,9 +123,10 @@ pub struct BackendTls {
     pub mode: Option<Spanned<TlsMode>>,
     /// Server name sent in the ClientHello; never copied from the client's Host.
     pub sni: Option<String>,
-    pub validation: Option<TlsValidation>,
-    pub client_certificate: Option<CertificateFiles>,
-    pub client_certificate_ref: Option<SecretRef>,
+    // Boxed: most Backends set none of these, and the parsed config is kept while it serves.
+    pub validation: Option<Box<TlsValidation>>,
+    pub client_certificate: Option<Box<CertificateFiles>>,
+    pub client_certificate_ref: Option<Box<SecretRef>>,
     pub min_version: Option<TlsVersion>,
     pub max_version: Option<TlsVersion>,
     pub alpn_protocols: Option<Vec<String>>,

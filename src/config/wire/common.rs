@@ -41,7 +41,7 @@ pub struct BackendRef {
     /// Relative weight among the rule's backendRefs (default 1; 0 disables).
     pub weight: Option<u32>,
     /// Per-backend filters (not supported yet).
-    pub filters: Option<NotYetSupported>,
+    pub filters: Option<Box<NotYetSupported>>,
 }
 
 /// A reference from a route to the Gateway (listener) it attaches to.

@@ -31,9 +31,10 @@ pub struct HttpRouteRule {
     pub filters: Vec<Spanned<HttpRouteFilter>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backend_refs: Vec<Spanned<BackendRef>>,
-    pub timeouts: Option<Spanned<HttpRouteTimeouts>>,
-    pub retry: Option<Spanned<HttpRouteRetry>>,
-    pub session_persistence: Option<Spanned<NotYetSupported>>,
+    // Boxed: most rules set none of these, and the parsed config is kept while it serves.
+    pub timeouts: Option<Spanned<Box<HttpRouteTimeouts>>>,
+    pub retry: Option<Spanned<Box<HttpRouteRetry>>>,
+    pub session_persistence: Option<Spanned<Box<NotYetSupported>>>,
 }
 
 #[apply(wire!)]

@@ -31,7 +31,7 @@ use crate::config::yaml::{Pos, Spanned};
 use crate::config::{ConfigSet, ObjectId, Reason};
 use crate::snapshot::{Backend, BackendPort};
 use crate::upstream::breaker::{BreakerSettings, RetryBudget};
-use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, TcpKeepalive, Transport};
+use crate::upstream::connect::{Http2Settings, HttpWire, TcpKeepalive, Transport};
 use crate::upstream::dns::RefreshPlan;
 use crate::upstream::health_check::CheckPlan;
 use crate::upstream::pool::PoolSettings;
@@ -110,8 +110,9 @@ pub(crate) fn compile<'a>(
 /// Gives again what compiling a kept Backend gave: its warnings, its health checks (each
 /// accepted config starts its own checkers) and the files it reads (watched).
 fn reuse(cx: &mut Cx, entry: &Entry) {
-    cx.diagnostics.extend(entry.diagnostics.iter().cloned());
-    cx.health_checks.extend(entry.health_checks.iter().cloned());
+    cx.diagnostics.extend(entry.diagnostics().iter().cloned());
+    cx.health_checks
+        .extend(entry.health_checks().iter().cloned());
     for file in entry.files() {
         cx.refer(file);
     }
@@ -345,6 +346,7 @@ fn compile_port(
         .as_ref()
         .filter(|_| rewrites_authority(site.spec()))
         .and_then(|host| HeaderValue::from_str(&host_and_port(host, number, mode)).ok());
+    let http2 = cx.http2_options(&policy.http2);
     if policy.active.is_some() {
         cx.health_checks.push(CheckPlan {
             group: Arc::downgrade(&group),
@@ -352,7 +354,7 @@ fn compile_port(
             host: check_host(site, number, mode),
             transport: transport.transport.clone(),
             wire,
-            http2: Http2Options::new(&policy.http2),
+            http2: http2.clone(),
             mcp: mcp.clone(),
         });
     }
@@ -362,7 +364,7 @@ fn compile_port(
         passthrough: mode == Some(TlsMode::Passthrough),
         transport: transport.transport,
         wire,
-        http2: Http2Options::new(&policy.http2),
+        http2,
         number,
         protocol: protocol.value,
         endpoints: group,

@@ -8,10 +8,11 @@
 //! `Overridden`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) use super::policy_checks::check_sections;
-use super::{at, Cx};
+use super::{at, Cx, Interner};
 use crate::config::wire::policy::{TimeoutPolicy, TrafficPolicySpec};
 use crate::config::wire::{Kind, EGRESSD_GROUP, GATEWAY_GROUP};
 use crate::config::yaml::Spanned;
@@ -32,6 +33,8 @@ pub(crate) struct PolicyIndex<'a> {
     /// Policies targeting any Gateway, sorted: connection-level sections from a Gateway apply to
     /// every Backend behind it, and endpoint pools are shared between Gateways.
     gateways: Vec<Source<'a>>,
+    /// The request policies made so far, one object per distinct value (see [`Interner`]).
+    request_policies: std::cell::RefCell<Interner<RequestPolicy>>,
 }
 
 /// Sections that configure the endpoint pool, not a request.
@@ -153,6 +156,7 @@ impl<'a> PolicyIndex<'a> {
         let index = PolicyIndex {
             by_target,
             gateways,
+            request_policies: Default::default(),
         };
         index.report_conflicts(cx, set);
         index
@@ -235,6 +239,17 @@ impl<'a> PolicyIndex<'a> {
     /// The request policy for a request to `backend`, routed by `route` (if any) on `gateway`.
     /// Route rule fields (timeouts, retry) come first, then policies by precedence.
     pub fn request_policy(
+        &self,
+        route: Option<RouteSettings<'_>>,
+        backend: &ObjectId,
+        inline: Option<&TrafficPolicySpec>,
+        gateway: &ObjectId,
+    ) -> Arc<RequestPolicy> {
+        let policy = self.resolve_request_policy(route, backend, inline, gateway);
+        self.request_policies.borrow_mut().get(policy)
+    }
+
+    fn resolve_request_policy(
         &self,
         route: Option<RouteSettings<'_>>,
         backend: &ObjectId,

@@ -22,7 +22,7 @@ use crate::snapshot::router::{PathMatcher, RequestMatch, ValueMatcher};
 pub(super) struct CheckedRule<'a> {
     pub(super) rule: &'a HttpRouteRule,
     pub(super) matches: Vec<RequestMatch>,
-    pub(super) filters: Filters,
+    pub(super) filters: Arc<Filters>,
     /// (backend namespace/name, port, weight)
     pub(super) refs: Vec<(
         Arc<crate::snapshot::Backend>,
@@ -72,6 +72,7 @@ pub(super) fn check_route<'a>(
             }
         }
         let filters = check_filters(cx, file, id, rule, &matches, &field);
+        let filters = cx.filters.get(filters);
         let mut refs = Vec::with_capacity(rule.backend_refs.len());
         for (bi, r) in rule.backend_refs.iter().enumerate() {
             let bfield = format!("{field}.backendRefs[{bi}]");

@@ -381,8 +381,8 @@ fn build_action(
     policies: &PolicyIndex<'_>,
     gateway: &ObjectId,
 ) -> RouteAction {
-    let timeouts = rule.rule.timeouts.as_ref().map(|t| &t.value);
-    let retry = rule.rule.retry.as_ref().map(|r| &r.value);
+    let timeouts = rule.rule.timeouts.as_ref().map(|t| &*t.value);
+    let retry = rule.rule.retry.as_ref().map(|r| &*r.value);
     let targets: Vec<WeightedTarget> = rule
         .refs
         .iter()
