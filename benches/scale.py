@@ -7,11 +7,12 @@ Everything runs on loopback: two origins (`bench_origin` on 127.0.0.1:P and 127.
 two endpoints of every Backend), egressd with `--workers 1`, and h2load. Prints:
 
 - `validate`: wall time and peak RSS of `egressd validate` on the config;
-- `start`: time from exec until the config is loaded ("config loaded" logged), RSS then;
+- `start`: time from exec until the config is loaded ("config loaded" logged), RSS then and
+  3 s later (settled: the allocator has returned what loading used for a moment);
 - `steady`: p50/p99 of a fixed-rate load through route `r-00000` (h2load `--rps`), alone;
 - `reloads`: the same load again while SIGHUP is sent RELOADS times, one after the other; each
   reload's time from the signal until egressd logs "config loaded" for it, p50/p99 of the load
-  meanwhile, RSS after every reload.
+  meanwhile, RSS after every reload, and 3 s after the last one (settled).
 
 Needs h2load (`apt-get install nghttp2-client`) and a release build with the example origin
 (`cargo build --release --bin egressd --example bench_origin`).
@@ -137,8 +138,11 @@ def main():
         procs.append(egressd)
         loaded = lambda n: read(log).count("config loaded") >= n
         wait_for(lambda: loaded(1), 120, "the first config")
-        print(f"start: config loaded after {time.monotonic() - started:.2f} s, "
-              f"RSS {rss_mib(egressd.pid):.0f} MiB")
+        at_load = rss_mib(egressd.pid)
+        took = time.monotonic() - started
+        time.sleep(3)
+        print(f"start: config loaded after {took:.2f} s, RSS {at_load:.0f} MiB, "
+              f"settled {rss_mib(egressd.pid):.1f} MiB")
         status = subprocess.run(
             ["curl", "-s", f"http://{read(admin_file).strip()}/status"],
             capture_output=True, text=True,
@@ -164,7 +168,9 @@ def main():
         p50, p99, n = percentiles(reload_log)
         print("reloads: " + ", ".join(f"{t:.0f}" for t in sorted(times)) + " ms "
               f"(median {sorted(times)[len(times) // 2]:.0f})")
-        print("RSS after each reload: " + ", ".join(f"{r:.0f}" for r in rss) + " MiB")
+        time.sleep(3)
+        print("RSS after each reload: " + ", ".join(f"{r:.0f}" for r in rss) + " MiB, "
+              f"settled {rss_mib(egressd.pid):.1f} MiB")
         print(f"during reloads: {n} requests, p50 {p50:.2f} ms, p99 {p99:.2f} ms")
     finally:
         for proc in procs:

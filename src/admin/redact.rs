@@ -27,7 +27,7 @@ pub fn config_dump(set: &ConfigSet) -> Value {
             for o in &$list {
                 push(
                     $kind,
-                    serde_json::to_value(&o.meta).unwrap_or(Value::Null),
+                    serde_json::to_value(o.meta()).unwrap_or(Value::Null),
                     serde_json::to_value(&o.spec).unwrap_or(Value::Null),
                 );
             }

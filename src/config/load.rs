@@ -22,7 +22,7 @@ use super::wire::policy::BackendTrafficPolicySpec;
 use super::wire::proxy::ProxyConfigSpec;
 use super::wire::route::HttpRouteSpec;
 use super::wire::tls_route::TlsRouteSpec;
-use super::wire::{Kind, Object, KINDS_NOT_YET_SUPPORTED};
+use super::wire::{Kind, Labels, Object, KINDS_NOT_YET_SUPPORTED};
 use super::yaml::{self, Node, Pos};
 use crate::names::is_dns_subdomain;
 
@@ -445,7 +445,15 @@ impl Base<'_> {
         match parsed {
             Ok(spec) if self.ok => out.push(Arc::new(Object {
                 id: self.id,
-                meta: self.meta,
+                labels: (!self.meta.labels.is_empty() || !self.meta.annotations.is_empty()).then(
+                    || {
+                        Box::new(Labels {
+                            labels: self.meta.labels,
+                            annotations: self.meta.annotations,
+                        })
+                    },
+                ),
+                namespace_written: self.meta.namespace.is_some(),
                 file: self.file.clone(),
                 pos: self.doc.pos,
                 spec,
@@ -543,7 +551,33 @@ mod tests {
     }
 
     fn names(loaded: &Loaded) -> Vec<&str> {
-        loaded.set.backends.iter().map(|b| &*b.meta.name).collect()
+        loaded.set.backends.iter().map(|b| b.name()).collect()
+    }
+
+    /// `metadata` comes back as written (for `/config`) though only labels and annotations
+    /// are kept besides the id.
+    #[test]
+    fn metadata_is_given_back_as_written() {
+        let text = format!(
+            "{}---\n{}",
+            backend("plain"),
+            backend("tagged").replace(
+                "metadata: {name: tagged}",
+                "metadata: {name: tagged, namespace: team, labels: {app: x}, annotations: {a: b}}"
+            )
+        );
+        let loaded = load_text(Path::new("x.yaml"), &text, &LoadLimits::default());
+        assert!(loaded.diagnostics.is_empty(), "{:?}", loaded.diagnostics);
+        let (plain, tagged) = (&loaded.set.backends[0], &loaded.set.backends[1]);
+        assert!(plain.labels.is_none());
+        let meta = serde_json::to_value(plain.meta()).unwrap();
+        assert_eq!(meta, serde_json::json!({"name": "plain"}));
+        let meta = serde_json::to_value(tagged.meta()).unwrap();
+        assert_eq!(
+            meta,
+            serde_json::json!({"name": "tagged", "namespace": "team", "labels": {"app": "x"},
+                "annotations": {"a": "b"}})
+        );
     }
 
     /// A reload shares the objects of files whose bytes did not change, parses the changed

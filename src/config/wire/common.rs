@@ -30,12 +30,12 @@ pub struct NotYetSupported(pub serde_json::Value);
 #[apply(wire!)]
 pub struct BackendRef {
     /// `egressd.dev` (default).
-    pub group: Option<String>,
+    pub group: Option<Box<str>>,
     /// `Backend` (default).
-    pub kind: Option<String>,
+    pub kind: Option<Box<str>>,
     pub name: String,
     /// Same namespace as the route by default.
-    pub namespace: Option<String>,
+    pub namespace: Option<Box<str>>,
     /// Required when the Backend has several ports.
     pub port: Option<u16>,
     /// Relative weight among the rule's backendRefs (default 1; 0 disables).
@@ -47,12 +47,12 @@ pub struct BackendRef {
 /// A reference from a route to the Gateway (listener) it attaches to.
 #[apply(wire!)]
 pub struct ParentRef {
-    pub group: Option<String>,
-    pub kind: Option<String>,
-    pub namespace: Option<String>,
+    pub group: Option<Box<str>>,
+    pub kind: Option<Box<str>>,
+    pub namespace: Option<Box<str>>,
     pub name: String,
     /// Listener name; all HTTP listeners of the Gateway when omitted.
-    pub section_name: Option<String>,
+    pub section_name: Option<Box<str>>,
     pub port: Option<u16>,
 }
 

@@ -112,14 +112,36 @@ pub const KINDS_NOT_YET_SUPPORTED: &[&str] = &[
 #[derive(Clone, Debug)]
 pub struct Object<S> {
     pub id: ObjectId,
-    pub meta: ObjectMeta,
+    /// `metadata.labels` and `annotations`, when it has any (most objects: none). The name
+    /// and namespace are in `id`, not kept twice: a config serves as long as it is loaded.
+    pub labels: Option<Box<Labels>>,
+    /// Whether `metadata.namespace` was written (`id` says `default` when it was not).
+    pub namespace_written: bool,
     pub file: Arc<Path>,
     /// Position of the document (its first key).
     pub pos: Pos,
     pub spec: S,
 }
 
+/// `metadata.labels` and `metadata.annotations`.
+#[derive(Clone, Debug, Default)]
+pub struct Labels {
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub annotations: std::collections::BTreeMap<String, String>,
+}
+
 impl<S> Object<S> {
+    /// `metadata` as it was written.
+    pub fn meta(&self) -> ObjectMeta {
+        let labels = self.labels.as_deref().cloned().unwrap_or_default();
+        ObjectMeta {
+            name: self.id.name.clone(),
+            namespace: self.namespace_written.then(|| self.id.namespace.clone()),
+            labels: labels.labels,
+            annotations: labels.annotations,
+        }
+    }
+
     pub fn namespace(&self) -> &str {
         &self.id.namespace
     }

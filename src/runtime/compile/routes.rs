@@ -305,7 +305,7 @@ pub(super) fn attach(
             continue;
         };
         if let Some(section) = &parent.section_name {
-            if !gw.spec.listeners.iter().any(|l| &l.name == section) {
+            if !gw.spec.listeners.iter().any(|l| *l.name == **section) {
                 cx.missing_ref(
                     at(file, id, parent.pos, format!("{field}.sectionName")),
                     format!("Gateway {ns}/{} has no listener `{section}`", parent.name),
@@ -317,7 +317,7 @@ pub(super) fn attach(
         let mut attached = false;
         for (i, l) in listeners.iter().enumerate() {
             if l.gateway != gw.id
-                || parent.section_name.as_ref().is_some_and(|s| s != &l.name)
+                || parent.section_name.as_ref().is_some_and(|s| **s != *l.name)
                 || parent.port.is_some_and(|p| p != l.port)
             {
                 continue;
