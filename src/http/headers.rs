@@ -41,16 +41,24 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
     if headers.contains_key(header::TRANSFER_ENCODING) {
         headers.remove(header::CONTENT_LENGTH);
     }
-    // Names listed in Connection first, while the header is still there.
-    let listed: Vec<HeaderName> = headers
+    // Names listed in Connection first, while the header is still there (removed below with
+    // the other hop-by-hop headers). Each value is taken out by a cheap clone (it shares the
+    // bytes of the message) and its names removed as `&str`: no name is made, nothing is
+    // allocated for the `Connection: keep-alive` most servers send.
+    let mut index = 0;
+    while let Some(value) = headers
         .get_all(header::CONNECTION)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in listed {
-        headers.remove(name);
+        .nth(index)
+        .cloned()
+    {
+        index += 1;
+        for name in value.to_str().unwrap_or_default().split(',') {
+            let name = name.trim();
+            if !name.eq_ignore_ascii_case(header::CONNECTION.as_str()) {
+                headers.remove(name);
+            }
+        }
     }
     for name in &HOP_BY_HOP {
         headers.remove(name);
@@ -192,6 +200,27 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-keep"));
+    }
+
+    /// Every `Connection` header counts, names in any case and with spaces; a listed name that
+    /// is no header name, or `Connection` itself, breaks nothing.
+    #[test]
+    fn names_from_every_connection_header_are_removed() {
+        let mut h = HeaderMap::new();
+        h.append(
+            header::CONNECTION,
+            HeaderValue::from_static("X-One ,, bad name"),
+        );
+        h.append(
+            header::CONNECTION,
+            HeaderValue::from_static("connection,x-two"),
+        );
+        h.append(header::CONNECTION, HeaderValue::from_static(" x-three"));
+        for name in ["x-one", "x-two", "x-three", "x-four"] {
+            h.insert(name, HeaderValue::from_static("1"));
+        }
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.keys().collect::<Vec<_>>(), ["x-four"]);
     }
 
     #[test]

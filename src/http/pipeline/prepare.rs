@@ -78,17 +78,29 @@ fn rewrite(
     if trailers {
         headers.insert(header::TE, super::exchange::trailers_te());
     }
-    let host = filters
-        .and_then(|f| f.rewrite_host.clone())
-        .or_else(|| {
-            target
-                .rewrite_authority
-                .then(|| target.port.authority.clone())
-                .flatten()
-        })
-        .map_or_else(|| HeaderValue::from_str(dest.authority.as_str()), Ok)
-        .map_err(|_| ProxyError::InvalidRequest("authority is not a valid Host value".into()))?;
-    headers.insert(header::HOST, host);
+    // The value a rewrite gives (the rule's filter, else the Backend's hostname).
+    let rewritten = filters.and_then(|f| f.rewrite_host.clone()).or_else(|| {
+        target
+            .rewrite_authority
+            .then(|| target.port.authority.clone())
+            .flatten()
+    });
+    match rewritten {
+        Some(host) => {
+            headers.insert(header::HOST, host);
+        }
+        // The client's authority as it wrote it in `Host` (origin-form): left as it is rather
+        // than copied into a new value.
+        None if headers
+            .get(header::HOST)
+            .is_some_and(|h| h.as_bytes() == dest.authority.as_str().as_bytes()) => {}
+        None => {
+            let host = HeaderValue::from_str(dest.authority.as_str()).map_err(|_| {
+                ProxyError::InvalidRequest("authority is not a valid Host value".into())
+            })?;
+            headers.insert(header::HOST, host);
+        }
+    }
     append_via(headers, client_version);
     let conn = ctx.conn;
     add_forwarded_for(
