@@ -519,7 +519,7 @@ fn file_over_the_size_limit_is_an_error_and_the_flag_raises_the_limit() {
     let loaded = load_paths_with(&[dir.path().to_path_buf()], &limits);
     let d = only_error_for(&loaded.diagnostics, &file);
     assert!(d.message.contains("more than the 2Ki"), "{d}");
-    assert!(loaded.set.backends.iter().all(|b| b.id.name != "padded"));
+    assert!(loaded.set.backends.iter().all(|b| &*b.id.name != "padded"));
 
     // The binary takes the limit from its flag or the environment.
     let (code, stdout) = validate_binary(dir.path(), &[("EGRESSD_MAX_CONFIG_FILE_SIZE", "2Ki")]);

@@ -258,7 +258,7 @@ fn two_policies_on_one_target_lower_name_wins_and_other_is_conflicted() {
     let conditions = |name: &str| {
         status
             .iter()
-            .find(|o| o.object.name == name)
+            .find(|o| &*o.object.name == name)
             .map(|o| {
                 o.conditions
                     .iter()
@@ -294,7 +294,7 @@ spec:
     let rt = status
         .objects
         .iter()
-        .find(|o| o.object.name == "rt")
+        .find(|o| &*o.object.name == "rt")
         .unwrap();
     assert!(
         rt.conditions

@@ -17,7 +17,7 @@ fn group_id(proxy: &TestProxy, name: &str) -> usize {
     let backend = snapshot
         .backends
         .iter()
-        .find(|b| b.id.name == name)
+        .find(|b| &*b.id.name == name)
         .expect("backend in snapshot");
     std::sync::Arc::as_ptr(&backend.ports[0].endpoints) as usize
 }

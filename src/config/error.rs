@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::yaml::Pos;
 
@@ -18,9 +19,9 @@ pub enum Severity {
 /// The object a diagnostic is about, as `Kind namespace/name`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct ObjectId {
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
+    pub kind: Arc<str>,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
 }
 
 impl fmt::Display for ObjectId {

@@ -310,18 +310,20 @@ fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
     };
     let id = if meta_ok {
         ObjectId {
-            kind: kind.name().to_owned(),
+            kind: shared_name(kind.name()),
             namespace: meta
                 .namespace
-                .clone()
-                .unwrap_or_else(|| "default".to_owned()),
-            name: meta.name.clone(),
+                .as_deref()
+                .map_or_else(|| shared_name("default"), Arc::from),
+            name: meta.name.as_str().into(),
         }
     } else {
         ObjectId {
-            kind: kind.name().to_owned(),
-            namespace: written("namespace").unwrap_or_else(|| "default".to_owned()),
-            name: written("name").unwrap_or_else(|| "<unnamed>".to_owned()),
+            kind: shared_name(kind.name()),
+            namespace: written("namespace").map_or_else(|| shared_name("default"), Arc::from),
+            name: written("name")
+                .unwrap_or_else(|| "<unnamed>".to_owned())
+                .into(),
         }
     };
     ok &= meta_ok;
@@ -334,7 +336,7 @@ fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
     }
     if let Some(node) = meta_node.filter(|_| meta_ok) {
         for (field, value) in [
-            ("name", Some(id.name.as_str())),
+            ("name", Some(&*id.name)),
             ("namespace", meta.namespace.as_deref()),
         ] {
             if let Some(value) = value {
@@ -486,6 +488,23 @@ impl Base<'_> {
             }
         }
     }
+}
+
+/// One shared string per kind name and for the `default` namespace: every object's id holds
+/// them, and 20,000 copies of `Backend` and `default` were 20,000 allocations each.
+fn shared_name(name: &'static str) -> Arc<str> {
+    static NAMES: std::sync::LazyLock<Vec<Arc<str>>> = std::sync::LazyLock::new(|| {
+        Kind::ALL
+            .iter()
+            .map(|k| Arc::from(k.name()))
+            .chain([Arc::from("default")])
+            .collect()
+    });
+    NAMES
+        .iter()
+        .find(|n| ***n == *name)
+        .cloned()
+        .unwrap_or_else(|| Arc::from(name))
 }
 
 fn join_path(prefix: &str, path: &str) -> String {

@@ -197,7 +197,7 @@ fn connect_timeout(set: &ConfigSet, id: &ObjectId, spec: &BackendSpec) -> Durati
             p.spec.target_refs.iter().any(|t| {
                 t.group == EGRESSD_GROUP
                     && t.kind == "Backend"
-                    && t.name == id.name
+                    && *t.name == *id.name
                     && t.section_name.is_none()
             })
         })

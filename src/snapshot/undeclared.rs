@@ -296,9 +296,9 @@ impl UndeclaredDestinations {
         // Endpoints are identified by the host they were reached as and how: a pooled TLS
         // connection made for one host must not carry another host's requests.
         let id = ObjectId {
-            kind: "Backend".to_owned(),
-            namespace: String::new(),
-            name: format!("{LABEL} {host}"),
+            kind: "Backend".into(),
+            namespace: "".into(),
+            name: format!("{LABEL} {host}").into(),
         };
         let template = EndpointTemplate {
             port: Arc::new(PortIdentity {

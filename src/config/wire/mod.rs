@@ -135,8 +135,10 @@ impl<S> Object<S> {
     pub fn meta(&self) -> ObjectMeta {
         let labels = self.labels.as_deref().cloned().unwrap_or_default();
         ObjectMeta {
-            name: self.id.name.clone(),
-            namespace: self.namespace_written.then(|| self.id.namespace.clone()),
+            name: self.id.name.to_string(),
+            namespace: self
+                .namespace_written
+                .then(|| self.id.namespace.to_string()),
             labels: labels.labels,
             annotations: labels.annotations,
         }

@@ -78,7 +78,7 @@ impl<'a> PolicyIndex<'a> {
                     }
                 };
                 if let Some(ns) = &t.namespace {
-                    if ns != id.namespace.as_str() {
+                    if **ns != *id.namespace {
                         cx.error(
                             at(file, id, t.pos, field),
                             "a policy can only target objects in its own namespace",
@@ -99,15 +99,15 @@ impl<'a> PolicyIndex<'a> {
                     Kind::Backend => set
                         .backends
                         .iter()
-                        .any(|o| o.id.namespace == id.namespace && o.id.name == t.name),
+                        .any(|o| o.id.namespace == id.namespace && *o.id.name == *t.name),
                     Kind::Gateway => set
                         .gateways
                         .iter()
-                        .any(|o| o.id.namespace == id.namespace && o.id.name == t.name),
+                        .any(|o| o.id.namespace == id.namespace && *o.id.name == *t.name),
                     _ => set
                         .http_routes
                         .iter()
-                        .any(|o| o.id.namespace == id.namespace && o.id.name == t.name),
+                        .any(|o| o.id.namespace == id.namespace && *o.id.name == *t.name),
                 };
                 if !exists {
                     cx.missing_ref(
@@ -138,7 +138,7 @@ impl<'a> PolicyIndex<'a> {
                     spec: p.spec.sections(),
                 };
                 by_target
-                    .entry((kind, id.namespace.clone(), t.name.clone()))
+                    .entry((kind, id.namespace.to_string(), t.name.clone()))
                     .or_default()
                     .push(source);
             }

@@ -304,7 +304,7 @@ mod tests {
             c.snapshot
                 .backends
                 .iter()
-                .find(|b| b.id.name == name)
+                .find(|b| &*b.id.name == name)
                 .cloned()
                 .unwrap()
         };

@@ -143,7 +143,7 @@ pub(super) fn resolve_backend_ref<'a>(
         );
     }
     let ns = r.namespace.as_deref().unwrap_or(&id.namespace);
-    if ns != id.namespace {
+    if *ns != *id.namespace {
         cx.not_yet(
             at(file, id, r.pos, format!("{bfield}.namespace")),
             "a cross-namespace backendRef (it needs ReferenceGrant)",

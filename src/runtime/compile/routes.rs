@@ -295,7 +295,7 @@ pub(super) fn attach(
         let Some(gw) = set
             .gateways
             .iter()
-            .find(|g| g.id.namespace == ns && g.id.name == parent.name)
+            .find(|g| &*g.id.namespace == ns && *g.id.name == *parent.name)
         else {
             cx.missing_ref(
                 at(file, id, parent.pos, field),
