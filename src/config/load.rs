@@ -502,7 +502,7 @@ fn shared_name(name: &'static str) -> Arc<str> {
     });
     NAMES
         .iter()
-        .find(|n| ***n == *name)
+        .find(|n| &n[..] == name)
         .cloned()
         .unwrap_or_else(|| Arc::from(name))
 }

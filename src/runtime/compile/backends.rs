@@ -214,7 +214,7 @@ fn compile_one(
     }
     let dest = compile_destination(cx, file, id, &spec.destination, settings);
     let policy = backend_policy(policies, id, inline.map(|p| &*p.value));
-    let group_settings = cx.group_settings(GroupSettings {
+    let group_settings = cx.group_settings.get(GroupSettings {
         balancer: policy.balancer.key(),
         outlier: policy.outlier,
         active: policy.active.clone(),

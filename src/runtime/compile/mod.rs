@@ -187,7 +187,7 @@ pub(crate) struct Cx {
     referred_by_backend: Vec<std::path::PathBuf>,
     /// One object per distinct endpoint-group settings: the groups of Backends under the same
     /// policy share it (bounded by the config's distinct policies).
-    group_settings: Interner<GroupSettings>,
+    pub(crate) group_settings: Interner<GroupSettings>,
     /// The same for the HTTP/2 connection settings of Backend ports (one hyper builder each).
     http2: std::collections::HashMap<Http2Settings, Arc<Http2Options>>,
     /// The same for the filters of route rules (most rules have none).
@@ -226,11 +226,6 @@ pub(crate) struct At<'a> {
 }
 
 impl Cx {
-    /// The shared object holding `settings`.
-    pub fn group_settings(&mut self, settings: GroupSettings) -> Arc<GroupSettings> {
-        self.group_settings.get(settings)
-    }
-
     /// The shared HTTP/2 connection options made from `settings`.
     pub fn http2_options(&mut self, settings: &Http2Settings) -> Arc<Http2Options> {
         self.http2
