@@ -501,6 +501,60 @@ async fn pooled_connection_closed_by_the_upstream_is_not_used_again() {
 }
 
 #[tokio::test]
+async fn a_connection_answered_before_its_request_body_ended_is_not_reused() {
+    // The upstream refuses an upload on sight (413, keep-alive implied) without reading its
+    // body, and answers anything else with 200. The uploading client then stalls, its body
+    // unfinished: that connection is still owed the rest of the body and cannot carry the
+    // next request, which must not wait for it.
+    let upstream = RawUpstream::start(|mut stream| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let head = read_request_head(&mut stream).await;
+        let answer: &[u8] = if head.starts_with(b"POST") {
+            b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 4\r\n\r\nbig!"
+        } else {
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+        };
+        let _ = stream.write_all(answer).await;
+        // Keeps the connection open, reading what comes, until egressd closes it.
+        let mut sink = [0u8; 4096];
+        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
+    let yaml =
+        preamble(None) + &ip_backend("app", upstream.addr, "") + &route_to("app.test", "app");
+    let proxy = TestProxy::start(&yaml).await;
+
+    let mut uploader = tokio::net::TcpStream::connect(proxy.http()).await.unwrap();
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        uploader
+            .write_all(b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 100000\r\n\r\nfirst bytes")
+            .await
+            .unwrap();
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !reply.windows(4).any(|w| w == b"big!") {
+            match tokio::time::timeout(Duration::from_secs(5), uploader.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => reply.extend_from_slice(&buf[..n]),
+                other => panic!("no 413 for the upload: {other:?} after {reply:?}"),
+            }
+        }
+        assert!(
+            reply.starts_with(b"HTTP/1.1 413"),
+            "{}",
+            String::from_utf8_lossy(&reply)
+        );
+    }
+    // The uploader stays connected with its body unfinished.
+    let next = tokio::time::timeout(Duration::from_secs(5), get(proxy.http(), "app.test", "/"))
+        .await
+        .expect("the next request waited for the stalled upload's connection");
+    assert_eq!(next.status, 200, "{:?} {}", next.error_code(), next.text());
+    assert_eq!(next.text(), "ok");
+    drop(uploader);
+}
+
+#[tokio::test]
 async fn fqdn_backend_that_never_resolved_answers_503_no_healthy_upstream() {
     let dns = TestDns::start().await;
     // Nothing set: the server answers NXDOMAIN.

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -109,6 +109,8 @@ pub struct UpstreamBody {
     grpc: bool,
     /// The stream was ended by egressd (trailers sent): nothing follows.
     cut: bool,
+    /// The upstream's body failed; reported at the next poll (see `poll_frame`).
+    failed: Option<hyper::Error>,
 }
 
 /// The stream idle timeout and the request deadline, sharing one timer.
@@ -187,6 +189,7 @@ impl UpstreamBody {
             },
             grpc: false,
             cut: false,
+            failed: None,
         };
         if body.inner.is_end_stream() {
             body.finish();
@@ -223,7 +226,7 @@ impl UpstreamBody {
     /// The response was read completely: the connection can carry another request.
     fn finish(&mut self) {
         match self.lease.take() {
-            Some(Lease::Http1(sender)) => self.endpoint().pool.checkin(sender),
+            Some(Lease::Http1(conn)) => self.endpoint().pool.checkin(conn),
             // Dropping the slot makes room for another stream.
             Some(Lease::Http2(_)) | None => {}
         }
@@ -245,7 +248,28 @@ impl Body for UpstreamBody {
         if this.cut {
             return Poll::Ready(None);
         }
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        if let Some(e) = this.failed.take() {
+            return Poll::Ready(Some(Err(e.into())));
+        }
+        // An HTTP/1.1 connection is driven here, by the task streaming its response (see
+        // `upstream::h1_conn`). What the driver has read is waiting in `inner` already (a small
+        // body arrives with the head): the driver is polled only when `inner` has nothing, and
+        // then registers this task's waker for the socket. So `inner` itself needs no waker:
+        // only the driver, polled in this task, fills it.
+        let polled = match &mut this.lease {
+            Some(Lease::Http1(conn)) => {
+                let mut noop = Context::from_waker(Waker::noop());
+                match Pin::new(&mut this.inner).poll_frame(&mut noop) {
+                    Poll::Pending => {
+                        let _ = conn.poll_drive(cx);
+                        Pin::new(&mut this.inner).poll_frame(&mut noop)
+                    }
+                    ready => ready,
+                }
+            }
+            _ => Pin::new(&mut this.inner).poll_frame(cx),
+        };
+        match polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if !this.timers.is_off() {
                     let now = Instant::now();
@@ -263,8 +287,15 @@ impl Body for UpstreamBody {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
+                // Given one poll later: the bytes already passed down are flushed to the
+                // client first (hyper drops what it has buffered when a body fails), so the
+                // client sees the head and what came of the body, then the abort. With the
+                // connection driven in this task, the data and the failure often come in the
+                // same poll.
                 this.lease = None;
-                Poll::Ready(Some(Err(e.into())))
+                this.failed = Some(e);
+                cx.waker().wake_by_ref();
+                Poll::Pending
             }
             Poll::Ready(None) => {
                 this.finish();
@@ -278,7 +309,7 @@ impl Body for UpstreamBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.cut || self.inner.is_end_stream()
+        self.cut || (self.failed.is_none() && self.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
+use super::h1_conn::H1Conn;
 use super::h2_pool::H2Stream;
-use super::pool::H1Sender;
 use crate::bounded::budget::Reservation;
 
 /// An error reading the client's request body: it broke the protocol, or the client went
@@ -134,6 +134,6 @@ impl Body for RequestBody {
 /// back to the pool at the end, or the HTTP/2 stream slot to release.
 #[derive(Debug)]
 pub enum Lease {
-    Http1(H1Sender),
+    Http1(H1Conn),
     Http2(H2Stream),
 }

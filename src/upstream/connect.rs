@@ -10,9 +10,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use super::breaker::ConnectionSlot;
+use super::h1_conn::{H1Conn, H1Sender};
 use super::h2_frames::{FrameWatch, INITIAL_MAX_STREAMS};
 use super::h2_pool::H2Conn;
-use super::pool::H1Sender;
 use super::tls::{TlsFailure, TlsOrigination};
 
 /// How connections to a Backend port are made.
@@ -180,7 +180,7 @@ impl Default for Http2Options {
 
 /// A new HTTP connection, of the version the server agreed to.
 pub enum HttpConnection {
-    Http1(H1Sender),
+    Http1(H1Conn),
     Http2(H2Conn),
 }
 
@@ -210,8 +210,8 @@ impl TlsSummary {
     }
 }
 
-/// Opens an HTTP connection (TLS when the transport says so) and spawns its driver on the
-/// current runtime. The TLS handshake gets its own `timeout`, after the TCP connect's. `slot`
+/// Opens an HTTP connection (TLS when the transport says so): an HTTP/2 one's driver is
+/// spawned on the current runtime, an HTTP/1.1 one is driven by whoever uses it. The TLS handshake gets its own `timeout`, after the TCP connect's. `slot`
 /// (the circuit breaker's count of open connections) is held until the connection closes.
 /// With TLS, also what the handshake settled on.
 pub async fn connect_http(
@@ -231,7 +231,7 @@ pub async fn connect_http(
                 None,
             )),
             HttpWire::Http1 | HttpWire::Negotiated => Ok((
-                HttpConnection::Http1(handshake_http1(addr, stream, false, slot).await?),
+                HttpConnection::Http1(handshake_http1(addr, stream, slot).await?),
                 None,
             )),
         },
@@ -248,7 +248,7 @@ pub async fn connect_http(
             let conn = if http2 {
                 HttpConnection::Http2(handshake_http2(addr, stream, timeout, h2, slot).await?)
             } else {
-                HttpConnection::Http1(handshake_http1(addr, stream, false, slot).await?)
+                HttpConnection::Http1(handshake_http1(addr, stream, slot).await?)
             };
             Ok((conn, Some(summary)))
         }
@@ -266,10 +266,10 @@ pub async fn connect_http1_upgradable(
 ) -> Result<H1Sender, ConnectError> {
     let stream = connect_tcp_keepalive(addr, timeout, keepalive).await?;
     match transport {
-        Transport::Plain => handshake_http1(addr, stream, true, None).await,
+        Transport::Plain => handshake_upgradable(addr, stream).await,
         Transport::Tls(tls) => {
             let stream = tls_handshake(addr, stream, timeout, tls, &tls.http1_config).await?;
-            handshake_http1(addr, stream, true, None).await
+            handshake_upgradable(addr, stream).await
         }
     }
 }
@@ -301,12 +301,25 @@ async fn tls_handshake(
     }
 }
 
+/// An HTTP/1.1 connection driven by the task that uses it (see `h1_conn`).
 async fn handshake_http1<S>(
     addr: SocketAddr,
     stream: S,
-    upgrades: bool,
     slot: Option<ConnectionSlot>,
-) -> Result<H1Sender, ConnectError>
+) -> Result<H1Conn, ConnectError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, driver) = hyper::client::conn::http1::Builder::new()
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|source| ConnectError::Handshake { addr, source })?;
+    Ok(H1Conn::new(sender, driver, addr, slot))
+}
+
+/// An HTTP/1.1 connection whose driver is a task of its own, so that after a `101` the
+/// upgraded stream is handed over through `hyper::upgrade::on`.
+async fn handshake_upgradable<S>(addr: SocketAddr, stream: S) -> Result<H1Sender, ConnectError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -315,15 +328,9 @@ where
         .await
         .map_err(|source| ConnectError::Handshake { addr, source })?;
     tokio::spawn(async move {
-        let result = if upgrades {
-            conn.with_upgrades().await
-        } else {
-            conn.await
-        };
-        if let Err(e) = result {
+        if let Err(e) = conn.with_upgrades().await {
             tracing::debug!(%addr, error = %e, "upstream connection closed with error");
         }
-        drop(slot);
     });
     Ok(sender)
 }

@@ -187,7 +187,7 @@ fn check_host(addr: SocketAddr, plan: &CheckPlan) -> Result<HeaderValue, CheckEr
 
 /// A new connection for one check's requests, sent one after the other.
 enum CheckConnection {
-    Http1(super::pool::H1Sender),
+    Http1(super::h1_conn::H1Sender),
     Http2(hyper::client::conn::http2::SendRequest<RequestBody>),
 }
 
@@ -210,7 +210,7 @@ impl CheckConnection {
         )
         .await?;
         Ok(match connection {
-            HttpConnection::Http1(sender) => CheckConnection::Http1(sender),
+            HttpConnection::Http1(conn) => CheckConnection::Http1(conn.spawn()),
             HttpConnection::Http2(conn) => {
                 let stream = Arc::new(conn).try_claim().ok_or(CheckError::NoStream)?;
                 CheckConnection::Http2(stream.sender())

@@ -8,6 +8,7 @@ pub mod connect;
 pub mod dns;
 pub mod endpoint;
 pub mod group;
+pub mod h1_conn;
 pub mod h2_frames;
 pub mod h2_pool;
 pub mod health_check;

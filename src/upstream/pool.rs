@@ -16,10 +16,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use hyper::client::conn::http1::SendRequest;
 use tokio::sync::Notify;
 
-use crate::upstream::body::RequestBody;
+use super::h1_conn::H1Conn;
 
 /// Pool limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -39,11 +38,8 @@ impl Default for PoolSettings {
     }
 }
 
-/// A connection sender ready to carry one request.
-pub type H1Sender = SendRequest<RequestBody>;
-
 struct Idle {
-    sender: H1Sender,
+    conn: H1Conn,
     since: Instant,
 }
 
@@ -90,26 +86,28 @@ impl H1Pool {
     }
 
     /// Takes the most recently used idle connection that is still open and not expired.
-    pub fn checkout(&self) -> Option<H1Sender> {
+    pub fn checkout(&self) -> Option<H1Conn> {
         let now = Instant::now();
         let mut idle = self.lock();
         let mut found = None;
-        while let Some(entry) = idle.conns.pop() {
-            if entry.sender.is_closed()
-                || now.duration_since(entry.since) >= self.settings.idle_timeout
+        while let Some(mut entry) = idle.conns.pop() {
+            if now.duration_since(entry.since) >= self.settings.idle_timeout
+                || !entry.conn.is_reusable()
             {
-                continue; // dropping the sender closes the connection
+                continue; // dropping it closes the connection
             }
-            found = Some(entry.sender);
+            found = Some(entry.conn);
             break;
         }
         idle.low = idle.low.min(idle.conns.len());
         found
     }
 
-    /// Returns a connection after its response was read completely.
-    pub fn checkin(&self, sender: H1Sender) {
-        if sender.is_closed() {
+    /// Returns a connection after its response was read completely. One that cannot take
+    /// another request right away (closed, or still sending a request body the server answered
+    /// before it ended) is closed instead.
+    pub fn checkin(&self, mut conn: H1Conn) {
+        if !conn.is_done() {
             return;
         }
         {
@@ -118,7 +116,7 @@ impl H1Pool {
                 return;
             }
             idle.conns.push(Idle {
-                sender,
+                conn,
                 since: Instant::now(),
             });
         }
@@ -159,8 +157,8 @@ impl H1Pool {
             let low = idle.low.min(idle.conns.len());
             let mut i = 0;
             let mut untouched_alive = 0;
-            idle.conns.retain(|e| {
-                let keep = !e.sender.is_closed() && now.duration_since(e.since) < timeout;
+            idle.conns.retain_mut(|e| {
+                let keep = now.duration_since(e.since) < timeout && e.conn.is_reusable();
                 untouched_alive += usize::from(keep && i < low);
                 i += 1;
                 keep
@@ -205,6 +203,7 @@ impl Drop for CheckinWait<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::body::RequestBody;
     use hyper_util::rt::TokioIo;
     use tokio::net::{TcpListener, TcpStream};
 
@@ -221,11 +220,10 @@ mod tests {
         let pool = H1Pool::new(PoolSettings::default());
         for _ in 0..n {
             let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
-            let (sender, conn) = hyper::client::conn::http1::handshake::<_, RequestBody>(io)
+            let (sender, driver) = hyper::client::conn::http1::handshake::<_, RequestBody>(io)
                 .await
                 .unwrap();
-            tokio::spawn(conn);
-            pool.checkin(sender);
+            pool.checkin(H1Conn::new(sender, driver, addr, None));
         }
         (pool, server)
     }
@@ -269,14 +267,14 @@ mod tests {
         pool.sweep();
         for _ in 0..5 {
             // Every connection in use at some point of each period.
-            let senders: Vec<H1Sender> = std::iter::from_fn(|| pool.checkout()).collect();
+            let senders: Vec<H1Conn> = std::iter::from_fn(|| pool.checkout()).collect();
             assert_eq!(senders.len(), 6);
             senders.into_iter().for_each(|s| pool.checkin(s));
             pool.sweep();
             assert_eq!(pool.idle_count(), 6);
         }
         // Four of six used in a period: two stayed idle throughout, one goes.
-        let senders: Vec<H1Sender> = (0..4).map_while(|_| pool.checkout()).collect();
+        let senders: Vec<H1Conn> = (0..4).map_while(|_| pool.checkout()).collect();
         senders.into_iter().for_each(|s| pool.checkin(s));
         pool.sweep();
         assert_eq!(pool.idle_count(), 5);

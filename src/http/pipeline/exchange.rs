@@ -26,8 +26,8 @@ use crate::telemetry::error_chain;
 use crate::upstream::body::{Lease, RequestBody};
 use crate::upstream::breaker::{ConnectionSlot, Limit, PendingSlot};
 use crate::upstream::connect::{connect_http, ConnectError, HttpConnection, HttpWire, Transport};
+use crate::upstream::h1_conn::H1Conn;
 use crate::upstream::h2_pool::{Attempt, Checkout, H2Stream};
-use crate::upstream::pool::H1Sender;
 use crate::upstream::tls::TlsFailure;
 use crate::upstream::Endpoint;
 
@@ -119,16 +119,16 @@ async fn exchange_http1(
     let addr = endpoint.addr;
     loop {
         let slot = match endpoint.pool.checkout() {
-            Some(sender) => Err(sender),
+            Some(conn) => Err(conn),
             None => h1_connection_slot(target, endpoint).await?,
         };
-        let (mut sender, fresh) = match slot {
-            Err(sender) => (sender, false),
+        let (mut conn, fresh) = match slot {
+            Err(conn) => (conn, false),
             Ok(slot) => match connect(target, endpoint, slot)
                 .await
                 .map_err(|e| connect_error(&e, backend, addr))?
             {
-                HttpConnection::Http1(sender) => (sender, true),
+                HttpConnection::Http1(conn) => (conn, true),
                 // ALPN chose HTTP/2 this time: the connection joins the endpoint's HTTP/2
                 // connections, and requests follow it there from now on.
                 HttpConnection::Http2(conn) => {
@@ -143,7 +143,7 @@ async fn exchange_http1(
                 }
             },
         };
-        if sender.ready().await.is_err() {
+        if conn.ready().await.is_err() {
             if fresh {
                 return Err(ProxyError::UpstreamReset {
                     backend: backend.clone(),
@@ -153,8 +153,8 @@ async fn exchange_http1(
             }
             continue;
         }
-        match sender.try_send_request(req).await {
-            Ok(response) => return Ok((response, Lease::Http1(sender))),
+        match conn.send(req).await {
+            Ok(response) => return Ok((response, Lease::Http1(conn))),
             Err(mut e) => match e.take_message() {
                 Some(unsent) if !fresh => {
                     req = unsent;
@@ -183,8 +183,8 @@ async fn exchange_http2(
             Found::Stream(stream) => stream,
             Found::LookAgain => continue,
             Found::Http1 => return Box::pin(exchange_http1(target, endpoint, req)).await,
-            Found::Http1Connection(sender) => {
-                return send_http1_once(target, endpoint, sender, req).await
+            Found::Http1Connection(conn) => {
+                return send_http1_once(target, endpoint, conn, req).await
             }
         };
         let replay = refused_retry_copy(&req, refused);
@@ -218,7 +218,7 @@ enum Found {
     /// ALPN chose HTTP/1.1 for this endpoint: the request takes the HTTP/1.1 path.
     Http1,
     /// ALPN chose HTTP/1.1 on the connection this round opened: the request goes on it.
-    Http1Connection(H1Sender),
+    Http1Connection(H1Conn),
 }
 
 /// Round `round` of looking for a stream: a free slot, or another request's connect to wait
@@ -276,10 +276,10 @@ async fn find_stream(
                 }
                 // ALPN chose HTTP/1.1: remember it, and let waiters look again (they will take
                 // the HTTP/1.1 path).
-                Ok(HttpConnection::Http1(sender)) => {
+                Ok(HttpConnection::Http1(conn)) => {
                     endpoint.set_negotiated_http1(true);
                     ticket.finish(Attempt::Done);
-                    Ok(Found::Http1Connection(sender))
+                    Ok(Found::Http1Connection(conn))
                 }
             },
         },
@@ -300,15 +300,15 @@ async fn send_http2_once(
 async fn send_http1_once(
     target: &Target,
     endpoint: &Arc<Endpoint>,
-    mut sender: H1Sender,
+    mut conn: H1Conn,
     req: Request<RequestBody>,
 ) -> Result<(Response<Incoming>, Lease), ProxyError> {
-    let sent = match sender.ready().await {
-        Ok(()) => sender.send_request(req).await,
+    let sent = match conn.ready().await {
+        Ok(()) => conn.send(req).await.map_err(|e| e.into_error()),
         Err(e) => Err(e),
     };
     match sent {
-        Ok(response) => Ok((response, Lease::Http1(sender))),
+        Ok(response) => Ok((response, Lease::Http1(conn))),
         Err(e) => Err(upstream_error(target, endpoint, &e)),
     }
 }
@@ -338,7 +338,7 @@ async fn try_send_http2(
 async fn h1_connection_slot(
     target: &Target,
     endpoint: &Arc<Endpoint>,
-) -> Result<Result<ConnectionSlot, H1Sender>, ProxyError> {
+) -> Result<Result<ConnectionSlot, H1Conn>, ProxyError> {
     let breaker = target.port.endpoints.breaker();
     if let Some(slot) = breaker.connection() {
         return Ok(Ok(slot));
@@ -351,8 +351,8 @@ async fn h1_connection_slot(
         tokio::pin!(closed, returned);
         closed.as_mut().enable();
         returned.as_mut().enable();
-        if let Some(sender) = endpoint.pool.checkout() {
-            return Ok(Err(sender));
+        if let Some(conn) = endpoint.pool.checkout() {
+            return Ok(Err(conn));
         }
         if let Some(slot) = breaker.connection() {
             return Ok(Ok(slot));

@@ -8,11 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
 
 use super::ctx::RequestCtx;
 use crate::balance::outlier::Outcome as OutlierOutcome;
-use crate::http::body::ProxyBody;
+use crate::http::body::{ProxyBody, UpstreamBody};
 use crate::http::budget;
 use crate::http::error::ProxyError;
 use crate::mcp::errors::ErrorScan;
@@ -431,10 +430,11 @@ impl http_body::Body for EndpointRewrite {
 /// A `tools/list` answer without the tools the policy denies. The body (JSON, or the event
 /// stream a POST is answered with) is read whole, within `FILTER_LIMIT`, the buffer budget
 /// (503 `overflow` past it: unfiltered it may not pass) and the stream idle timeout, filtered,
-/// and sent with its new length; the upstream connection is not reused.
+/// and sent with its new length. The body gives its HTTP/1.1 connection back to the pool when
+/// it has been read whole.
 pub(super) async fn filtered_tools_list(
     shared: &Shared,
-    response: Response<Incoming>,
+    response: Response<UpstreamBody>,
     policy: &ToolPolicy,
     entry: Option<&RouteEntry>,
     target: &Target,

@@ -55,6 +55,9 @@ pub(super) async fn phase(
             .filter(|_| ctx.mcp_method.as_deref() == Some("tools/list"))
         {
             // Boxed: only these responses are read whole; every other would carry the future.
+            // The body drives its HTTP/1.1 connection (`upstream::h1_conn`) as it is read; the
+            // reading has its own idle limit.
+            let response = response.map(|body| UpstreamBody::new(body, lease, active, None, None));
             return Box::pin(super::mcp::filtered_tools_list(
                 ctx.shared,
                 response,
