@@ -43,6 +43,16 @@ pub struct H1Conn {
     addr: SocketAddr,
     /// The circuit breaker's count of open connections, held until the connection closes.
     slot: Option<ConnectionSlot>,
+    /// The runtime whose I/O driver the socket is registered with: it reports the socket's
+    /// readiness, so a connection used from another worker's task is woken across threads,
+    /// and only when that worker looks at its I/O. The pool hands a connection to tasks of
+    /// its own runtime first.
+    home: Option<tokio::runtime::Id>,
+}
+
+/// The runtime the calling task runs on (none outside one).
+pub fn current_runtime() -> Option<tokio::runtime::Id> {
+    tokio::runtime::Handle::try_current().ok().map(|h| h.id())
 }
 
 impl std::fmt::Debug for H1Conn {
@@ -69,6 +79,7 @@ impl H1Conn {
             driver: Some(Box::pin(driver)),
             addr,
             slot,
+            home: current_runtime(),
         }
     }
 
@@ -111,6 +122,11 @@ impl H1Conn {
     /// the driver polled again (a request body still being sent is not waited for).
     pub fn is_done(&mut self) -> bool {
         self.can_take_request(false) || self.can_take_request(true)
+    }
+
+    /// The runtime the connection's socket belongs to.
+    pub fn home(&self) -> Option<tokio::runtime::Id> {
+        self.home
     }
 
     /// Whether the connection has closed (as far as the last poll saw).

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use super::h1_conn::H1Conn;
+use super::h1_conn::{current_runtime, H1Conn};
 
 /// Pool limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -85,21 +85,39 @@ impl H1Pool {
         &self.settings
     }
 
-    /// Takes the most recently used idle connection that is still open and not expired.
+    /// Takes the most recently used idle connection of the calling task's runtime (see
+    /// `H1Conn::home`) that is still open and not expired.
     pub fn checkout(&self) -> Option<H1Conn> {
+        self.take(Some(current_runtime()))
+    }
+
+    /// Like `checkout`, but a connection of another worker's runtime will do: for a request
+    /// that would otherwise wait at `circuitBreaker.maxConnections`.
+    pub fn checkout_any(&self) -> Option<H1Conn> {
+        self.take(None)
+    }
+
+    fn take(&self, home: Option<Option<tokio::runtime::Id>>) -> Option<H1Conn> {
         let now = Instant::now();
         let mut idle = self.lock();
+        let mut i = idle.conns.len();
         let mut found = None;
-        while let Some(mut entry) = idle.conns.pop() {
-            if now.duration_since(entry.since) >= self.settings.idle_timeout
-                || !entry.conn.is_reusable()
-            {
-                continue; // dropping it closes the connection
+        while i > 0 {
+            i -= 1;
+            if home.is_some_and(|home| idle.conns[i].conn.home() != home) {
+                continue;
             }
-            found = Some(entry.conn);
-            break;
+            let mut entry = idle.conns.remove(i);
+            // The ones below were not touched.
+            idle.low = idle.low.min(i);
+            if now.duration_since(entry.since) < self.settings.idle_timeout
+                && entry.conn.is_reusable()
+            {
+                found = Some(entry.conn);
+                break;
+            }
+            // Dropped: closes the connection.
         }
-        idle.low = idle.low.min(idle.conns.len());
         found
     }
 
@@ -278,5 +296,29 @@ mod tests {
         senders.into_iter().for_each(|s| pool.checkin(s));
         pool.sweep();
         assert_eq!(pool.idle_count(), 5);
+    }
+
+    #[test]
+    fn a_connection_goes_to_a_task_of_its_own_runtime_first() {
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let (home, other) = (runtime(), runtime());
+        // Opened on `home`: its socket is registered with that runtime's I/O driver.
+        let (pool, _server) = home.block_on(pool_with(1));
+        other.block_on(async {
+            assert!(
+                pool.checkout().is_none(),
+                "another runtime's connection was taken"
+            );
+            let conn = pool.checkout_any().expect("any runtime's connection");
+            pool.checkin(conn);
+        });
+        home.block_on(async {
+            assert!(pool.checkout().is_some(), "its own runtime did not get it");
+        });
     }
 }

@@ -332,7 +332,7 @@ async fn try_send_http2(
 }
 
 /// A circuit-breaker slot for a new HTTP/1.1 connection, or (`Err`) a pooled connection
-/// that came back while waiting for one. At `maxConnections` the request waits, counted
+/// (of any worker: better than waiting) that came back while waiting for one. At `maxConnections` the request waits, counted
 /// against `maxPendingRequests`, until a connection of this endpoint is checked in or one of
 /// the group closes; idle connections of other endpoints are closed to make room.
 async fn h1_connection_slot(
@@ -351,7 +351,7 @@ async fn h1_connection_slot(
         tokio::pin!(closed, returned);
         closed.as_mut().enable();
         returned.as_mut().enable();
-        if let Some(conn) = endpoint.pool.checkout() {
+        if let Some(conn) = endpoint.pool.checkout_any() {
             return Ok(Err(conn));
         }
         if let Some(slot) = breaker.connection() {
