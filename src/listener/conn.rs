@@ -25,6 +25,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::cap::{AcceptBackoff, Slot};
 use super::detect::{sniff, Protocol, ServedIo};
+use super::gate::Gated;
 use super::http::HttpServer;
 use super::tracker::{ConnGuard, ConnTracker};
 use super::watchdog::{watchdog, Activity, Expiry, Tracked};
@@ -373,32 +374,52 @@ pub(crate) async fn drive<C>(
 where
     C: Future<Output = hyper::Result<()>>,
 {
-    tokio::pin!(conn);
-    tokio::select! {
-        result = conn.as_mut() => result,
-        _ = closing(stop, drain) => {
-            graceful_shutdown(conn.as_mut());
-            conn.await
+    // Stop, drain and the watchdog in one future, polled only when one of them woke (see
+    // `gate`); the connection first, without the random branch order.
+    let control = Gated::new(async {
+        tokio::select! {
+            _ = closing(stop, drain) => Control::Closing,
+            expiry = watchdog(timers.activity, timers.head_deadline, timers.idle) => {
+                Control::Expired(expiry)
+            }
         }
-        expiry = watchdog(timers.activity, timers.head_deadline, timers.idle) => {
-            count_timeout(shared, expiry);
-            tracing::debug!(reason = expiry.as_str(), "downstream connection closed");
-            match on_expiry {
-                OnExpiry::Close => Ok(()),
-                OnExpiry::GoAway => {
-                    graceful_shutdown(conn.as_mut());
-                    // A request the client sent before it saw the GOAWAY is still served.
-                    loop {
-                        match tokio::time::timeout(GOAWAY_GRACE, conn.as_mut()).await {
-                            Ok(result) => return result,
-                            Err(_) if timers.activity.is_busy() => {}
-                            Err(_) => return Ok(()),
+    });
+    tokio::pin!(conn, control);
+    tokio::select! {
+        biased;
+        result = conn.as_mut() => result,
+        control = control => match control {
+            Control::Closing => {
+                graceful_shutdown(conn.as_mut());
+                conn.await
+            }
+            Control::Expired(expiry) => {
+                count_timeout(shared, expiry);
+                tracing::debug!(reason = expiry.as_str(), "downstream connection closed");
+                match on_expiry {
+                    OnExpiry::Close => Ok(()),
+                    OnExpiry::GoAway => {
+                        graceful_shutdown(conn.as_mut());
+                        // A request the client sent before it saw the GOAWAY is still served.
+                        loop {
+                            match tokio::time::timeout(GOAWAY_GRACE, conn.as_mut()).await {
+                                Ok(result) => return result,
+                                Err(_) if timers.activity.is_busy() => {}
+                                Err(_) => return Ok(()),
+                            }
                         }
                     }
                 }
             }
-        }
+        },
     }
+}
+
+/// What ended `drive`'s wait besides the connection itself.
+enum Control {
+    /// Stop or drain: finish what is in flight and close.
+    Closing,
+    Expired(Expiry),
 }
 
 /// A request head hyper refused itself (HTTP/1.1: it answered 431, 414 or 400 before egressd

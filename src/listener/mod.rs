@@ -9,6 +9,7 @@
 pub(crate) mod cap;
 mod conn;
 pub(crate) mod detect;
+mod gate;
 mod http;
 mod passthrough;
 pub mod sni;
