@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, Entry, HeaderMap, HeaderName, HeaderValue};
 use http::Version;
 
 /// Headers that describe one connection and never cross a proxy, besides those listed in
@@ -130,41 +130,63 @@ pub fn client_address_value(client: IpAddr) -> HeaderValue {
     HeaderValue::from_str(&client.to_string()).unwrap_or(HeaderValue::from_static("unknown"))
 }
 
+// Made at compile time (`from_static` checks a name at run time when it is not a standard one).
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
 /// Appends the client address to `X-Forwarded-For` and sets `X-Forwarded-Proto` when the
 /// client did not.
 pub fn add_forwarded_for(headers: &mut HeaderMap, client: &HeaderValue, proto: &'static str) {
-    append_list(
-        headers,
-        HeaderName::from_static("x-forwarded-for"),
-        client.clone(),
-    );
+    append_list(headers, X_FORWARDED_FOR, client.clone());
     headers
-        .entry(HeaderName::from_static("x-forwarded-proto"))
+        .entry(X_FORWARDED_PROTO)
         .or_insert(HeaderValue::from_static(proto));
 }
 
+/// Adds `value` to the list header `name`, as one line (`a, b, value`): one lookup, and a new
+/// value made only when the header was there already.
 fn append_list(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
-    let joined = {
-        let existing: Vec<&[u8]> = headers
-            .get_all(&name)
-            .iter()
-            .map(HeaderValue::as_bytes)
-            .collect();
-        if existing.is_empty() {
-            None
-        } else {
-            let mut buf = existing.join(&b", "[..]);
-            buf.extend_from_slice(b", ");
-            buf.extend_from_slice(value.as_bytes());
-            HeaderValue::from_bytes(&buf).ok()
+    match headers.entry(name) {
+        Entry::Vacant(entry) => {
+            entry.insert(value);
         }
-    };
-    headers.insert(name, joined.unwrap_or(value));
+        Entry::Occupied(mut entry) => {
+            let mut joined = Vec::new();
+            for existing in entry.iter() {
+                joined.extend_from_slice(existing.as_bytes());
+                joined.extend_from_slice(b", ");
+            }
+            joined.extend_from_slice(value.as_bytes());
+            // Valid values joined by ", " are a valid value; `insert` replaces every line.
+            entry.insert(HeaderValue::from_bytes(&joined).unwrap_or(value));
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_list_header_gets_the_value_appended_as_one_line() {
+        let mut h = HeaderMap::new();
+        let client = HeaderValue::from_static("192.0.2.7");
+        add_forwarded_for(&mut h, &client, "http");
+        assert_eq!(h.get_all(X_FORWARDED_FOR).iter().count(), 1);
+        assert_eq!(h[X_FORWARDED_FOR], "192.0.2.7");
+        // Two lines from the client: joined, with ours last.
+        let mut h = HeaderMap::new();
+        h.append(X_FORWARDED_FOR, HeaderValue::from_static("10.0.0.1"));
+        h.append(
+            X_FORWARDED_FOR,
+            HeaderValue::from_static("10.0.0.2, 10.0.0.3"),
+        );
+        h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+        add_forwarded_for(&mut h, &client, "http");
+        let lines: Vec<_> = h.get_all(X_FORWARDED_FOR).iter().collect();
+        assert_eq!(lines, ["10.0.0.1, 10.0.0.2, 10.0.0.3, 192.0.2.7"]);
+        assert_eq!(h[X_FORWARDED_PROTO], "https", "the client's proto is kept");
+    }
 
     #[test]
     fn egressd_hops_counts_our_via_entries_only() {
