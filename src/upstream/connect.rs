@@ -9,6 +9,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+use super::body::RequestBody;
 use super::breaker::ConnectionSlot;
 use super::h1_conn::{H1Conn, H1Sender};
 use super::h2_frames::{FrameWatch, INITIAL_MAX_STREAMS};
@@ -301,6 +302,26 @@ async fn tls_handshake(
     }
 }
 
+/// hyper's HTTP/1.1 client handshake (nothing is sent: it sets up the two halves).
+async fn http1_halves<S>(
+    addr: SocketAddr,
+    stream: S,
+) -> Result<
+    (
+        H1Sender,
+        hyper::client::conn::http1::Connection<TokioIo<S>, RequestBody>,
+    ),
+    ConnectError,
+>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    hyper::client::conn::http1::Builder::new()
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|source| ConnectError::Handshake { addr, source })
+}
+
 /// An HTTP/1.1 connection driven by the task that uses it (see `h1_conn`).
 async fn handshake_http1<S>(
     addr: SocketAddr,
@@ -310,10 +331,7 @@ async fn handshake_http1<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (sender, driver) = hyper::client::conn::http1::Builder::new()
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(|source| ConnectError::Handshake { addr, source })?;
+    let (sender, driver) = http1_halves(addr, stream).await?;
     Ok(H1Conn::new(sender, driver, addr, slot))
 }
 
@@ -323,10 +341,7 @@ async fn handshake_upgradable<S>(addr: SocketAddr, stream: S) -> Result<H1Sender
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (sender, conn) = hyper::client::conn::http1::Builder::new()
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(|source| ConnectError::Handshake { addr, source })?;
+    let (sender, conn) = http1_halves(addr, stream).await?;
     tokio::spawn(async move {
         if let Err(e) = conn.with_upgrades().await {
             tracing::debug!(%addr, error = %e, "upstream connection closed with error");
