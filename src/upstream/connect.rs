@@ -212,9 +212,10 @@ impl TlsSummary {
 }
 
 /// Opens an HTTP connection (TLS when the transport says so): an HTTP/2 one's driver is
-/// spawned on the current runtime, an HTTP/1.1 one is driven by whoever uses it. The TLS handshake gets its own `timeout`, after the TCP connect's. `slot`
-/// (the circuit breaker's count of open connections) is held until the connection closes.
-/// With TLS, also what the handshake settled on.
+/// spawned on the current runtime, an HTTP/1.1 one is driven by whoever uses it. The TLS
+/// handshake gets its own `timeout`, after the TCP connect's. `slot` (the circuit breaker's
+/// count of open connections) is held until the connection closes. With TLS, also what the
+/// handshake settled on.
 pub async fn connect_http(
     addr: SocketAddr,
     timeout: Duration,

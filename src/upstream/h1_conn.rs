@@ -129,11 +129,6 @@ impl H1Conn {
         self.home
     }
 
-    /// Whether the connection has closed (as far as the last poll saw).
-    pub fn is_closed(&self) -> bool {
-        self.driver.is_none() || self.sender.is_closed()
-    }
-
     /// Waits until the connection can take a request: a new one until hyper has started, a
     /// pooled one (checked at checkout) at once.
     pub async fn ready(&mut self) -> hyper::Result<()> {

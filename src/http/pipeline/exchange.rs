@@ -331,10 +331,11 @@ async fn try_send_http2(
     }
 }
 
-/// A circuit-breaker slot for a new HTTP/1.1 connection, or (`Err`) a pooled connection
-/// (of any worker: better than waiting) that came back while waiting for one. At `maxConnections` the request waits, counted
-/// against `maxPendingRequests`, until a connection of this endpoint is checked in or one of
-/// the group closes; idle connections of other endpoints are closed to make room.
+/// A circuit-breaker slot for a new HTTP/1.1 connection, or (`Err`) a pooled connection (of
+/// any worker: better than waiting) that came back while waiting for one. At `maxConnections`
+/// the request waits, counted against `maxPendingRequests`, until a connection of this endpoint
+/// is checked in or one of the group closes; idle connections of other endpoints are closed to
+/// make room.
 async fn h1_connection_slot(
     target: &Target,
     endpoint: &Arc<Endpoint>,
