@@ -86,8 +86,13 @@ async fn the_admin_port_is_out_of_reach_in_every_spelling_of_loopback() {
         &format!("http://admin.mapped.test:{admin}/config"),
     )
     .await;
-    assert_eq!(r.status, 503, "{}", r.text());
-    assert_eq!(r.error_code(), Some("no_healthy_upstream"));
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.error_code(), Some("destination_address_denied"));
+    assert!(
+        r.text().contains("127.0.0.1 (not a public address)"),
+        "{}",
+        r.text()
+    );
 
     assert_eq!(
         log_filter(&proxy).await,
@@ -188,7 +193,7 @@ async fn a_passthrough_sni_is_judged_in_canonical_form() {
         |cause: &str| format!("egressd_tls_passthrough_rejected_total{{cause=\"{cause}\"}}");
     let counted = common::poll_within(std::time::Duration::from_secs(5), || async {
         common::outlier::metric(&proxy, &metric("invalid_sni")).await == 1.0
-            && common::outlier::metric(&proxy, &metric("no_healthy_upstream")).await == 1.0
+            && common::outlier::metric(&proxy, &metric("destination_address_denied")).await == 1.0
     })
     .await
     .is_some();

@@ -4,10 +4,8 @@
 
 mod common;
 
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use common::dns::TestDns;
 use common::outlier::metric;
 use common::proxy::{get, get_absolute, preamble, TestProxy};
 use common::upstream::Upstream;
@@ -28,10 +26,13 @@ async fn connect_status(proxy: std::net::SocketAddr, target: &str) -> u16 {
 #[tokio::test]
 async fn a_blocked_host_is_listed_with_a_backend_that_allows_it() {
     let upstream = Upstream::start("api").await;
-    let dns = TestDns::start().await;
-    dns.set("api.blocked.test", &[Ipv4Addr::LOCALHOST], 60);
-    let proxy = TestProxy::start(&preamble(Some(dns.addr))).await;
-    let url = format!("http://api.blocked.test:{}/v1/things", upstream.addr.port());
+    // A `*.localhost` name: the pasted Backend may resolve it to loopback (RFC 6761), where
+    // the test upstream listens, without `allowedAddresses`.
+    let proxy = TestProxy::start(&preamble(None)).await;
+    let url = format!(
+        "http://api.blocked.localhost:{}/v1/things",
+        upstream.addr.port()
+    );
 
     for _ in 0..2 {
         let r = get_absolute(proxy.http(), &url).await;
@@ -50,7 +51,7 @@ async fn a_blocked_host_is_listed_with_a_backend_that_allows_it() {
     assert_eq!(blocked.len(), 2, "{listed:#}");
     let api = blocked
         .iter()
-        .find(|b| b["host"] == "api.blocked.test")
+        .find(|b| b["host"] == "api.blocked.localhost")
         .expect("the HTTP destination");
     assert_eq!(api["port"], upstream.addr.port());
     assert_eq!(api["count"], 2);
@@ -71,7 +72,7 @@ async fn a_blocked_host_is_listed_with_a_backend_that_allows_it() {
     assert_eq!(
         metric(
             &proxy,
-            r#"egressd_blocked_requests_total{host="api.blocked.test"}"#
+            r#"egressd_blocked_requests_total{host="api.blocked.localhost"}"#
         )
         .await,
         2.0

@@ -30,6 +30,7 @@ spec:
     type: FQDN
     fqdn:
       hostname: {host}
+      allowedAddresses: [127.0.0.0/8]
     ports:
     - number: {port}
   protocol: TCP
@@ -163,7 +164,7 @@ kind: Backend
 metadata:
   name: web
 spec:
-  destination: {{type: FQDN, fqdn: {{hostname: web.tunnel.test}}, ports: [{{number: {port}}}]}}
+  destination: {{type: FQDN, fqdn: {{hostname: web.tunnel.test, allowedAddresses: [127.0.0.0/8]}}, ports: [{{number: {port}}}]}}
   protocol: HTTP11
   tls: {{mode: InsecureDisable}}
 "#

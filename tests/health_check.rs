@@ -393,7 +393,7 @@ async fn http_checks_use_the_backend_tls_settings_and_http2() {
     .await;
     let backend = |ca: &std::path::Path| {
         format!(
-            "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: api}}\nspec:\n  destination:\n    type: FQDN\n    fqdn: {{hostname: api.hc.test}}\n    ports: [{{number: {port}}}]\n  tls:\n    mode: Simple\n    validation: {{caCertificateFiles: [\"{ca}\"]}}\n  trafficPolicy:\n    healthCheck:\n      active: {{type: HTTP, interval: 100ms, timeout: 1s, unhealthyThreshold: 1, http: {{path: /healthz}}}}\n",
+            "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: api}}\nspec:\n  destination:\n    type: FQDN\n    fqdn: {{hostname: api.hc.test, allowedAddresses: [127.0.0.0/8]}}\n    ports: [{{number: {port}}}]\n  tls:\n    mode: Simple\n    validation: {{caCertificateFiles: [\"{ca}\"]}}\n  trafficPolicy:\n    healthCheck:\n      active: {{type: HTTP, interval: 100ms, timeout: 1s, unhealthyThreshold: 1, http: {{path: /healthz}}}}\n",
             port = upstream.addr.port(),
             ca = ca.display()
         )

@@ -52,7 +52,7 @@ metadata: {{name: {name}}}
 spec:
   destination:
     type: FQDN
-    fqdn: {{hostname: {HOST}}}
+    fqdn: {{hostname: {HOST}, allowedAddresses: [127.0.0.0/8]}}
     ports: [{{number: {port}}}]
   protocol: {protocol}
   tls: {{mode: {tls}}}
@@ -236,7 +236,7 @@ metadata: {{name: second}}
 spec:
   destination:
     type: FQDN
-    fqdn: {{hostname: {HOST}}}
+    fqdn: {{hostname: {HOST}, allowedAddresses: [127.0.0.0/8]}}
     ports: [{{number: {}}}, {{number: {}}}]
   tls: {{mode: InsecureDisable}}
 "#,

@@ -128,7 +128,7 @@ async fn audit_only_lets_undeclared_destinations_through_and_lists_them() {
     dns.set("audit.any.test", &[Ipv4Addr::LOCALHOST], 60);
     dns.set("declared.any.test", &[Ipv4Addr::LOCALHOST], 60);
     let backend = format!(
-        "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: declared}}\nspec:\n  destination: {{type: FQDN, fqdn: {{hostname: declared.any.test}}, ports: [{{number: {}}}]}}\n  tls: {{mode: InsecureDisable}}\n",
+        "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: declared}}\nspec:\n  destination: {{type: FQDN, fqdn: {{hostname: declared.any.test, allowedAddresses: [127.0.0.0/8]}}, ports: [{{number: {}}}]}}\n  tls: {{mode: InsecureDisable}}\n",
         declared.addr.port()
     );
     // RegistryOnly first: refused; a reload to AuditOnly lets the same request through.
@@ -186,7 +186,7 @@ async fn denied_hosts_addresses_and_declared_hosts_stay_refused() {
     dns.set("api.decl.test", &[Ipv4Addr::LOCALHOST], 60);
     let port = upstream.addr.port();
     let backend = format!(
-        "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: api}}\nspec:\n  destination: {{type: FQDN, fqdn: {{hostname: api.decl.test}}, ports: [{{number: {port}}}]}}\n  tls: {{mode: InsecureDisable}}\n"
+        "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: api}}\nspec:\n  destination: {{type: FQDN, fqdn: {{hostname: api.decl.test, allowedAddresses: [127.0.0.0/8]}}, ports: [{{number: {port}}}]}}\n  tls: {{mode: InsecureDisable}}\n"
     );
     // AllowAny with the default deniedAddresses (loopback).
     let spec = "  outboundPolicy: AllowAny\n  deniedHostnames: [\"*.internal.test\"]\n";
@@ -207,10 +207,10 @@ async fn denied_hosts_addresses_and_declared_hosts_stay_refused() {
     );
 
     let by_name = get_absolute(proxy.http(), &format!("http://loop.any.test:{port}/")).await;
-    assert_eq!(by_name.status, 503, "{}", by_name.text());
-    assert_eq!(by_name.error_code(), Some("no_healthy_upstream"));
+    assert_eq!(by_name.status, 502, "{}", by_name.text());
+    assert_eq!(by_name.error_code(), Some("destination_address_denied"));
     assert!(
-        by_name.text().contains("no usable address"),
+        by_name.text().contains("(not a public address)"),
         "{}",
         by_name.text()
     );

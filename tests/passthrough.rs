@@ -38,7 +38,7 @@ apiVersion: egressd.dev/v1alpha1
 kind: Backend
 metadata: {{name: api}}
 spec:
-  destination: {{type: FQDN, fqdn: {{hostname: {API}}}, ports: [{{number: {upstream_port}}}]}}
+  destination: {{type: FQDN, fqdn: {{hostname: {API}, allowedAddresses: [127.0.0.0/8]}}, ports: [{{number: {upstream_port}}}]}}
   tls: {{mode: Passthrough}}
 "#
     )

@@ -175,6 +175,7 @@ spec:
     type: FQDN
     fqdn:
       hostname: {TUNNEL_HOST}
+      allowedAddresses: [127.0.0.0/8]
     ports:
     - number: {port}
   protocol: TCP
@@ -288,7 +289,7 @@ apiVersion: egressd.dev/v1alpha1
 kind: Backend
 metadata: {{name: api}}
 spec:
-  destination: {{type: FQDN, fqdn: {{hostname: {API}}}, ports: [{{number: {port}}}]}}
+  destination: {{type: FQDN, fqdn: {{hostname: {API}, allowedAddresses: [127.0.0.0/8]}}, ports: [{{number: {port}}}]}}
   tls: {{mode: Passthrough}}
   trafficPolicy: {{circuitBreaker: {{maxConnections: 1}}}}
 "#,

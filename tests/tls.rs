@@ -154,6 +154,7 @@ spec:
     type: FQDN
     fqdn:
       hostname: {API}
+      allowedAddresses: [127.0.0.0/8]
     ports:
     - number: {port}
   protocol: HTTP11

@@ -46,21 +46,21 @@ apiVersion: egressd.dev/v1alpha1
 kind: Backend
 metadata: {{name: x}}
 spec:
-  destination: {{type: FQDN, fqdn: {{hostname: {X_HOST}}}, ports: [{{number: {x}}}]}}
+  destination: {{type: FQDN, fqdn: {{hostname: {X_HOST}, allowedAddresses: [127.0.0.0/8]}}, ports: [{{number: {x}}}]}}
   tls: {{mode: Passthrough}}
 ---
 apiVersion: egressd.dev/v1alpha1
 kind: Backend
 metadata: {{name: y}}
 spec:
-  destination: {{type: FQDN, fqdn: {{hostname: {Y_HOST}}}, ports: [{{number: {y}}}]}}
+  destination: {{type: FQDN, fqdn: {{hostname: {Y_HOST}, allowedAddresses: [127.0.0.0/8]}}, ports: [{{number: {y}}}]}}
   tls: {{mode: Passthrough}}
 ---
 apiVersion: egressd.dev/v1alpha1
 kind: Backend
 metadata: {{name: direct}}
 spec:
-  destination: {{type: FQDN, fqdn: {{hostname: {DIRECT_HOST}}}, ports: [{{number: {direct}}}]}}
+  destination: {{type: FQDN, fqdn: {{hostname: {DIRECT_HOST}, allowedAddresses: [127.0.0.0/8]}}, ports: [{{number: {direct}}}]}}
   tls: {{mode: Passthrough}}
 ---
 apiVersion: gateway.networking.k8s.io/v1alpha2

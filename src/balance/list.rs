@@ -16,6 +16,9 @@ pub struct EndpointList<E> {
     pub resolved: bool,
     /// Last resolution error, kept while the last good addresses keep serving.
     pub last_error: Option<String>,
+    /// The last resolution's answers were all refused by the destination's address policy
+    /// (`last_error` says which): a request that finds no endpoint is refused, not failed.
+    pub address_denied: bool,
     /// What the list's balancer built for it (see [`Prepared`]): set when the list is
     /// published, so picks only read it.
     prepared: OnceLock<Prepared>,
@@ -31,6 +34,7 @@ impl<E> Default for EndpointList<E> {
             weights: Weights::default(),
             resolved: false,
             last_error: None,
+            address_denied: false,
             prepared: OnceLock::new(),
             published: AtomicBool::new(false),
         }
@@ -45,6 +49,7 @@ impl<E: Candidate> EndpointList<E> {
             endpoints,
             resolved: true,
             last_error: None,
+            address_denied: false,
             prepared: OnceLock::new(),
             published: AtomicBool::new(false),
         }

@@ -55,6 +55,10 @@ pub enum ProxyError {
     NoBackend { route: Arc<str> },
     #[error("Backend {backend} has no available endpoint{detail}")]
     NoHealthyUpstream { backend: Arc<str>, detail: String },
+    /// The destination's name resolved only to addresses it may not use (link-local,
+    /// loopback, …): a DNS answer is never a way around the address policy.
+    #[error("Backend {backend}: {detail}")]
+    DestinationAddressDenied { backend: Arc<str>, detail: String },
     #[error("cannot connect to {endpoint} for Backend {backend}: {cause}")]
     ConnectFailure {
         backend: Arc<str>,
@@ -239,6 +243,7 @@ mod row {
     pub const DESTINATION_NOT_ALLOWED:  Class = local(S::FORBIDDEN, "destination_not_allowed", G::PermissionDenied, R::Never);
     pub const NO_ROUTE:                 Class = local(S::NOT_FOUND, "no_route", G::Unimplemented, R::Never);
     pub const NO_BACKEND:               Class = local(S::INTERNAL_SERVER_ERROR, "no_backend", G::Internal, R::Never);
+    pub const DESTINATION_ADDRESS_DENIED: Class = local(S::BAD_GATEWAY, "destination_address_denied", G::PermissionDenied, R::Never);
     pub const NO_HEALTHY_UPSTREAM:      Class = local(S::SERVICE_UNAVAILABLE, "no_healthy_upstream", G::Unavailable, R::Never);
     pub const UPSTREAM_CONNECT_FAILURE: Class = connect(S::SERVICE_UNAVAILABLE, "upstream_connect_failure", R::ConnectFailure);
     pub const UPSTREAM_CONNECT_TIMEOUT: Class = connect(S::GATEWAY_TIMEOUT, "upstream_connect_timeout", R::ConnectFailure);
@@ -280,6 +285,7 @@ impl ProxyError {
             ProxyError::NoRoute { .. } => row::NO_ROUTE,
             ProxyError::NoBackend { .. } => row::NO_BACKEND,
             ProxyError::NoHealthyUpstream { .. } => row::NO_HEALTHY_UPSTREAM,
+            ProxyError::DestinationAddressDenied { .. } => row::DESTINATION_ADDRESS_DENIED,
             ProxyError::ConnectFailure { .. } => row::UPSTREAM_CONNECT_FAILURE,
             ProxyError::ConnectTimeout { .. } => row::UPSTREAM_CONNECT_TIMEOUT,
             ProxyError::UpstreamTls { .. } => row::UPSTREAM_TLS_FAILURE,
@@ -517,6 +523,10 @@ mod tests {
                 reason: text(),
             },
             ProxyError::LoopDetected { hops: 8 },
+            ProxyError::DestinationAddressDenied {
+                backend: b(),
+                detail: text(),
+            },
             ProxyError::NotSupported("x"),
             ProxyError::ListenerGone,
             ProxyError::MalformedBody { cause: text() },

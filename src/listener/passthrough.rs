@@ -120,6 +120,11 @@ pub(super) async fn serve(
         .hash_key()
         .and_then(|k| k.hash_connection(info.client.ip()));
     let Some(endpoint) = group.pick(hash) else {
+        let list = group.list();
+        if list.address_denied {
+            let why = list.last_error.as_deref().unwrap_or_default();
+            return refuse(&mut passage, "destination_address_denied", why, Some(&sni));
+        }
         return refuse(
             &mut passage,
             "no_healthy_upstream",

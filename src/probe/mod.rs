@@ -34,8 +34,9 @@ use crate::config::wire::EGRESSD_GROUP;
 use crate::config::{ConfigSet, ObjectId};
 use crate::runtime::compile::Compiled;
 use crate::snapshot::{BackendPort, RequestPolicy};
+use crate::upstream::address::AnswerPolicy;
 use crate::upstream::connect::{connect_tcp, ConnectError, Transport};
-use crate::upstream::dns::DnsResolver;
+use crate::upstream::dns::{AnswerCheck, DnsResolver, RefreshPlan};
 use crate::upstream::tls::TlsFailure;
 use crate::upstream::EndpointSource;
 
@@ -113,6 +114,7 @@ enum Destination {
     Dns {
         hostname: String,
         family: LookupFamily,
+        check: AnswerCheck,
     },
     Listed(Vec<SocketAddr>),
 }
@@ -147,10 +149,17 @@ fn plan_ports(compiled: &Compiled) -> Vec<PortPlan> {
                 }
             };
             let destination = match &port.endpoints.source {
-                EndpointSource::Dns { hostname, .. } => Destination::Dns {
-                    hostname: hostname.clone(),
-                    family: lookup_family(compiled, port),
-                },
+                EndpointSource::Dns { hostname, .. } => {
+                    let refresher = refresher_of(compiled, port);
+                    Destination::Dns {
+                        hostname: hostname.clone(),
+                        family: refresher.map_or(LookupFamily::IPv4Preferred, |r| r.family),
+                        check: refresher.map_or_else(
+                            || AnswerCheck::Declared(AnswerPolicy::declared(hostname, Vec::new())),
+                            |r| r.check.clone(),
+                        ),
+                    }
+                }
                 EndpointSource::Static => Destination::Listed(
                     port.endpoints
                         .list()
@@ -173,17 +182,13 @@ fn plan_ports(compiled: &Compiled) -> Vec<PortPlan> {
     plans
 }
 
-/// The lookup family the DNS refresher of this port's group would use.
-fn lookup_family(compiled: &Compiled, port: &BackendPort) -> LookupFamily {
-    compiled
-        .refreshers
-        .iter()
-        .find(|r| {
-            r.group
-                .upgrade()
-                .is_some_and(|g| Arc::ptr_eq(&g, &port.endpoints))
-        })
-        .map_or(LookupFamily::IPv4Preferred, |r| r.family)
+/// The DNS refresher of this port's group: the lookup family and answer check it uses.
+fn refresher_of<'c>(compiled: &'c Compiled, port: &BackendPort) -> Option<&'c RefreshPlan> {
+    compiled.refreshers.iter().find(|r| {
+        r.group
+            .upgrade()
+            .is_some_and(|g| Arc::ptr_eq(&g, &port.endpoints))
+    })
 }
 
 /// The Backend's connect timeout: the `timeout` section of its inline policy, else of the first
@@ -260,12 +265,19 @@ struct EndpointReport {
 async fn probe_port(plan: &PortPlan, resolver: &DnsResolver, dns: &str) -> PortReport {
     let (addrs, destination) = match &plan.destination {
         Destination::Listed(addrs) => (addrs.clone(), "IP endpoints as listed".to_owned()),
-        Destination::Dns { hostname, family } => {
+        Destination::Dns {
+            hostname,
+            family,
+            check,
+        } => {
             let found = format!("{hostname} resolved by {dns} ({family})");
-            match resolver.resolve(hostname, *family).await {
-                Ok((ips, _)) => {
+            match resolver.resolve(hostname, *family, check).await {
+                Ok(answers) => {
                     let number = plan.port.number;
-                    let addrs = ips.into_iter().map(|ip| SocketAddr::new(ip, number));
+                    let addrs = answers
+                        .ips
+                        .into_iter()
+                        .map(|ip| SocketAddr::new(ip, number));
                     (addrs.collect(), found)
                 }
                 Err(e) => {

@@ -35,7 +35,7 @@ use crate::names::{hostname_matches, is_valid_hostname};
 use crate::snapshot::{Backend, BackendPort, Target};
 use crate::upstream::address::{canonical_ip, AddressPolicy};
 use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, Transport};
-use crate::upstream::dns::{refresh_loop, RefreshPlan};
+use crate::upstream::dns::{refresh_loop, AnswerCheck, RefreshPlan};
 use crate::upstream::pool::PoolSettings;
 use crate::upstream::registry::{EndpointTemplate, PortIdentity, StateRegistry};
 use crate::upstream::tls::{NameCheck, Roots, TlsSpec, TlsVersion};
@@ -334,7 +334,7 @@ impl UndeclaredDestinations {
                     group: Arc::downgrade(&group),
                     template,
                     family: LookupFamily::IPv4Preferred,
-                    addresses: Some(self.addresses.clone()),
+                    check: AnswerCheck::Undeclared(self.addresses.clone()),
                 });
                 group
             }

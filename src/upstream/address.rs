@@ -234,6 +234,60 @@ impl AddressPolicy {
     }
 }
 
+/// What a declared FQDN Backend's DNS answers may be (`destination.fqdn.allowedAddresses`).
+///
+/// A declared name is trusted to be *a* service, not to be any address: whoever controls its
+/// DNS (or poisons it) could point it at the cloud metadata service or at egressd's own admin
+/// port and turn every client allowed to reach the Backend into an SSRF. So answers in
+/// link-local, unspecified ("this network", which Linux connects to loopback), broadcast and
+/// multicast ranges are refused, and loopback too unless the name itself means loopback
+/// (`localhost`, `*.localhost`, RFC 6761 §6.3). Private ranges stay allowed: declared names
+/// are often internal services. `allowedAddresses` opens any of these ranges for one Backend.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AnswerPolicy {
+    /// `allowedAddresses`, canonical.
+    allowed: Arc<[IpNet]>,
+    /// The name means loopback (RFC 6761): loopback answers are what it should get.
+    loopback_name: bool,
+}
+
+/// Whether `host` (lowercase, no final dot) is one of the names RFC 6761 reserves for
+/// loopback.
+pub fn is_loopback_name(host: &str) -> bool {
+    host == "localhost" || host.ends_with(".localhost")
+}
+
+impl AnswerPolicy {
+    /// The policy for the declared name `host` with the Backend's `allowedAddresses`.
+    pub fn declared(host: &str, allowed: Vec<IpNet>) -> Self {
+        AnswerPolicy {
+            allowed: allowed.into_iter().map(canonical_net).collect(),
+            loopback_name: is_loopback_name(host),
+        }
+    }
+
+    /// Why the answer `ip` (any spelling) is refused, or `None` when it may be used.
+    pub fn refuses(&self, ip: IpAddr) -> Option<&'static str> {
+        let ip = canonical_ip(ip);
+        let why = match ip {
+            IpAddr::V4(v4) if v4.is_link_local() => "link-local",
+            IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80 => "link-local",
+            IpAddr::V4(v4) if v4.octets()[0] == 0 => "unspecified",
+            IpAddr::V6(v6) if v6.is_unspecified() => "unspecified",
+            IpAddr::V4(v4) if v4.is_broadcast() => "broadcast",
+            IpAddr::V4(v4) if v4.is_multicast() => "multicast",
+            IpAddr::V6(v6) if v6.is_multicast() => "multicast",
+            IpAddr::V4(v4) if v4.is_loopback() && !self.loopback_name => "loopback",
+            IpAddr::V6(v6) if v6.is_loopback() && !self.loopback_name => "loopback",
+            _ => return None,
+        };
+        if self.allowed.iter().any(|net| net.contains(&ip)) {
+            return None;
+        }
+        Some(why)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,6 +403,52 @@ mod tests {
             opened.refuses(ip("169.254.169.254")),
             "link-local stays refused"
         );
+    }
+
+    #[test]
+    fn declared_names_may_not_resolve_to_metadata_loopback_or_multicast() {
+        let policy = AnswerPolicy::declared("api.example.com", vec![]);
+        for (answer, why) in [
+            ("169.254.169.254", "link-local"),
+            ("::ffff:169.254.169.254", "link-local"),
+            ("fe80::1", "link-local"),
+            ("0.0.0.0", "unspecified"),
+            ("0.1.2.3", "unspecified"),
+            ("::", "unspecified"),
+            ("255.255.255.255", "broadcast"),
+            ("224.0.0.251", "multicast"),
+            ("ff02::fb", "multicast"),
+            ("127.0.0.1", "loopback"),
+            ("127.3.4.5", "loopback"),
+            ("::ffff:127.0.0.1", "loopback"),
+            ("64:ff9b::7f00:1", "loopback"),
+            ("::1", "loopback"),
+        ] {
+            assert_eq!(policy.refuses(ip(answer)), Some(why), "{answer}");
+        }
+        for private in [
+            "10.1.2.3",
+            "172.20.0.1",
+            "192.168.1.1",
+            "fd00::1",
+            "93.184.216.34",
+        ] {
+            assert_eq!(policy.refuses(ip(private)), None, "{private}");
+        }
+        for name in ["localhost", "api.localhost"] {
+            let policy = AnswerPolicy::declared(name, vec![]);
+            assert_eq!(policy.refuses(ip("127.0.0.1")), None, "{name}");
+            assert_eq!(policy.refuses(ip("::1")), None, "{name}");
+            assert_eq!(policy.refuses(ip("169.254.169.254")), Some("link-local"));
+        }
+        assert!(!is_loopback_name("localhost.example.com"));
+        assert!(!is_loopback_name("notlocalhost"));
+        let opened = AnswerPolicy::declared(
+            "metadata.internal",
+            vec!["::ffff:169.254.169.254/128".parse().unwrap()],
+        );
+        assert_eq!(opened.refuses(ip("169.254.169.254")), None);
+        assert_eq!(opened.refuses(ip("169.254.169.253")), Some("link-local"));
     }
 
     #[test]

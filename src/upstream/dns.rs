@@ -16,7 +16,7 @@ use hickory_resolver::config::{
 use hickory_resolver::name_server::TokioConnectionProvider;
 use hickory_resolver::TokioResolver;
 
-use super::address::{canonical_ip, is_never_reachable, AddressPolicy};
+use super::address::{canonical_ip, AddressPolicy, AnswerPolicy};
 use super::group::{EndpointGroup, EndpointSource};
 use crate::balance::EndpointList;
 use crate::config::wire::enums::LookupFamily;
@@ -41,10 +41,66 @@ pub enum DnsError {
     SystemConfig(String),
     #[error("resolving {host}: {message}")]
     Lookup { host: String, message: String },
-    #[error(
-        "resolving {host}: no usable address (all answers were denied or of the wrong family)"
-    )]
+    #[error("resolving {host}: no address of the wanted family")]
     NoAddress { host: String },
+    /// Every answer was an address the destination may not use (see [`AnswerCheck`]).
+    #[error("{host} resolved only to refused addresses: {refused}; {opened_by} opens a range")]
+    AddressDenied {
+        host: String,
+        refused: String,
+        /// The field that would let the destination use them.
+        opened_by: &'static str,
+    },
+}
+
+/// Which DNS answers a destination may use.
+#[derive(Clone, Debug)]
+pub enum AnswerCheck {
+    /// A declared FQDN Backend: see [`AnswerPolicy`].
+    Declared(AnswerPolicy),
+    /// An undeclared destination (`AllowAny`, `AuditOnly`): `undeclaredDestinations`.
+    Undeclared(Arc<AddressPolicy>),
+}
+
+impl AnswerCheck {
+    /// The field that opens refused ranges.
+    fn opened_by(&self) -> &'static str {
+        match self {
+            AnswerCheck::Declared(_) => "destination.fqdn.allowedAddresses",
+            AnswerCheck::Undeclared(_) => "undeclaredDestinations.allowedAddresses",
+        }
+    }
+
+    /// Why the answer `ip` is refused, or `None` when it may be used.
+    pub fn refuses(&self, ip: IpAddr) -> Option<&'static str> {
+        match self {
+            AnswerCheck::Declared(policy) => policy.refuses(ip),
+            AnswerCheck::Undeclared(policy) => policy.refuses(ip).then_some("not a public address"),
+        }
+    }
+}
+
+/// The usable answers of one lookup, and those refused.
+#[derive(Debug)]
+pub struct Answers {
+    /// Usable addresses of the wanted family, canonical, sorted, without duplicates.
+    pub ips: Vec<IpAddr>,
+    /// Refused addresses (canonical) and why, in answer order.
+    pub refused: Vec<(IpAddr, &'static str)>,
+    /// When the answer expires.
+    pub valid_until: Instant,
+}
+
+/// `127.0.0.1 (loopback), 169.254.169.254 (link-local)`.
+pub fn describe_refused(refused: &[(IpAddr, &'static str)]) -> String {
+    let mut out = String::new();
+    for (i, (ip, why)) in refused.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(&format!("{ip} ({why})"));
+    }
+    out
 }
 
 impl DnsResolver {
@@ -77,12 +133,15 @@ impl DnsResolver {
         })
     }
 
-    /// Resolves `host` to addresses of the wanted family, and when the answer expires.
+    /// Resolves `host` to the addresses of the wanted family that `check` lets it use, and
+    /// when the answer expires. Answers are judged before the family is chosen, so a refused
+    /// IPv4 answer does not hide a usable IPv6 one under `IPv4Preferred`.
     pub async fn resolve(
         &self,
         host: &str,
         family: LookupFamily,
-    ) -> Result<(Vec<IpAddr>, Instant), DnsError> {
+        check: &AnswerCheck,
+    ) -> Result<Answers, DnsError> {
         let lookup = self
             .inner
             .lookup_ip(host)
@@ -92,41 +151,53 @@ impl DnsResolver {
                 message: e.to_string(),
             })?;
         let valid_until = lookup.valid_until();
+        let mut refused = Vec::new();
         // Canonical first: an AAAA answer `::ffff:169.254.169.254` is the IPv4 address.
         let all: Vec<IpAddr> = lookup
             .iter()
             .map(canonical_ip)
-            .filter(|ip| !is_never_reachable(*ip))
+            .filter(|ip| match check.refuses(*ip) {
+                Some(why) => {
+                    refused.push((*ip, why));
+                    false
+                }
+                None => true,
+            })
             .collect();
-        let v4: Vec<IpAddr> = all.iter().copied().filter(IpAddr::is_ipv4).collect();
-        let v6: Vec<IpAddr> = all.iter().copied().filter(IpAddr::is_ipv6).collect();
-        let mut chosen = match family {
-            LookupFamily::IPv4Only => v4,
-            LookupFamily::IPv6Only => v6,
-            LookupFamily::IPv4Preferred => {
-                if v4.is_empty() {
-                    v6
-                } else {
-                    v4
+        let mut ips = choose_family(all, family);
+        ips.sort();
+        ips.dedup();
+        if ips.is_empty() {
+            let host = host.to_owned();
+            return Err(if refused.is_empty() {
+                DnsError::NoAddress { host }
+            } else {
+                DnsError::AddressDenied {
+                    host,
+                    refused: describe_refused(&refused),
+                    opened_by: check.opened_by(),
                 }
-            }
-            LookupFamily::IPv6Preferred => {
-                if v6.is_empty() {
-                    v4
-                } else {
-                    v6
-                }
-            }
-            LookupFamily::All => all,
-        };
-        chosen.sort();
-        chosen.dedup();
-        if chosen.is_empty() {
-            return Err(DnsError::NoAddress {
-                host: host.to_owned(),
             });
         }
-        Ok((chosen, valid_until))
+        Ok(Answers {
+            ips,
+            refused,
+            valid_until,
+        })
+    }
+}
+
+/// The addresses of `all` that `family` asks for.
+fn choose_family(all: Vec<IpAddr>, family: LookupFamily) -> Vec<IpAddr> {
+    let (v4, v6): (Vec<IpAddr>, Vec<IpAddr>) = all.iter().partition(|ip| ip.is_ipv4());
+    match family {
+        LookupFamily::IPv4Only => v4,
+        LookupFamily::IPv6Only => v6,
+        LookupFamily::IPv4Preferred if v4.is_empty() => v6,
+        LookupFamily::IPv4Preferred => v4,
+        LookupFamily::IPv6Preferred if v6.is_empty() => v4,
+        LookupFamily::IPv6Preferred => v6,
+        LookupFamily::All => all,
     }
 }
 
@@ -135,14 +206,16 @@ pub struct RefreshPlan {
     pub group: Weak<EndpointGroup>,
     pub template: EndpointTemplate,
     pub family: LookupFamily,
-    /// Which answers undeclared destinations may use (`undeclaredDestinations`); `None` for
-    /// Backends, which may resolve to anything but never-reachable addresses.
-    pub addresses: Option<Arc<AddressPolicy>>,
+    /// Which answers the destination may use.
+    pub check: AnswerCheck,
 }
 
 /// Keeps one DNS group current until the group is dropped (no snapshot uses it any more).
 pub async fn refresh_loop(plan: RefreshPlan, registry: Arc<StateRegistry>) {
     let mut failures: u32 = 0;
+    let undeclared = matches!(plan.check, AnswerCheck::Undeclared(_));
+    // Refused answers are logged when they change, not at every refresh or retry.
+    let mut last_refused: Option<String> = None;
     loop {
         let Some(group) = plan.group.upgrade() else {
             return;
@@ -159,30 +232,27 @@ pub async fn refresh_loop(plan: RefreshPlan, registry: Arc<StateRegistry>) {
         let (hostname, port, refresh, respect_ttl) =
             (hostname.clone(), *port, *refresh, *respect_ttl);
         let resolver = registry.resolver();
-        let resolved =
-            resolver
-                .resolve(&hostname, plan.family)
-                .await
-                .and_then(|(mut ips, valid_until)| {
-                    if let Some(policy) = &plan.addresses {
-                        ips.retain(|ip| !policy.refuses(*ip));
-                    }
-                    if ips.is_empty() {
-                        return Err(DnsError::NoAddress {
-                            host: hostname.clone(),
-                        });
-                    }
-                    Ok((ips, valid_until))
-                });
+        let resolved = resolver.resolve(&hostname, plan.family, &plan.check).await;
         let wait = match resolved {
-            Ok((ips, valid_until)) => {
+            Ok(answers) => {
                 failures = 0;
-                let endpoints = ips
+                let refused =
+                    (!answers.refused.is_empty()).then(|| describe_refused(&answers.refused));
+                if refused != last_refused {
+                    if let Some(refused) = &refused {
+                        log_refused(&plan, &hostname, refused, undeclared);
+                    }
+                    last_refused = refused;
+                }
+                let endpoints = answers
+                    .ips
                     .into_iter()
                     .map(|ip| registry.endpoint(&plan.template, SocketAddr::new(ip, port)))
                     .collect();
                 group.publish(EndpointList::resolved(endpoints));
-                let ttl = valid_until.saturating_duration_since(Instant::now());
+                let ttl = answers
+                    .valid_until
+                    .saturating_duration_since(Instant::now());
                 if respect_ttl {
                     // At least 1s so a zero TTL cannot turn into a query loop.
                     ttl.clamp(Duration::from_secs(1), Duration::from_secs(3600))
@@ -193,7 +263,14 @@ pub async fn refresh_loop(plan: RefreshPlan, registry: Arc<StateRegistry>) {
             Err(e) => {
                 failures = failures.saturating_add(1);
                 let previous = group.list();
-                if plan.addresses.is_some() {
+                let denied = matches!(e, DnsError::AddressDenied { .. });
+                if let DnsError::AddressDenied { refused, .. } = &e {
+                    if last_refused.as_ref() != Some(refused) {
+                        let kept = previous.endpoints.len();
+                        log_denied(&plan, &hostname, refused, kept, undeclared);
+                        last_refused = Some(refused.clone());
+                    }
+                } else if undeclared {
                     // An undeclared destination: the client chose the name, and each request
                     // for it gets 503 naming this error; a warning per name would let clients
                     // fill the log.
@@ -203,6 +280,7 @@ pub async fn refresh_loop(plan: RefreshPlan, registry: Arc<StateRegistry>) {
                 }
                 let mut kept = EndpointList::resolved(previous.endpoints.clone());
                 kept.last_error = Some(e.to_string());
+                kept.address_denied = denied;
                 group.publish(kept);
                 // Retry sooner than the refresh rate, backing off: 1s, 2s, 4s … up to refresh.
                 Duration::from_secs(1u64 << failures.min(6)).min(refresh)
@@ -210,5 +288,25 @@ pub async fn refresh_loop(plan: RefreshPlan, registry: Arc<StateRegistry>) {
         };
         drop(group);
         tokio::time::sleep(wait).await;
+    }
+}
+
+/// Some answers were refused, the others serve.
+fn log_refused(plan: &RefreshPlan, host: &str, refused: &str, undeclared: bool) {
+    let backend = &plan.template.port.backend;
+    if undeclared {
+        tracing::debug!(%host, %refused, "DNS answers of an undeclared destination refused");
+    } else {
+        tracing::warn!(%backend, %host, %refused, "DNS answers refused (destination.fqdn.allowedAddresses opens a range); the other answers serve");
+    }
+}
+
+/// Every answer was refused.
+fn log_denied(plan: &RefreshPlan, host: &str, refused: &str, kept: usize, undeclared: bool) {
+    let backend = &plan.template.port.backend;
+    if undeclared {
+        tracing::debug!(%host, %refused, "every DNS answer of an undeclared destination refused");
+    } else {
+        tracing::warn!(%backend, %host, %refused, kept, "every DNS answer refused (destination.fqdn.allowedAddresses opens a range); keeping the last good addresses");
     }
 }

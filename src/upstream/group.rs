@@ -500,6 +500,7 @@ impl EndpointGroup {
                     let mut new = EndpointList::resolved(endpoints);
                     new.resolved = list.resolved;
                     new.last_error = list.last_error.clone();
+                    new.address_denied = list.address_denied;
                     Arc::new(new)
                 };
             if let Some(balancer) = self.balancers.get(rank).or(self.balancers.first()) {

@@ -19,6 +19,7 @@ use arc_swap::ArcSwap;
 
 use crate::config::wire::enums::LookupFamily;
 use crate::config::ObjectId;
+use crate::upstream::address::AnswerPolicy;
 use crate::upstream::dns::DnsResolver;
 use crate::upstream::group::GroupSettings;
 use crate::upstream::pool::{H1Pool, PoolSettings};
@@ -75,6 +76,8 @@ pub enum GroupSource {
         refresh: Duration,
         respect_ttl: bool,
         family: LookupFamily,
+        /// Which answers the name may use: a change starts a new refresher.
+        answers: AnswerPolicy,
     },
     /// `destination.ip`, with this many priority levels (each has a balancer of its own).
     Static { levels: usize },

@@ -196,12 +196,30 @@ pub fn route_to(hostname: &str, backend: &str) -> String {
     )
 }
 
-/// A plaintext FQDN Backend `name` for `hostname` on `ports`. `extra` is appended to the spec.
+/// A plaintext FQDN Backend `name` for `hostname` on `ports`, which may resolve to loopback
+/// (`allowedAddresses: [127.0.0.0/8]`: the test DNS server answers with the addresses of
+/// test upstreams). `extra` is appended to the spec.
 pub fn fqdn_backend(name: &str, hostname: &str, ports: &[u16], extra: &str) -> String {
+    fqdn_backend_allowing(name, hostname, ports, &["127.0.0.0/8"], extra)
+}
+
+/// [`fqdn_backend`] with `allowed` as its `allowedAddresses` (none: the default check).
+pub fn fqdn_backend_allowing(
+    name: &str,
+    hostname: &str,
+    ports: &[u16],
+    allowed: &[&str],
+    extra: &str,
+) -> String {
     let ports: String = ports
         .iter()
         .map(|p| format!("    - number: {p}\n"))
         .collect();
+    let allowed = if allowed.is_empty() {
+        String::new()
+    } else {
+        format!("\n      allowedAddresses: [{}]", allowed.join(", "))
+    };
     format!(
         r#"---
 apiVersion: egressd.dev/v1alpha1
@@ -212,7 +230,7 @@ spec:
   destination:
     type: FQDN
     fqdn:
-      hostname: {hostname}
+      hostname: {hostname}{allowed}
     ports:
 {ports}  protocol: HTTP
   tls:

@@ -44,6 +44,10 @@ pub struct FqdnDestination {
     pub hostname: Spanned<String>,
     /// Send the backend hostname as `Host`/`:authority` (default true).
     pub rewrite_authority: Option<bool>,
+    /// CIDRs this name may resolve to although they are refused by default: link-local
+    /// (cloud metadata), unspecified, broadcast, multicast, and loopback unless the name is
+    /// `localhost` or ends in `.localhost`.
+    pub allowed_addresses: Option<Vec<Spanned<String>>>,
 }
 
 #[apply(wire!)]

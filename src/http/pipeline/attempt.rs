@@ -282,6 +282,12 @@ pub(crate) async fn pick(target: &Target, hash: Option<u64>) -> Result<Arc<Endpo
     }
     group.pick(hash).ok_or_else(|| {
         let list = group.list();
+        if list.address_denied {
+            return ProxyError::DestinationAddressDenied {
+                backend: target.backend.label.clone(),
+                detail: list.last_error.clone().unwrap_or_default(),
+            };
+        }
         let detail = match &list.last_error {
             Some(e) => format!(": {e}"),
             None if !list.resolved => ": DNS resolution has not finished".to_owned(),

@@ -32,7 +32,7 @@ use crate::config::{ConfigSet, ObjectId, Reason};
 use crate::snapshot::{Backend, BackendPort};
 use crate::upstream::breaker::{BreakerSettings, RetryBudget};
 use crate::upstream::connect::{Http2Settings, HttpWire, TcpKeepalive, Transport};
-use crate::upstream::dns::RefreshPlan;
+use crate::upstream::dns::{AnswerCheck, RefreshPlan};
 use crate::upstream::health_check::CheckPlan;
 use crate::upstream::pool::PoolSettings;
 use crate::upstream::registry::{
@@ -632,6 +632,7 @@ fn dns_group(
             refresh,
             respect_ttl,
             family,
+            answers: site.dest.answers.clone(),
         },
         settings: settings.clone(),
     };
@@ -655,7 +656,7 @@ fn dns_group(
                 priority: 0,
             },
             family,
-            addresses: None,
+            check: AnswerCheck::Declared(site.dest.answers.clone()),
         });
     }
     group

@@ -10,7 +10,7 @@ use crate::config::wire::enums::DestinationType;
 use crate::config::yaml::{Pos, Spanned};
 use crate::config::ObjectId;
 use crate::names::{hostname_matches, is_valid_hostname};
-use crate::upstream::address::{canonical_ip, is_never_reachable};
+use crate::upstream::address::{canonical_ip, is_never_reachable, AnswerPolicy};
 
 /// A listed IP endpoint.
 #[derive(Clone, Copy, Debug)]
@@ -27,6 +27,8 @@ pub(super) struct ListedAddr {
 #[derive(Debug, Default)]
 pub(super) struct Destination {
     pub hostname: Option<String>,
+    /// Which DNS answers `hostname` may use.
+    pub answers: AnswerPolicy,
     pub addrs: Vec<ListedAddr>,
 }
 
@@ -62,7 +64,13 @@ pub(super) fn compile_destination(
                     "type FQDN needs `fqdn.hostname`",
                     "add `fqdn: {hostname: api.example.com}`",
                 ),
-                Some(fqdn) => out.hostname = compile_hostname(cx, &site, fqdn, settings),
+                Some(fqdn) => {
+                    out.hostname = compile_hostname(cx, &site, fqdn, settings);
+                    let allowed = compile_allowed_addresses(cx, &site, fqdn);
+                    if let Some(host) = &out.hostname {
+                        out.answers = AnswerPolicy::declared(host, allowed);
+                    }
+                }
             }
         }
         DestinationType::Ip => {
@@ -149,6 +157,34 @@ fn compile_hostname(
         return Some(host);
     }
     None
+}
+
+/// `fqdn.allowedAddresses`: CIDRs (a bare address is one host).
+fn compile_allowed_addresses(
+    cx: &mut Cx,
+    site: &Site<'_>,
+    fqdn: &FqdnDestination,
+) -> Vec<ipnet::IpNet> {
+    let Some(list) = &fqdn.allowed_addresses else {
+        return Vec::new();
+    };
+    let mut nets = Vec::with_capacity(list.len());
+    for (i, cidr) in list.iter().enumerate() {
+        match super::undeclared::parse_cidr(&cidr.value) {
+            Some(net) => nets.push(net),
+            None => cx.error(
+                at(
+                    site.file,
+                    site.id,
+                    cidr.pos,
+                    format!("spec.destination.fqdn.allowedAddresses[{i}]"),
+                ),
+                format!("invalid CIDR `{}`", cidr.value),
+                "write an address with a prefix length, e.g. 127.0.0.0/8 or 169.254.169.254/32",
+            ),
+        }
+    }
+    nets
 }
 
 /// `ip.endpoints[i]`: a reachable address, its own port (only on a one-port Backend), a weight.

@@ -110,7 +110,7 @@ pub(super) fn compile_blocked_audit(
 }
 
 /// `10.0.0.0/8`, `::1/128`, or a bare address (a single-address network).
-fn parse_cidr(text: &str) -> Option<ipnet::IpNet> {
+pub(super) fn parse_cidr(text: &str) -> Option<ipnet::IpNet> {
     let text = text.trim();
     text.parse::<ipnet::IpNet>().ok().or_else(|| {
         text.parse::<std::net::IpAddr>()
