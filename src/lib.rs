@@ -32,6 +32,7 @@ pub mod http;
 pub mod listener;
 pub mod mcp;
 pub mod names;
+pub mod policy;
 pub mod probe;
 pub mod runtime;
 pub mod snapshot;

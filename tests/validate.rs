@@ -756,6 +756,74 @@ fn many_mistakes() -> Vec<Expect<'static>> {
 }
 
 #[test]
+fn egress_policy_mistakes_are_each_reported_at_their_position() {
+    let dir = fixture("egress-policy");
+    let policy = Some("EgressPolicy default/payments");
+    let expected = [
+        Expect {
+            at: spot("policies.yaml", "\"payments/*\"", "\"payments/*\""),
+            object: policy,
+            field: "spec.clients.spiffeIds[0]",
+            message: "a SPIFFE ID starts with spiffe://",
+        },
+        Expect {
+            at: spot("policies.yaml", "\"10.0.0.0/33\"", "\"10.0.0.0/33\""),
+            object: policy,
+            field: "spec.clients.cidrs[0]",
+            message: "invalid CIDR `10.0.0.0/33`",
+        },
+        Expect {
+            at: spot("policies.yaml", "\"a*b\"", "\"a*b\""),
+            object: policy,
+            field: "spec.clients.subjectNames[0]",
+            message: "`*` only at the end",
+        },
+        Expect {
+            at: spot("policies.yaml", "- name: ledgre", "name"),
+            object: policy,
+            field: "spec.to.backendRefs[0]",
+            message: "Backend default/ledgre does not exist",
+        },
+        Expect {
+            at: spot(
+                "policies.yaml",
+                "\"*.*.example.com\"",
+                "\"*.*.example.com\"",
+            ),
+            object: policy,
+            field: "spec.to.hostnames[0]",
+            message: "is not a hostname or `*.suffix` wildcard",
+        },
+        Expect {
+            at: spot("policies.yaml", "proxyUser:", "proxyUser"),
+            object: Some("EgressPolicy default/typo"),
+            field: "spec.clients.proxyUser",
+            message: "unknown field `proxyUser`",
+        },
+        Expect {
+            at: spot("policies.yaml", "to: {}", "{}"),
+            object: Some("EgressPolicy default/nowhere"),
+            field: "spec.to",
+            message: "the policy covers no destination",
+        },
+    ];
+    let diags = diagnostics(&dir);
+    for e in &expected {
+        let found: Vec<&Diagnostic> = diags.iter().filter(|d| matches(&dir, d, e)).collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "{} `{}`:\n{}",
+            e.field,
+            e.message,
+            render(&diags)
+        );
+        assert_error(&dir, found[0], e);
+    }
+    assert_eq!(diags.len(), expected.len(), "{}", render(&diags));
+}
+
+#[test]
 fn every_mistake_of_a_directory_is_reported_in_one_run_at_its_position() {
     let dir = fixture("many-mistakes");
     let expected = many_mistakes();

@@ -259,7 +259,11 @@ fn blocked(shared: &Shared, query: Option<&str>) -> Response<Full<Bytes>> {
     let limits = shared.snapshot.load().settings.blocked_audit;
     let list = shared.blocked_destinations.list(limits);
     if query.is_some_and(|q| q.split('&').any(|p| p == "format=yaml")) {
-        let docs: Vec<String> = list.iter().map(|b| b.backend_yaml()).collect();
+        let docs: Vec<String> = list
+            .iter()
+            .filter(|b| b.client.is_none())
+            .map(|b| b.backend_yaml())
+            .collect();
         let mut r = text(StatusCode::OK, &docs.join("---\n"));
         r.headers_mut().insert(
             header::CONTENT_TYPE,

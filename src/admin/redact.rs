@@ -39,6 +39,7 @@ pub fn config_dump(set: &ConfigSet) -> Value {
     dump!(set.tls_routes, Kind::TlsRoute);
     dump!(set.backends, Kind::Backend);
     dump!(set.policies, Kind::BackendTrafficPolicy);
+    dump!(set.egress_policies, Kind::EgressPolicy);
     json!({ "files": set.files, "objects": objects })
 }
 

@@ -16,6 +16,7 @@ use super::files;
 use super::limits::{show_bytes, LoadLimits};
 use super::wire::backend::BackendSpec;
 use super::wire::common::ObjectMeta;
+use super::wire::egress_policy::EgressPolicySpec;
 use super::wire::enums::take_alias_uses;
 use super::wire::gateway::GatewaySpec;
 use super::wire::policy::BackendTrafficPolicySpec;
@@ -38,6 +39,7 @@ pub struct ConfigSet {
     pub backends: Vec<Arc<Object<BackendSpec>>>,
     pub policies: Vec<Arc<Object<BackendTrafficPolicySpec>>>,
     pub proxy_configs: Vec<Arc<Object<ProxyConfigSpec>>>,
+    pub egress_policies: Vec<Arc<Object<EgressPolicySpec>>>,
     /// The YAML files that were read.
     pub files: Vec<PathBuf>,
     /// Hash of every file's path and content: equal fingerprints mean nothing changed.
@@ -61,6 +63,8 @@ impl Loaded {
         to.backends.extend(from.backends.iter().cloned());
         to.policies.extend(from.policies.iter().cloned());
         to.proxy_configs.extend(from.proxy_configs.iter().cloned());
+        to.egress_policies
+            .extend(from.egress_policies.iter().cloned());
         self.diagnostics.extend(file.diagnostics.iter().cloned());
     }
 }
@@ -402,6 +406,11 @@ fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
         Kind::ProxyConfig => {
             base.push(spec, &mut loaded.diagnostics, &mut loaded.set.proxy_configs)
         }
+        Kind::EgressPolicy => base.push(
+            spec,
+            &mut loaded.diagnostics,
+            &mut loaded.set.egress_policies,
+        ),
     }
 }
 
@@ -537,7 +546,8 @@ fn check_duplicates(loaded: &mut Loaded) {
         .chain(set.tls_routes.iter().map(|o| (&o.id, &o.file, o.pos)))
         .chain(set.backends.iter().map(|o| (&o.id, &o.file, o.pos)))
         .chain(set.policies.iter().map(|o| (&o.id, &o.file, o.pos)))
-        .chain(set.proxy_configs.iter().map(|o| (&o.id, &o.file, o.pos)));
+        .chain(set.proxy_configs.iter().map(|o| (&o.id, &o.file, o.pos)))
+        .chain(set.egress_policies.iter().map(|o| (&o.id, &o.file, o.pos)));
     let mut dups = Vec::new();
     for (id, file, pos) in all {
         if let Some((first_file, first_pos)) = seen.get(id) {

@@ -4,6 +4,7 @@ use serde_json::{json, Value};
 
 use super::wire::backend::BackendSpec;
 use super::wire::common::ObjectMeta;
+use super::wire::egress_policy::EgressPolicySpec;
 use super::wire::gateway::GatewaySpec;
 use super::wire::policy::BackendTrafficPolicySpec;
 use super::wire::proxy::ProxyConfigSpec;
@@ -15,7 +16,7 @@ use super::wire::Kind;
 pub fn json_schema() -> Value {
     let mut generator = schemars::generate::SchemaSettings::draft07().into_generator();
     let meta: Value = generator.subschema_for::<ObjectMeta>().into();
-    let specs: [(Kind, Value); 6] = [
+    let specs: [(Kind, Value); 7] = [
         (
             Kind::Gateway,
             generator.subschema_for::<GatewaySpec>().into(),
@@ -39,6 +40,10 @@ pub fn json_schema() -> Value {
         (
             Kind::ProxyConfig,
             generator.subschema_for::<ProxyConfigSpec>().into(),
+        ),
+        (
+            Kind::EgressPolicy,
+            generator.subschema_for::<EgressPolicySpec>().into(),
         ),
     ];
     let one_of: Vec<Value> = specs

@@ -128,6 +128,22 @@ pub enum ProxyError {
         extension: String,
         reason: String,
     },
+    /// No `EgressPolicy` lets this client reach the destination (or `clientPolicy.default`
+    /// is `Deny` and none covers it).
+    #[error("client {client} may not reach {destination}: {reason}")]
+    ClientNotAllowed {
+        client: String,
+        destination: String,
+        /// Names the policy, or the default.
+        reason: String,
+    },
+    /// `Proxy-Authorization` missing (when required), malformed or wrong.
+    #[error("proxy authentication required: {reason}")]
+    ProxyAuthRequired {
+        reason: &'static str,
+        /// The `Proxy-Authenticate` value.
+        challenge: HeaderValue,
+    },
     #[error("request loop: it has already passed egressd {hops} times (Via); a Backend or destination points back at egressd")]
     LoopDetected { hops: usize },
     #[error("{0} is not supported yet")]
@@ -258,6 +274,8 @@ mod row {
     pub const MCP_HEADER_MISMATCH:      Class = local(S::BAD_REQUEST, "mcp_header_mismatch", G::InvalidArgument, R::Never);
     pub const MCP_BODY_TOO_LARGE:       Class = local(S::PAYLOAD_TOO_LARGE, "mcp_body_too_large", G::InvalidArgument, R::Never);
     pub const CREDENTIAL_UNAVAILABLE:   Class = local(S::SERVICE_UNAVAILABLE, "credential_unavailable", G::Unavailable, R::Never);
+    pub const CLIENT_NOT_ALLOWED:       Class = local(S::FORBIDDEN, "client_not_allowed", G::PermissionDenied, R::Never);
+    pub const PROXY_AUTH_REQUIRED:      Class = local(S::PROXY_AUTHENTICATION_REQUIRED, "proxy_auth_required", G::PermissionDenied, R::Never);
     pub const LOOP_DETECTED:            Class = local(S::LOOP_DETECTED, "loop_detected", G::Internal, R::Never);
     pub const NOT_SUPPORTED:            Class = local(S::NOT_IMPLEMENTED, "not_supported", G::Unimplemented, R::Never);
     pub const LISTENER_DRAINING:        Class = local(S::SERVICE_UNAVAILABLE, "listener_draining", G::Unavailable, R::Never);
@@ -300,6 +318,8 @@ impl ProxyError {
             ProxyError::McpHeaderMismatch { .. } => row::MCP_HEADER_MISMATCH,
             ProxyError::McpBodyTooLarge { .. } => row::MCP_BODY_TOO_LARGE,
             ProxyError::CredentialUnavailable { .. } => row::CREDENTIAL_UNAVAILABLE,
+            ProxyError::ClientNotAllowed { .. } => row::CLIENT_NOT_ALLOWED,
+            ProxyError::ProxyAuthRequired { .. } => row::PROXY_AUTH_REQUIRED,
             ProxyError::LoopDetected { .. } => row::LOOP_DETECTED,
             ProxyError::NotSupported(_) => row::NOT_SUPPORTED,
             ProxyError::ListenerGone => row::LISTENER_DRAINING,
@@ -313,6 +333,7 @@ impl ProxyError {
             | ProxyError::HeadRejected(_)
             | ProxyError::MalformedBody { .. }
             | ProxyError::ClientClosed { .. }
+            | ProxyError::ProxyAuthRequired { .. }
             | ProxyError::BodyTimeout { .. } => Origin::Downstream,
             ProxyError::ConnectFailure {
                 backend, endpoint, ..
@@ -413,6 +434,9 @@ pub fn local_reply(err: &ProxyError) -> Response<ProxyBody> {
         http::header::CACHE_CONTROL,
         HeaderValue::from_static("no-store"),
     );
+    if let ProxyError::ProxyAuthRequired { challenge, .. } = err {
+        headers.insert(http::header::PROXY_AUTHENTICATE, challenge.clone());
+    }
     response
 }
 
@@ -523,6 +547,15 @@ mod tests {
                 reason: text(),
             },
             ProxyError::LoopDetected { hops: 8 },
+            ProxyError::ClientNotAllowed {
+                client: text(),
+                destination: text(),
+                reason: text(),
+            },
+            ProxyError::ProxyAuthRequired {
+                reason: "x",
+                challenge: HeaderValue::from_static("Basic realm=\"egressd\""),
+            },
             ProxyError::DestinationAddressDenied {
                 backend: b(),
                 detail: text(),

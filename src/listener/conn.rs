@@ -31,6 +31,7 @@ use super::tracker::{ConnGuard, ConnTracker};
 use super::watchdog::{watchdog, Activity, Expiry, Tracked};
 use super::Accept;
 use crate::http::pipeline::{handle, ConnInfo};
+use crate::policy::identity::TlsIdentity;
 use crate::snapshot::shared::Shared;
 use crate::snapshot::{AcceptMode, DownstreamSettings};
 use crate::telemetry::log_limit::limited;
@@ -176,7 +177,19 @@ async fn serve(
             };
             match outcome {
                 Some(Some(Ok(stream))) => {
-                    let info = ConnInfo { tls: true, ..info };
+                    // Only listeners with `tls.frontendValidation` ask for (and verify) one.
+                    let identity = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|chain| chain.first())
+                        .and_then(|leaf| TlsIdentity::of_certificate(leaf))
+                        .map(Arc::new);
+                    let info = ConnInfo {
+                        tls: true,
+                        identity,
+                        ..info
+                    };
                     Box::pin(served.http(stream, info, conn.slot, stop, drain)).await;
                 }
                 Some(Some(Err(e))) => handshake_failed(&shared, &info, &e.to_string()),

@@ -100,6 +100,24 @@ pub(super) async fn serve(
         }
     };
     passage.backend = Some(target.backend.label.clone());
+    // Only the source address is known here: the client's TLS is its own, not egressd's.
+    if let Some(access) = &snapshot.client_access {
+        let client = crate::policy::identity::Client {
+            addr: info.client.ip(),
+            tls: None,
+            user: None,
+        };
+        let via = crate::telemetry::blocked::Via::TlsPassthrough;
+        let port = target.port.number;
+        if let Err(refused) = shared.judge_client(access, target, &client, (&sni, port, via)) {
+            return refuse(
+                &mut passage,
+                "client_not_allowed",
+                &refused.reason,
+                Some(&sni),
+            );
+        }
+    }
     // A passthrough connection is a tunnel: one request and one connection of the Backend's
     // circuit breaker for as long as it is open.
     let admitted = match crate::http::pipeline::admit_relay(target) {
@@ -204,6 +222,8 @@ impl Drop for Passage<'_> {
         let record = crate::telemetry::access_log::AccessRecord {
             time: crate::telemetry::time::rfc3339(self.time),
             client: self.info.client,
+            client_identity: None,
+            proxy_user: None,
             listener: self.info.listener.to_string(),
             method: "TLS".to_owned(),
             authority: self.sni.take().unwrap_or_default(),

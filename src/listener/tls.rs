@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use crate::upstream::pem::{read_certs, read_key, PemError};
 
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
 
@@ -66,7 +67,10 @@ const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
 /// The server config of an HTTPS listener. `certificates` is non-empty; the first one is
 /// served when the client sends no SNI or a name no certificate covers.
-pub fn server_config(certificates: Vec<ServerCertificate>) -> Arc<ServerConfig> {
+pub fn server_config(
+    certificates: Vec<ServerCertificate>,
+    clients: Option<Arc<dyn ClientCertVerifier>>,
+) -> Arc<ServerConfig> {
     let mut exact = HashMap::new();
     let mut wildcard = HashMap::new();
     let mut default = None;
@@ -89,13 +93,42 @@ pub fn server_config(certificates: Vec<ServerCertificate>) -> Arc<ServerConfig> 
         wildcard,
         default: default.expect("an HTTPS listener has at least one certificate"),
     };
-    let mut config = ServerConfig::builder_with_provider(crate::upstream::tls::provider())
+    let builder = ServerConfig::builder_with_provider(crate::upstream::tls::provider())
         .with_safe_default_protocol_versions()
-        .expect("the provider supports TLS 1.2 and 1.3")
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(resolver));
+        .expect("the provider supports TLS 1.2 and 1.3");
+    let builder = match clients {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
     Arc::new(config)
+}
+
+/// Verifies client certificates against the CAs in `ca_files` (`tls.frontendValidation`);
+/// `allow_missing`: a client without a certificate is let in (an invalid one never is).
+pub fn client_verifier(
+    ca_files: &[PathBuf],
+    allow_missing: bool,
+) -> Result<Arc<dyn ClientCertVerifier>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for path in ca_files {
+        for cert in read_certs(path).map_err(|e| e.to_string())? {
+            roots
+                .add(cert)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    let builder = WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        crate::upstream::tls::provider(),
+    );
+    let builder = if allow_missing {
+        builder.allow_unauthenticated()
+    } else {
+        builder
+    };
+    builder.build().map_err(|e| e.to_string())
 }
 
 /// Chooses the certificate for a ClientHello: an exact DNS SAN match, else a wildcard SAN

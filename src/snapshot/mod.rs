@@ -46,6 +46,9 @@ pub struct Snapshot {
     pub tracing: Option<Arc<crate::telemetry::trace::Tracing>>,
     /// Under `AllowAny` and `AuditOnly`: how destinations nothing declares are reached.
     pub undeclared: Option<Arc<crate::snapshot::undeclared::UndeclaredDestinations>>,
+    /// `EgressPolicy` objects, `clientPolicy`: who may reach what (none when neither is
+    /// configured, and the request path checks nothing).
+    pub client_access: Option<Arc<crate::policy::ClientAccess>>,
     /// The key MCP session ids are authenticated with (read before a route picks: a session
     /// goes to the backendRef that issued it).
     pub mcp_session_key: Arc<crate::mcp::session::SessionKey>,
@@ -79,6 +82,7 @@ impl Snapshot {
             sni_routers: HashMap::new(),
             backends: Vec::new(),
             undeclared: None,
+            client_access: None,
             mcp_session_key: crate::mcp::session::SessionKey::of_this_process(),
             tracing: None,
             config: Arc::default(),

@@ -7,8 +7,11 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use serde::Serialize;
 
-use super::Snapshot;
+use super::{Snapshot, Target};
 use crate::config::Diagnostic;
+use crate::policy::identity::Client;
+use crate::policy::rules::{self, Verdict};
+use crate::policy::ClientAccess;
 use crate::telemetry::access_log::AccessLog;
 use crate::telemetry::blocked::{Action, Via};
 use crate::telemetry::metrics::Metrics;
@@ -73,6 +76,15 @@ impl Default for Shared {
     }
 }
 
+/// A client an `EgressPolicy` (or `clientPolicy.default`) refused.
+#[derive(Debug)]
+pub struct ClientRefused {
+    /// The client, as logs show it.
+    pub client: String,
+    /// Which policy refused it, and why.
+    pub reason: String,
+}
+
 impl Shared {
     pub fn new() -> Arc<Self> {
         Arc::new(Shared::default())
@@ -97,6 +109,7 @@ impl Shared {
         match action {
             Action::Blocked => self.metrics.blocked(host),
             Action::Audited => self.metrics.audited(host),
+            Action::ClientDenied | Action::WouldDeny => {}
         }
         tracing::debug!(
             host,
@@ -105,6 +118,64 @@ impl Shared {
             action = action.as_str(),
             "no Backend declares this destination"
         );
+    }
+
+    /// Whether `client` may reach `target` (`EgressPolicy`, `clientPolicy.default`). A
+    /// refusal, and a client a `Report` policy would refuse, is recorded: `/blocked` with
+    /// the client, the metric (client labels capped), and one log line with the decision and
+    /// its reason. `host` and `port` are the destination as the client named it.
+    pub fn judge_client(
+        &self,
+        access: &ClientAccess,
+        target: &Target,
+        client: &Client<'_>,
+        (host, port, via): (&str, u16, Via),
+    ) -> Result<(), ClientRefused> {
+        let backend = &target.backend;
+        let declared = &*backend.label != crate::snapshot::undeclared::LABEL;
+        let destination = rules::Destination {
+            backend: declared.then_some(&*backend.label),
+            host: backend.hostname.as_deref(),
+        };
+        let (action, policy) = match access.rules.decide(destination, client) {
+            Verdict::Allow => return Ok(()),
+            Verdict::Deny { policy } => (Action::ClientDenied, policy),
+            Verdict::WouldDeny { policy } => (Action::WouldDeny, Some(policy)),
+        };
+        let shown = client.to_string();
+        let limits = self.snapshot.load().settings.blocked_audit;
+        self.blocked_destinations
+            .record_client(host, port, via, action, &shown, policy, limits);
+        let shown_policy = policy.unwrap_or("clientPolicy.default");
+        self.metrics
+            .client_policy(shown_policy, action.as_str(), &client.label());
+        let reason = match policy {
+            Some(p) => format!("EgressPolicy {p} does not list the client"),
+            None => {
+                "no EgressPolicy covers the destination and clientPolicy.default is Deny".to_owned()
+            }
+        };
+        let decision = match action {
+            Action::WouldDeny => "would deny (Report)",
+            _ => "deny",
+        };
+        crate::telemetry::log_limit::limited!(
+            info,
+            decision,
+            client = %shown,
+            destination = %format_args!("{host}:{port}"),
+            backend = %backend.label,
+            policy = shown_policy,
+            %reason,
+            "client policy: {decision}"
+        );
+        if action == Action::WouldDeny {
+            return Ok(());
+        }
+        Err(ClientRefused {
+            client: shown,
+            reason,
+        })
     }
 
     /// Ready: a config serves and we are not draining.

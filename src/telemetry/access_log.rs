@@ -21,6 +21,12 @@ pub struct AccessRecord {
     /// When the request arrived.
     pub time: String,
     pub client: SocketAddr,
+    /// What the client's certificate proved: its SPIFFE ID, or `CN=name`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_identity: Option<String>,
+    /// The user `Proxy-Authorization` authenticated (at most 256 bytes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_user: Option<String>,
     pub listener: String,
     pub method: String,
     pub authority: String,

@@ -62,6 +62,10 @@ pub enum Action {
     Blocked,
     /// Let through under `AuditOnly`: what `RegistryOnly` would have refused.
     Audited,
+    /// A declared destination this client may not reach (`EgressPolicy`, 403).
+    ClientDenied,
+    /// Let through, but a `Report` `EgressPolicy` would refuse this client.
+    WouldDeny,
 }
 
 impl Action {
@@ -69,17 +73,23 @@ impl Action {
         match self {
             Action::Blocked => "blocked",
             Action::Audited => "audited",
+            Action::ClientDenied => "client_denied",
+            Action::WouldDeny => "would_deny",
         }
     }
 }
 
-type Key = (String, u16, Via, Action);
+/// Host, port, how, what egressd did, and the client (empty when the destination itself was
+/// refused, whoever asked).
+type Key = (String, u16, Via, Action, String);
 
 #[derive(Clone, Debug)]
 struct Seen {
     count: u64,
     first: SystemTime,
     last: SystemTime,
+    /// The `EgressPolicy` that refused (or would refuse) the client, last time.
+    policy: Option<Box<str>>,
 }
 
 /// One blocked destination, as `/blocked` shows it.
@@ -89,6 +99,10 @@ pub struct Blocked {
     pub port: u16,
     pub via: Via,
     pub action: Action,
+    /// The client refused (`client_denied`, `would_deny`), as `Client` shows it.
+    pub client: Option<String>,
+    /// The policy that refused it; `None` with a client: `clientPolicy.default`.
+    pub policy: Option<String>,
     pub count: u64,
     pub first_seen: SystemTime,
     pub last_seen: SystemTime,
@@ -103,27 +117,40 @@ pub struct BlockedDestinations {
 impl BlockedDestinations {
     /// Counts one refusal (or audited use) of `host` (lower-case) on `port`.
     pub fn record(&self, host: &str, port: u16, via: Via, action: Action, limits: AuditLimits) {
-        self.record_at(host, port, via, action, limits, SystemTime::now());
+        let key = (host.to_owned(), port, via, action, String::new());
+        self.record_at(key, None, limits, SystemTime::now());
     }
 
-    fn record_at(
+    /// Counts one client refused (or reported) by an `EgressPolicy`. `client` is bounded by
+    /// what an identity can be (a SPIFFE ID is at most 2048 bytes).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_client(
         &self,
         host: &str,
         port: u16,
         via: Via,
         action: Action,
+        client: &str,
+        policy: Option<&str>,
         limits: AuditLimits,
-        now: SystemTime,
     ) {
+        let key = (host.to_owned(), port, via, action, client.to_owned());
+        self.record_at(key, policy, limits, SystemTime::now());
+    }
+
+    fn record_at(&self, key: Key, policy: Option<&str>, limits: AuditLimits, now: SystemTime) {
+        let host = &key.0;
         if host.len() > crate::names::MAX_HOST_LEN {
             // Not a host name: callers check first; this keeps the bound whatever they do.
             return;
         }
-        let key = (host.to_owned(), port, via, action);
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = seen.get_mut(&key) {
             s.count += 1;
             s.last = now;
+            if s.policy.as_deref() != policy {
+                s.policy = policy.map(Into::into);
+            }
             return;
         }
         // A new destination: the expired ones go first (O(n) only when a new key arrives).
@@ -132,6 +159,7 @@ impl BlockedDestinations {
             count: 1,
             first: now,
             last: now,
+            policy: policy.map(Into::into),
         };
         crate::bounded::insert_bounded(&mut seen, limits.max_entries, key, first, |s| s.last);
     }
@@ -146,11 +174,13 @@ impl BlockedDestinations {
         seen.retain(|_, s| !expired(s.last, now, limits.retention));
         let mut all: Vec<Blocked> = seen
             .iter()
-            .map(|((host, port, via, action), s)| Blocked {
+            .map(|((host, port, via, action, client), s)| Blocked {
                 host: host.clone(),
                 port: *port,
                 via: *via,
                 action: *action,
+                client: (!client.is_empty()).then(|| client.clone()),
+                policy: s.policy.as_deref().map(str::to_owned),
                 count: s.count,
                 first_seen: s.first,
                 last_seen: s.last,
@@ -199,7 +229,10 @@ impl Blocked {
             "count": self.count,
             "firstSeen": rfc3339(self.first_seen),
             "lastSeen": rfc3339(self.last_seen),
-            "backend": self.backend_yaml(),
+            // A client refused a declared destination needs a policy change, not a Backend.
+            "backend": self.client.is_none().then(|| self.backend_yaml()),
+            "client": self.client,
+            "policy": self.policy,
         })
     }
 }
@@ -262,11 +295,19 @@ mod tests {
         };
         let blocked = BlockedDestinations::default();
         let then = SystemTime::now();
-        let (http, block) = (Via::Http, Action::Blocked);
-        blocked.record_at("old.example", 80, http, block, limits, then);
+        let key = |host: &str| {
+            (
+                host.to_owned(),
+                80,
+                Via::Http,
+                Action::Blocked,
+                String::new(),
+            )
+        };
+        blocked.record_at(key("old.example"), None, limits, then);
         let later = then + Duration::from_secs(30);
-        blocked.record_at("new.example", 80, http, block, limits, later);
-        blocked.record_at(&"a".repeat(300), 80, http, block, limits, later);
+        blocked.record_at(key("new.example"), None, limits, later);
+        blocked.record_at(key(&"a".repeat(300)), None, limits, later);
         assert_eq!(blocked.list_at(limits, later).len(), 2);
         let hosts: Vec<String> = blocked
             .list_at(limits, then + Duration::from_secs(61))
@@ -283,6 +324,8 @@ mod tests {
             port: 8080,
             via: Via::Http,
             action: Action::Blocked,
+            client: None,
+            policy: None,
             count: 1,
             first_seen: SystemTime::UNIX_EPOCH,
             last_seen: SystemTime::UNIX_EPOCH,

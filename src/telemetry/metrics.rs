@@ -182,6 +182,16 @@ pub struct ActionLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClientPolicyLabel {
+    /// `namespace/name` of the EgressPolicy, or `clientPolicy.default`.
+    pub policy: String,
+    /// `client_denied` or `would_deny`.
+    pub decision: &'static str,
+    /// The client's identity (SPIFFE ID, `CN=…`, `user …`) or address; capped.
+    pub client: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HostLabel {
     pub host: String,
 }
@@ -287,6 +297,8 @@ pub struct Metrics {
     blocked_hosts: CappedLabel,
     pub audited: Family<HostLabel, Counter>,
     audited_hosts: CappedLabel,
+    pub client_policy: Family<ClientPolicyLabel, Counter>,
+    policy_clients: CappedLabel,
     /// Read off the serving snapshot when `/metrics` is scraped (see `admin`): nothing on
     /// the hot path.
     pub downstream_responses: Family<ListenerClassLabel, Counter>,
@@ -455,6 +467,12 @@ impl Default for Metrics {
             "Requests and connections to undeclared destinations let through by outboundPolicy AuditOnly (what RegistryOnly would refuse), by host (the first 256 hosts; later ones as other)",
             audited.clone(),
         );
+        let client_policy = Family::<ClientPolicyLabel, Counter>::default();
+        registry.register(
+            "client_policy_decisions",
+            "Requests and connections an EgressPolicy refused (client_denied) or, in Report mode, would refuse (would_deny), by policy and client (the first 256 clients; later ones as other)",
+            client_policy.clone(),
+        );
         let downstream_responses = Family::<ListenerClassLabel, Counter>::default();
         registry.register(
             "downstream_responses",
@@ -573,6 +591,8 @@ impl Default for Metrics {
             blocked_hosts: CappedLabel::default(),
             audited,
             audited_hosts: CappedLabel::default(),
+            client_policy,
+            policy_clients: CappedLabel::default(),
             downstream_responses,
             downstream_latency,
             route_responses,
@@ -701,6 +721,17 @@ impl Metrics {
         self.audited
             .get_or_create(&HostLabel {
                 host: self.audited_hosts.label(host),
+            })
+            .inc();
+    }
+
+    /// Counts a client an EgressPolicy refused or would refuse.
+    pub fn client_policy(&self, policy: &str, decision: &'static str, client: &str) {
+        self.client_policy
+            .get_or_create(&ClientPolicyLabel {
+                policy: policy.to_owned(),
+                decision,
+                client: self.policy_clients.label(client),
             })
             .inc();
     }

@@ -215,6 +215,17 @@ impl TestCa {
         )
     }
 
+    /// A client certificate (clientAuth) with subject CN `cn` and `sans` (e.g. a SPIFFE ID:
+    /// an X.509-SVID).
+    pub fn client_cert_with(&self, cn: &str, sans: &[San]) -> CertAndKey {
+        self.issue(
+            cn,
+            sans,
+            ExtendedKeyUsagePurpose::ClientAuth,
+            Validity::Current,
+        )
+    }
+
     fn issue(
         &self,
         cn: &str,

@@ -308,3 +308,27 @@ wire_enum! {
         Text = "Text" | "TEXT",
     }
 }
+
+wire_enum! {
+    /// Whether an `EgressPolicy` refuses the clients it does not list, or only records them.
+    pub enum EgressPolicyMode {
+        Enforce = "Enforce" | "ENFORCE",
+        Report = "Report" | "REPORT",
+    }
+}
+
+wire_enum! {
+    /// What clients may reach destinations no `EgressPolicy` names.
+    pub enum ClientPolicyDefault {
+        Allow = "Allow" | "ALLOW",
+        Deny = "Deny" | "DENY",
+    }
+}
+
+wire_enum! {
+    /// Whether an HTTPS listener's clients must present a certificate.
+    pub enum FrontendValidationMode {
+        Require = "Require" | "REQUIRE",
+        AllowMissing = "AllowMissing" | "ALLOW_MISSING",
+    }
+}

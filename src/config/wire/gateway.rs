@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{CertificateFiles, NotYetSupported, SecretRef};
-use super::enums::{FromNamespaces, ListenerProtocol, ListenerTlsMode};
+use super::enums::{FromNamespaces, FrontendValidationMode, ListenerProtocol, ListenerTlsMode};
 use crate::config::yaml::Spanned;
 
 #[apply(wire!)]
@@ -40,6 +40,20 @@ pub struct ListenerTls {
     pub certificate_refs: Vec<SecretRef>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub certificate_files: Vec<CertificateFiles>,
+    /// egressd extension: clients present certificates, verified against these CAs; the
+    /// certificate's SPIFFE ID (else its subject CN) is the client's identity.
+    pub frontend_validation: Option<Spanned<FrontendValidation>>,
+}
+
+/// `tls.frontendValidation` of an HTTPS listener.
+#[apply(wire!)]
+pub struct FrontendValidation {
+    /// PEM files of the CAs client certificates must chain to, relative to this YAML file.
+    pub ca_certificate_files: Vec<Spanned<String>>,
+    /// `Require` (default): a client without a valid certificate cannot connect.
+    /// `AllowMissing`: one without a certificate connects with no identity (an invalid
+    /// certificate is still refused).
+    pub mode: Option<Spanned<FrontendValidationMode>>,
 }
 
 #[apply(wire!)]

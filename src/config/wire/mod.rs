@@ -17,6 +17,7 @@ macro_rules! wire {
 
 pub mod backend;
 pub mod common;
+pub mod egress_policy;
 pub mod enums;
 pub mod gateway;
 pub mod policy;
@@ -45,16 +46,18 @@ pub enum Kind {
     Backend,
     BackendTrafficPolicy,
     ProxyConfig,
+    EgressPolicy,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Gateway,
         Kind::HttpRoute,
         Kind::TlsRoute,
         Kind::Backend,
         Kind::BackendTrafficPolicy,
         Kind::ProxyConfig,
+        Kind::EgressPolicy,
     ];
 
     /// The `kind:` value.
@@ -66,6 +69,7 @@ impl Kind {
             Kind::Backend => "Backend",
             Kind::BackendTrafficPolicy => "BackendTrafficPolicy",
             Kind::ProxyConfig => "ProxyConfig",
+            Kind::EgressPolicy => "EgressPolicy",
         }
     }
 

@@ -4,7 +4,7 @@ use macro_rules_attribute::apply;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::enums::{AccessLogFormat, OutboundPolicy};
+use super::enums::{AccessLogFormat, ClientPolicyDefault, OutboundPolicy};
 use crate::config::units::{GwDuration, Quantity};
 use crate::config::yaml::Spanned;
 
@@ -37,6 +37,31 @@ pub struct ProxyConfigSpec {
     /// egressd's own span per request, exported over OTLP/HTTP (builds with the `otel`
     /// feature only).
     pub tracing: Option<Spanned<TracingSpec>>,
+    /// Who may call what: destinations no `EgressPolicy` names, and proxy users.
+    pub client_policy: Option<Spanned<ClientPolicySpec>>,
+}
+
+/// `ProxyConfig.spec.clientPolicy`.
+#[apply(wire!)]
+pub struct ClientPolicySpec {
+    /// `Allow` (default): a destination no `EgressPolicy` names is open to every client.
+    /// `Deny`: it is refused (403 `client_not_allowed`).
+    pub default: Option<Spanned<ClientPolicyDefault>>,
+    /// Users of forward-proxy clients, authenticated by `Proxy-Authorization: Basic`.
+    pub proxy_users: Option<Spanned<ProxyUsersSpec>>,
+}
+
+/// `ProxyConfig.spec.clientPolicy.proxyUsers`.
+#[apply(wire!)]
+pub struct ProxyUsersSpec {
+    /// A file of `user:hash` lines, watched: bcrypt (`htpasswd -B`, `$2y$`) or SHA-crypt
+    /// (`openssl passwd -5` / `-6`, `$5$`/`$6$`). Relative to this YAML file.
+    pub file: Spanned<String>,
+    /// Every request must carry valid credentials (407 otherwise). Default false: a request
+    /// without `Proxy-Authorization` has no user; wrong credentials are 407 either way.
+    pub required: Option<bool>,
+    /// The realm of `Proxy-Authenticate` (default `egressd`).
+    pub realm: Option<Spanned<String>>,
 }
 
 /// `ProxyConfig.spec.tracing`.

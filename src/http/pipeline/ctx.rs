@@ -28,6 +28,8 @@ pub struct ConnInfo {
     pub client_header: HeaderValue,
     /// Whether the client connected with TLS (an HTTPS listener): `X-Forwarded-Proto: https`.
     pub tls: bool,
+    /// What the client's certificate proved (HTTPS listeners with `tls.frontendValidation`).
+    pub identity: Option<Arc<crate::policy::identity::TlsIdentity>>,
     /// The drain tracker: a CONNECT tunnel or websocket outlives its HTTP exchange and
     /// registers itself, so SIGTERM waits for it (up to the drain timeout) like for any
     /// connection.
@@ -43,6 +45,7 @@ impl ConnInfo {
             client_header: client_address_value(client.ip()),
             client,
             tls: false,
+            identity: None,
             tracker: None,
             stats: None,
         }
@@ -78,6 +81,8 @@ pub(super) struct RequestCtx<'a> {
     pub(super) route: Option<Arc<RouteAction>>,
     /// Phase "route": the Backend that serves the request.
     pub(super) backend: Option<Arc<str>>,
+    /// Phase "authorize": the proxy user `Proxy-Authorization` authenticated.
+    pub(super) user: Option<Box<str>>,
     /// Phase "attempt": what happened upstream.
     pub(super) upstream: UpstreamFacts,
     /// Phase "mcp": the JSON-RPC method (and tool) of an MCP request, when egressd saw them.
@@ -165,6 +170,7 @@ impl<'a> RequestCtx<'a> {
             span,
             route: None,
             backend: None,
+            user: None,
             upstream: UpstreamFacts::default(),
             mcp_method: None,
             mcp_tool: None,

@@ -36,6 +36,8 @@ pub(super) fn phase(
     let record = AccessRecord {
         time: crate::telemetry::time::rfc3339(logged.time),
         client: ctx.conn.client,
+        client_identity: ctx.conn.identity.as_ref().map(|i| i.shown()),
+        proxy_user: ctx.user.as_deref().map(access_log::clipped),
         listener: ctx.conn.listener.to_string(),
         method: logged.method.as_str().to_owned(),
         authority: logged.authority,

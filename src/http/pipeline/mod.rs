@@ -2,7 +2,7 @@
 //! named phases, each in a file of its own, sharing one [`RequestCtx`]:
 //!
 //! ```text
-//! destination ─> route ─> admit ─> prepare ─> mcp ─> attempt ⟲ retry ─> respond ─> log
+//! destination ─> route ─> authorize ─> admit ─> prepare ─> mcp ─> attempt ⟲ retry ─> respond ─> log
 //! ```
 //!
 //! - `destination`: the host and port asked for, canonical; head limits; loops.
@@ -20,6 +20,7 @@
 
 mod admit;
 mod attempt;
+mod authorize;
 mod ctx;
 mod destination;
 mod exchange;
@@ -118,7 +119,15 @@ async fn proxy(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let dest = destination::phase(ctx, &req)?;
     let kind = Kind::of(&req)?;
+    let access = ctx.snapshot.client_access.as_deref();
+    if let Some(access) = access.filter(|a| a.users.is_some()) {
+        // Boxed: only configs with proxy users carry its future.
+        Box::pin(authorize::authenticate(ctx, access, &req)).await?;
+    }
     let routed = route::phase(ctx, &dest, &req, kind)?;
+    if let Some(access) = access {
+        authorize::phase(ctx, access, &dest, &routed, kind)?;
+    }
     let kind = kind.allowed_by(&routed.target)?;
     let admitted = admit::phase(&routed.target, kind)?;
     match kind {

@@ -8,11 +8,13 @@ use std::sync::Arc;
 use super::settings::Settings;
 use super::tls::resolve;
 use super::{at, Cx};
-use crate::config::wire::enums::{FromNamespaces, ListenerProtocol, ListenerTlsMode};
-use crate::config::wire::gateway::Listener;
+use crate::config::wire::enums::{
+    FromNamespaces, FrontendValidationMode, ListenerProtocol, ListenerTlsMode,
+};
+use crate::config::wire::gateway::{FrontendValidation, Listener};
 use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, ObjectId};
-use crate::listener::tls::{server_config, ServerCertificate};
+use crate::listener::tls::{client_verifier, server_config, ServerCertificate};
 use crate::names::is_valid_hostname_pattern;
 use crate::snapshot::{AcceptMode, ListenerPlan};
 
@@ -291,5 +293,58 @@ fn compile_tls(
             }
         }
     }
-    ok.then(|| server_config(certificates))
+    let clients = tls
+        .frontend_validation
+        .as_ref()
+        .and_then(|v| frontend_validation(cx, file, id, field, v));
+    ok.then(|| server_config(certificates, clients))
+}
+
+/// `tls.frontendValidation`: the verifier of client certificates.
+fn frontend_validation(
+    cx: &mut Cx,
+    file: &Path,
+    id: &ObjectId,
+    field: &str,
+    validation: &Spanned<FrontendValidation>,
+) -> Option<Arc<dyn rustls::server::danger::ClientCertVerifier>> {
+    let here = || {
+        at(
+            file,
+            id,
+            validation.pos,
+            format!("{field}.tls.frontendValidation"),
+        )
+    };
+    if validation.ca_certificate_files.is_empty() {
+        cx.error(
+            here(),
+            "frontendValidation needs caCertificateFiles",
+            "add `caCertificateFiles: [clients-ca.pem]`",
+        );
+        return None;
+    }
+    let files: Vec<_> = validation
+        .ca_certificate_files
+        .iter()
+        .map(|f| resolve(file, &f.value))
+        .collect();
+    for f in &files {
+        cx.refer(f);
+    }
+    let allow_missing = validation
+        .mode
+        .as_ref()
+        .is_some_and(|m| m.value == FrontendValidationMode::AllowMissing);
+    match client_verifier(&files, allow_missing) {
+        Ok(verifier) => Some(verifier),
+        Err(e) => {
+            cx.missing_ref(
+                here(),
+                format!("client CA certificates cannot be used: {e}"),
+                "check caCertificateFiles (PEM; paths are relative to this YAML file)",
+            );
+            None
+        }
+    }
 }

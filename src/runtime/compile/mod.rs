@@ -3,6 +3,7 @@
 //! `egressd validate` runs exactly this.
 
 mod backends;
+mod client_policy;
 mod consistent_hash;
 mod credentials;
 mod destination;
@@ -118,6 +119,8 @@ pub fn compile_reusing(
     let routers = routes::compile(&mut cx, &set, &listeners, &backends, &declared, &policies);
     let sni_routers =
         routes::compile_sni(&mut cx, &set, &listeners, &backends, &declared, &policies);
+    let backend_labels = backends.all().iter().map(|b| b.label.to_string()).collect();
+    let client_access = client_policy::compile(&mut cx, &set, &backend_labels);
     let undeclared = (settings.outbound_policy != OutboundPolicy::RegistryOnly).then(|| {
         let declared = backends
             .all()
@@ -149,6 +152,7 @@ pub fn compile_reusing(
         sni_routers,
         backends: backends.all(),
         undeclared,
+        client_access,
         mcp_session_key: settings.mcp_session_key.clone(),
         tracing: None,
         config: set,

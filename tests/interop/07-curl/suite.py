@@ -1,6 +1,8 @@
 """curl with http_proxy (absolute-form) and https_proxy (CONNECT to a Passthrough Backend):
 the same status, headers that matter and body bytes as direct, including a 5 MB download
-whose tunnel access-log line carries its bytes."""
+whose tunnel access-log line carries its bytes. Then the same through an egressd that
+requires proxy users (Proxy-Authorization: Basic from --proxy-user or the proxy URL): 407
+without or with wrong credentials, the direct result with them."""
 
 import hashlib
 import json
@@ -13,6 +15,9 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from harness import SuiteFailed, wait_for
 
 SIZE = 5 * 1024 * 1024
+
+# `openssl passwd -5 -salt curlsuite curl-secret`: the users file of egressd-users.yaml.
+USERS = "curl-user:$5$curlsuite$cI.whaEawLAgknSsdxpimlAGFY.g3gNpzRoqEXXvLWB\n"
 
 
 def serve(directory, tls=None):
@@ -111,3 +116,52 @@ def run(h):
     )
     if not connects:
         raise SuiteFailed("no CONNECT line")
+
+    proxy_users(h, http_port, https_port, ca)
+
+
+def proxy_users(h, http_port, https_port, ca):
+    """Basic proxy authentication as curl does it, for absolute-form requests and CONNECT."""
+    users = h.tmp / "proxy-users"
+    users.write_text(USERS)
+    config = h.render(
+        "egressd-users.yaml", HTTP_PORT=http_port, HTTPS_PORT=https_port, USERS_FILE=users
+    )
+    egressd = h.egressd(config, name="egressd-users")
+    host, port = egressd.listener("default/sidecar/http")
+    proxy = f"http://{host}:{port}"
+    url = f"http://localhost:{http_port}/small.txt"
+    direct = curl(h, url)
+    refused = curl(h, url, {"http_proxy": proxy})
+    h.expect("no credentials: 407", refused.get("status") == 407, refused)
+    wrong = curl(h, url, {"http_proxy": proxy}, extra=["--proxy-user", "curl-user:nope"])
+    h.expect("wrong password: 407", wrong.get("status") == 407, wrong)
+    h.compare(
+        "http_proxy GET with --proxy-user",
+        direct,
+        curl(h, url, {"http_proxy": proxy}, extra=["--proxy-user", "curl-user:curl-secret"]),
+    )
+    h.compare(
+        "http_proxy GET with user:password in the proxy URL",
+        direct,
+        curl(h, url, {"http_proxy": f"http://curl-user:curl-secret@{host}:{port}"}),
+    )
+    tls = ["--cacert", str(ca)]
+    secure = f"https://localhost:{https_port}/small.txt"
+    direct_tls = curl(h, secure, extra=tls)
+    h.compare(
+        "https_proxy CONNECT with --proxy-user",
+        direct_tls,
+        curl(
+            h,
+            secure,
+            {"https_proxy": proxy},
+            extra=[*tls, "--proxy-user", "curl-user:curl-secret"],
+        ),
+    )
+    tunnel_refused = curl(h, secure, {"https_proxy": proxy}, extra=tls)
+    h.expect(
+        "CONNECT without credentials fails (curl: 407 from the proxy)",
+        "curl_exit" in tunnel_refused,
+        tunnel_refused,
+    )

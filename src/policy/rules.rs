@@ -1,0 +1,365 @@
+//! `EgressPolicy` objects compiled into what a request is judged by: which policies cover a
+//! destination, whether a client is one they list, and the decision.
+//!
+//! A destination that some policies cover is reachable only by the clients those policies
+//! list; one no policy covers follows `ProxyConfig.spec.clientPolicy.default`. `Report`
+//! policies change nothing: the decision is taken with the `Enforce` policies alone, and a
+//! client they let through but that would be refused with every policy enforced is reported
+//! ("would deny").
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use ipnet::IpNet;
+
+use super::identity::{Client, TlsIdentity};
+use crate::names::hostname_matches;
+use crate::upstream::address::canonical_ip;
+
+/// Names of one kind of identity a policy lists: exact, or by prefix (`ns/payments/*`).
+#[derive(Debug, Default)]
+pub struct Names {
+    exact: HashSet<Box<str>>,
+    prefixes: Vec<Box<str>>,
+}
+
+impl Names {
+    /// Adds `pattern`: a prefix when it ends in `*`, else an exact name.
+    pub fn add(&mut self, pattern: &str) {
+        match pattern.strip_suffix('*') {
+            Some(prefix) => self.prefixes.push(prefix.into()),
+            None => {
+                self.exact.insert(pattern.into());
+            }
+        }
+    }
+
+    fn matches(&self, name: &str) -> bool {
+        self.exact.contains(name) || self.prefixes.iter().any(|p| name.starts_with(&**p))
+    }
+}
+
+/// The clients one policy lets through.
+#[derive(Debug, Default)]
+pub struct ClientSet {
+    pub spiffe_ids: Names,
+    pub subject_names: Names,
+    pub proxy_users: Names,
+    /// Canonical networks.
+    pub cidrs: Vec<IpNet>,
+}
+
+impl ClientSet {
+    /// Whether `client` matches any entry.
+    pub fn contains(&self, client: &Client<'_>) -> bool {
+        let tls = match client.tls {
+            Some(TlsIdentity::Spiffe(id)) => self.spiffe_ids.matches(id),
+            Some(TlsIdentity::Subject(cn)) => self.subject_names.matches(cn),
+            None => false,
+        };
+        tls || client.user.is_some_and(|u| self.proxy_users.matches(u))
+            || (!self.cidrs.is_empty() && {
+                let addr = canonical_ip(client.addr);
+                self.cidrs.iter().any(|net| net.contains(&addr))
+            })
+    }
+}
+
+/// One `EgressPolicy`.
+#[derive(Debug)]
+pub struct Rule {
+    /// `namespace/name`.
+    pub name: Arc<str>,
+    /// `mode: Report`.
+    pub report: bool,
+    pub clients: ClientSet,
+}
+
+/// What a request's destination is, as policies name it.
+#[derive(Clone, Copy, Debug)]
+pub struct Destination<'a> {
+    /// The Backend's `namespace/name`, when a Backend serves it.
+    pub backend: Option<&'a str>,
+    /// The destination hostname: the Backend's `fqdn.hostname`, or the undeclared host.
+    pub host: Option<&'a str>,
+}
+
+/// The decision for one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict<'p> {
+    Allow,
+    /// Refused by the `Enforce` policy named (`None`: by `clientPolicy.default: Deny`).
+    Deny {
+        policy: Option<&'p str>,
+    },
+    /// Let through, but the `Report` policy named would refuse it.
+    WouldDeny {
+        policy: &'p str,
+    },
+}
+
+/// Every `EgressPolicy` and the default, indexed by what they cover.
+#[derive(Debug, Default)]
+pub struct ClientPolicy {
+    /// `clientPolicy.default: Deny`.
+    pub default_deny: bool,
+    /// Sorted by name: the first covering policy is the one a refusal names.
+    rules: Vec<Rule>,
+    by_backend: HashMap<Box<str>, Vec<u32>>,
+    by_host: HashMap<Box<str>, Vec<u32>>,
+    /// `*.suffix` patterns and their policy.
+    wildcard_hosts: Vec<(Box<str>, u32)>,
+}
+
+/// What one policy covers, as compiled.
+#[derive(Debug, Default)]
+pub struct Covers {
+    /// Backends' `namespace/name`.
+    pub backends: Vec<String>,
+    /// Hostnames, lower case, exact or `*.suffix`.
+    pub hostnames: Vec<String>,
+}
+
+impl ClientPolicy {
+    /// The policy set of `rules` (each with what it covers) and the default.
+    pub fn new(default_deny: bool, mut rules: Vec<(Rule, Covers)>) -> ClientPolicy {
+        rules.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        let mut policy = ClientPolicy {
+            default_deny,
+            ..ClientPolicy::default()
+        };
+        for (i, (rule, covers)) in rules.into_iter().enumerate() {
+            let i = u32::try_from(i).unwrap_or(u32::MAX);
+            for backend in covers.backends {
+                policy.by_backend.entry(backend.into()).or_default().push(i);
+            }
+            for host in covers.hostnames {
+                if host.starts_with("*.") {
+                    policy.wildcard_hosts.push((host.into(), i));
+                } else {
+                    policy.by_host.entry(host.into()).or_default().push(i);
+                }
+            }
+            policy.rules.push(rule);
+        }
+        policy
+    }
+
+    /// The number of policies.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The policies covering `dest`, in name order, without repeats.
+    fn covering(&self, dest: Destination<'_>) -> Vec<u32> {
+        let mut found: Vec<u32> = Vec::new();
+        if let Some(list) = dest.backend.and_then(|b| self.by_backend.get(b)) {
+            found.extend(list);
+        }
+        if let Some(host) = dest.host {
+            if let Some(list) = self.by_host.get(host) {
+                found.extend(list);
+            }
+            found.extend(
+                self.wildcard_hosts
+                    .iter()
+                    .filter(|(pattern, _)| hostname_matches(pattern, host))
+                    .map(|(_, i)| *i),
+            );
+        }
+        found.sort_unstable();
+        found.dedup();
+        found
+    }
+
+    /// Whether `client` may reach `dest`.
+    pub fn decide(&self, dest: Destination<'_>, client: &Client<'_>) -> Verdict<'_> {
+        let covering = self.covering(dest);
+        let rule = |i: &u32| &self.rules[*i as usize];
+        let listed = |i: &&u32| rule(i).clients.contains(client);
+        let mut enforce = covering.iter().filter(|i| !rule(i).report).peekable();
+        let allowed = match enforce.peek() {
+            None => !self.default_deny,
+            Some(_) => enforce.clone().any(|i| listed(&i)),
+        };
+        if !allowed {
+            return Verdict::Deny {
+                policy: enforce.next().map(|i| &*rule(i).name),
+            };
+        }
+        // As if every policy were enforced.
+        let would_allow = if covering.is_empty() {
+            !self.default_deny
+        } else {
+            covering.iter().any(|i| listed(&i))
+        };
+        if would_allow {
+            return Verdict::Allow;
+        }
+        match covering.iter().find(|i| rule(i).report) {
+            Some(i) => Verdict::WouldDeny {
+                policy: &rule(i).name,
+            },
+            None => Verdict::Allow,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::IpAddr;
+
+    fn rule(name: &str, report: bool, spiffe: &[&str], cidrs: &[&str]) -> Rule {
+        let mut clients = ClientSet::default();
+        for s in spiffe {
+            clients.spiffe_ids.add(s);
+        }
+        clients.cidrs = cidrs.iter().map(|c| c.parse().unwrap()).collect();
+        Rule {
+            name: name.into(),
+            report,
+            clients,
+        }
+    }
+
+    fn covers(backends: &[&str], hostnames: &[&str]) -> Covers {
+        Covers {
+            backends: backends.iter().map(|s| s.to_string()).collect(),
+            hostnames: hostnames.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn spiffe(id: &str) -> TlsIdentity {
+        TlsIdentity::Spiffe(id.into())
+    }
+
+    #[test]
+    fn a_covered_destination_is_for_the_listed_clients_only() {
+        let policy = ClientPolicy::new(
+            false,
+            vec![(
+                rule("default/pay", false, &["spiffe://td/ns/payments/*"], &[]),
+                covers(&["default/stripe"], &["*.stripe.com"]),
+            )],
+        );
+        let payments = spiffe("spiffe://td/ns/payments/sa/api");
+        let web = spiffe("spiffe://td/ns/web/sa/api");
+        let addr: IpAddr = "10.0.0.1".parse().unwrap();
+        let client = |tls| Client {
+            addr,
+            tls,
+            user: None,
+        };
+        let stripe = Destination {
+            backend: Some("default/stripe"),
+            host: Some("api.stripe.com"),
+        };
+        assert_eq!(
+            policy.decide(stripe, &client(Some(&payments))),
+            Verdict::Allow
+        );
+        assert_eq!(
+            policy.decide(stripe, &client(Some(&web))),
+            Verdict::Deny {
+                policy: Some("default/pay")
+            }
+        );
+        // Covered by the wildcard hostname alone (an undeclared destination).
+        let undeclared = Destination {
+            backend: None,
+            host: Some("files.stripe.com"),
+        };
+        assert!(matches!(
+            policy.decide(undeclared, &client(Some(&web))),
+            Verdict::Deny { .. }
+        ));
+        // Not covered: the default.
+        let github = Destination {
+            backend: Some("default/github"),
+            host: Some("api.github.com"),
+        };
+        assert_eq!(policy.decide(github, &client(None)), Verdict::Allow);
+        let closed = ClientPolicy::new(true, Vec::new());
+        assert_eq!(
+            closed.decide(github, &client(None)),
+            Verdict::Deny { policy: None }
+        );
+    }
+
+    #[test]
+    fn report_policies_let_through_and_say_what_they_would_refuse() {
+        let policy = ClientPolicy::new(
+            false,
+            vec![
+                (
+                    rule("default/trial", true, &[], &["10.1.0.0/16"]),
+                    covers(&["default/api"], &[]),
+                ),
+                (
+                    rule("default/other", false, &[], &["10.2.0.0/16"]),
+                    covers(&["default/db"], &[]),
+                ),
+            ],
+        );
+        let api = Destination {
+            backend: Some("default/api"),
+            host: None,
+        };
+        let from = |a: &str| Client {
+            addr: a.parse().unwrap(),
+            tls: None,
+            user: None,
+        };
+        assert_eq!(policy.decide(api, &from("10.1.2.3")), Verdict::Allow);
+        assert_eq!(
+            policy.decide(api, &from("10.9.9.9")),
+            Verdict::WouldDeny {
+                policy: "default/trial"
+            }
+        );
+        // IPv4-mapped source addresses are the IPv4 address.
+        assert_eq!(policy.decide(api, &from("::ffff:10.1.2.3")), Verdict::Allow);
+    }
+
+    #[test]
+    fn any_enforcing_policy_that_lists_the_client_lets_it_through() {
+        let mut users = rule("default/b-users", false, &[], &[]);
+        users.clients.proxy_users.add("alice");
+        let policy = ClientPolicy::new(
+            false,
+            vec![
+                (
+                    rule("default/a-spiffe", false, &["spiffe://td/x"], &[]),
+                    covers(&["default/api"], &[]),
+                ),
+                (users, covers(&["default/api"], &[])),
+            ],
+        );
+        let api = Destination {
+            backend: Some("default/api"),
+            host: None,
+        };
+        let alice = Client {
+            addr: "127.0.0.1".parse().unwrap(),
+            tls: None,
+            user: Some("alice"),
+        };
+        assert_eq!(policy.decide(api, &alice), Verdict::Allow);
+        let bob = Client {
+            user: Some("bob"),
+            ..alice
+        };
+        assert_eq!(
+            policy.decide(api, &bob),
+            Verdict::Deny {
+                policy: Some("default/a-spiffe")
+            },
+            "the refusal names the first policy by name"
+        );
+    }
+}

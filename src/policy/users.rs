@@ -1,0 +1,340 @@
+//! Proxy users: `Proxy-Authorization: Basic` credentials of forward-proxy clients, checked
+//! against a file of salted password hashes (`ProxyConfig.spec.clientPolicy.proxyUsers`).
+//!
+//! The file holds `user:hash` lines: bcrypt (`htpasswd -B`: `$2y$`, `$2b$`, `$2a$`) or
+//! SHA-crypt (`openssl passwd -5` / `-6`: `$5$`, `$6$`); blank lines and `#` comments are
+//! skipped. Hashes are slow on purpose (bcrypt at cost 10 is tens of milliseconds), so:
+//! checks run on the blocking pool, at most [`MAX_CONCURRENT_CHECKS`] at once (a client
+//! guessing passwords cannot take the workers), and credentials that passed are remembered
+//! as a SHA-256 of user and password (at most [`MAX_REMEMBERED`]), so a client sending the
+//! same header on every request pays the hash once. A new file is a new table and forgets
+//! them all.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use http::HeaderValue;
+use tokio::sync::Semaphore;
+
+/// Password checks running at once; more wait.
+pub const MAX_CONCURRENT_CHECKS: usize = 2;
+/// Credentials remembered as checked; when full, the memory starts over.
+pub const MAX_REMEMBERED: usize = 1024;
+/// The longest `Proxy-Authorization` value looked at (a user and password of 1 KiB each).
+const MAX_HEADER: usize = 2800;
+/// Lines of the users file at most.
+pub const MAX_USERS: usize = 10_000;
+
+/// A hash from the users file.
+#[derive(Clone)]
+enum Hash {
+    Bcrypt(Box<str>),
+    Sha256Crypt(Box<str>),
+    Sha512Crypt(Box<str>),
+}
+
+impl Hash {
+    fn parse(text: &str) -> Option<Hash> {
+        let text: Box<str> = text.into();
+        if text.starts_with("$2y$") || text.starts_with("$2b$") || text.starts_with("$2a$") {
+            Some(Hash::Bcrypt(text))
+        } else if text.starts_with("$5$") {
+            Some(Hash::Sha256Crypt(text))
+        } else if text.starts_with("$6$") {
+            Some(Hash::Sha512Crypt(text))
+        } else {
+            None
+        }
+    }
+
+    fn verify(&self, password: &str) -> bool {
+        match self {
+            Hash::Bcrypt(h) => bcrypt::verify(password, h).unwrap_or(false),
+            Hash::Sha256Crypt(h) => sha_crypt::sha256_check(password, h).is_ok(),
+            Hash::Sha512Crypt(h) => sha_crypt::sha512_check(password, h).is_ok(),
+        }
+    }
+}
+
+/// A line of the users file that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {message}")]
+pub struct UsersFileError {
+    pub line: usize,
+    pub message: String,
+}
+
+/// Why a request's credentials were not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejected {
+    /// No `Proxy-Authorization`, and `required: true`.
+    Missing,
+    /// Not `Basic` with base64 `user:password`.
+    Malformed,
+    /// Unknown user or wrong password.
+    Wrong,
+}
+
+impl Rejected {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rejected::Missing => "no Proxy-Authorization credentials",
+            Rejected::Malformed => "Proxy-Authorization is not Basic base64(user:password)",
+            Rejected::Wrong => "unknown user or wrong password",
+        }
+    }
+}
+
+/// The users of one version of the file.
+pub struct ProxyUsers {
+    users: HashMap<Box<str>, Hash>,
+    pub required: bool,
+    /// `Basic realm="…"`, for 407 replies.
+    pub challenge: HeaderValue,
+    remembered: Mutex<HashSet<[u8; 32]>>,
+    checks: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for ProxyUsers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the hashes: this reaches logs and dumps.
+        f.debug_struct("ProxyUsers")
+            .field("users", &self.users.len())
+            .field("required", &self.required)
+            .finish()
+    }
+}
+
+impl ProxyUsers {
+    /// Parses the file's text. Every bad line is reported; none is used then.
+    pub fn parse(
+        text: &str,
+        required: bool,
+        realm: &str,
+    ) -> Result<ProxyUsers, Vec<UsersFileError>> {
+        let mut users = HashMap::new();
+        let mut errors = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line_no = i + 1;
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let mut error = |message: String| {
+                errors.push(UsersFileError {
+                    line: line_no,
+                    message,
+                })
+            };
+            let Some((user, hash)) = line.split_once(':') else {
+                error("expected `user:hash`".to_owned());
+                continue;
+            };
+            if user.is_empty() {
+                error("empty user name".to_owned());
+                continue;
+            }
+            let Some(hash) = Hash::parse(hash) else {
+                // The hash itself is never shown: it is a secret too.
+                error(format!(
+                    "the hash of user `{user}` is not bcrypt ($2y$, htpasswd -B) or SHA-crypt ($5$/$6$, openssl passwd -5)"
+                ));
+                continue;
+            };
+            if users.insert(user.into(), hash).is_some() {
+                error(format!("user `{user}` is listed twice"));
+            }
+            if users.len() > MAX_USERS {
+                error(format!("more than {MAX_USERS} users"));
+                break;
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let realm: String = realm
+            .chars()
+            .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\' || *c == ' ')
+            .collect();
+        let challenge = HeaderValue::from_str(&format!("Basic realm=\"{realm}\""))
+            .unwrap_or_else(|_| HeaderValue::from_static("Basic realm=\"egressd\""));
+        Ok(ProxyUsers {
+            users,
+            required,
+            challenge,
+            remembered: Mutex::new(HashSet::new()),
+            checks: Arc::new(Semaphore::new(MAX_CONCURRENT_CHECKS)),
+        })
+    }
+
+    /// The user a request authenticated as: `Ok(None)` without credentials when they are
+    /// not required.
+    pub async fn authenticate(
+        self: &Arc<Self>,
+        header: Option<&HeaderValue>,
+    ) -> Result<Option<Box<str>>, Rejected> {
+        let Some(header) = header else {
+            return if self.required {
+                Err(Rejected::Missing)
+            } else {
+                Ok(None)
+            };
+        };
+        let (user, password) = basic_credentials(header).ok_or(Rejected::Malformed)?;
+        let key = remember_key(&user, &password);
+        if self.lock_remembered().contains(&key) {
+            return Ok(Some(user.into()));
+        }
+        // An unknown user costs what a wrong password costs: no timing tells them apart.
+        let hash = self.users.get(user.as_str()).cloned();
+        let permit = self
+            .checks
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Rejected::Wrong)?;
+        let ok = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            match hash {
+                Some(hash) => hash.verify(&password),
+                None => {
+                    dummy_hash().verify(&password);
+                    false
+                }
+            }
+        })
+        .await
+        .unwrap_or(false);
+        if !ok {
+            return Err(Rejected::Wrong);
+        }
+        let mut remembered = self.lock_remembered();
+        if remembered.len() >= MAX_REMEMBERED {
+            remembered.clear();
+        }
+        remembered.insert(key);
+        Ok(Some(user.into()))
+    }
+
+    fn lock_remembered(&self) -> std::sync::MutexGuard<'_, HashSet<[u8; 32]>> {
+        self.remembered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A SHA-crypt hash of nothing anyone knows, checked for unknown users.
+fn dummy_hash() -> Hash {
+    Hash::Sha256Crypt("$5$egressd.dummy$Tz7ZcQkuQ1h6zbbeO4T1lYIoVPXpMmI6X2BhoQ6TOZ0".into())
+}
+
+/// SHA-256 of user and password: what is remembered of credentials that passed.
+fn remember_key(user: &str, password: &str) -> [u8; 32] {
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    ctx.update(user.as_bytes());
+    ctx.update(&[0]);
+    ctx.update(password.as_bytes());
+    let mut key = [0u8; 32];
+    key.copy_from_slice(ctx.finish().as_ref());
+    key
+}
+
+/// `Basic base64(user:password)` → user and password.
+fn basic_credentials(header: &HeaderValue) -> Option<(String, String)> {
+    let bytes = header.as_bytes();
+    if bytes.len() > MAX_HEADER {
+        return None;
+    }
+    let text = std::str::from_utf8(bytes).ok()?.trim();
+    let (scheme, encoded) = text.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = data_encoding::BASE64
+        .decode(encoded.trim().as_bytes())
+        .ok()?;
+    let decoded = String::from_utf8(decoded).ok()?;
+    let (user, password) = decoded.split_once(':')?;
+    if user.is_empty() {
+        return None;
+    }
+    Some((user.to_owned(), password.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn basic(user_pass: &str) -> HeaderValue {
+        let encoded = data_encoding::BASE64.encode(user_pass.as_bytes());
+        HeaderValue::from_str(&format!("Basic {encoded}")).unwrap()
+    }
+
+    #[tokio::test]
+    async fn users_of_both_hash_families_authenticate() {
+        let bcrypt = bcrypt::hash("s3cret", 4).unwrap();
+        let sha = sha_crypt::sha256_simple("hunter2", &sha_crypt::Sha256Params::new(1000).unwrap())
+            .unwrap();
+        let text = format!("# users\nalice:{bcrypt}\n\nbob:{sha}\n");
+        let users = Arc::new(ProxyUsers::parse(&text, false, "egressd").unwrap());
+        let ok = users.authenticate(Some(&basic("alice:s3cret"))).await;
+        assert_eq!(ok, Ok(Some("alice".into())));
+        // Remembered: the second check finds it without hashing.
+        assert_eq!(
+            users.authenticate(Some(&basic("alice:s3cret"))).await,
+            Ok(Some("alice".into()))
+        );
+        assert_eq!(
+            users.authenticate(Some(&basic("bob:hunter2"))).await,
+            Ok(Some("bob".into()))
+        );
+        for wrong in ["alice:nope", "bob:s3cret", "carol:hunter2"] {
+            assert_eq!(
+                users.authenticate(Some(&basic(wrong))).await,
+                Err(Rejected::Wrong),
+                "{wrong}"
+            );
+        }
+        assert_eq!(users.authenticate(None).await, Ok(None));
+        for malformed in ["Bearer abc", "Basic !!!", "Basic"] {
+            let header = HeaderValue::from_static(malformed);
+            assert_eq!(
+                users.authenticate(Some(&header)).await,
+                Err(Rejected::Malformed),
+                "{malformed}"
+            );
+        }
+        let required = Arc::new(ProxyUsers::parse(&text, true, "egressd").unwrap());
+        assert_eq!(required.authenticate(None).await, Err(Rejected::Missing));
+        assert_eq!(required.challenge, "Basic realm=\"egressd\"");
+    }
+
+    #[tokio::test]
+    async fn hashes_openssl_passwd_writes_are_understood() {
+        // The example users file (config/examples/central-gateway/proxy-users), written by
+        // `openssl passwd -5 -salt examplesalt1 payments-example-password`.
+        let text = include_str!("../../config/examples/central-gateway/proxy-users");
+        let users = Arc::new(ProxyUsers::parse(text, true, "egressd").unwrap());
+        let ok = users
+            .authenticate(Some(&basic("payments-batch:payments-example-password")))
+            .await;
+        assert_eq!(ok, Ok(Some("payments-batch".into())));
+        let wrong = users
+            .authenticate(Some(&basic("payments-batch:search-example-password")))
+            .await;
+        assert_eq!(wrong, Err(Rejected::Wrong));
+    }
+
+    #[test]
+    fn bad_lines_are_named_without_their_hashes() {
+        let errors =
+            ProxyUsers::parse("alice\nbob:plaintext-password\n:$5$x$y\n", false, "r").unwrap_err();
+        let lines: Vec<usize> = errors.iter().map(|e| e.line).collect();
+        assert_eq!(lines, [1, 2, 3]);
+        assert!(
+            !errors[1].message.contains("plaintext-password"),
+            "{}",
+            errors[1]
+        );
+    }
+}
