@@ -8,6 +8,8 @@
 #   N1=2000 N2=12000 benches/instructions.sh /tmp/egressd-before target/release/egressd
 #   KEEP=/tmp/cg benches/instructions.sh    # also keeps each run's callgrind.out in /tmp/cg
 #                                             # (then: callgrind_annotate --inclusive=yes FILE)
+#   EXTRA=policy.yaml benches/instructions.sh   # adds the file's documents to the config
+#                                             # (e.g. an EgressPolicy covering `origin`)
 #
 # Kernel time (the larger part of the wall-clock figure, see benches/README.md) is not counted.
 set -euo pipefail
@@ -67,6 +69,9 @@ spec:
   hostnames: [small.bench]
   rules: [{backendRefs: [{name: origin}]}]
 YAML
+if [[ -n "${EXTRA:-}" ]]; then
+  { echo "---"; cat "$EXTRA"; } >> "$WORK/config/egressd.yaml"
+fi
 
 # Total instructions of one egressd run that serves $2 requests.
 count() {

@@ -10,6 +10,7 @@
 pub mod credentials;
 pub mod fd_limit;
 pub mod filters;
+pub mod on_demand;
 pub mod router;
 pub mod shared;
 pub mod undeclared;

@@ -9,7 +9,7 @@
 //! `maxDestinations` targets (the least recently used makes room), and a target nobody used
 //! for `idleTimeout` is forgotten; either way its DNS refresher stops (at once when idle, or
 //! when the last request holding it ends). A reload starts a new table; endpoints still in
-//! use keep their pools through the state registry.
+//! use keep their pools through the state registry (see `snapshot::on_demand`).
 //!
 //! What this never reaches:
 //! - hosts a Backend declares: their own rules apply, so a port the Backend does not list or a
@@ -20,22 +20,22 @@
 //!   the cloud metadata service, …) unless `allowedAddresses` opens them, and never
 //!   link-local/unspecified ones. Judged on the canonical address (`::ffff:127.0.0.1` is
 //!   127.0.0.1, see `upstream::address`). An IP literal there is refused with 403; a hostname
-//!   whose answers are all denied gets 503 `no_healthy_upstream` naming the DNS result.
+//!   whose answers are all denied gets 502 `destination_address_denied` naming them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::balance::BalancerKind;
 use crate::config::wire::enums::{LookupFamily, Protocol};
 use crate::config::ObjectId;
 use crate::names::{hostname_matches, is_valid_hostname};
+use crate::snapshot::on_demand::OnDemand;
 use crate::snapshot::{Backend, BackendPort, Target};
 use crate::upstream::address::{canonical_ip, AddressPolicy};
 use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, Transport};
-use crate::upstream::dns::{refresh_loop, AnswerCheck, RefreshPlan};
+use crate::upstream::dns::{AnswerCheck, RefreshPlan};
 use crate::upstream::pool::PoolSettings;
 use crate::upstream::registry::{EndpointTemplate, PortIdentity, StateRegistry};
 use crate::upstream::tls::{NameCheck, Roots, TlsSpec, TlsVersion};
@@ -101,18 +101,8 @@ pub struct UndeclaredDestinations {
     declared: HashSet<String>,
     denied_hostnames: Vec<String>,
     addresses: Arc<AddressPolicy>,
-    limits: UndeclaredLimits,
     registry: Arc<StateRegistry>,
-    targets: Mutex<HashMap<Key, Used>>,
-    /// The zero of the `last` stamps.
-    epoch: Instant,
-}
-
-struct Used {
-    target: Arc<Target>,
-    /// When it was last asked for, in milliseconds since `epoch` (shared with the task that
-    /// forgets it when idle).
-    last: Arc<AtomicU64>,
+    targets: Arc<OnDemand<Key>>,
 }
 
 impl std::fmt::Debug for UndeclaredDestinations {
@@ -138,25 +128,24 @@ impl UndeclaredDestinations {
             declared,
             denied_hostnames,
             addresses: Arc::new(addresses.clone()),
-            limits,
+            targets: Arc::new(OnDemand::new(
+                "undeclared destination",
+                limits.max_destinations,
+                limits.idle_timeout,
+                registry.clone(),
+            )),
             registry,
-            targets: Mutex::default(),
-            epoch: Instant::now(),
         }
     }
 
     /// Undeclared destinations kept now (for `/metrics`).
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.targets.len()
     }
 
     /// Whether none is kept.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Whether uses are recorded as audited (`AuditOnly`).
@@ -174,65 +163,8 @@ impl UndeclaredDestinations {
         carriage: Carriage,
     ) -> Result<Arc<Target>, Refusal> {
         let key = (host.to_owned(), port, carriage);
-        if let Some(used) = self.lock().get(&key) {
-            used.last.store(self.now_ms(), Ordering::Relaxed);
-            return Ok(used.target.clone());
-        }
-        // Built without the lock held: a first TLS destination loads the system's roots.
-        let (built, refresh) = self.build(host, port, carriage)?;
-        let built = Arc::new(built);
-        let last = Arc::new(AtomicU64::new(self.now_ms()));
-        {
-            let mut targets = self.lock();
-            if let Some(used) = targets.get(&key) {
-                // Another request made it meanwhile; ours is dropped.
-                used.last.store(self.now_ms(), Ordering::Relaxed);
-                return Ok(used.target.clone());
-            }
-            let used = Used {
-                target: built.clone(),
-                last: last.clone(),
-            };
-            let full = targets.len() >= self.limits.max_destinations;
-            crate::bounded::insert_bounded(
-                &mut targets,
-                self.limits.max_destinations,
-                key.clone(),
-                used,
-                |u| u.last.load(Ordering::Relaxed),
-            );
-            if full {
-                tracing::debug!(
-                    max = self.limits.max_destinations,
-                    "undeclared destinations at maxDestinations: the least recently used was forgotten"
-                );
-            }
-        }
-        let forget = forget_when_idle(
-            Arc::downgrade(self),
-            key,
-            Arc::downgrade(&built.port.endpoints),
-            last,
-        );
-        let registry = self.registry.clone();
-        tokio::spawn(async move {
-            match refresh {
-                // The refresher ends when the group is dropped; forgetting an idle target
-                // ends it at once.
-                Some(plan) => tokio::select! {
-                    _ = refresh_loop(plan, registry) => {}
-                    _ = forget => {}
-                },
-                None => forget.await,
-            }
-        });
-        Ok(built)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Used>> {
-        // Inserts and removals are single operations: a panic elsewhere cannot leave the map
-        // inconsistent, so poisoning is not a reason to fail.
-        self.targets.lock().unwrap_or_else(|p| p.into_inner())
+        self.targets
+            .get_or_make(key, || self.build(host, port, carriage))
     }
 
     /// The target, and the DNS refresher it needs (a hostname's), not started yet: only the
@@ -367,38 +299,5 @@ impl UndeclaredDestinations {
             rewrite_authority: false,
         };
         Ok((target, refresh))
-    }
-}
-
-/// Waits until the target of `key` has not been asked for during `idleTimeout`, then removes
-/// it from the table (if the entry is still the one this task was started for). Holds nothing
-/// strongly while it waits, so a reload's new table lets the old one go.
-async fn forget_when_idle(
-    table: Weak<UndeclaredDestinations>,
-    key: Key,
-    group: Weak<EndpointGroup>,
-    last: Arc<AtomicU64>,
-) {
-    loop {
-        let wait = {
-            let Some(table) = table.upgrade() else {
-                return;
-            };
-            let idle_for = table.now_ms().saturating_sub(last.load(Ordering::Relaxed));
-            let idle_for = Duration::from_millis(idle_for);
-            if idle_for >= table.limits.idle_timeout {
-                let mut targets = table.lock();
-                let same = targets.get(&key).is_some_and(|u| {
-                    std::ptr::eq(Arc::as_ptr(&u.target.port.endpoints), group.as_ptr())
-                });
-                if same {
-                    targets.remove(&key);
-                    tracing::debug!(host = %key.0, port = key.1, "undeclared destination idle: forgotten");
-                }
-                return;
-            }
-            table.limits.idle_timeout - idle_for
-        };
-        tokio::time::sleep(wait).await;
     }
 }

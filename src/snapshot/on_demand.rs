@@ -1,0 +1,176 @@
+//! Targets made on first use for hosts clients name (undeclared destinations, the concrete
+//! hosts of wildcard Backends), bounded: at most `max` at once (the least recently used makes
+//! room) and one nobody asked for during `idle` is forgotten. A forgotten target's DNS
+//! refresher stops (at once when idle, or when the last request holding it ends). A reload
+//! starts new tables; endpoints still in use keep their pools through the state registry.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use crate::snapshot::Target;
+use crate::upstream::dns::{refresh_loop, RefreshPlan};
+use crate::upstream::registry::StateRegistry;
+use crate::upstream::EndpointGroup;
+
+/// One table of targets made on demand.
+pub struct OnDemand<K> {
+    /// What the table holds, for log lines (`undeclared destination`, `wildcard host`).
+    what: &'static str,
+    max: usize,
+    idle: Duration,
+    registry: Arc<StateRegistry>,
+    targets: Mutex<HashMap<K, Used>>,
+    /// The zero of the `last` stamps.
+    epoch: Instant,
+}
+
+struct Used {
+    target: Arc<Target>,
+    /// When it was last asked for, in milliseconds since `epoch` (shared with the task that
+    /// forgets it when idle).
+    last: Arc<AtomicU64>,
+}
+
+impl<K> Debug for OnDemand<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OnDemand")
+            .field("what", &self.what)
+            .field("max", &self.max)
+            .field("idle", &self.idle)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Eq + Hash + Clone + Debug + Send + Sync + 'static> OnDemand<K> {
+    pub fn new(
+        what: &'static str,
+        max: usize,
+        idle: Duration,
+        registry: Arc<StateRegistry>,
+    ) -> Self {
+        OnDemand {
+            what,
+            max,
+            idle,
+            registry,
+            targets: Mutex::default(),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Targets kept now.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, Used>> {
+        // Inserts and removals are single operations: a panic elsewhere cannot leave the map
+        // inconsistent, so poisoning is not a reason to fail.
+        self.targets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The target of `key`, made by `make` on first use (with the DNS refresher it needs, not
+    /// started yet: only the target that makes it into the table gets one). Must run inside
+    /// the runtime: a new target starts the task that forgets it when idle.
+    pub fn get_or_make<E>(
+        self: &Arc<Self>,
+        key: K,
+        make: impl FnOnce() -> Result<(Target, Option<RefreshPlan>), E>,
+    ) -> Result<Arc<Target>, E> {
+        if let Some(used) = self.lock().get(&key) {
+            used.last.store(self.now_ms(), Ordering::Relaxed);
+            return Ok(used.target.clone());
+        }
+        // Made without the lock held: a first TLS destination may load the system's roots.
+        let (built, refresh) = make()?;
+        let built = Arc::new(built);
+        let last = Arc::new(AtomicU64::new(self.now_ms()));
+        {
+            let mut targets = self.lock();
+            if let Some(used) = targets.get(&key) {
+                // Another request made it meanwhile; ours is dropped.
+                used.last.store(self.now_ms(), Ordering::Relaxed);
+                return Ok(used.target.clone());
+            }
+            let used = Used {
+                target: built.clone(),
+                last: last.clone(),
+            };
+            let full = targets.len() >= self.max;
+            crate::bounded::insert_bounded(&mut targets, self.max, key.clone(), used, |u| {
+                u.last.load(Ordering::Relaxed)
+            });
+            if full {
+                tracing::debug!(
+                    max = self.max,
+                    "{}s at their limit: the least recently used was forgotten",
+                    self.what
+                );
+            }
+        }
+        let forget = forget_when_idle(
+            Arc::downgrade(self),
+            key,
+            Arc::downgrade(&built.port.endpoints),
+            last,
+        );
+        let registry = self.registry.clone();
+        tokio::spawn(async move {
+            match refresh {
+                // The refresher ends when the group is dropped; forgetting an idle target
+                // ends it at once.
+                Some(plan) => tokio::select! {
+                    _ = refresh_loop(plan, registry) => {}
+                    _ = forget => {}
+                },
+                None => forget.await,
+            }
+        });
+        Ok(built)
+    }
+}
+
+/// Waits until the target of `key` has not been asked for during the table's idle time, then
+/// removes it (if the entry is still the one this task was started for). Holds nothing
+/// strongly while it waits, so a reload's new table lets the old one go.
+async fn forget_when_idle<K: Eq + Hash + Clone + Debug + Send + Sync + 'static>(
+    table: Weak<OnDemand<K>>,
+    key: K,
+    group: Weak<EndpointGroup>,
+    last: Arc<AtomicU64>,
+) {
+    loop {
+        let wait = {
+            let Some(table) = table.upgrade() else {
+                return;
+            };
+            let idle_for = table.now_ms().saturating_sub(last.load(Ordering::Relaxed));
+            let idle_for = Duration::from_millis(idle_for);
+            if idle_for >= table.idle {
+                let mut targets = table.lock();
+                let same = targets.get(&key).is_some_and(|u| {
+                    std::ptr::eq(Arc::as_ptr(&u.target.port.endpoints), group.as_ptr())
+                });
+                if same {
+                    targets.remove(&key);
+                    tracing::debug!(key = ?key, "{} idle: forgotten", table.what);
+                }
+                return;
+            }
+            table.idle - idle_for
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
