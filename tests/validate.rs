@@ -824,6 +824,49 @@ fn egress_policy_mistakes_are_each_reported_at_their_position() {
 }
 
 #[test]
+fn wildcard_hostname_mistakes_are_each_reported_at_their_position() {
+    let dir = fixture("wildcard-backend");
+    let expected = [
+        Expect {
+            at: spot("backends.yaml", "\"*.com\"", "\"*.com\""),
+            object: Some("Backend default/too-wide"),
+            field: "spec.destination.fqdn.hostname",
+            message: "is not `*.` and a domain of two or more labels",
+        },
+        Expect {
+            at: spot(
+                "backends.yaml",
+                "\"api.*.example.com\"",
+                "\"api.*.example.com\"",
+            ),
+            object: Some("Backend default/inner-star"),
+            field: "spec.destination.fqdn.hostname",
+            message: "`*` only as the whole first label",
+        },
+        Expect {
+            at: spot("backends.yaml", "maxHosts: 10", "10"),
+            object: Some("Backend default/one-host"),
+            field: "spec.destination.fqdn.maxHosts",
+            message: "maxHosts is for wildcard hostnames",
+        },
+    ];
+    let diags = diagnostics(&dir);
+    for e in &expected {
+        let found: Vec<&Diagnostic> = diags.iter().filter(|d| matches(&dir, d, e)).collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "{} `{}`:\n{}",
+            e.field,
+            e.message,
+            render(&diags)
+        );
+        assert_error(&dir, found[0], e);
+    }
+    assert_eq!(diags.len(), expected.len(), "{}", render(&diags));
+}
+
+#[test]
 fn every_mistake_of_a_directory_is_reported_in_one_run_at_its_position() {
     let dir = fixture("many-mistakes");
     let expected = many_mistakes();

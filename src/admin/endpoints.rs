@@ -85,6 +85,9 @@ pub(super) fn endpoints(snapshot: &Snapshot) -> Value {
                     },
                     "resolved": list.resolved,
                     "lastError": list.last_error,
+                    // A wildcard Backend's port: its endpoints are per concrete host; how many
+                    // hosts it keeps now.
+                    "wildcardHosts": port.wildcard.as_ref().map(|w| w.hosts()),
                     "endpoints": endpoints,
                 })
             })

@@ -63,8 +63,25 @@ pub(super) async fn serve(
         .map_or(SniDecision::NotAllowed, |router| router.route(&sni));
     // A target made for an undeclared SNI (AllowAny, AuditOnly) lives here.
     let undeclared;
+    // A wildcard Backend's template, made concrete for this SNI, lives here.
+    let concrete;
     let target = match decision {
-        SniDecision::Target(target) => target,
+        SniDecision::Target(template) => {
+            match crate::snapshot::wildcard::concrete(template, &sni) {
+                Ok(made) => {
+                    concrete = made;
+                    &*concrete
+                }
+                Err(e) => {
+                    return refuse(
+                        &mut passage,
+                        "destination_not_allowed",
+                        &e.to_string(),
+                        Some(&sni),
+                    )
+                }
+            }
+        }
         SniDecision::NoBackend(route) => {
             let why = format!("{} has no backend with a non-zero weight", route.name);
             return refuse(&mut passage, "no_backend", &why, Some(&sni));

@@ -22,7 +22,6 @@ use crate::snapshot::shared::{ReloadStatus, Shared};
 use crate::telemetry::time::rfc3339;
 use crate::telemetry::trace::Tracing;
 use crate::upstream::dns::refresh_loop;
-use crate::upstream::outlier_clock::OutlierClock;
 use crate::upstream::registry::StateRegistry;
 
 /// Why a reload did not take effect.
@@ -48,8 +47,6 @@ pub struct Reloader {
     admin_override: Option<SocketAddr>,
     /// Bumped when an accepted config starts its health checkers: the previous ones stop.
     health_epoch: tokio::sync::watch::Sender<u64>,
-    /// Ticks the outlier detector of every endpoint group.
-    outlier_clock: OutlierClock,
 }
 
 struct Inner {
@@ -93,7 +90,6 @@ impl Reloader {
             generation: AtomicU64::new(0),
             admin_override,
             health_epoch: tokio::sync::watch::Sender::new(0),
-            outlier_clock: OutlierClock::default(),
         }
     }
 
@@ -221,7 +217,7 @@ impl Reloader {
             let sink = Box::new(move |d: crate::balance::outlier::Detection| {
                 shared.metrics.outlier_detection(&backend, d.into())
             });
-            self.outlier_clock.add(group, sink);
+            self.registry.outlier_clock().add(group, sink);
         }
         // Every group with active checks gets a checker of this config (kept DNS groups too, so
         // that the checks use this config's TLS material); the previous ones stop.

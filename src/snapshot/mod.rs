@@ -14,6 +14,7 @@ pub mod on_demand;
 pub mod router;
 pub mod shared;
 pub mod undeclared;
+pub mod wildcard;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -345,6 +346,9 @@ pub struct BackendPort {
     pub endpoints: Arc<EndpointGroup>,
     /// `Host` to send when the authority is rewritten to the backend's hostname.
     pub authority: Option<HeaderValue>,
+    /// A wildcard Backend's port: a template, made concrete per host (see
+    /// [`wildcard`](crate::snapshot::wildcard)); its own `endpoints` stay empty.
+    pub wildcard: Option<Arc<crate::snapshot::wildcard::WildcardHosts>>,
 }
 
 /// Per-request settings resolved (with precedence) when the snapshot is compiled.

@@ -85,7 +85,7 @@ impl SniRouter {
                 None => SniDecision::NoBackend(route),
             };
         }
-        match self.exact.get(sni) {
+        match exact_or_wildcard(&self.exact, sni) {
             Some(target) => SniDecision::Target(target),
             None => SniDecision::NotAllowed,
         }
@@ -372,14 +372,15 @@ impl HttpRouter {
     }
 
     /// The implicit route to the HTTP ports of FQDN Backends with this exact hostname.
+    /// A wildcard Backend (`*.example.com`) serves the hosts no Backend names exactly, the
+    /// longest matching suffix first.
     pub fn implicit(&self, host: &str) -> Option<&ImplicitRoute> {
-        self.implicit.get(host)
+        exact_or_wildcard(&self.implicit, host)
     }
 
     /// The Backend a `CONNECT host:port` may tunnel to: declared, with `port` a TCP port.
     pub fn tunnel(&self, host: &str, port: u16) -> Option<&Arc<Target>> {
-        self.tunnels
-            .get(host)?
+        exact_or_wildcard(&self.tunnels, host)?
             .targets
             .iter()
             .find(|t| t.port.number == port)
@@ -394,6 +395,27 @@ impl HttpRouter {
                 .iter()
                 .any(|(suffix, _)| host.len() > suffix.len() && host.ends_with(suffix.as_str()))
     }
+}
+
+/// `map`'s entry for `host`, else for the longest wildcard pattern covering it: `*.b.example.com`,
+/// then `*.example.com`, … (a wildcard matches one or more labels, never the apex). The
+/// patterns are spelled in a buffer on the stack: a miss costs a few lookups, no allocation.
+fn exact_or_wildcard<'m, V>(map: &'m HashMap<String, V>, host: &str) -> Option<&'m V> {
+    if let Some(v) = map.get(host) {
+        return Some(v);
+    }
+    let mut buf = [0u8; crate::names::MAX_HOST_LEN + 1];
+    for (dot, _) in host.match_indices('.') {
+        let suffix = &host.as_bytes()[dot..];
+        let pattern = buf.get_mut(..=suffix.len())?;
+        pattern[0] = b'*';
+        pattern[1..].copy_from_slice(suffix);
+        // Only ASCII was copied after a char boundary ('.'), so this is valid UTF-8.
+        if let Some(v) = std::str::from_utf8(pattern).ok().and_then(|p| map.get(p)) {
+            return Some(v);
+        }
+    }
+    None
 }
 
 fn first_match<'a>(entries: &'a [RouteEntry], input: &RouteInput<'_>) -> Option<&'a RouteEntry> {

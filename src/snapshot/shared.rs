@@ -135,7 +135,11 @@ impl Shared {
         let declared = &*backend.label != crate::snapshot::undeclared::LABEL;
         let destination = rules::Destination {
             backend: declared.then_some(&*backend.label),
-            host: backend.hostname.as_deref(),
+            // A wildcard Backend's destination is the concrete host asked for.
+            host: match backend.hostname.as_deref() {
+                Some(pattern) if pattern.starts_with("*.") => Some(host),
+                other => other,
+            },
         };
         let (action, policy) = match access.rules.decide(destination, client) {
             Verdict::Allow => return Ok(()),

@@ -91,6 +91,8 @@ pub enum Refusal {
     InvalidHost(String),
     #[error("cannot originate TLS: {0}")]
     Tls(String),
+    #[error(transparent)]
+    WildcardHost(#[from] crate::snapshot::wildcard::HostRefused),
 }
 
 /// The undeclared destinations of one config generation.
@@ -282,6 +284,7 @@ impl UndeclaredDestinations {
             tcp_keepalive: None,
             endpoints: group,
             authority: None,
+            wildcard: None,
         });
         let backend = Arc::new(Backend {
             id,

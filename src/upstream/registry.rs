@@ -93,6 +93,9 @@ pub struct StateRegistry {
     groups: Mutex<HashMap<Box<GroupKey>, Weak<EndpointGroup>, FastHash>>,
     resolver: ArcSwap<DnsResolver>,
     nameservers: Mutex<Vec<SocketAddr>>,
+    /// Ticks the outlier detectors of every group, those made by a reload and those made on
+    /// demand (a wildcard Backend's hosts).
+    outlier_clock: crate::upstream::outlier_clock::OutlierClock,
 }
 
 impl std::fmt::Debug for StateRegistry {
@@ -108,7 +111,13 @@ impl StateRegistry {
             groups: Mutex::default(),
             resolver: ArcSwap::from_pointee(resolver),
             nameservers: Mutex::default(),
+            outlier_clock: Default::default(),
         }
+    }
+
+    /// The one timer of every group's outlier detector.
+    pub fn outlier_clock(&self) -> &crate::upstream::outlier_clock::OutlierClock {
+        &self.outlier_clock
     }
 
     /// The endpoint for this identity: the existing one if any snapshot still holds it.

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::common::{CertificateFiles, NotYetSupported, SecretRef};
 use super::enums::{DestinationType, Protocol, SanType, TlsMode, TlsVersion, WellKnownCa};
 use super::policy::TrafficPolicySpec;
+use crate::config::units::GwDuration;
 use crate::config::yaml::Spanned;
 
 #[apply(wire!)]
@@ -48,6 +49,12 @@ pub struct FqdnDestination {
     /// (cloud metadata), unspecified, broadcast, multicast, and loopback unless the name is
     /// `localhost` or ends in `.localhost`.
     pub allowed_addresses: Option<Vec<Spanned<String>>>,
+    /// A wildcard `hostname` (`*.example.com`): the concrete hosts kept at once, each with
+    /// its DNS refresher and endpoints (default 256); the least recently used makes room.
+    pub max_hosts: Option<Spanned<u32>>,
+    /// A wildcard `hostname`: a concrete host nobody asked for this long is forgotten
+    /// (default 5m).
+    pub host_idle_timeout: Option<Spanned<GwDuration>>,
 }
 
 #[apply(wire!)]

@@ -15,7 +15,7 @@ use super::Kind;
 use crate::http::error::ProxyError;
 use crate::snapshot::router::{HttpRouter, RouteEntry, RouteInput};
 use crate::snapshot::undeclared::{Carriage, Refusal};
-use crate::snapshot::Target;
+use crate::snapshot::{wildcard, Target};
 use crate::telemetry::blocked::Via;
 
 /// Where phase "route" sends a request.
@@ -73,7 +73,7 @@ fn request<'s, B>(
             })?,
         };
         return Ok(Routed {
-            target: Cow::Borrowed(target),
+            target: concrete(target, dest, Via::Http)?,
             entry: Some(entry),
         });
     }
@@ -86,7 +86,7 @@ fn request<'s, B>(
                 declared: implicit.declared_ports(),
             })?;
         return Ok(Routed {
-            target: Cow::Borrowed(target),
+            target: concrete(target, dest, Via::Http)?,
             entry: None,
         });
     }
@@ -128,7 +128,7 @@ fn tunnel<'s>(
     })?;
     if let Some(target) = router.tunnel(dest.host(), port) {
         return Ok(Routed {
-            target: Cow::Borrowed(target),
+            target: concrete(target, dest, Via::Connect)?,
             entry: None,
         });
     }
@@ -148,6 +148,21 @@ fn tunnel<'s>(
     Ok(Routed {
         target: Cow::Owned(target),
         entry: None,
+    })
+}
+
+/// The routed target, made concrete for the request's host when it belongs to a wildcard
+/// Backend (`*.example.com`).
+fn concrete<'s>(
+    target: &'s Arc<Target>,
+    dest: &Destination,
+    via: Via,
+) -> Result<Cow<'s, Arc<Target>>, ProxyError> {
+    wildcard::concrete(target, dest.host()).map_err(|refused| ProxyError::DestinationDenied {
+        host: dest.host().to_owned(),
+        port: dest.port_or_default(),
+        via,
+        reason: refused.into(),
     })
 }
 

@@ -29,6 +29,7 @@ use crate::config::wire::policy::{
 use crate::config::wire::Object;
 use crate::config::yaml::{Pos, Spanned};
 use crate::config::{ConfigSet, ObjectId, Reason};
+use crate::snapshot::wildcard::{HostDns, WildcardHosts, WildcardPlan};
 use crate::snapshot::{Backend, BackendPort};
 use crate::upstream::breaker::{BreakerSettings, RetryBudget};
 use crate::upstream::connect::{Http2Settings, HttpWire, TcpKeepalive, Transport};
@@ -75,7 +76,7 @@ pub(crate) fn compile<'a>(
     set: &'a ConfigSet,
     policies: &PolicyIndex<'_>,
     settings: &Settings,
-    registry: &StateRegistry,
+    registry: &Arc<StateRegistry>,
     previous: Option<&CompiledBackends>,
 ) -> Backends<'a> {
     let mut out = Backends {
@@ -124,7 +125,7 @@ fn compile_recording(
     obj: &Arc<Object<BackendSpec>>,
     policies: &PolicyIndex<'_>,
     settings: &Settings,
-    registry: &StateRegistry,
+    registry: &Arc<StateRegistry>,
     out: &mut Backends<'_>,
     files: &mut FileStates,
 ) -> Option<Arc<Backend>> {
@@ -160,12 +161,14 @@ struct BackendPolicy {
 struct BackendSite<'a> {
     obj: &'a Object<BackendSpec>,
     settings: &'a Settings,
-    registry: &'a StateRegistry,
+    registry: &'a Arc<StateRegistry>,
     label: Arc<str>,
     dest: Destination,
     policy: BackendPolicy,
     /// The settings of the groups of all its ports (shared with other Backends' groups).
     group_settings: Arc<GroupSettings>,
+    /// A wildcard Backend's hosts, which its ports share.
+    wildcard: Option<Arc<WildcardHosts>>,
 }
 
 impl BackendSite<'_> {
@@ -202,7 +205,7 @@ fn compile_one(
     obj: &Object<BackendSpec>,
     policies: &PolicyIndex<'_>,
     settings: &Settings,
-    registry: &StateRegistry,
+    registry: &Arc<StateRegistry>,
 ) -> Option<Arc<Backend>> {
     let (file, id, spec) = (&*obj.file, &obj.id, &obj.spec);
     let before = cx.error_count();
@@ -220,7 +223,7 @@ fn compile_one(
         active: policy.active.clone(),
         breaker: policy.breaker,
     });
-    let site = BackendSite {
+    let mut site = BackendSite {
         obj,
         settings,
         registry,
@@ -228,7 +231,9 @@ fn compile_one(
         dest,
         policy,
         group_settings,
+        wildcard: None,
     };
+    site.wildcard = wildcard_hosts(cx, &site);
     let ports = compile_ports(cx, &site);
 
     if cx.error_count() > before {
@@ -337,17 +342,25 @@ fn compile_port(
     let mcp = compile_mcp(cx, site, port, field, protocol.value);
     let transport = port_transport(cx, site, port, field, protocol.value);
     let wire = port_wire(cx, site, &protocol, &transport.transport);
-    let group = endpoint_group(cx, site, number, protocol.value, &transport);
     let policy = &site.policy;
+    let group = match &site.wildcard {
+        // A template: each concrete host gets a group of its own.
+        Some(_) => Arc::new(EndpointGroup::new_static(
+            Vec::new(),
+            || policy.balancer.build(),
+            site.group_settings.clone(),
+        )),
+        None => endpoint_group(cx, site, number, protocol.value, &transport),
+    };
     let mode = transport.mode;
     let authority = site
         .dest
         .hostname
         .as_ref()
-        .filter(|_| rewrites_authority(site.spec()))
+        .filter(|_| site.wildcard.is_none() && rewrites_authority(site.spec()))
         .and_then(|host| HeaderValue::from_str(&host_and_port(host, number, mode)).ok());
     let http2 = cx.http2_options(&policy.http2);
-    if policy.active.is_some() {
+    if policy.active.is_some() && site.wildcard.is_none() {
         cx.health_checks.push(CheckPlan {
             group: Arc::downgrade(&group),
             backend: site.label.clone(),
@@ -369,7 +382,68 @@ fn compile_port(
         protocol: protocol.value,
         endpoints: group,
         authority,
+        wildcard: site.wildcard.clone(),
     })
+}
+
+/// A wildcard Backend's hosts (`None` for other Backends): limits, DNS and balancing of each
+/// concrete host, and which ports take their TLS name from it.
+fn wildcard_hosts(cx: &mut Cx, site: &BackendSite<'_>) -> Option<Arc<WildcardHosts>> {
+    let limits = site.dest.wildcard?;
+    let pattern = site.dest.hostname.clone()?;
+    let (file, id, spec) = (site.file(), site.id(), site.spec());
+    if site.policy.active.is_some() {
+        cx.not_yet(
+            at(
+                file,
+                id,
+                spec.destination.pos,
+                "spec.destination.fqdn.hostname",
+            ),
+            "active health checks of a wildcard Backend's hosts",
+            "[policy]",
+        );
+    }
+    let dns = &site.policy.dns;
+    // A port whose `tls` names no SNI or hostname to verify sends each concrete host.
+    let sni_from_host = spec
+        .destination
+        .ports
+        .iter()
+        .filter(|p| {
+            p.tls.as_ref().or(spec.tls.as_ref()).is_none_or(|t| {
+                t.value.sni.is_none()
+                    && t.value
+                        .validation
+                        .as_ref()
+                        .is_none_or(|v| v.hostname.is_none())
+            })
+        })
+        .map(|p| p.number.value)
+        .collect();
+    let plan = WildcardPlan {
+        pattern,
+        id: id.clone(),
+        allowed: site.dest.allowed.clone(),
+        denied_hostnames: site.settings.denied_hostnames.clone(),
+        dns: HostDns {
+            refresh: dns
+                .dns_refresh_rate
+                .map_or(Duration::from_secs(30), Duration::from),
+            respect_ttl: dns.respect_dns_ttl.unwrap_or(true),
+            family: dns.lookup_family.unwrap_or(LookupFamily::IPv4Preferred),
+        },
+        balancer: site.policy.balancer.clone(),
+        group_settings: site.group_settings.clone(),
+        pool: site.policy.pool,
+        rewrite_authority: rewrites_authority(spec),
+        sni_from_host,
+    };
+    Some(Arc::new(WildcardHosts::new(
+        plan,
+        limits,
+        site.registry.clone(),
+    )))
 }
 
 /// Whether requests carry the destination's hostname as authority (`fqdn.rewriteAuthority`,
@@ -494,7 +568,12 @@ fn port_transport(
             tls: tls.map(|t| (&*t.value, t.pos)),
             object_pos: obj.pos,
             field: &tls_field,
-            hostname: site.dest.hostname.as_deref(),
+            // A wildcard Backend's hosts each send their own name (see `snapshot::wildcard`).
+            hostname: site
+                .dest
+                .hostname
+                .as_deref()
+                .filter(|_| site.dest.wildcard.is_none()),
             protocol,
             platform: site.settings.platform_identity.as_ref(),
         },

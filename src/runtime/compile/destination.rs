@@ -10,6 +10,7 @@ use crate::config::wire::enums::DestinationType;
 use crate::config::yaml::{Pos, Spanned};
 use crate::config::ObjectId;
 use crate::names::{hostname_matches, is_valid_hostname};
+use crate::snapshot::wildcard::HostLimits;
 use crate::upstream::address::{canonical_ip, is_never_reachable, AnswerPolicy};
 
 /// A listed IP endpoint.
@@ -27,8 +28,12 @@ pub(super) struct ListedAddr {
 #[derive(Debug, Default)]
 pub(super) struct Destination {
     pub hostname: Option<String>,
+    /// `hostname` is `*.suffix`: a wildcard Backend, with these limits on its hosts.
+    pub wildcard: Option<HostLimits>,
     /// Which DNS answers `hostname` may use.
     pub answers: AnswerPolicy,
+    /// `fqdn.allowedAddresses` (a wildcard Backend's hosts each get an [`AnswerPolicy`]).
+    pub allowed: Vec<ipnet::IpNet>,
     pub addrs: Vec<ListedAddr>,
 }
 
@@ -67,9 +72,11 @@ pub(super) fn compile_destination(
                 Some(fqdn) => {
                     out.hostname = compile_hostname(cx, &site, fqdn, settings);
                     let allowed = compile_allowed_addresses(cx, &site, fqdn);
+                    out.wildcard = host_limits(cx, &site, fqdn, out.hostname.as_deref());
                     if let Some(host) = &out.hostname {
-                        out.answers = AnswerPolicy::declared(host, allowed);
+                        out.answers = AnswerPolicy::declared(host, allowed.clone());
                     }
+                    out.allowed = allowed;
                 }
             }
         }
@@ -131,11 +138,31 @@ fn compile_hostname(
             format!("`{host}` is an IP address"),
             "use `type: IP` with `ip.endpoints` for addresses",
         );
+    } else if let Some(suffix) = host.strip_prefix("*.") {
+        if suffix.contains('*') || !is_valid_hostname(suffix) || !suffix.contains('.') {
+            cx.error(
+                here(),
+                format!("wildcard hostname `{host}` is not `*.` and a domain of two or more labels"),
+                "e.g. *.example.com (it matches one or more labels under example.com, not example.com itself)",
+            );
+        } else if let Some(p) = settings
+            .denied_hostnames
+            .iter()
+            .find(|p| hostname_matches(p, suffix) || hostname_matches(p, &host))
+        {
+            cx.error(
+                here(),
+                format!("hostname `{host}` is denied by ProxyConfig deniedHostnames `{p}`"),
+                "choose another destination or change deniedHostnames",
+            );
+        } else {
+            return Some(host);
+        }
     } else if host.contains('*') {
         cx.error(
             here(),
-            format!("wildcard hostname `{host}` is not a destination"),
-            "name one host per Backend",
+            format!("`{host}`: `*` only as the whole first label (`*.example.com`)"),
+            "name one host, or `*.` and a domain",
         );
     } else if !is_valid_hostname(&host) {
         cx.error(
@@ -157,6 +184,55 @@ fn compile_hostname(
         return Some(host);
     }
     None
+}
+
+/// `fqdn.maxHosts` and `fqdn.hostIdleTimeout`: the limits of a wildcard Backend's hosts
+/// (`Some` for a wildcard `host`), errors on a Backend of one host.
+fn host_limits(
+    cx: &mut Cx,
+    site: &Site<'_>,
+    fqdn: &FqdnDestination,
+    host: Option<&str>,
+) -> Option<HostLimits> {
+    let wildcard = host.is_some_and(|h| h.starts_with("*."));
+    let mut limits = HostLimits::default();
+    let field = |name: &str| format!("spec.destination.fqdn.{name}");
+    if let Some(max) = &fqdn.max_hosts {
+        if !wildcard {
+            cx.error(
+                at(site.file, site.id, max.pos, field("maxHosts")),
+                "maxHosts is for wildcard hostnames (`*.example.com`)",
+                "remove it",
+            );
+        } else if max.value == 0 {
+            cx.error(
+                at(site.file, site.id, max.pos, field("maxHosts")),
+                "maxHosts must be at least 1",
+                "omit it for the default, 256",
+            );
+        } else {
+            limits.max_hosts = max.value as usize;
+        }
+    }
+    if let Some(idle) = &fqdn.host_idle_timeout {
+        let idle_timeout = std::time::Duration::from(idle.value);
+        if !wildcard {
+            cx.error(
+                at(site.file, site.id, idle.pos, field("hostIdleTimeout")),
+                "hostIdleTimeout is for wildcard hostnames (`*.example.com`)",
+                "remove it",
+            );
+        } else if idle_timeout.is_zero() {
+            cx.error(
+                at(site.file, site.id, idle.pos, field("hostIdleTimeout")),
+                "hostIdleTimeout must be longer than 0s",
+                "omit it for the default, 5m",
+            );
+        } else {
+            limits.idle_timeout = idle_timeout;
+        }
+    }
+    wildcard.then_some(limits)
 }
 
 /// `fqdn.allowedAddresses`: CIDRs (a bare address is one host).

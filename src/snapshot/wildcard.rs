@@ -1,0 +1,295 @@
+//! Wildcard Backends (`fqdn.hostname: "*.example.com"`): one Backend for every host under a
+//! suffix, each concrete host made into a target on first use — resolved on demand (its own
+//! DNS refresher, answers checked as any declared name's), with TLS sending the concrete host
+//! as SNI and verifying the certificate against it, and its own endpoints (pools, outlier
+//! state, circuit breaker). Hosts are kept in a bounded table (`fqdn.maxHosts`, the least
+//! recently used makes room) and forgotten when idle (`fqdn.hostIdleTimeout`).
+//!
+//! Routing finds a wildcard Backend only when no Backend declares the exact host, and the
+//! longest matching suffix wins (`*.eu.example.com` before `*.example.com`).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderValue;
+use ipnet::IpNet;
+
+use crate::balance::BalancerKind;
+use crate::config::wire::enums::LookupFamily;
+use crate::config::ObjectId;
+use crate::names::hostname_matches;
+use crate::snapshot::on_demand::OnDemand;
+use crate::snapshot::{BackendPort, Target};
+use crate::upstream::address::AnswerPolicy;
+use crate::upstream::connect::Transport;
+use crate::upstream::dns::{AnswerCheck, RefreshPlan};
+use crate::upstream::pool::PoolSettings;
+use crate::upstream::registry::{EndpointTemplate, PortIdentity, StateRegistry};
+use crate::upstream::tls::TlsOrigination;
+use crate::upstream::{EndpointGroup, EndpointSource, GroupSettings};
+
+/// How many concrete hosts a wildcard Backend keeps, and for how long unused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostLimits {
+    pub max_hosts: usize,
+    pub idle_timeout: Duration,
+}
+
+impl Default for HostLimits {
+    fn default() -> Self {
+        HostLimits {
+            max_hosts: 256,
+            idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// How a wildcard Backend's hosts are resolved.
+#[derive(Clone, Copy, Debug)]
+pub struct HostDns {
+    pub refresh: Duration,
+    pub respect_ttl: bool,
+    pub family: LookupFamily,
+}
+
+/// A concrete host a wildcard Backend cannot serve.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostRefused {
+    #[error("the host matches ProxyConfig deniedHostnames `{0}`")]
+    DeniedHostname(String),
+    #[error("`{host}` is not under `{pattern}`")]
+    NotCovered { host: String, pattern: String },
+}
+
+/// The per-host side of one wildcard Backend, shared by its ports.
+pub struct WildcardHosts {
+    /// `*.example.com`.
+    pub pattern: String,
+    pub id: ObjectId,
+    /// `destination.fqdn.allowedAddresses`.
+    pub allowed: Vec<IpNet>,
+    pub denied_hostnames: Vec<String>,
+    pub dns: HostDns,
+    pub balancer: BalancerKind,
+    pub group_settings: Arc<GroupSettings>,
+    pub pool: PoolSettings,
+    /// Send the concrete host as `Host` (`rewriteAuthority`, default true).
+    pub rewrite_authority: bool,
+    /// Port templates whose TLS takes its SNI (and verified name) from the concrete host.
+    pub sni_from_host: Vec<u16>,
+    table: Arc<OnDemand<(String, u16)>>,
+    registry: Arc<StateRegistry>,
+}
+
+impl std::fmt::Debug for WildcardHosts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WildcardHosts")
+            .field("pattern", &self.pattern)
+            .field("hosts", &self.table.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`WildcardHosts::new`] needs besides the table's limits.
+pub struct WildcardPlan {
+    pub pattern: String,
+    pub id: ObjectId,
+    pub allowed: Vec<IpNet>,
+    pub denied_hostnames: Vec<String>,
+    pub dns: HostDns,
+    pub balancer: BalancerKind,
+    pub group_settings: Arc<GroupSettings>,
+    pub pool: PoolSettings,
+    pub rewrite_authority: bool,
+    pub sni_from_host: Vec<u16>,
+}
+
+impl WildcardHosts {
+    pub fn new(plan: WildcardPlan, limits: HostLimits, registry: Arc<StateRegistry>) -> Self {
+        WildcardHosts {
+            table: Arc::new(OnDemand::new(
+                "wildcard Backend host",
+                limits.max_hosts,
+                limits.idle_timeout,
+                registry.clone(),
+            )),
+            registry,
+            pattern: plan.pattern,
+            id: plan.id,
+            allowed: plan.allowed,
+            denied_hostnames: plan.denied_hostnames,
+            dns: plan.dns,
+            balancer: plan.balancer,
+            group_settings: plan.group_settings,
+            pool: plan.pool,
+            rewrite_authority: plan.rewrite_authority,
+            sni_from_host: plan.sni_from_host,
+        }
+    }
+
+    /// Concrete hosts kept now.
+    pub fn hosts(&self) -> usize {
+        self.table.len()
+    }
+
+    /// The target of `host` (canonical) for the port of `template` (a target of this
+    /// Backend, as routing found it), made on first use.
+    pub fn target(&self, template: &Target, host: &str) -> Result<Arc<Target>, HostRefused> {
+        if !hostname_matches(&self.pattern, host) {
+            return Err(HostRefused::NotCovered {
+                host: host.to_owned(),
+                pattern: self.pattern.clone(),
+            });
+        }
+        if let Some(p) = self
+            .denied_hostnames
+            .iter()
+            .find(|p| hostname_matches(p, host))
+        {
+            return Err(HostRefused::DeniedHostname(p.clone()));
+        }
+        let number = template.port.number;
+        let made = self.table.get_or_make((host.to_owned(), number), || {
+            Ok::<_, HostRefused>(self.build(template, host))
+        })?;
+        // The table's target may have been made through another listener: the port is the
+        // host's, the policy this route's.
+        Ok(Arc::new(Target {
+            backend: template.backend.clone(),
+            port: made.port.clone(),
+            policy: template.policy.clone(),
+            rewrite_authority: template.rewrite_authority,
+        }))
+    }
+
+    /// A new target of `host` on `template`'s port, and its DNS refresher (not started).
+    fn build(&self, template: &Target, host: &str) -> (Target, Option<RefreshPlan>) {
+        let base = &template.port;
+        let number = base.number;
+        // Endpoints are identified by the concrete host: a pooled TLS connection made for one
+        // host never carries another host's requests.
+        let id = ObjectId {
+            kind: self.id.kind.clone(),
+            namespace: self.id.namespace.clone(),
+            name: format!("{} {host}", self.id.name).into(),
+        };
+        let endpoint_template = EndpointTemplate {
+            port: Arc::new(PortIdentity {
+                backend: id,
+                number,
+                transport: 0,
+                pool: self.pool,
+            }),
+            weight: 1,
+            priority: 0,
+        };
+        let source = EndpointSource::Dns {
+            hostname: host.to_owned(),
+            port: number,
+            refresh: self.dns.refresh,
+            respect_ttl: self.dns.respect_ttl,
+        };
+        let balancer = self.balancer.clone();
+        let group = Arc::new(EndpointGroup::new_dns(
+            source,
+            || balancer.build(),
+            self.group_settings.clone(),
+        ));
+        // Its detector ticks like any group's (ejections expire, rates are judged). Its
+        // detections are not counted per Backend: they would be the wildcard's, whichever host.
+        self.registry
+            .outlier_clock()
+            .add(Arc::downgrade(&group), Box::new(|_| {}));
+        let refresh = RefreshPlan {
+            group: Arc::downgrade(&group),
+            template: endpoint_template,
+            family: self.dns.family,
+            check: AnswerCheck::Declared(AnswerPolicy::declared(host, self.allowed.clone())),
+        };
+        let transport = match &base.transport {
+            Transport::Tls(tls) if self.sni_from_host.contains(&number) => {
+                Transport::Tls(Arc::new(with_sni(tls, host)))
+            }
+            other => other.clone(),
+        };
+        let authority = self
+            .rewrite_authority
+            .then(|| host_value(host, number, &base.transport))
+            .flatten();
+        let port = Arc::new(BackendPort {
+            number,
+            protocol: base.protocol,
+            passthrough: base.passthrough,
+            transport,
+            wire: base.wire,
+            http2: base.http2.clone(),
+            mcp: base.mcp.clone(),
+            tcp_keepalive: base.tcp_keepalive,
+            endpoints: group,
+            authority,
+            wildcard: None,
+        });
+        let target = Target {
+            backend: template.backend.clone(),
+            port,
+            policy: template.policy.clone(),
+            rewrite_authority: template.rewrite_authority,
+        };
+        (target, Some(refresh))
+    }
+}
+
+/// `target` itself, or, when it is a wildcard Backend's template, the target of `host`.
+pub fn concrete<'t>(
+    target: &'t Arc<Target>,
+    host: &str,
+) -> Result<Cow<'t, Arc<Target>>, HostRefused> {
+    match &target.port.wildcard {
+        None => Ok(Cow::Borrowed(target)),
+        Some(hosts) => hosts.target(target, host).map(Cow::Owned),
+    }
+}
+
+/// `tls` sending `host` as SNI (and so verifying the certificate against it, unless the
+/// Backend names what to verify): the same client configs, another server name.
+fn with_sni(tls: &TlsOrigination, host: &str) -> TlsOrigination {
+    TlsOrigination {
+        config: tls.config.clone(),
+        http1_config: tls.http1_config.clone(),
+        sni: rustls::pki_types::ServerName::try_from(host.to_owned()).ok(),
+    }
+}
+
+/// `Host` for requests to `host`: with the port unless it is the scheme's default.
+fn host_value(host: &str, port: u16, transport: &Transport) -> Option<HeaderValue> {
+    let default = match transport {
+        Transport::Plain => 80,
+        Transport::Tls(_) => 443,
+    };
+    let value = if port == default {
+        host.to_owned()
+    } else {
+        format!("{host}:{port}")
+    };
+    HeaderValue::from_str(&value).ok()
+}
+
+/// Where a request for `host` goes among wildcard patterns: `*.` + each suffix of `host`,
+/// the longest first (`a.b.example.com` → `*.b.example.com`, `*.example.com`, `*.com`).
+pub fn wildcard_keys(host: &str) -> impl Iterator<Item = String> + '_ {
+    host.match_indices('.')
+        .map(move |(i, _)| format!("*{}", &host[i..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_suffix_is_looked_up_first() {
+        let keys: Vec<String> = wildcard_keys("a.b.example.com").collect();
+        assert_eq!(keys, ["*.b.example.com", "*.example.com", "*.com"]);
+        assert_eq!(wildcard_keys("localhost").count(), 0);
+    }
+}

@@ -1,0 +1,203 @@
+//! Wildcard Backends (`fqdn.hostname: "*.svc.test"`): each concrete host a client names is
+//! resolved on demand (the test's DNS server answers), gets TLS with its own SNI, verified
+//! against its own name, and endpoints of its own; an exact hostname beats the wildcard and
+//! the longest suffix beats a shorter one; CONNECT reaches a wildcard TCP port; hosts are
+//! bounded (`maxHosts`).
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use common::dns::TestDns;
+use common::proxy::{get, preamble, TestProxy};
+use common::tls::{San, TestCa, TlsOptions, TlsUpstream};
+use common::upstream::Upstream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A Backend `name` for `hostname` (may be `*.suffix`) on `port`, which may resolve to
+/// loopback; `tls` and `extra` spec lines as given.
+fn backend(name: &str, hostname: &str, port: u16, tls: &str, extra: &str) -> String {
+    format!(
+        "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: {name}}}\nspec:\n  destination:\n    type: FQDN\n    fqdn: {{hostname: \"{hostname}\", allowedAddresses: [127.0.0.0/8]{extra}}}\n    ports: [{{number: {port}}}]\n  tls: {tls}\n"
+    )
+}
+
+/// `/endpoints` entry of Backend `default/{name}`.
+async fn endpoints_of(proxy: &TestProxy, name: &str) -> serde_json::Value {
+    let all: serde_json::Value =
+        serde_json::from_slice(&get(proxy.admin, "admin", "/endpoints").await.body).unwrap();
+    let label = format!("default/{name}");
+    all["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["backend"] == label.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("no {label} in {all}"))
+}
+
+#[tokio::test]
+async fn each_host_of_a_wildcard_backend_is_resolved_and_gets_its_own_sni() {
+    let ca = TestCa::new("wildcard");
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = ca.write_pem(dir.path());
+    let a = TlsUpstream::start(
+        "a",
+        ca.server_cert(&[San::dns("a.svc.test")]),
+        TlsOptions::default(),
+    )
+    .await;
+    let port = a.addr.port();
+    // The second host's server on another loopback address, same port.
+    let b = TlsUpstream::start_on(
+        "b",
+        SocketAddr::from(([127, 0, 0, 2], port)),
+        ca.server_cert(&[San::dns("b.svc.test")]),
+        TlsOptions::default(),
+    )
+    .await
+    .expect("127.0.0.2 with the same port");
+    let dns = TestDns::start().await;
+    dns.set("a.svc.test", &[Ipv4Addr::LOCALHOST], 60);
+    dns.set("b.svc.test", &[Ipv4Addr::new(127, 0, 0, 2)], 60);
+    // A host whose server holds another host's certificate.
+    dns.set("c.svc.test", &[Ipv4Addr::LOCALHOST], 60);
+    let tls = format!(
+        "{{mode: Simple, validation: {{caCertificateFiles: [{}]}}}}",
+        ca_file.display()
+    );
+    let yaml = preamble(Some(dns.addr)) + &backend("svc", "*.svc.test", port, &tls, "");
+    let proxy = TestProxy::start(&yaml).await;
+
+    let r = get(proxy.http(), &format!("a.svc.test:{port}"), "/").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.upstream(), Some("a"));
+    let r = get(proxy.http(), &format!("b.svc.test:{port}"), "/").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.upstream(), Some("b"));
+    assert_eq!(a.snis(), [Some("a.svc.test".to_owned())]);
+    assert_eq!(b.snis(), [Some("b.svc.test".to_owned())]);
+    // HTTP/2 by ALPN: the authority is in the request target.
+    let seen = &a.requests()[0];
+    let authority = seen
+        .headers
+        .get("host")
+        .map(|h| h.to_str().unwrap().to_owned())
+        .unwrap_or_else(|| seen.uri.clone());
+    assert!(
+        authority.contains(&format!("a.svc.test:{port}")),
+        "the authority is the concrete host: {authority}"
+    );
+
+    // Verified against the concrete host: a.svc.test's certificate is not c.svc.test's.
+    let r = get(proxy.http(), &format!("c.svc.test:{port}"), "/").await;
+    assert_eq!(r.error_code(), Some("upstream_tls_failure"), "{}", r.text());
+    assert!(r.text().contains("name_mismatch"), "{}", r.text());
+
+    // The apex is not covered, and a name DNS does not know fails as DNS failures do.
+    let r = get(proxy.http(), &format!("svc.test:{port}"), "/").await;
+    assert_eq!(r.error_code(), Some("destination_not_allowed"));
+    let r = get(proxy.http(), &format!("nowhere.svc.test:{port}"), "/").await;
+    assert_eq!(r.error_code(), Some("no_healthy_upstream"), "{}", r.text());
+
+    let svc = endpoints_of(&proxy, "svc").await;
+    assert_eq!(svc["wildcardHosts"], 4, "{svc}");
+}
+
+#[tokio::test]
+async fn an_exact_hostname_beats_a_wildcard_and_the_longest_suffix_wins() {
+    let exact = Upstream::start("exact").await;
+    let port = exact.addr.port();
+    let wide = Upstream::start_on("wide", SocketAddr::from(([127, 0, 0, 2], port))).await;
+    let narrow = Upstream::start_on("narrow", SocketAddr::from(([127, 0, 0, 3], port))).await;
+    let dns = TestDns::start().await;
+    dns.set("api.svc.test", &[Ipv4Addr::LOCALHOST], 60);
+    dns.set("x.svc.test", &[Ipv4Addr::new(127, 0, 0, 2)], 60);
+    dns.set("y.eu.svc.test", &[Ipv4Addr::new(127, 0, 0, 3)], 60);
+    let plain = "{mode: InsecureDisable}";
+    let yaml = preamble(Some(dns.addr))
+        + &backend("wide", "*.svc.test", port, plain, "")
+        + &backend("narrow", "*.eu.svc.test", port, plain, "")
+        + &backend("exact", "api.svc.test", port, plain, "");
+    let proxy = TestProxy::start(&yaml).await;
+    for (host, upstream) in [
+        ("api.svc.test", "exact"),
+        ("x.svc.test", "wide"),
+        ("y.eu.svc.test", "narrow"),
+    ] {
+        let r = get(proxy.http(), &format!("{host}:{port}"), "/").await;
+        assert_eq!(r.status, 200, "{host}: {}", r.text());
+        assert_eq!(r.upstream(), Some(upstream), "{host}");
+    }
+    assert_eq!(wide.request_count(), 1);
+    assert_eq!(narrow.request_count(), 1);
+}
+
+#[tokio::test]
+async fn connect_reaches_a_wildcard_tcp_port() {
+    // `*.localhost` names resolve to loopback without a DNS server (RFC 6761).
+    let echo = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = echo.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = echo.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 64];
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let yaml = preamble(None)
+        + &backend(
+            "tunnels",
+            "*.tunnel.localhost",
+            port,
+            "{mode: Passthrough}",
+            "",
+        );
+    let proxy = TestProxy::start(&yaml).await;
+    let mut stream = TcpStream::connect(proxy.http()).await.unwrap();
+    let target = format!("db.tunnel.localhost:{port}");
+    stream
+        .write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "closed early");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    stream.write_all(b"ping").await.unwrap();
+    let mut echoed = [0u8; 4];
+    stream.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(&echoed, b"ping");
+}
+
+#[tokio::test]
+async fn a_wildcard_backend_keeps_at_most_max_hosts() {
+    let upstream = Upstream::start("many").await;
+    let port = upstream.addr.port();
+    let yaml = preamble(None)
+        + &backend(
+            "many",
+            "*.many.localhost",
+            port,
+            "{mode: InsecureDisable}",
+            ", maxHosts: 2",
+        );
+    let proxy = TestProxy::start(&yaml).await;
+    for host in ["a", "b", "c", "a"] {
+        let r = get(proxy.http(), &format!("{host}.many.localhost:{port}"), "/").await;
+        assert_eq!(r.status, 200, "{host}: {}", r.text());
+    }
+    let many = endpoints_of(&proxy, "many").await;
+    assert_eq!(many["wildcardHosts"], 2, "{many}");
+    assert_eq!(upstream.request_count(), 4);
+}
