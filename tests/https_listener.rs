@@ -730,9 +730,9 @@ fn https_listener_mistakes_are_errors_naming_the_field() {
         ),
         (
             format!("{head}    protocol: HTTPS\n    tls:\n      certificateRefs:\n      - {{name: app-cert}}\n"),
-            format!("{field}.tls.certificateRefs"),
-            "not supported yet",
-            false,
+            format!("{field}.tls.certificateRefs[0]"),
+            "Secret default/app-cert not found",
+            true,
         ),
         (
             format!("{head}    protocol: HTTPS\n    tls:\n      certificateFiles:\n      - {{certificateFile: missing.pem, privateKeyFile: {key:?}}}\n"),

@@ -2,7 +2,8 @@
 
 use serde_json::{json, Value};
 
-use crate::config::wire::Kind;
+use crate::config::wire::secret::KeyedData;
+use crate::config::wire::{Kind, Object};
 use crate::config::ConfigSet;
 
 /// What replaces a redacted value.
@@ -24,7 +25,7 @@ pub fn config_dump(set: &ConfigSet) -> Value {
     };
     macro_rules! dump {
         ($list:expr, $kind:expr) => {
-            for o in &$list {
+            for o in $list {
                 push(
                     $kind,
                     serde_json::to_value(o.meta()).unwrap_or(Value::Null),
@@ -33,14 +34,46 @@ pub fn config_dump(set: &ConfigSet) -> Value {
             }
         };
     }
-    dump!(set.proxy_configs, Kind::ProxyConfig);
-    dump!(set.gateways, Kind::Gateway);
-    dump!(set.http_routes, Kind::HttpRoute);
-    dump!(set.tls_routes, Kind::TlsRoute);
-    dump!(set.backends, Kind::Backend);
-    dump!(set.policies, Kind::BackendTrafficPolicy);
-    dump!(set.egress_policies, Kind::EgressPolicy);
+    dump!(&set.proxy_configs, Kind::ProxyConfig);
+    dump!(&set.gateways, Kind::Gateway);
+    dump!(&set.http_routes, Kind::HttpRoute);
+    dump!(&set.tls_routes, Kind::TlsRoute);
+    // XBackends are in `backends` too, mapped: they are shown as written.
+    let backends = set.backends.iter().filter(|o| &*o.id.kind == "Backend");
+    dump!(backends, Kind::Backend);
+    dump!(&set.xbackends, Kind::XBackend);
+    dump!(&set.policies, Kind::BackendTrafficPolicy);
+    dump!(&set.egress_policies, Kind::EgressPolicy);
+    for o in &set.secrets {
+        objects.push(secret_dump(o));
+    }
     json!({ "files": set.files, "objects": objects })
+}
+
+/// A Secret or ConfigMap: its type and the names of its keys, never their values (a CA
+/// bundle is no secret, but one rule for both kinds leaves nothing to get wrong).
+fn secret_dump(o: &Object<KeyedData>) -> Value {
+    let kind = if &*o.id.kind == "Secret" {
+        Kind::Secret
+    } else {
+        Kind::ConfigMap
+    };
+    let keys: serde_json::Map<String, Value> = o
+        .spec
+        .entries
+        .keys()
+        .map(|k| (k.clone(), Value::String(REDACTED.into())))
+        .collect();
+    let mut doc = json!({
+        "apiVersion": kind.api_versions()[0],
+        "kind": kind.name(),
+        "metadata": serde_json::to_value(o.meta()).unwrap_or(Value::Null),
+        "data": keys,
+    });
+    if kind == Kind::Secret {
+        doc["type"] = Value::String(o.spec.secret_type().to_owned());
+    }
+    doc
 }
 
 /// Redacts by shape, not by header name, so that no naming convention can leak a secret:
@@ -50,6 +83,8 @@ pub fn config_dump(set: &ConfigSet) -> Value {
 ///   header or query parameter match value, wherever the kind puts them (HTTPRoute filters
 ///   and matches today, policies later); the name stays;
 /// - every `credential` (a CredentialInjector's source).
+///
+/// Secrets and ConfigMaps show their key names only ([`secret_dump`]).
 ///
 /// A path match (`{type, value}`) has no `name` and stays visible.
 fn redact(v: &mut Value) {

@@ -22,7 +22,9 @@ use super::wire::gateway::GatewaySpec;
 use super::wire::policy::BackendTrafficPolicySpec;
 use super::wire::proxy::ProxyConfigSpec;
 use super::wire::route::HttpRouteSpec;
+use super::wire::secret::KeyedData;
 use super::wire::tls_route::TlsRouteSpec;
+use super::wire::xbackend::XBackendSpec;
 use super::wire::{Kind, Labels, Object, KINDS_NOT_YET_SUPPORTED};
 use super::yaml::{self, Node, Pos};
 use crate::names::is_dns_subdomain;
@@ -40,6 +42,10 @@ pub struct ConfigSet {
     pub policies: Vec<Arc<Object<BackendTrafficPolicySpec>>>,
     pub proxy_configs: Vec<Arc<Object<ProxyConfigSpec>>>,
     pub egress_policies: Vec<Arc<Object<EgressPolicySpec>>>,
+    /// The XBackends as written (for `/config`); each is in `backends` too, mapped.
+    pub xbackends: Vec<Arc<Object<XBackendSpec>>>,
+    /// The Secrets and ConfigMaps (`id.kind` tells them apart).
+    pub secrets: Vec<Arc<Object<KeyedData>>>,
     /// The YAML files that were read.
     pub files: Vec<PathBuf>,
     /// Hash of every file's path and content: equal fingerprints mean nothing changed.
@@ -65,6 +71,8 @@ impl Loaded {
         to.proxy_configs.extend(from.proxy_configs.iter().cloned());
         to.egress_policies
             .extend(from.egress_policies.iter().cloned());
+        to.xbackends.extend(from.xbackends.iter().cloned());
+        to.secrets.extend(from.secrets.iter().cloned());
         self.diagnostics.extend(file.diagnostics.iter().cloned());
     }
 }
@@ -277,6 +285,9 @@ fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
         diags.push(Diagnostic::error(&**file, kind_node.pos, message).hint(hint));
         return flush_unknown(diags, &unknown_keys, &unknown_key_error);
     };
+    if matches!(kind, Kind::Secret | Kind::ConfigMap) {
+        return super::secrets::load_document(file, doc, kind, loaded);
+    }
 
     // A broken `metadata` still names the object as well as it can, and the rest of the
     // document is still checked: one run reports every error of an object.
@@ -411,11 +422,13 @@ fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
             &mut loaded.diagnostics,
             &mut loaded.set.egress_policies,
         ),
+        Kind::XBackend => super::xbackend::push(base, spec, loaded),
+        Kind::Secret | Kind::ConfigMap => {} // read above: they have no `spec`
     }
 }
 
 /// What every kind shares while its spec is deserialized.
-struct Base<'a> {
+pub(super) struct Base<'a> {
     file: &'a Arc<Path>,
     doc: &'a Node,
     id: ObjectId,
@@ -424,7 +437,7 @@ struct Base<'a> {
 }
 
 impl Base<'_> {
-    fn push<S: DeserializeOwned>(
+    pub(super) fn push<S: DeserializeOwned>(
         self,
         spec: &Node,
         diags: &mut Vec<Diagnostic>,
@@ -534,9 +547,10 @@ fn kind_names() -> String {
         .join(", ")
 }
 
-/// A duplicate identity (group, kind, namespace, name) is an error naming both places.
+/// A duplicate identity (group, kind, namespace, name) is an error naming both places. An
+/// XBackend is a Backend here (both are reached by the same namespace/name).
 fn check_duplicates(loaded: &mut Loaded) {
-    let mut seen: HashMap<ObjectId, (Arc<Path>, Pos)> = HashMap::new();
+    let mut seen: HashMap<(&str, &str, &str), (Arc<Path>, Pos)> = HashMap::new();
     let set = &loaded.set;
     let all = set
         .gateways
@@ -547,10 +561,17 @@ fn check_duplicates(loaded: &mut Loaded) {
         .chain(set.backends.iter().map(|o| (&o.id, &o.file, o.pos)))
         .chain(set.policies.iter().map(|o| (&o.id, &o.file, o.pos)))
         .chain(set.proxy_configs.iter().map(|o| (&o.id, &o.file, o.pos)))
-        .chain(set.egress_policies.iter().map(|o| (&o.id, &o.file, o.pos)));
+        .chain(set.egress_policies.iter().map(|o| (&o.id, &o.file, o.pos)))
+        .chain(set.secrets.iter().map(|o| (&o.id, &o.file, o.pos)));
     let mut dups = Vec::new();
     for (id, file, pos) in all {
-        if let Some((first_file, first_pos)) = seen.get(id) {
+        let kind = if &*id.kind == "XBackend" {
+            "Backend"
+        } else {
+            &id.kind
+        };
+        let key = (kind, &*id.namespace, &*id.name);
+        if let Some((first_file, first_pos)) = seen.get(&key) {
             dups.push(
                 Diagnostic::error(&**file, pos, format!("duplicate object {id}"))
                     .object(id)
@@ -561,7 +582,7 @@ fn check_duplicates(loaded: &mut Loaded) {
                     )),
             );
         } else {
-            seen.insert(id.clone(), (file.clone(), pos));
+            seen.insert(key, (file.clone(), pos));
         }
     }
     loaded.diagnostics.extend(dups);

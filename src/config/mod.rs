@@ -6,9 +6,11 @@ mod files;
 pub mod limits;
 pub mod load;
 pub mod schema;
+mod secrets;
 pub mod status;
 pub mod units;
 pub mod wire;
+pub mod xbackend;
 pub mod yaml;
 
 pub use error::{ConfigErrors, Diagnostic, ObjectId, Reason, Severity};

@@ -10,13 +10,14 @@ use super::wire::policy::BackendTrafficPolicySpec;
 use super::wire::proxy::ProxyConfigSpec;
 use super::wire::route::HttpRouteSpec;
 use super::wire::tls_route::TlsRouteSpec;
+use super::wire::xbackend::XBackendSpec;
 use super::wire::Kind;
 
 /// One schema that accepts any egressd document (draft-07, `oneOf` by kind).
 pub fn json_schema() -> Value {
     let mut generator = schemars::generate::SchemaSettings::draft07().into_generator();
     let meta: Value = generator.subschema_for::<ObjectMeta>().into();
-    let specs: [(Kind, Value); 7] = [
+    let specs: [(Kind, Value); 8] = [
         (
             Kind::Gateway,
             generator.subschema_for::<GatewaySpec>().into(),
@@ -45,8 +46,12 @@ pub fn json_schema() -> Value {
             Kind::EgressPolicy,
             generator.subschema_for::<EgressPolicySpec>().into(),
         ),
+        (
+            Kind::XBackend,
+            generator.subschema_for::<XBackendSpec>().into(),
+        ),
     ];
-    let one_of: Vec<Value> = specs
+    let mut one_of: Vec<Value> = specs
         .into_iter()
         .map(|(kind, spec)| {
             json!({
@@ -63,12 +68,43 @@ pub fn json_schema() -> Value {
             })
         })
         .collect();
+    one_of.extend([Kind::Secret, Kind::ConfigMap].map(keyed_data_schema));
     json!({
         "$schema": "http://json-schema.org/draft-07/schema#",
         "$id": "https://egressd.dev/schema/v1alpha1.json",
         "title": "egressd config document",
-        "description": "One YAML document of an egressd config directory (Gateway, HTTPRoute, TLSRoute, Backend, BackendTrafficPolicy or ProxyConfig).",
+        "description": "One YAML document of an egressd config directory (Gateway, HTTPRoute, TLSRoute, Backend, XBackend, BackendTrafficPolicy, ProxyConfig, Secret or ConfigMap).",
         "oneOf": one_of,
         "definitions": generator.take_definitions(true),
+    })
+}
+
+/// A Secret or ConfigMap as `kubectl get -o yaml` writes it: Kubernetes' own shape (no
+/// `spec`; `metadata` holds whatever the API server adds).
+fn keyed_data_schema(kind: Kind) -> Value {
+    let strings = json!({"type": "object", "additionalProperties": {"type": "string"}});
+    let mut properties = json!({
+        "apiVersion": {"enum": kind.api_versions()},
+        "kind": {"const": kind.name()},
+        "metadata": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {"name": {"type": "string"}, "namespace": {"type": "string"}},
+        },
+        "data": strings.clone(),
+        "immutable": {"type": "boolean"},
+    });
+    if kind == Kind::Secret {
+        properties["type"] = json!({"type": "string"});
+        properties["stringData"] = strings;
+    } else {
+        properties["binaryData"] = strings;
+    }
+    json!({
+        "title": kind.name(),
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["apiVersion", "kind", "metadata"],
+        "properties": properties,
     })
 }

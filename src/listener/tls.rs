@@ -1,11 +1,11 @@
 //! Frontend TLS: the server config of an HTTPS listener, built from certificate files when a
-//! config is compiled, and the certificate choice by SNI during each handshake.
+//! config is compiled (files or Secrets), and the certificate choice by SNI during each handshake.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::upstream::pem::{read_certs, read_key, PemError};
+use crate::upstream::pem::{read_certs, read_key, PemError, PemSource};
 
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
@@ -19,8 +19,8 @@ pub enum ServerCertError {
     Pem(#[from] PemError),
     #[error("certificate {cert} with key {key} is unusable: {message}")]
     Unusable {
-        cert: PathBuf,
-        key: PathBuf,
+        cert: PemSource,
+        key: PemSource,
         message: String,
     },
 }
@@ -36,12 +36,12 @@ pub struct ServerCertificate {
 impl ServerCertificate {
     /// Reads and checks a PEM certificate chain (leaf first) and its PEM private key: both
     /// parse, the key is one the crypto provider can sign with, and it belongs to the leaf.
-    pub fn load(cert: &Path, key: &Path) -> Result<ServerCertificate, ServerCertError> {
+    pub fn load(cert: &PemSource, key: &PemSource) -> Result<ServerCertificate, ServerCertError> {
         let chain = read_certs(cert)?;
         let private_key = read_key(key)?;
         let unusable = |message: String| ServerCertError::Unusable {
-            cert: cert.to_owned(),
-            key: key.to_owned(),
+            cert: cert.clone(),
+            key: key.clone(),
             message,
         };
         let names = webpki::EndEntityCert::try_from(&chain[0])
@@ -113,7 +113,7 @@ pub fn client_verifier(
 ) -> Result<Arc<dyn ClientCertVerifier>, String> {
     let mut roots = rustls::RootCertStore::empty();
     for path in ca_files {
-        for cert in read_certs(path).map_err(|e| e.to_string())? {
+        for cert in read_certs(&PemSource::file(path)).map_err(|e| e.to_string())? {
             roots
                 .add(cert)
                 .map_err(|e| format!("{}: {e}", path.display()))?;

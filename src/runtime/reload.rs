@@ -283,7 +283,9 @@ impl Reloader {
             .iter()
             .filter(|d| {
                 d.reason == Some(crate::config::Reason::Degraded)
-                    && d.object.as_ref().is_some_and(|o| &*o.kind == "Backend")
+                    && d.object
+                        .as_ref()
+                        .is_some_and(|o| matches!(&*o.kind, "Backend" | "XBackend"))
             })
             .count();
         metrics.insecure_upstreams.set(insecure as i64);

@@ -3,10 +3,9 @@
 //! failures into causes people can act on.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use super::pem::{read_certs, read_key, PemError};
+use super::pem::{read_certs, read_key, PemError, PemSource};
 use super::verify::CertVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::ServerName;
@@ -38,8 +37,8 @@ impl TlsOrigination {
 pub enum Roots {
     /// The platform store (`wellKnownCACertificates: System`).
     System,
-    /// PEM bundles.
-    Files(Vec<PathBuf>),
+    /// PEM bundles (files, or ConfigMap/Secret keys).
+    Pem(Vec<PemSource>),
 }
 
 /// What the server certificate must name.
@@ -62,8 +61,8 @@ pub enum NameCheck {
 pub struct TlsSpec {
     pub roots: Roots,
     pub names: NameCheck,
-    /// (certificate chain file, private key file) for Mutual.
-    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// (certificate chain, private key) for Mutual.
+    pub client_cert: Option<(PemSource, PemSource)>,
     pub versions: Vec<TlsVersion>,
     pub alpn: Vec<Vec<u8>>,
     /// SNI (None: the endpoint IP is verified and no SNI is sent).
@@ -81,12 +80,12 @@ pub enum TlsVersion {
 pub enum TlsConfigError {
     #[error(transparent)]
     Pem(#[from] PemError),
-    #[error("{path}: not a usable CA certificate: {message}")]
-    CaCertificate { path: PathBuf, message: String },
+    #[error("{origin}: not a usable CA certificate: {message}")]
+    CaCertificate { origin: PemSource, message: String },
     #[error("client certificate {cert} with key {key} is unusable: {message}")]
     ClientCertificate {
-        cert: PathBuf,
-        key: PathBuf,
+        cert: PemSource,
+        key: PemSource,
         message: String,
     },
     #[error("the system trust store has no usable certificate{0}")]
@@ -172,12 +171,12 @@ pub fn build(spec: &TlsSpec) -> Result<TlsOrigination, TlsConfigError> {
 fn root_store(roots: &Roots) -> Result<Arc<RootCertStore>, TlsConfigError> {
     match roots {
         Roots::System => system_roots(),
-        Roots::Files(files) => {
+        Roots::Pem(sources) => {
             let mut store = RootCertStore::empty();
-            for file in files {
-                for cert in read_certs(file)? {
+            for source in sources {
+                for cert in read_certs(source)? {
                     store.add(cert).map_err(|e| TlsConfigError::CaCertificate {
-                        path: file.clone(),
+                        origin: source.clone(),
                         message: e.to_string(),
                     })?;
                 }

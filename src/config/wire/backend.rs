@@ -139,7 +139,7 @@ pub struct BackendTls {
     // Boxed: most Backends set none of these, and the parsed config is kept while it serves.
     pub validation: Option<Box<TlsValidation>>,
     pub client_certificate: Option<Box<CertificateFiles>>,
-    pub client_certificate_ref: Option<Box<SecretRef>>,
+    pub client_certificate_ref: Option<Spanned<Box<SecretRef>>>,
     pub min_version: Option<TlsVersion>,
     pub max_version: Option<TlsVersion>,
     pub alpn_protocols: Option<Vec<String>>,
@@ -152,7 +152,7 @@ pub struct TlsValidation {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ca_certificate_files: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ca_certificate_refs: Vec<SecretRef>,
+    pub ca_certificate_refs: Vec<Spanned<SecretRef>>,
     pub hostname: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subject_alt_names: Vec<SubjectAltName>,

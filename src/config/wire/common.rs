@@ -69,9 +69,12 @@ pub struct PolicyTargetRef {
 /// A reference to a `Secret`/`ConfigMap` holding PEM material.
 #[apply(wire!)]
 pub struct SecretRef {
+    /// `""` (the core group, the default).
     pub group: Option<String>,
+    /// `Secret` (the default; CA references also take `ConfigMap`).
     pub kind: Option<String>,
     pub name: String,
+    /// The referrer's namespace by default.
     pub namespace: Option<String>,
 }
 

@@ -332,3 +332,34 @@ wire_enum! {
         AllowMissing = "AllowMissing" | "ALLOW_MISSING",
     }
 }
+
+wire_enum! {
+    /// `XBackend.spec.type` (Gateway API, GEP-4894).
+    pub enum XBackendType {
+        ExternalHostname = "ExternalHostname",
+        EndpointSelector = "EndpointSelector",
+    }
+}
+
+wire_enum! {
+    /// `XBackend.spec.protocol`: Gateway API's spelling of a backend protocol.
+    pub enum XBackendProtocol {
+        Tcp = "TCP",
+        Http = "HTTP",
+        Http2 = "HTTP2",
+        Http11 = "HTTP11",
+        H2c = "H2C",
+        Mcp = "MCP",
+        Grpc = "GRPC",
+        Wss = "WSS",
+    }
+}
+
+wire_enum! {
+    /// `XBackend.spec.tls.mode`.
+    pub enum XBackendTlsMode {
+        None = "None",
+        ServerOnly = "ServerOnly",
+        ClientAndServer = "ClientAndServer",
+    }
+}

@@ -37,7 +37,7 @@ pub struct Listener {
 pub struct ListenerTls {
     pub mode: Option<ListenerTlsMode>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub certificate_refs: Vec<SecretRef>,
+    pub certificate_refs: Vec<Spanned<SecretRef>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub certificate_files: Vec<CertificateFiles>,
     /// egressd extension: clients present certificates, verified against these CAs; the
@@ -77,5 +77,5 @@ pub struct GatewayTls {
 #[apply(wire!)]
 pub struct GatewayBackendTls {
     /// Default client certificate for `Mutual` Backends.
-    pub client_certificate_ref: Option<SecretRef>,
+    pub client_certificate_ref: Option<Spanned<SecretRef>>,
 }

@@ -23,7 +23,9 @@ pub mod gateway;
 pub mod policy;
 pub mod proxy;
 pub mod route;
+pub mod secret;
 pub mod tls_route;
+pub mod xbackend;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -36,6 +38,8 @@ use crate::config::yaml::Pos;
 pub const EGRESSD_GROUP: &str = "egressd.dev";
 /// API group of the Gateway API kinds.
 pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+/// API group of Gateway API's experimental kinds (`XBackend`).
+pub const GATEWAY_X_GROUP: &str = "gateway.networking.x-k8s.io";
 
 /// The kinds a config may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -47,10 +51,13 @@ pub enum Kind {
     BackendTrafficPolicy,
     ProxyConfig,
     EgressPolicy,
+    XBackend,
+    Secret,
+    ConfigMap,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Gateway,
         Kind::HttpRoute,
         Kind::TlsRoute,
@@ -58,6 +65,9 @@ impl Kind {
         Kind::BackendTrafficPolicy,
         Kind::ProxyConfig,
         Kind::EgressPolicy,
+        Kind::XBackend,
+        Kind::Secret,
+        Kind::ConfigMap,
     ];
 
     /// The `kind:` value.
@@ -70,12 +80,17 @@ impl Kind {
             Kind::BackendTrafficPolicy => "BackendTrafficPolicy",
             Kind::ProxyConfig => "ProxyConfig",
             Kind::EgressPolicy => "EgressPolicy",
+            Kind::XBackend => "XBackend",
+            Kind::Secret => "Secret",
+            Kind::ConfigMap => "ConfigMap",
         }
     }
 
     pub fn group(self) -> &'static str {
         match self {
             Kind::Gateway | Kind::HttpRoute | Kind::TlsRoute => GATEWAY_GROUP,
+            Kind::XBackend => GATEWAY_X_GROUP,
+            Kind::Secret | Kind::ConfigMap => "",
             _ => EGRESSD_GROUP,
         }
     }
@@ -94,6 +109,8 @@ impl Kind {
                 "gateway.networking.k8s.io/v1alpha3",
                 "gateway.networking.k8s.io/v1",
             ],
+            Kind::XBackend => &["gateway.networking.x-k8s.io/v1alpha1"],
+            Kind::Secret | Kind::ConfigMap => &["v1"],
             _ => &["egressd.dev/v1alpha1"],
         }
     }
@@ -104,13 +121,7 @@ impl Kind {
 }
 
 /// Kinds that belong to the model but are not implemented by this build yet.
-pub const KINDS_NOT_YET_SUPPORTED: &[&str] = &[
-    "GRPCRoute",
-    "TCPRoute",
-    "ReferenceGrant",
-    "Secret",
-    "ConfigMap",
-];
+pub const KINDS_NOT_YET_SUPPORTED: &[&str] = &["GRPCRoute", "TCPRoute", "ReferenceGrant"];
 
 /// One parsed object with where it came from.
 #[derive(Clone, Debug)]

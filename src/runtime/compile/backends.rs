@@ -35,6 +35,7 @@ use crate::upstream::breaker::{BreakerSettings, RetryBudget};
 use crate::upstream::connect::{Http2Settings, HttpWire, TcpKeepalive, Transport};
 use crate::upstream::dns::{AnswerCheck, RefreshPlan};
 use crate::upstream::health_check::CheckPlan;
+use crate::upstream::pem::PemSource;
 use crate::upstream::pool::PoolSettings;
 use crate::upstream::registry::{
     EndpointTemplate, GroupKey, GroupSource, PortIdentity, StateRegistry,
@@ -132,7 +133,14 @@ fn compile_recording(
     let started = std::time::SystemTime::now();
     let (diagnostics, health_checks) = (cx.diagnostics.len(), cx.health_checks.len());
     cx.referred_by_backend.clear();
-    let backend = compile_one(cx, obj, policies, settings, registry)?;
+    let backend = compile_one(cx, obj, policies, settings, registry);
+    if &*obj.id.kind == "XBackend" {
+        // Mapped onto a Backend when loaded: name the fields as the XBackend writes them.
+        for d in &mut cx.diagnostics[diagnostics..] {
+            d.field = crate::config::xbackend::field_path(&d.field);
+        }
+    }
+    let backend = backend?;
     let side = SideOutputs {
         started,
         diagnostics: cx.diagnostics[diagnostics..].to_vec(),
@@ -595,17 +603,16 @@ fn port_transport(
     }
 }
 
-/// The client config of a port that originates TLS, from the files `spec` names (noted as
-/// referenced); plaintext, with the reason reported, when they cannot be used.
+/// The client config of a port that originates TLS, from the files (noted as referenced) and
+/// Secrets `spec` names; plaintext, with the reason reported, when they cannot be used.
 fn originate(cx: &mut Cx, here: At<'_>, spec: &TlsSpec, number: u16) -> Transport {
-    if let Roots::Files(files) = &spec.roots {
-        for file in files {
-            cx.refer(file);
-        }
-    }
-    if let Some((cert, key)) = &spec.client_cert {
-        cx.refer(cert);
-        cx.refer(key);
+    let roots = match &spec.roots {
+        Roots::Pem(sources) => sources.as_slice(),
+        Roots::System => &[],
+    };
+    let client = spec.client_cert.iter().flat_map(|(cert, key)| [cert, key]);
+    for file in roots.iter().chain(client).filter_map(PemSource::path) {
+        cx.refer(file);
     }
     match crate::upstream::tls::build(spec) {
         Ok(origination) => Transport::Tls(Arc::new(origination)),
@@ -613,7 +620,7 @@ fn originate(cx: &mut Cx, here: At<'_>, spec: &TlsSpec, number: u16) -> Transpor
             cx.missing_ref(
                 here,
                 format!("TLS settings of port {number} cannot be used: {e}"),
-                "check the certificate, key and CA files (paths are relative to this YAML file)",
+                "check the certificate, key and CA files (paths are relative to this YAML file) or Secrets",
             );
             Transport::Plain
         }

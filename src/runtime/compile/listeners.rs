@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::settings::Settings;
 use super::tls::resolve;
-use super::{at, Cx};
+use super::{at, secret_refs, Cx};
 use crate::config::wire::enums::{
     FromNamespaces, FrontendValidationMode, ListenerProtocol, ListenerTlsMode,
 };
@@ -17,6 +17,7 @@ use crate::config::{ConfigSet, ObjectId};
 use crate::listener::tls::{client_verifier, server_config, ServerCertificate};
 use crate::names::is_valid_hostname_pattern;
 use crate::snapshot::{AcceptMode, ListenerPlan};
+use crate::upstream::pem::PemSource;
 
 /// A compiled HTTP or HTTPS listener with what route attachment needs.
 pub(crate) struct CompiledListener {
@@ -56,9 +57,11 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet, settings: &Settings) -> Vec<
             );
         }
         if let Some(tls) = &gw.spec.tls {
+            // A Backend's connections are shared by every listener of every Gateway, so a
+            // client certificate per Gateway would need pools per Gateway.
             cx.not_yet(
                 at(file, id, tls.pos, "spec.tls"),
-                "spec.tls.backend.clientCertificateRef",
+                "spec.tls.backend.clientCertificateRef (set the Backend's tls.clientCertificateRef)",
                 "[tls]",
             );
         }
@@ -259,35 +262,42 @@ fn compile_tls(
         );
         ok = false;
     }
-    if !tls.certificate_refs.is_empty() {
-        cx.not_yet(
-            at(file, id, tls.pos, format!("{field}.tls.certificateRefs")),
-            "certificateRefs (Secret references)",
-            "[tls]",
-        );
-        ok = false;
-    } else if tls.certificate_files.is_empty() {
+    if tls.certificate_refs.is_empty() && tls.certificate_files.is_empty() {
         cx.error(
             at(file, id, tls.pos, format!("{field}.tls.certificateFiles")),
             "an HTTPS listener needs at least one certificate",
-            "add `certificateFiles: [{certificateFile: server.pem, privateKeyFile: server.key}]`",
+            "add `certificateFiles: [{certificateFile: server.pem, privateKeyFile: server.key}]` or `certificateRefs: [{name: <a kubernetes.io/tls Secret>}]`",
         );
         ok = false;
     }
-    let mut certificates = Vec::new();
+    // Gateway API's `certificateRefs` first, then the files: the first is served when the
+    // client names no host a certificate covers.
+    let mut sources = Vec::new();
+    for (i, r) in tls.certificate_refs.iter().enumerate() {
+        let here = at(file, id, r.pos, format!("{field}.tls.certificateRefs[{i}]"));
+        match secret_refs::certificate(cx, here, &r.value, &id.namespace) {
+            Some(pair) => sources.push((pair, r.pos, format!("certificateRefs[{i}]"))),
+            None => ok = false,
+        }
+    }
     for (i, files) in tls.certificate_files.iter().enumerate() {
         let cert = resolve(file, &files.certificate_file);
         let key = resolve(file, &files.private_key_file);
         // Watched even when broken, so that fixing the file reloads.
         cx.refer(&cert);
         cx.refer(&key);
+        let pair = (PemSource::file(cert), PemSource::file(key));
+        sources.push((pair, tls.pos, format!("certificateFiles[{i}]")));
+    }
+    let mut certificates = Vec::new();
+    for ((cert, key), pos, name) in sources {
         match ServerCertificate::load(&cert, &key) {
             Ok(certificate) => certificates.push(certificate),
             Err(e) => {
                 cx.missing_ref(
-                    at(file, id, tls.pos, format!("{field}.tls.certificateFiles[{i}]")),
-                    format!("certificate {i} cannot be served: {e}"),
-                    "check the certificate and key files (PEM; paths are relative to this YAML file)",
+                    at(file, id, pos, format!("{field}.tls.{name}")),
+                    format!("{name} cannot be served: {e}"),
+                    "check the certificate and key (PEM; file paths are relative to this YAML file)",
                 );
                 ok = false;
             }

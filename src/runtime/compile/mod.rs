@@ -15,6 +15,7 @@ mod policy_checks;
 mod reuse;
 mod route_rules;
 mod routes;
+mod secret_refs;
 mod settings;
 mod tls;
 mod tls_routes;
@@ -33,6 +34,7 @@ use crate::snapshot::undeclared::UndeclaredDestinations;
 use crate::snapshot::Snapshot;
 use crate::upstream::connect::{Http2Options, Http2Settings};
 use crate::upstream::dns::RefreshPlan;
+use crate::upstream::pem::PemSource;
 use crate::upstream::registry::StateRegistry;
 use crate::upstream::GroupSettings;
 
@@ -110,6 +112,7 @@ pub fn compile_reusing(
         group_settings: Default::default(),
         http2: Default::default(),
         filters: Default::default(),
+        secrets: secret_refs::Secrets::new(&set),
     };
     let settings = settings::compile(&mut cx, &set);
     let policies = policy::PolicyIndex::build(&mut cx, &set);
@@ -160,7 +163,10 @@ pub fn compile_reusing(
         certificate_expiries: cx
             .referenced
             .iter()
-            .filter_map(|f| Some((f.clone(), crate::upstream::pem::earliest_expiry(f)?)))
+            .filter_map(|f| {
+                let expiry = crate::upstream::pem::earliest_expiry(&PemSource::file(f))?;
+                Some((f.clone(), expiry))
+            })
             .collect(),
         referenced_files: cx.referenced.into_iter().collect(),
     };
@@ -196,6 +202,8 @@ pub(crate) struct Cx {
     http2: std::collections::HashMap<Http2Settings, Arc<Http2Options>>,
     /// The same for the filters of route rules (most rules have none).
     pub(crate) filters: Interner<Filters>,
+    /// The Secrets and ConfigMaps `*Ref` fields name.
+    pub(crate) secrets: secret_refs::Secrets,
 }
 
 /// One shared object per distinct value. Parts that most compiled objects have alike (the
@@ -222,6 +230,7 @@ impl<T: Eq + std::hash::Hash> Interner<T> {
 }
 
 /// Where a diagnostic points: an object, a position and a field path.
+#[derive(Clone)]
 pub(crate) struct At<'a> {
     pub file: &'a Path,
     pub id: &'a ObjectId,

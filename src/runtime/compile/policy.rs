@@ -14,7 +14,7 @@ use std::time::Duration;
 pub(crate) use super::policy_checks::check_sections;
 use super::{at, Cx, Interner};
 use crate::config::wire::policy::{TimeoutPolicy, TrafficPolicySpec};
-use crate::config::wire::{Kind, EGRESSD_GROUP, GATEWAY_GROUP};
+use crate::config::wire::{Kind, EGRESSD_GROUP, GATEWAY_GROUP, GATEWAY_X_GROUP};
 use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, ObjectId, Reason};
 use crate::snapshot::RequestPolicy;
@@ -65,7 +65,7 @@ impl<'a> PolicyIndex<'a> {
             for (i, t) in p.spec.target_refs.iter().enumerate() {
                 let field = format!("spec.targetRefs[{i}]");
                 let kind = match (t.group.as_str(), t.kind.as_str()) {
-                    (EGRESSD_GROUP, "Backend") => Kind::Backend,
+                    (EGRESSD_GROUP, "Backend") | (GATEWAY_X_GROUP, "XBackend") => Kind::Backend,
                     (GATEWAY_GROUP, "Gateway") => Kind::Gateway,
                     (GATEWAY_GROUP, "HTTPRoute") => Kind::HttpRoute,
                     (g, k) => {

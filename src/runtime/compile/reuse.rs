@@ -5,7 +5,7 @@
 //! Backend), on the ProxyConfig, on the state registry (which gives the same endpoints and
 //! groups for the same identity) and on the files it reads (CA bundles, client certificates,
 //! credentials). When the load cache hands out the very same object (its file did not change),
-//! the policies and ProxyConfig are the very same objects, and every file it read has the same
+//! the policies, ProxyConfig, Secrets and ConfigMaps are the very same objects, and every file it read has the same
 //! content, compiling it again would give what the serving config already has: that Backend,
 //! with the warnings and health-check plans compiling it gave, is taken as it is.
 //!
@@ -25,6 +25,7 @@ use crate::config::wire::backend::BackendSpec;
 use crate::config::wire::gateway::GatewaySpec;
 use crate::config::wire::policy::BackendTrafficPolicySpec;
 use crate::config::wire::proxy::ProxyConfigSpec;
+use crate::config::wire::secret::KeyedData;
 use crate::config::wire::{Object, GATEWAY_GROUP};
 use crate::config::{ConfigSet, Diagnostic};
 use crate::snapshot::Backend;
@@ -36,6 +37,9 @@ pub struct CompiledBackends {
     /// The objects the entries were compiled under: when any differs, nothing is reused.
     policies: Vec<Arc<Object<BackendTrafficPolicySpec>>>,
     proxy_configs: Vec<Arc<Object<ProxyConfigSpec>>>,
+    /// The Secrets and ConfigMaps: a Backend's TLS may be built from them, and they are few
+    /// and rarely change, so any change compiles every Backend again.
+    secrets: Vec<Arc<Object<KeyedData>>>,
     /// The Gateways, when a policy targets one (its sections then depend on them existing).
     gateways: Option<Vec<Arc<Object<GatewaySpec>>>>,
     /// By the address of the object (kept alive by the entry, so it cannot be another's).
@@ -92,6 +96,7 @@ impl CompiledBackends {
         CompiledBackends {
             policies: set.policies.clone(),
             proxy_configs: set.proxy_configs.clone(),
+            secrets: set.secrets.clone(),
             gateways: targets_gateway.then(|| set.gateways.clone()),
             entries: HashMap::default(),
         }
@@ -102,6 +107,7 @@ impl CompiledBackends {
     pub(crate) fn applies_to(&self, set: &ConfigSet) -> bool {
         same_objects(&self.policies, &set.policies)
             && same_objects(&self.proxy_configs, &set.proxy_configs)
+            && same_objects(&self.secrets, &set.secrets)
             && self
                 .gateways
                 .as_ref()

@@ -126,12 +126,14 @@ pub(super) fn resolve_backend_ref<'a>(
 )> {
     let group = r.group.as_deref().unwrap_or(EGRESSD_GROUP);
     let kind = r.kind.as_deref().unwrap_or("Backend");
-    if group != EGRESSD_GROUP || kind != "Backend" {
+    // An XBackend is a Backend mapped when loaded: both answer to the same namespace/name.
+    let x = (crate::config::wire::GATEWAY_X_GROUP, "XBackend");
+    if (group, kind) != (EGRESSD_GROUP, "Backend") && (group, kind) != x {
         let g = if group.is_empty() { "core" } else { group };
         cx.error(
             at(file, id, r.pos, bfield),
             format!("backendRef to {kind} in group `{g}` is not supported"),
-            "reference `group: egressd.dev, kind: Backend`",
+            "reference `group: egressd.dev, kind: Backend` or `group: gateway.networking.x-k8s.io, kind: XBackend`",
         );
         return None;
     }

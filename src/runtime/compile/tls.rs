@@ -2,11 +2,12 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{at, At, Cx};
+use super::{at, secret_refs, At, Cx};
 use crate::config::wire::backend::{BackendTls, TlsValidation};
 use crate::config::wire::enums::{Protocol, SanType, TlsMode, TlsVersion as WireVersion};
 use crate::config::yaml::Pos;
 use crate::config::{ObjectId, Reason};
+use crate::upstream::pem::PemSource;
 use crate::upstream::tls::{NameCheck, Roots, TlsSpec, TlsVersion};
 
 /// The checked TLS settings of one port.
@@ -150,51 +151,72 @@ fn check_mode(cx: &mut Cx, b: &Block<'_>) -> Option<Option<TlsPlan>> {
     }
 }
 
-/// The client certificate: required by Mutual, refused by Simple, the platform's under
-/// PlatformProvided. Paths are resolved against the YAML file.
-fn client_certificate(cx: &mut Cx, b: &Block<'_>) -> Option<(PathBuf, PathBuf)> {
+/// The client certificate: required by Mutual (files, else a Secret), refused by Simple, the
+/// platform's under PlatformProvided. Paths are resolved against the YAML file.
+fn client_certificate(cx: &mut Cx, b: &Block<'_>) -> Option<(PemSource, PemSource)> {
     let (tls, pos) = (b.tls, b.pos);
-    if tls.client_certificate_ref.is_some() {
-        cx.not_yet(
-            b.at(pos, "clientCertificateRef"),
-            "clientCertificateRef (Secret references)",
-            "[tls]",
-        );
-    }
-    match (b.mode, &tls.client_certificate) {
-        (TlsMode::PlatformProvided, Some(_)) => {
+    let reference = tls.client_certificate_ref.as_ref();
+    let written = |name: &str| match (name, reference) {
+        ("clientCertificateRef", Some(r)) => r.pos,
+        _ => pos,
+    };
+    let set = match (&tls.client_certificate, reference) {
+        (Some(_), Some(r)) => {
             cx.error(
-                b.at(pos, "clientCertificate"),
-                "tls.mode PlatformProvided presents the platform's identity, not a clientCertificate",
-                "remove clientCertificate, or use tls.mode Mutual",
+                b.at(r.pos, "clientCertificateRef"),
+                "clientCertificate and clientCertificateRef exclude each other",
+                "keep one: files, or a kubernetes.io/tls Secret",
+            );
+            return None;
+        }
+        (Some(_), None) => Some("clientCertificate"),
+        (None, Some(_)) => Some("clientCertificateRef"),
+        (None, None) => None,
+    };
+    match (b.mode, set) {
+        (TlsMode::PlatformProvided, Some(name)) => {
+            cx.error(
+                b.at(written(name), name),
+                format!("tls.mode PlatformProvided presents the platform's identity, not a {name}"),
+                format!("remove {name}, or use tls.mode Mutual"),
             );
             None
         }
-        (TlsMode::PlatformProvided, None) => b
-            .site
-            .platform
-            .map(|p| (p.certificate.clone(), p.private_key.clone())),
-        (TlsMode::Simple, Some(_)) => {
+        (TlsMode::PlatformProvided, None) => b.site.platform.map(|p| {
+            (
+                PemSource::file(&p.certificate),
+                PemSource::file(&p.private_key),
+            )
+        }),
+        (TlsMode::Simple, Some(name)) => {
             cx.error(
-                b.at(pos, "clientCertificate"),
+                b.at(written(name), name),
                 "tls.mode Simple sends no client certificate",
-                "use tls.mode Mutual, or remove clientCertificate",
+                format!("use tls.mode Mutual, or remove {name}"),
             );
             None
         }
-        (TlsMode::Mutual, None) if tls.client_certificate_ref.is_none() => {
+        (TlsMode::Mutual, None) => {
             cx.error(
                 b.at(b.mode_pos, "mode"),
                 "tls.mode Mutual needs a client certificate",
-                "add clientCertificate: {certificateFile: ..., privateKeyFile: ...}",
+                "add clientCertificate: {certificateFile: ..., privateKeyFile: ...}, or clientCertificateRef: {name: <a kubernetes.io/tls Secret>}",
             );
             None
         }
-        (_, Some(c)) => Some((
-            resolve(b.site.file, &c.certificate_file),
-            resolve(b.site.file, &c.private_key_file),
-        )),
-        _ => None,
+        _ => match (&tls.client_certificate, reference) {
+            (Some(c), _) => Some((
+                PemSource::file(resolve(b.site.file, &c.certificate_file)),
+                PemSource::file(resolve(b.site.file, &c.private_key_file)),
+            )),
+            (None, Some(r)) => secret_refs::certificate(
+                cx,
+                b.at(r.pos, "clientCertificateRef"),
+                &r.value,
+                &b.site.id.namespace,
+            ),
+            (None, None) => None,
+        },
     }
 }
 
@@ -202,7 +224,7 @@ fn client_certificate(cx: &mut Cx, b: &Block<'_>) -> Option<(PathBuf, PathBuf)> 
 fn validation(cx: &mut Cx, b: &Block<'_>) -> Validation {
     let validation = b.tls.validation.clone().unwrap_or_default();
     check_validation_fields(cx, b, &validation);
-    let roots = trusted_roots(b, &validation);
+    let roots = trusted_roots(cx, b, &validation);
     let names = name_check(cx, b, &validation);
     if validation.insecure_skip_verify == Some(true) {
         cx.warn(
@@ -215,15 +237,8 @@ fn validation(cx: &mut Cx, b: &Block<'_>) -> Validation {
     Validation { roots, names }
 }
 
-/// The `validation` fields that exclude each other or are not supported yet.
+/// The `validation` fields that exclude each other.
 fn check_validation_fields(cx: &mut Cx, b: &Block<'_>, validation: &TlsValidation) {
-    if !validation.ca_certificate_refs.is_empty() {
-        cx.not_yet(
-            b.at(b.pos, "validation.caCertificateRefs"),
-            "caCertificateRefs (Secret/ConfigMap references)",
-            "[tls]",
-        );
-    }
     let skip = validation.insecure_skip_verify == Some(true);
     let has_ca =
         !validation.ca_certificate_files.is_empty() || !validation.ca_certificate_refs.is_empty();
@@ -248,29 +263,39 @@ fn check_validation_fields(cx: &mut Cx, b: &Block<'_>, validation: &TlsValidatio
     }
 }
 
-/// The CA files named (resolved against the YAML file), else the platform's bundle under
-/// PlatformProvided, else the system store.
-fn trusted_roots(b: &Block<'_>, validation: &TlsValidation) -> Roots {
+/// The CA files named (resolved against the YAML file) and the `ca.crt` of the ConfigMaps
+/// and Secrets named, else the platform's bundle under PlatformProvided, else the system store.
+fn trusted_roots(cx: &mut Cx, b: &Block<'_>, validation: &TlsValidation) -> Roots {
     let platform_ca = match (b.mode, b.site.platform) {
         (TlsMode::PlatformProvided, Some(p)) => p.ca.clone(),
         _ => None,
     };
-    if validation.ca_certificate_files.is_empty() {
+    if validation.ca_certificate_files.is_empty() && validation.ca_certificate_refs.is_empty() {
         // PlatformProvided Backends that name no CA trust the platform's bundle (the mesh's
         // trust domain), unless they ask for the system store.
-        match platform_ca {
-            Some(ca) if validation.well_known_ca_certificates.is_none() => Roots::Files(vec![ca]),
+        return match platform_ca {
+            Some(ca) if validation.well_known_ca_certificates.is_none() => {
+                Roots::Pem(vec![PemSource::file(ca)])
+            }
             _ => Roots::System,
-        }
-    } else {
-        Roots::Files(
-            validation
-                .ca_certificate_files
-                .iter()
-                .map(|f| resolve(b.site.file, f))
-                .collect(),
-        )
+        };
     }
+    let mut sources: Vec<PemSource> = validation
+        .ca_certificate_files
+        .iter()
+        .map(|f| PemSource::file(resolve(b.site.file, f)))
+        .collect();
+    for (i, r) in validation.ca_certificate_refs.iter().enumerate() {
+        let at = b.at(r.pos, &format!("validation.caCertificateRefs[{i}]"));
+        // An unusable reference is an error (the config is refused): what is left is unused.
+        sources.extend(secret_refs::ca_bundle(
+            cx,
+            at,
+            &r.value,
+            &b.site.id.namespace,
+        ));
+    }
+    Roots::Pem(sources)
 }
 
 /// What the certificate must name: nothing (`insecureSkipVerify`), else `subjectAltNames`,
