@@ -148,6 +148,9 @@ pub struct BackendTls {
 #[apply(wire!)]
 #[derive(Default)]
 pub struct TlsValidation {
+    // Gateway API's spelling; camelCase would make it `wellKnownCaCertificates`, which
+    // earlier builds took and is still accepted.
+    #[serde(rename = "wellKnownCACertificates", alias = "wellKnownCaCertificates")]
     pub well_known_ca_certificates: Option<WellKnownCa>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ca_certificate_files: Vec<String>,

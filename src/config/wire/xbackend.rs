@@ -53,6 +53,7 @@ pub struct XBackendTlsValidation {
     /// ConfigMaps (or Secrets) whose `ca.crt` holds the CA certificates to trust.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ca_certificate_refs: Vec<Spanned<SecretRef>>,
+    #[serde(rename = "wellKnownCACertificates")]
     pub well_known_ca_certificates: Option<WellKnownCa>,
     /// The name the certificate must carry (and the SNI); default the external hostname.
     pub hostname: Option<String>,

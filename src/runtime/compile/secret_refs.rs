@@ -15,7 +15,7 @@ use crate::config::wire::common::SecretRef;
 use crate::config::wire::secret::{KeyedData, TLS_SECRET_TYPE};
 use crate::config::wire::Object;
 use crate::config::{ConfigSet, ObjectId};
-use crate::upstream::pem::PemSource;
+use crate::upstream::pem::{read_certs, read_key, PemError, PemSource};
 
 /// The Secrets and ConfigMaps of a config, by `(kind, namespace, name)`.
 #[derive(Default)]
@@ -64,7 +64,26 @@ pub(crate) fn certificate(
     let object = find(cx, &at, r, referrer_namespace, Use::Certificate)?;
     let cert = key(cx, &at, &object, "tls.crt");
     let key = key(cx, &at, &object, "tls.key");
-    Some((cert?, key?))
+    let (cert, key) = (cert?, key?);
+    // Parsed here too (and again when the TLS config is built) so that PEM that does not
+    // parse is reported at the reference.
+    let parsed = read_certs(&cert)
+        .map(drop)
+        .and_then(|()| read_key(&key).map(drop));
+    pem_checked(cx, &at, parsed)?;
+    Some((cert, key))
+}
+
+fn pem_checked(cx: &mut Cx, at: &At<'_>, parsed: Result<(), PemError>) -> Option<()> {
+    parsed
+        .map_err(|e| {
+            cx.error(
+                at.clone(),
+                e.to_string(),
+                "the value must be PEM: `-----BEGIN ...-----` lines around base64",
+            );
+        })
+        .ok()
 }
 
 /// A CA bundle: `ca.crt` of a ConfigMap (the default kind) or a Secret.
@@ -75,7 +94,9 @@ pub(crate) fn ca_bundle(
     referrer_namespace: &str,
 ) -> Option<PemSource> {
     let object = find(cx, &at, r, referrer_namespace, Use::Ca)?;
-    key(cx, &at, &object, "ca.crt")
+    let bundle = key(cx, &at, &object, "ca.crt")?;
+    pem_checked(cx, &at, read_certs(&bundle).map(drop))?;
+    Some(bundle)
 }
 
 /// `Secret team-a/client (certs.yaml:3:1)`: how messages name an object.
