@@ -19,11 +19,13 @@ pub enum PemSource {
     Inline(Arc<InlinePem>),
 }
 
-/// PEM bytes held by the config, with a name that says where they were written.
+/// PEM bytes held by the config, with what they are and where they were written.
 pub struct InlinePem {
-    /// E.g. ``Secret team-a/client (certs.yaml:3:1) key `tls.crt` ``: what errors and metrics
-    /// show instead of the bytes.
+    /// E.g. ``Secret team-a/client key `tls.crt` ``: the source's identity.
     pub name: String,
+    /// E.g. `certs.yaml:5:12`: where the value is written (not part of the identity, so that
+    /// an edit above it in the file changes nothing).
+    pub written_at: String,
     pub pem: Arc<[u8]>,
 }
 
@@ -32,6 +34,7 @@ impl fmt::Debug for InlinePem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InlinePem")
             .field("name", &self.name)
+            .field("written_at", &self.written_at)
             .field("pem", &format_args!("<{} bytes>", self.pem.len()))
             .finish()
     }
@@ -42,8 +45,12 @@ impl PemSource {
         PemSource::File(path.into())
     }
 
-    pub fn inline(name: String, pem: Arc<[u8]>) -> PemSource {
-        PemSource::Inline(Arc::new(InlinePem { name, pem }))
+    pub fn inline(name: String, written_at: String, pem: Arc<[u8]>) -> PemSource {
+        PemSource::Inline(Arc::new(InlinePem {
+            name,
+            written_at,
+            pem,
+        }))
     }
 
     /// The file, for sources that are one (watched, and their expiry exported by path).
@@ -59,7 +66,7 @@ impl fmt::Display for PemSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PemSource::File(path) => write!(f, "{}", path.display()),
-            PemSource::Inline(inline) => f.write_str(&inline.name),
+            PemSource::Inline(inline) => write!(f, "{} ({})", inline.name, inline.written_at),
         }
     }
 }
@@ -171,6 +178,7 @@ mod tests {
     fn inline(text: &str) -> PemSource {
         PemSource::inline(
             "Secret default/x key `tls.key`".into(),
+            "s.yaml:4:12".into(),
             text.as_bytes().into(),
         )
     }
@@ -184,7 +192,10 @@ mod tests {
         assert!(e.contains("Secret default/x key `tls.key`"), "{e}");
         assert!(!e.contains(secret_line), "{e}");
         let e = read_certs(&inline("junk")).unwrap_err().to_string();
-        assert_eq!(e, "Secret default/x key `tls.key` holds no PEM certificate");
+        assert_eq!(
+            e,
+            "Secret default/x key `tls.key` (s.yaml:4:12) holds no PEM certificate"
+        );
         assert!(!format!("{:?}", inline(&text)).contains(secret_line));
     }
 

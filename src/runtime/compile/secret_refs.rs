@@ -194,19 +194,16 @@ fn key(cx: &mut Cx, at: &At<'_>, o: &Object<KeyedData>, name: &str) -> Option<Pe
         return None;
     };
     let label = format!(
-        "{} {}/{} key `{name}` ({}:{})",
-        o.id.kind,
-        o.id.namespace,
-        o.id.name,
-        o.file.display(),
-        entry.pos
+        "{} {}/{} key `{name}`",
+        o.id.kind, o.id.namespace, o.id.name
     );
+    let written_at = format!("{}:{}", o.file.display(), entry.pos);
     match &entry.bytes {
-        Some(bytes) => Some(PemSource::inline(label, bytes.clone())),
+        Some(bytes) => Some(PemSource::inline(label, written_at, bytes.clone())),
         None => {
             cx.error(
                 at.clone(),
-                format!("{label} is not valid base64"),
+                format!("{label} ({written_at}) is not valid base64"),
                 "`data` values are base64; write plain PEM under `stringData` instead",
             );
             None
