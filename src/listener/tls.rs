@@ -1,5 +1,5 @@
-//! Frontend TLS: the server config of an HTTPS listener, built from certificate files when a
-//! config is compiled (files or Secrets), and the certificate choice by SNI during each handshake.
+//! Frontend TLS: the server config of an HTTPS listener, built from certificate files or
+//! Secrets when a config is compiled, and the certificate choice by SNI during each handshake.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
