@@ -63,7 +63,8 @@ impl StatusReport {
             .chain(set.backends.iter().map(|o| (&o.id, &o.file)))
             .chain(set.policies.iter().map(|o| (&o.id, &o.file)))
             .chain(set.proxy_configs.iter().map(|o| (&o.id, &o.file)))
-            .chain(set.egress_policies.iter().map(|o| (&o.id, &o.file)));
+            .chain(set.egress_policies.iter().map(|o| (&o.id, &o.file)))
+            .chain(set.secrets.iter().map(|o| (&o.id, &o.file)));
         for (id, file) in all {
             let mine = by_object.get(id).map_or(&[][..], Vec::as_slice);
             objects.push(ObjectStatus {
