@@ -14,24 +14,10 @@ use std::time::Duration;
 
 use common::binary::{try_get, Egressd};
 use common::dns::TestDns;
-use common::proxy::{fqdn_backend_allowing, get, preamble, TestProxy};
+use common::proxy::{endpoints_of, fqdn_backend_allowing, get, preamble, TestProxy};
 use common::upstream::Upstream;
 
 const METADATA: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
-
-/// The `/endpoints` entry of Backend `default/{name}`.
-async fn endpoints_of(proxy: &TestProxy, name: &str) -> serde_json::Value {
-    let all: serde_json::Value =
-        serde_json::from_slice(&get(proxy.admin, "admin", "/endpoints").await.body).unwrap();
-    let label = format!("default/{name}");
-    all["backends"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["backend"] == label.as_str())
-        .cloned()
-        .unwrap_or_else(|| panic!("no {label} in {all}"))
-}
 
 #[tokio::test]
 async fn a_declared_name_resolving_to_loopback_or_metadata_is_refused() {

@@ -22,7 +22,7 @@ use http::StatusCode;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use rustls::ClientConfig;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
@@ -432,14 +432,8 @@ async fn source_addresses_and_the_default_decide_for_requests_and_tunnels() {
         .write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
         .await
         .unwrap();
-    // The head only: the connection stays open for the next request.
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8; 1];
-        assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "closed early");
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8(head).unwrap();
+    // The head only: what follows is the tunnel's, or the next response's.
+    let head = common::proxy::read_head(&mut stream).await;
     assert!(head.starts_with("HTTP/1.1 403"), "{head}");
     assert!(head.contains("client_not_allowed"), "{head}");
     let entries = blocked(&proxy).await;

@@ -144,6 +144,24 @@ fn assert_error(dir: &Path, d: &Diagnostic, e: &Expect<'_>) {
     assert!(!d.message.contains('\n'), "one line per diagnostic: {d}");
 }
 
+/// `dir` gives exactly the errors `expected` describes, each once.
+fn assert_exactly(dir: &Path, expected: &[Expect<'_>]) {
+    let diags = diagnostics(dir);
+    for e in expected {
+        let found: Vec<&Diagnostic> = diags.iter().filter(|d| matches(dir, d, e)).collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "{} `{}`:\n{}",
+            e.field,
+            e.message,
+            render(&diags)
+        );
+        assert_error(dir, found[0], e);
+    }
+    assert_eq!(diags.len(), expected.len(), "{}", render(&diags));
+}
+
 /// The condition lines printed under `object` (`Kind ns/name`) in a validate report, for the
 /// object defined in `file`.
 fn conditions(report: &str, object: &str, file: &Path) -> Vec<String> {
@@ -807,20 +825,7 @@ fn egress_policy_mistakes_are_each_reported_at_their_position() {
             message: "the policy covers no destination",
         },
     ];
-    let diags = diagnostics(&dir);
-    for e in &expected {
-        let found: Vec<&Diagnostic> = diags.iter().filter(|d| matches(&dir, d, e)).collect();
-        assert_eq!(
-            found.len(),
-            1,
-            "{} `{}`:\n{}",
-            e.field,
-            e.message,
-            render(&diags)
-        );
-        assert_error(&dir, found[0], e);
-    }
-    assert_eq!(diags.len(), expected.len(), "{}", render(&diags));
+    assert_exactly(&dir, &expected);
 }
 
 #[test]
@@ -850,20 +855,7 @@ fn wildcard_hostname_mistakes_are_each_reported_at_their_position() {
             message: "maxHosts is for wildcard hostnames",
         },
     ];
-    let diags = diagnostics(&dir);
-    for e in &expected {
-        let found: Vec<&Diagnostic> = diags.iter().filter(|d| matches(&dir, d, e)).collect();
-        assert_eq!(
-            found.len(),
-            1,
-            "{} `{}`:\n{}",
-            e.field,
-            e.message,
-            render(&diags)
-        );
-        assert_error(&dir, found[0], e);
-    }
-    assert_eq!(diags.len(), expected.len(), "{}", render(&diags));
+    assert_exactly(&dir, &expected);
 }
 
 #[test]

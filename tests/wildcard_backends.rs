@@ -9,7 +9,7 @@ mod common;
 use std::net::{Ipv4Addr, SocketAddr};
 
 use common::dns::TestDns;
-use common::proxy::{get, preamble, TestProxy};
+use common::proxy::{endpoints_of, get, preamble, TestProxy};
 use common::tls::{San, TestCa, TlsOptions, TlsUpstream};
 use common::upstream::Upstream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -21,20 +21,6 @@ fn backend(name: &str, hostname: &str, port: u16, tls: &str, extra: &str) -> Str
     format!(
         "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: {name}}}\nspec:\n  destination:\n    type: FQDN\n    fqdn: {{hostname: \"{hostname}\", allowedAddresses: [127.0.0.0/8]{extra}}}\n    ports: [{{number: {port}}}]\n  tls: {tls}\n"
     )
-}
-
-/// `/endpoints` entry of Backend `default/{name}`.
-async fn endpoints_of(proxy: &TestProxy, name: &str) -> serde_json::Value {
-    let all: serde_json::Value =
-        serde_json::from_slice(&get(proxy.admin, "admin", "/endpoints").await.body).unwrap();
-    let label = format!("default/{name}");
-    all["backends"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["backend"] == label.as_str())
-        .cloned()
-        .unwrap_or_else(|| panic!("no {label} in {all}"))
 }
 
 #[tokio::test]
@@ -166,13 +152,8 @@ async fn connect_reaches_a_wildcard_tcp_port() {
         .write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
         .await
         .unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8; 1];
-        assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "closed early");
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8(head).unwrap();
+    // The head only: what follows is the tunnel's, or the next response's.
+    let head = common::proxy::read_head(&mut stream).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     stream.write_all(b"ping").await.unwrap();
     let mut echoed = [0u8; 4];

@@ -141,6 +141,8 @@ pub(super) fn to_backend(
                             hostname: hostname.clone(),
                             rewrite_authority: None,
                             allowed_addresses: None,
+                            max_hosts: None,
+                            host_idle_timeout: None,
                         },
                     )),
                     ip: None,

@@ -64,6 +64,22 @@ pub enum HostRefused {
 
 /// The per-host side of one wildcard Backend, shared by its ports.
 pub struct WildcardHosts {
+    plan: WildcardPlan,
+    table: Arc<OnDemand<(String, u16)>>,
+    registry: Arc<StateRegistry>,
+}
+
+impl std::fmt::Debug for WildcardHosts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WildcardHosts")
+            .field("pattern", &self.plan.pattern)
+            .field("hosts", &self.table.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A wildcard Backend as compiled: what each of its hosts is made from.
+pub struct WildcardPlan {
     /// `*.example.com`.
     pub pattern: String,
     pub id: ObjectId,
@@ -78,31 +94,6 @@ pub struct WildcardHosts {
     pub rewrite_authority: bool,
     /// Port templates whose TLS takes its SNI (and verified name) from the concrete host.
     pub sni_from_host: Vec<u16>,
-    table: Arc<OnDemand<(String, u16)>>,
-    registry: Arc<StateRegistry>,
-}
-
-impl std::fmt::Debug for WildcardHosts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WildcardHosts")
-            .field("pattern", &self.pattern)
-            .field("hosts", &self.table.len())
-            .finish_non_exhaustive()
-    }
-}
-
-/// What [`WildcardHosts::new`] needs besides the table's limits.
-pub struct WildcardPlan {
-    pub pattern: String,
-    pub id: ObjectId,
-    pub allowed: Vec<IpNet>,
-    pub denied_hostnames: Vec<String>,
-    pub dns: HostDns,
-    pub balancer: BalancerKind,
-    pub group_settings: Arc<GroupSettings>,
-    pub pool: PoolSettings,
-    pub rewrite_authority: bool,
-    pub sni_from_host: Vec<u16>,
 }
 
 impl WildcardHosts {
@@ -114,17 +105,8 @@ impl WildcardHosts {
                 limits.idle_timeout,
                 registry.clone(),
             )),
+            plan,
             registry,
-            pattern: plan.pattern,
-            id: plan.id,
-            allowed: plan.allowed,
-            denied_hostnames: plan.denied_hostnames,
-            dns: plan.dns,
-            balancer: plan.balancer,
-            group_settings: plan.group_settings,
-            pool: plan.pool,
-            rewrite_authority: plan.rewrite_authority,
-            sni_from_host: plan.sni_from_host,
         }
     }
 
@@ -136,13 +118,14 @@ impl WildcardHosts {
     /// The target of `host` (canonical) for the port of `template` (a target of this
     /// Backend, as routing found it), made on first use.
     pub fn target(&self, template: &Target, host: &str) -> Result<Arc<Target>, HostRefused> {
-        if !hostname_matches(&self.pattern, host) {
+        if !hostname_matches(&self.plan.pattern, host) {
             return Err(HostRefused::NotCovered {
                 host: host.to_owned(),
-                pattern: self.pattern.clone(),
+                pattern: self.plan.pattern.clone(),
             });
         }
         if let Some(p) = self
+            .plan
             .denied_hostnames
             .iter()
             .find(|p| hostname_matches(p, host))
@@ -170,16 +153,16 @@ impl WildcardHosts {
         // Endpoints are identified by the concrete host: a pooled TLS connection made for one
         // host never carries another host's requests.
         let id = ObjectId {
-            kind: self.id.kind.clone(),
-            namespace: self.id.namespace.clone(),
-            name: format!("{} {host}", self.id.name).into(),
+            kind: self.plan.id.kind.clone(),
+            namespace: self.plan.id.namespace.clone(),
+            name: format!("{} {host}", self.plan.id.name).into(),
         };
         let endpoint_template = EndpointTemplate {
             port: Arc::new(PortIdentity {
                 backend: id,
                 number,
                 transport: 0,
-                pool: self.pool,
+                pool: self.plan.pool,
             }),
             weight: 1,
             priority: 0,
@@ -187,14 +170,14 @@ impl WildcardHosts {
         let source = EndpointSource::Dns {
             hostname: host.to_owned(),
             port: number,
-            refresh: self.dns.refresh,
-            respect_ttl: self.dns.respect_ttl,
+            refresh: self.plan.dns.refresh,
+            respect_ttl: self.plan.dns.respect_ttl,
         };
-        let balancer = self.balancer.clone();
+        let balancer = self.plan.balancer.clone();
         let group = Arc::new(EndpointGroup::new_dns(
             source,
             || balancer.build(),
-            self.group_settings.clone(),
+            self.plan.group_settings.clone(),
         ));
         // Its detector ticks like any group's (ejections expire, rates are judged). Its
         // detections are not counted per Backend: they would be the wildcard's, whichever host.
@@ -204,16 +187,17 @@ impl WildcardHosts {
         let refresh = RefreshPlan {
             group: Arc::downgrade(&group),
             template: endpoint_template,
-            family: self.dns.family,
-            check: AnswerCheck::Declared(AnswerPolicy::declared(host, self.allowed.clone())),
+            family: self.plan.dns.family,
+            check: AnswerCheck::Declared(AnswerPolicy::declared(host, self.plan.allowed.clone())),
         };
         let transport = match &base.transport {
-            Transport::Tls(tls) if self.sni_from_host.contains(&number) => {
+            Transport::Tls(tls) if self.plan.sni_from_host.contains(&number) => {
                 Transport::Tls(Arc::new(with_sni(tls, host)))
             }
             other => other.clone(),
         };
         let authority = self
+            .plan
             .rewrite_authority
             .then(|| host_value(host, number, &base.transport))
             .flatten();

@@ -239,6 +239,33 @@ spec:
     )
 }
 
+/// The admin `/endpoints` entry of Backend `default/{name}` (all its ports: the first).
+pub async fn endpoints_of(proxy: &TestProxy, name: &str) -> serde_json::Value {
+    let all: serde_json::Value =
+        serde_json::from_slice(&get(proxy.admin, "admin", "/endpoints").await.body).unwrap();
+    let label = format!("default/{name}");
+    all["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["backend"] == label.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("no {label} in {all}"))
+}
+
+/// Reads a response head byte by byte (what follows belongs to a tunnel or the next
+/// response) and returns it.
+pub async fn read_head(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "closed early");
+        head.push(byte[0]);
+    }
+    String::from_utf8(head).unwrap()
+}
+
 /// A response read to the end.
 #[derive(Debug)]
 pub struct Response {

@@ -9,7 +9,7 @@ use super::{at, Cx};
 use crate::config::wire::egress_policy::{EgressClients, EgressPolicySpec};
 use crate::config::wire::enums::{ClientPolicyDefault, EgressPolicyMode};
 use crate::config::wire::proxy::ProxyUsersSpec;
-use crate::config::wire::EGRESSD_GROUP;
+use crate::config::wire::{EGRESSD_GROUP, GATEWAY_X_GROUP};
 use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, ObjectId};
 use crate::names::is_valid_hostname;
@@ -78,11 +78,14 @@ fn rule(
         let here = || at(file, id, r.pos, format!("spec.to.backendRefs[{i}]"));
         let group = r.group.as_deref().unwrap_or(EGRESSD_GROUP);
         let kind = r.kind.as_deref().unwrap_or("Backend");
-        if group != EGRESSD_GROUP || kind != "Backend" {
+        // An XBackend is a Backend of the same identity (see `config::xbackend`).
+        let backend = (group, kind) == (EGRESSD_GROUP, "Backend")
+            || (group, kind) == (GATEWAY_X_GROUP, "XBackend");
+        if !backend {
             cx.error(
                 here(),
                 format!("`{group}/{kind}` is not a kind an EgressPolicy covers"),
-                "name egressd.dev Backends (the default group and kind)",
+                "name egressd.dev Backends (the default group and kind) or gateway.networking.x-k8s.io XBackends",
             );
             continue;
         }
