@@ -182,3 +182,64 @@ async fn a_wildcard_backend_keeps_at_most_max_hosts() {
     assert_eq!(many["wildcardHosts"], 2, "{many}");
     assert_eq!(upstream.request_count(), 4);
 }
+
+#[tokio::test]
+async fn a_passthrough_sni_finds_the_wildcard_backend_of_its_host() {
+    let ca = TestCa::new("pass");
+    let upstream = TlsUpstream::start(
+        "db",
+        ca.server_cert(&[San::dns("db.pass.localhost")]),
+        TlsOptions::default(),
+    )
+    .await;
+    let port = upstream.addr.port();
+    let yaml = preamble(None)
+        + "---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: edge}\nspec:\n  listeners:\n  - {name: tls, address: 127.0.0.1, port: 0, protocol: TLS, tls: {mode: Passthrough}}\n"
+        + &backend("pass", "*.pass.localhost", port, "{mode: Passthrough}", "");
+    let proxy = TestProxy::start(&yaml).await;
+    let tcp = TcpStream::connect(proxy.listener("default/edge/tls"))
+        .await
+        .unwrap();
+    let tls = tokio_rustls::TlsConnector::from(ca.client_config(true))
+        .connect("db.pass.localhost".try_into().unwrap(), tcp)
+        .await
+        .expect("the client's own TLS reaches the host's server");
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let response = sender
+        .send_request(
+            http::Request::get("/")
+                .header("host", "db.pass.localhost")
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(upstream.snis(), [Some("db.pass.localhost".to_owned())]);
+}
+
+#[tokio::test]
+async fn an_egress_policy_names_a_concrete_host_of_a_wildcard_backend() {
+    let upstream = Upstream::start("svc").await;
+    let port = upstream.addr.port();
+    let policy = "---\napiVersion: egressd.dev/v1alpha1\nkind: EgressPolicy\nmetadata: {name: only-10}\nspec:\n  clients: {cidrs: [10.0.0.0/8]}\n  to: {hostnames: [a.svc.localhost]}\n";
+    let yaml = preamble(None)
+        + &backend(
+            "svc",
+            "*.svc.localhost",
+            port,
+            "{mode: InsecureDisable}",
+            "",
+        )
+        + policy;
+    let proxy = TestProxy::start(&yaml).await;
+    let r = get(proxy.http(), &format!("a.svc.localhost:{port}"), "/").await;
+    assert_eq!(r.error_code(), Some("client_not_allowed"), "{}", r.text());
+    let r = get(proxy.http(), &format!("b.svc.localhost:{port}"), "/").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(upstream.request_count(), 1);
+}
