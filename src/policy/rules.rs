@@ -7,9 +7,11 @@
 //! client they let through but that would be refused with every policy enforced is reported
 //! ("would deny").
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use foldhash::fast::RandomState as FastHash;
 use ipnet::IpNet;
 
 use super::identity::{Client, TlsIdentity};
@@ -105,8 +107,9 @@ pub struct ClientPolicy {
     pub default_deny: bool,
     /// Sorted by name: the first covering policy is the one a refusal names.
     rules: Vec<Rule>,
-    by_backend: HashMap<Box<str>, Vec<u32>>,
-    by_host: HashMap<Box<str>, Vec<u32>>,
+    // Looked up per request: a fast hash (keys come from the config, not from clients).
+    by_backend: HashMap<Box<str>, Vec<u32>, FastHash>,
+    by_host: HashMap<Box<str>, Vec<u32>, FastHash>,
     /// `*.suffix` patterns and their policy.
     wildcard_hosts: Vec<(Box<str>, u32)>,
 }
@@ -142,6 +145,14 @@ impl ClientPolicy {
             }
             policy.rules.push(rule);
         }
+        // Each list is in policy order already; a policy naming a Backend twice counts once.
+        for list in policy
+            .by_backend
+            .values_mut()
+            .chain(policy.by_host.values_mut())
+        {
+            list.dedup();
+        }
         policy
     }
 
@@ -154,26 +165,37 @@ impl ClientPolicy {
         self.rules.is_empty()
     }
 
-    /// The policies covering `dest`, in name order, without repeats.
-    fn covering(&self, dest: Destination<'_>) -> Vec<u32> {
-        let mut found: Vec<u32> = Vec::new();
-        if let Some(list) = dest.backend.and_then(|b| self.by_backend.get(b)) {
-            found.extend(list);
-        }
-        if let Some(host) = dest.host {
-            if let Some(list) = self.by_host.get(host) {
-                found.extend(list);
+    /// The policies covering `dest`, in name order, without repeats. The usual case, one
+    /// index list (the Backend's, or the host's), is borrowed: nothing is allocated.
+    fn covering(&self, dest: Destination<'_>) -> Cow<'_, [u32]> {
+        let by_backend = dest.backend.and_then(|b| self.by_backend.get(b));
+        let by_host = dest.host.and_then(|h| self.by_host.get(h));
+        let any_wildcard = dest
+            .host
+            .is_some_and(|h| self.wildcard_covering(h).next().is_some());
+        match (by_backend, by_host, any_wildcard) {
+            (None, None, false) => Cow::Borrowed(&[]),
+            (Some(list), None, false) | (None, Some(list), false) => Cow::Borrowed(list),
+            _ => {
+                let mut found: Vec<u32> = Vec::new();
+                found.extend(by_backend.into_iter().flatten());
+                found.extend(by_host.into_iter().flatten());
+                if let Some(host) = dest.host {
+                    found.extend(self.wildcard_covering(host));
+                }
+                found.sort_unstable();
+                found.dedup();
+                Cow::Owned(found)
             }
-            found.extend(
-                self.wildcard_hosts
-                    .iter()
-                    .filter(|(pattern, _)| hostname_matches(pattern, host))
-                    .map(|(_, i)| *i),
-            );
         }
-        found.sort_unstable();
-        found.dedup();
-        found
+    }
+
+    /// The policies whose `*.suffix` hostnames cover `host`.
+    fn wildcard_covering<'a>(&'a self, host: &'a str) -> impl Iterator<Item = u32> + 'a {
+        self.wildcard_hosts
+            .iter()
+            .filter(move |(pattern, _)| hostname_matches(pattern, host))
+            .map(|(_, i)| *i)
     }
 
     /// Whether `client` may reach `dest`.

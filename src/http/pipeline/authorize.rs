@@ -65,8 +65,9 @@ pub(super) fn phase(
         Kind::Tunnel => Via::Connect,
         _ => Via::Http,
     };
-    let (host, port) = (dest.host(), dest.port_or_default());
     let target = &routed.target;
+    // The port the request goes to (a request naming none goes to the Backend's first).
+    let (host, port) = (dest.host(), target.port.number);
     ctx.shared
         .judge_client(access, target, &client, (host, port, via))
         .map_err(|refused| ProxyError::ClientNotAllowed {
