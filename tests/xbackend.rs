@@ -178,11 +178,16 @@ async fn client_and_server_xbackend_presents_the_secrets_certificate_and_trusts_
 async fn server_only_xbackend_is_refused_by_an_upstream_that_wants_a_client_certificate() {
     let m = mutual_upstream().await;
     let server_only = "  tls:\n    mode: ServerOnly\n    validation:\n      caCertificateRefs: [{kind: ConfigMap, name: ca}]\n";
+    // The port in the spelling of Service ports (`name`, `port`), which is accepted too.
+    let p = m.upstream.addr.port();
     let yaml = format!(
         "{}{}{}",
         preamble(None),
         ca_config_map("ca", &m.ca),
-        xbackend("api", m.upstream.addr.port(), server_only),
+        xbackend("api", p, server_only).replace(
+            &format!("port: {{number: {p}}}"),
+            &format!("port: {{name: https, port: {p}}}")
+        ),
     );
     let proxy = TestProxy::start(&yaml).await;
     let response = get(

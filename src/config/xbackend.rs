@@ -96,8 +96,29 @@ pub(super) fn to_backend(
             );
         }
     }
-    let port = spec.port.value.number.clone();
-    if port.value == 0 {
+    let written = &spec.port.value;
+    let port = match (&written.number, &written.port) {
+        (Some(n), None) | (None, Some(n)) => n.clone(),
+        (Some(n), Some(_)) => {
+            error(
+                spec.port.pos,
+                "spec.port",
+                "both `number` and `port` are set".into(),
+                "write the port once, as `number`",
+            );
+            n.clone()
+        }
+        (None, None) => {
+            error(
+                spec.port.pos,
+                "spec.port",
+                "the port has no `number`".into(),
+                "e.g. `port: {number: 443}`",
+            );
+            Spanned::new(spec.port.pos, 0)
+        }
+    };
+    if port.value == 0 && (written.number.is_some() || written.port.is_some()) {
         error(
             port.pos,
             "spec.port.number",
@@ -149,7 +170,7 @@ pub(super) fn to_backend(
                     ports: vec![Spanned::new(
                         spec.port.pos,
                         BackendPort {
-                            name: None,
+                            name: written.name.clone(),
                             number: port,
                             protocol: None,
                             tls: None,

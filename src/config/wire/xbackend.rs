@@ -29,9 +29,13 @@ pub struct XBackendSpec {
     pub tls: Option<Spanned<XBackendTls>>,
 }
 
+/// The port: `number` (the upstream type), or `port` with an optional `name` (the spelling
+/// of Service ports, which manifests also use); exactly one of `number` and `port`.
 #[apply(wire!)]
 pub struct XBackendPort {
-    pub number: Spanned<u16>,
+    pub name: Option<String>,
+    pub number: Option<Spanned<u16>>,
+    pub port: Option<Spanned<u16>>,
 }
 
 #[apply(wire!)]
