@@ -10,7 +10,9 @@
 //! | `/metrics` (`/stats/prometheus`) | Prometheus metrics |
 //! | `/endpoints` | per Backend port and endpoint: health, ejection (time left, multiplier), requests in flight, connections |
 //! | `/blocked` | destinations refused because nothing declares them, with a Backend for each (`?format=yaml`) |
+//! | `/` | the console (HTML, for a browser; [`console`]); the plain-text index for other clients and `/?format=text` |
 
+mod console;
 mod endpoints;
 mod redact;
 
@@ -158,6 +160,9 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
     }
+    if let Some(asset) = console::asset(req.uri().path()) {
+        return asset;
+    }
     match req.uri().path() {
         "/ready" | "/healthz/ready" => {
             if shared.is_ready() {
@@ -184,10 +189,7 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
             );
             r
         }
-        "/" => text(
-            StatusCode::OK,
-            "egressd admin: /ready /healthz /config /status /endpoints /blocked /metrics\n",
-        ),
+        "/" => console::index(req),
         _ => text(
             StatusCode::NOT_FOUND,
             "not found; try /ready /healthz /config /status /endpoints /blocked /metrics\n",

@@ -1,0 +1,248 @@
+"""The console in headless Chromium, asserted on what a person would see.
+
+Starts egressd (its own binary, `--no-watch`) on a config with three Backends; `shop` has two
+endpoints, one of which refuses connections, so outlier detection ejects it. A request for an
+undeclared host is refused (RegistryOnly), and a config file quoting markup in a key is added
+and SIGHUP sent, so the reload is rejected. Then `chromium --dump-dom` renders `/` and the
+DOM is checked: the rejected reload with its error at file:line:column and the markup as
+text, the ejected endpoint above every healthy one, the blocked host with its Backend YAML.
+"""
+
+import html
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from threading import Thread
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "interop"))
+from harness import Harness, SuiteFailed, wait_for  # noqa: E402
+
+OUT = ROOT / "target" / "console"
+HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+class Hello(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"hello\n"
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def backend(name, addresses, port, extra=""):
+    endpoints = ", ".join(f"{{address: {a}}}" for a in addresses)
+    return f"""---
+apiVersion: egressd.dev/v1alpha1
+kind: Backend
+metadata: {{name: {name}}}
+spec:
+  destination:
+    type: IP
+    ip: {{endpoints: [{endpoints}]}}
+    ports: [{{number: {port}}}]
+  tls: {{mode: InsecureDisable}}
+{extra}"""
+
+
+def route(host, name):
+    return f"""---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}}}
+spec:
+  hostnames: [{host}]
+  rules: [{{backendRefs: [{{name: {name}}}]}}]
+"""
+
+
+def config(port):
+    head = """apiVersion: egressd.dev/v1alpha1
+kind: ProxyConfig
+metadata: {name: egressd}
+spec:
+  accessLog: {enabled: false}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw}
+spec:
+  listeners:
+  - {name: http, address: 127.0.0.1, port: 0, protocol: HTTP}
+"""
+    # 127.0.0.2 is loopback too, but nothing listens there: connect refused, a gateway error.
+    shop = backend("shop", ["127.0.0.1", "127.0.0.2"], port, """  trafficPolicy:
+    retry: {numRetries: 0}
+    healthCheck:
+      passive: {interval: 100ms, consecutiveGatewayErrors: 2, baseEjectionTime: 600s, maxEjectionPercent: 50}
+""")
+    return (head + shop + route("shop.example", "shop")
+            + backend("ledger", ["127.0.0.1"], port) + route("ledger.example", "ledger")
+            + backend("search", ["127.0.0.1"], port) + route("search.example", "search"))
+
+
+# The rejected file: a key quoting markup, on line 7, column 3.
+BROKEN = f"""apiVersion: egressd.dev/v1alpha1
+kind: Backend
+metadata: {{name: broken}}
+spec:
+  destination:
+    type: FQDN
+  "{HOSTILE}": true
+"""
+BROKEN_POSITION = "broken.yaml:7:3"
+
+
+def send(listener, host, path="/"):
+    req = urllib.request.Request(f"http://{listener[0]}:{listener[1]}{path}", headers={"Host": host})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def chromium(*args):
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not binary:
+        raise SuiteFailed("chromium is not installed (tests/console/run installs it with apt-get)")
+    profile = tempfile.mkdtemp(prefix="console-chromium-")
+    argv = [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--no-first-run", f"--user-data-dir={profile}", "--virtual-time-budget=8000", *args]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    shutil.rmtree(profile, ignore_errors=True)
+    if out.returncode != 0:
+        raise SuiteFailed(f"chromium exited {out.returncode}:\n{out.stderr[-3000:]}")
+    return out.stdout
+
+
+def visible_text(dom):
+    """The DOM's text, tags removed, entities decoded, whitespace squeezed."""
+    body = dom.split("<body", 1)[-1]
+    text = re.sub(r"<[^>]*>", " ", body)
+    return re.sub(r"\s+", " ", html.unescape(text))
+
+
+def run(h):
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    Thread(target=upstream.serve_forever, daemon=True).start()
+    port = upstream.server_address[1]
+
+    conf = h.tmp / "config"
+    conf.mkdir()
+    (conf / "egressd.yaml").write_text(config(port))
+    check = subprocess.run([h.egressd_binary, "validate", str(conf)], capture_output=True, text=True, timeout=60)
+    if check.returncode != 0:
+        raise SuiteFailed(f"egressd validate:\n{check.stdout}{check.stderr}")
+    address_file = h.tmp / "admin"
+    proc = h.spawn("egressd", [h.egressd_binary, "run", "--config", str(conf), "--no-watch",
+                               "--admin-address", "127.0.0.1:0", "--admin-address-file", str(address_file)])
+    admin = wait_for("egressd's admin address", lambda: address_file.exists() and address_file.read_text().strip())
+
+    def get(path):
+        with urllib.request.urlopen(f"http://{admin}{path}", timeout=5) as r:
+            return r.read().decode()
+
+    def ready():
+        if proc.poll() is not None:
+            raise SuiteFailed(f"egressd exited:\n{h.log_of(proc)}")
+        try:
+            return get("/ready")
+        except OSError:
+            return None
+
+    wait_for("egressd ready", ready)
+    status = json.loads(get("/status"))
+    host, lport = next(l["address"] for l in status["listeners"] if l["name"] == "default/gw/http").rsplit(":", 1)
+    listener = (host, int(lport))
+
+    # Traffic: shop until its dead endpoint is ejected; the others a few times.
+    def shop_ejected():
+        for _ in range(4):
+            send(listener, "shop.example")
+        ports = json.loads(get("/endpoints"))["backends"]
+        shop = next(p for p in ports if p["backend"].endswith("/shop"))
+        return any(e["health"] == "ejected" for e in shop["endpoints"])
+
+    wait_for("shop's dead endpoint ejected", shop_ejected, timeout=30, interval=0.2)
+    for name in ("ledger", "search"):
+        for _ in range(3):
+            h.expect(f"{name} answers", send(listener, f"{name}.example") == 200)
+    h.expect("an undeclared host is refused", send(listener, "blocked.example.com") == 403)
+
+    # A rejected reload.
+    (conf / "broken.yaml").write_text(BROKEN)
+    os.kill(proc.pid, signal.SIGHUP)
+    wait_for("the reload rejected",
+             lambda: json.loads(get("/status"))["lastReload"]["result"] == "failure")
+
+    # Curl still gets text.
+    h.expect("curl gets the text index", "/status" in get("/"))
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    dom = chromium("--dump-dom", f"http://{admin}/")
+    (OUT / "console.html").write_text(dom)
+    chromium(f"--screenshot={OUT / 'console.png'}", "--window-size=1280,1600", f"http://{admin}/")
+    text = visible_text(dom)
+
+    h.expect("the page rendered (not stuck loading)", "loading…" not in text and "READY" in text, text[:300])
+    h.expect("the rejected reload is shown", "RELOAD REJECTED" in text, text[:500])
+    h.expect("it says what still serves", "still serving generation 1" in text, text[:500])
+    h.expect(f"the error at {BROKEN_POSITION}", BROKEN_POSITION in text,
+             re.findall(r"broken\.yaml:\d+:\d+", text))
+    h.expect("the markup in the error is text", HOSTILE in text and html.escape(HOSTILE, quote=False) in dom,
+             "not found as text")
+    h.expect("and no element was made from it", "<img" not in dom.lower(), "an <img> is in the DOM")
+    h.expect("the listener with its address and protocol",
+             f"default/gw/http {host}:{lport} HTTP" in text, text[:800])
+    backends = text.split("Backends", 1)[-1].split("Refused destinations", 1)[0]
+    first_ejected = backends.find("EJECTED")
+    first_healthy = backends.find("HEALTHY")
+    h.expect("an endpoint is EJECTED, with its time left and reason",
+             first_ejected >= 0 and re.search(r"ejected, \d+m\d+s left \(consecutive_gateway_errors\)", backends),
+             backends[:600])
+    h.expect("the ejected endpoint is above every healthy one",
+             0 <= first_ejected < first_healthy and backends.find("127.0.0.2:") < backends.find("ledger"),
+             backends[:600])
+    h.expect("the blocked host is listed", "BLOCKED blocked.example.com:80" in text, text[-1500:])
+    h.expect("with the Backend YAML to paste and a copy button",
+             "hostname: blocked.example.com" in text and "Copy Backend YAML" in text, text[-1500:])
+    size = (OUT / "console.png").stat().st_size
+    h.expect("a screenshot was taken", size > 10000, f"{size} bytes")
+    upstream.shutdown()
+
+
+def main():
+    binary = sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "target" / "debug" / "egressd")
+    h = Harness("console", str(Path(binary).resolve()))
+    print("== console (headless Chromium)")
+    try:
+        run(h)
+    except SuiteFailed as e:
+        h.failures.append(str(e))
+        print(f"  FAIL {e}")
+    finally:
+        h.stop_all()
+    if h.failures:
+        print(f"console: {len(h.failures)} of {h.checks} checks failed; page and screenshot in {OUT}, "
+              f"egressd's log in {h.tmp}")
+        sys.exit(1)
+    print(f"console: {h.checks} checks passed; screenshot {OUT / 'console.png'}")
+
+
+if __name__ == "__main__":
+    main()
