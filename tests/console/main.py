@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from threading import Thread
+from threading import Event, Thread
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "interop"))
@@ -33,9 +33,11 @@ HOSTILE = "<img src=x onerror=alert(1)>"
 
 
 class Hello(BaseHTTPRequestHandler):
+    """200 `hello`; 500 for paths under /fail."""
+
     def do_GET(self):
         body = b"hello\n"
-        self.send_response(200)
+        self.send_response(500 if self.path.startswith("/fail") else 200)
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -90,9 +92,27 @@ spec:
     healthCheck:
       passive: {interval: 100ms, consecutiveGatewayErrors: 2, baseEjectionTime: 600s, maxEjectionPercent: 50}
 """)
+    # Only clients in 10.99/16 may reach search, in Report mode: 127.0.0.1 gets through and is
+    # listed as would_deny.
+    policy = """---
+apiVersion: egressd.dev/v1alpha1
+kind: EgressPolicy
+metadata: {name: search-clients}
+spec:
+  mode: Report
+  clients: {cidrs: ["10.99.0.0/16"]}
+  to: {backendRefs: [{name: search}]}
+"""
+    # Many healthy Backends nobody uses: the page pages them, problems still on top.
+    filler = "".join(backend(f"api-{i:04}", ["127.0.0.1"], port) for i in range(FILLER))
     return (head + shop + route("shop.example", "shop")
+            + backend("flaky", ["127.0.0.1"], port) + route("flaky.example", "flaky")
             + backend("ledger", ["127.0.0.1"], port) + route("ledger.example", "ledger")
-            + backend("search", ["127.0.0.1"], port) + route("search.example", "search"))
+            + backend("search", ["127.0.0.1"], port) + route("search.example", "search")
+            + policy + filler)
+
+
+FILLER = 1000
 
 
 # The rejected file: a key quoting markup, on line 7, column 3.
@@ -179,9 +199,9 @@ def run(h):
         return any(e["health"] == "ejected" for e in shop["endpoints"])
 
     wait_for("shop's dead endpoint ejected", shop_ejected, timeout=30, interval=0.2)
-    for name in ("ledger", "search"):
-        for _ in range(3):
-            h.expect(f"{name} answers", send(listener, f"{name}.example") == 200)
+    h.expect("ledger answers", send(listener, "ledger.example") == 200)
+    h.expect("search answers (Report mode lets the client through)", send(listener, "search.example") == 200)
+    h.expect("flaky answers 500 on /fail", send(listener, "flaky.example", "/fail") == 500)
     h.expect("an undeclared host is refused", send(listener, "blocked.example.com") == 403)
 
     # A rejected reload.
@@ -193,11 +213,28 @@ def run(h):
     # Curl still gets text.
     h.expect("curl gets the text index", "/status" in get("/"))
 
+    # Traffic while the browser polls, so that it has rates to show: flaky fails 1 in 2.
+    stop = Event()
+
+    def traffic():
+        while not stop.is_set():
+            send(listener, "ledger.example")
+            send(listener, "flaky.example", "/fail")
+            send(listener, "flaky.example")
+            stop.wait(0.05)
+
+    Thread(target=traffic, daemon=True).start()
     OUT.mkdir(parents=True, exist_ok=True)
-    dom = chromium("--dump-dom", f"http://{admin}/")
-    (OUT / "console.html").write_text(dom)
-    chromium(f"--screenshot={OUT / 'console.png'}", "--window-size=1280,1600", f"http://{admin}/")
+    try:
+        started = time.monotonic()
+        dom = chromium("--dump-dom", f"http://{admin}/")
+        took = time.monotonic() - started
+        (OUT / "console.html").write_text(dom)
+        chromium(f"--screenshot={OUT / 'console.png'}", "--window-size=1280,1600", f"http://{admin}/")
+    finally:
+        stop.set()
     text = visible_text(dom)
+    print(f"  (chromium rendered {FILLER + 4} Backends in {took:.1f}s)")
 
     h.expect("the page rendered (not stuck loading)", "loading…" not in text and "READY" in text, text[:300])
     h.expect("the rejected reload is shown", "RELOAD REJECTED" in text, text[:500])
@@ -216,8 +253,22 @@ def run(h):
              first_ejected >= 0 and re.search(r"ejected, \d+m\d+s left \(consecutive_gateway_errors\)", backends),
              backends[:600])
     h.expect("the ejected endpoint is above every healthy one",
-             0 <= first_ejected < first_healthy and backends.find("127.0.0.2:") < backends.find("ledger"),
+             0 <= first_ejected < first_healthy and backends.find("127.0.0.2:") < backends.find("default/api-0000"),
              backends[:600])
+    h.expect("a Backend with failing requests shows ERRORS, under the ejection and above the OK ones",
+             0 <= first_ejected < backends.find("ERRORS default/flaky") < backends.find("OK default/"),
+             backends[:1500])
+    flaky = re.search(r"default/flaky : \d+ .*? \d+ (\d+\.\d\d) (\d+) of (\d+) \(", backends)
+    h.expect("with a request rate and errors measured over successive polls",
+             flaky and float(flaky.group(1)) > 0 and 0 < int(flaky.group(2)) <= int(flaky.group(3)),
+             backends[:1500])
+    h.expect("a line on top says what needs a look",
+             re.search(r"ATTENTION 1 endpoint ejected · 2 Backend ports with problems · 1 refused destination", text),
+             text[:300])
+    h.expect(f"{FILLER + 4} Backend ports, paged", f"{FILLER + 4} Backend ports · page 1 of" in text, backends[:300])
+    h.expect("the client a Report policy would deny, with the policy",
+             re.search(r"WOULD DENY search\.example:\d+ .* client 127\.0\.0\.1 · policy \S*search-clients", text),
+             text[-2500:])
     h.expect("the blocked host is listed", "BLOCKED blocked.example.com:80" in text, text[-1500:])
     h.expect("with the Backend YAML to paste and a copy button",
              "hostname: blocked.example.com" in text and "Copy Backend YAML" in text, text[-1500:])

@@ -5,7 +5,8 @@
 (function () {
   const POLL_MS = 3000;
   const RATE_WINDOW_MS = 60000;
-  const PORTS_PER_PAGE = 50;
+  const PORTS_PER_PAGE = 25;
+  const YAML_OPEN = 3; // refused destinations whose Backend YAML shows unfolded
   const BLOCKED_SHOWN = 100;
 
   let paused = false;
@@ -14,6 +15,7 @@
   let last = null; // the latest data, to re-render on filter or page changes
   const samples = []; // {t, endpoints: Map(key -> totalRequests), backends: Map(name -> {errors})}
   let protocols = { generation: -1, byListener: new Map() };
+  const problems = { ejected: 0, failing: 0, ports: 0 }; // counted over the filtered ports
 
   // -- DOM helpers: text only ---------------------------------------------------------------
 
@@ -306,6 +308,16 @@
     if (filter) views = views.filter((v) => v.text.includes(filter));
     views.sort((a, b) => b.rank - a.rank || a.port.backend.localeCompare(b.port.backend) || a.port.port - b.port.port);
 
+    problems.ejected = 0;
+    problems.failing = 0;
+    problems.ports = 0;
+    for (const v of views) {
+      if (v.rank >= 2) problems.ports += 1;
+      for (const x of v.eps) {
+        if (x.e.health === "ejected") problems.ejected += 1;
+        else if (x.e.health === "unhealthy") problems.failing += 1;
+      }
+    }
     const pages = Math.max(1, Math.ceil(views.length / PORTS_PER_PAGE));
     page = Math.min(page, pages - 1);
     renderPager(views.length, pages);
@@ -316,16 +328,21 @@
       for (const l of v.labels) { state.appendChild(l); state.appendChild(document.createTextNode(" ")); }
       const errors = v.win === null || v.win === undefined ? "—"
         : v.win.errors + " of " + v.win.requests + (v.win.requests > 0 ? " (" + (v.errorShare * 100).toFixed(1) + "%)" : "");
+      // One endpoint with nothing to say: it shares the port's row.
+      const alone = v.eps.length === 1 && v.eps[0].state.rank === 0 && !v.port.lastError ? v.eps[0] : null;
+      const wildcard = v.port.wildcardHosts !== null && v.port.wildcardHosts !== undefined
+        ? ", " + v.port.wildcardHosts + " wildcard hosts" : "";
       tbody.appendChild(el("tr", "port", state,
         el("td", "mono", v.port.backend + " : " + v.port.port),
-        el("td", "muted", v.eps.length + " endpoint" + (v.eps.length === 1 ? "" : "s") +
-          (v.port.wildcardHosts !== null && v.port.wildcardHosts !== undefined ? ", " + v.port.wildcardHosts + " wildcard hosts" : "")),
-        el("td", v.port.lastError ? "bad" : null, v.port.lastError ? "DNS: " + v.port.lastError : ""),
+        alone ? el("td", "mono", alone.e.address)
+          : el("td", "muted", v.eps.length + " endpoint" + (v.eps.length === 1 ? "" : "s") + wildcard),
+        el("td", v.port.lastError ? "bad" : null,
+          v.port.lastError ? "DNS: " + v.port.lastError : alone ? alone.state.detail : ""),
         el("td", null, String(v.active)),
         el("td", null, v.rate === null ? "—" : v.rate.toFixed(2)),
         el("td", v.errorShare >= 0.05 ? "bad" : null, errors),
         el("td", v.breaker.worst >= 0.8 ? "bad mono" : "mono", v.breaker.text)));
-      for (const x of v.eps) {
+      for (const x of alone ? [] : v.eps) {
         tbody.appendChild(el("tr", null, el("td", null, x.state.label), el("td"),
           el("td", "mono", x.e.address), el("td", null, x.state.detail),
           el("td", null, String(x.e.activeRequests || 0)),
@@ -370,6 +387,7 @@
       box.appendChild(el("p", "muted", "nothing refused"));
       return;
     }
+    let shown = 0;
     for (const b of list.slice(0, BLOCKED_SHOWN)) {
       const [text, cls] = ACTIONS[b.action] || [String(b.action).toUpperCase(), "warn"];
       const entry = el("div", "entry");
@@ -384,9 +402,12 @@
         const copy = el("button", null, "Copy Backend YAML");
         copy.type = "button";
         copy.addEventListener("click", () => copyText(b.backend, pre, copy));
-        entry.appendChild(copy);
-        entry.appendChild(pre);
+        const details = el("details", null, el("summary", null, "Backend that allows it "), pre);
+        details.open = shown < YAML_OPEN;
+        details.firstChild.appendChild(copy);
+        entry.appendChild(details);
       }
+      shown += 1;
       box.appendChild(entry);
     }
     if (list.length > BLOCKED_SHOWN) {
@@ -419,6 +440,20 @@
     renderHealth(last.status);
     renderBackends(last.endpoints);
     renderBlocked(last.blocked);
+    renderProblems(last.blocked);
+  }
+
+  // One line under the header: what needs a look, with the section it is in.
+  function renderProblems(blocked) {
+    const line = clear(byId("problems"));
+    const refused = (blocked.blocked || []).filter((b) => b.action === "blocked" || b.action === "client_denied").length;
+    const parts = [];
+    if (problems.ejected) parts.push(problems.ejected + " endpoint" + (problems.ejected === 1 ? "" : "s") + " ejected");
+    if (problems.failing) parts.push(problems.failing + " failing active checks");
+    if (problems.ports) parts.push(problems.ports + " Backend port" + (problems.ports === 1 ? "" : "s") + " with problems");
+    if (refused) parts.push(refused + " refused destination" + (refused === 1 ? "" : "s"));
+    line.appendChild(parts.length ? label("ATTENTION", "warn") : label("ALL CLEAR", "ok"));
+    line.appendChild(document.createTextNode(" " + (parts.length ? parts.join(" · ") : "no ejected endpoints, no refusals")));
   }
 
   function start() {
