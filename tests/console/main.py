@@ -134,6 +134,8 @@ def send(listener, host, path="/"):
             return r.status
     except urllib.error.HTTPError as e:
         return e.code
+    except OSError as e:
+        return str(e)
 
 
 def chromium(*args):
@@ -142,12 +144,13 @@ def chromium(*args):
         raise SuiteFailed("chromium is not installed (tests/console/run installs it with apt-get)")
     profile = tempfile.mkdtemp(prefix="console-chromium-")
     argv = [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-            "--no-first-run", f"--user-data-dir={profile}", "--virtual-time-budget=8000", *args]
+            "--no-first-run", f"--user-data-dir={profile}", "--virtual-time-budget=8000",
+            "--enable-logging=stderr", "--v=0", *args]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     shutil.rmtree(profile, ignore_errors=True)
     if out.returncode != 0:
         raise SuiteFailed(f"chromium exited {out.returncode}:\n{out.stderr[-3000:]}")
-    return out.stdout
+    return out.stdout, out.stderr
 
 
 def visible_text(dom):
@@ -223,16 +226,19 @@ def run(h):
             send(listener, "flaky.example")
             stop.wait(0.05)
 
-    Thread(target=traffic, daemon=True).start()
+    sender = Thread(target=traffic, daemon=True)
+    sender.start()
     OUT.mkdir(parents=True, exist_ok=True)
     try:
         started = time.monotonic()
-        dom = chromium("--dump-dom", f"http://{admin}/")
+        dom, log = chromium("--dump-dom", f"http://{admin}/")
         took = time.monotonic() - started
         (OUT / "console.html").write_text(dom)
+        filtered, _ = chromium("--dump-dom", f"http://{admin}/#filter=api-0999")
         chromium(f"--screenshot={OUT / 'console.png'}", "--window-size=1280,1600", f"http://{admin}/")
     finally:
         stop.set()
+        sender.join(timeout=10)
     text = visible_text(dom)
     print(f"  (chromium rendered {FILLER + 4} Backends in {took:.1f}s)")
 
@@ -272,6 +278,11 @@ def run(h):
     h.expect("the blocked host is listed", "BLOCKED blocked.example.com:80" in text, text[-1500:])
     h.expect("with the Backend YAML to paste and a copy button",
              "hostname: blocked.example.com" in text and "Copy Backend YAML" in text, text[-1500:])
+    csp = [line for line in log.splitlines() if "Content Security Policy" in line or "Uncaught" in line]
+    h.expect("no script error and nothing the CSP had to refuse", not csp, "\n".join(csp[:5]))
+    rows = visible_text(filtered).split("Backends", 1)[-1].split("Refused destinations", 1)[0]
+    h.expect("the filter from the URL (#filter=api-0999) leaves that one Backend",
+             "1 Backend ports" in rows and "default/api-0999" in rows and "default/shop" not in rows, rows[:400])
     size = (OUT / "console.png").stat().st_size
     h.expect("a screenshot was taken", size > 10000, f"{size} bytes")
     upstream.shutdown()

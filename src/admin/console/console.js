@@ -464,7 +464,17 @@
       if (paused && timer !== null) { clearTimeout(timer); timer = null; }
       if (!paused) poll();
     });
-    byId("filter").addEventListener("input", () => { page = 0; render(); });
+    // The filter lives in the URL's fragment too (`/#filter=ledger`): a view to link to.
+    const filter = byId("filter");
+    const hash = /^#filter=(.*)$/.exec(window.location.hash);
+    if (hash) {
+      try { filter.value = decodeURIComponent(hash[1]); } catch (e) { filter.value = hash[1]; }
+    }
+    filter.addEventListener("input", () => {
+      page = 0;
+      history.replaceState(null, "", filter.value ? "#filter=" + encodeURIComponent(filter.value) : "#");
+      render();
+    });
     poll();
   }
 
