@@ -440,14 +440,16 @@
     renderHealth(last.status);
     renderBackends(last.endpoints);
     renderBlocked(last.blocked);
-    renderProblems(last.blocked);
+    renderProblems(last.status, last.blocked);
   }
 
   // One line under the header: what needs a look, with the section it is in.
-  function renderProblems(blocked) {
+  function renderProblems(status, blocked) {
     const line = clear(byId("problems"));
     const refused = (blocked.blocked || []).filter((b) => b.action === "blocked" || b.action === "client_denied").length;
     const parts = [];
+    if (!status.ready) parts.push(status.draining ? "draining" : "not ready");
+    if ((status.lastReload || {}).result === "failure") parts.push("last reload rejected");
     if (problems.ejected) parts.push(problems.ejected + " endpoint" + (problems.ejected === 1 ? "" : "s") + " ejected");
     if (problems.failing) parts.push(problems.failing + " failing active checks");
     if (problems.ports) parts.push(problems.ports + " Backend port" + (problems.ports === 1 ? "" : "s") + " with problems");
