@@ -45,6 +45,7 @@ async fn a_browser_gets_the_console_page_with_a_strict_csp() {
         .unwrap()
         .starts_with("text/html"));
     assert_locked_down(&page, "/");
+    assert_eq!(page.header("vary"), Some("accept"));
     let html = page.text();
     assert!(html.contains(r#"<script src="/console.js""#), "{html}");
     assert!(html.contains(r#"href="/console.css""#), "{html}");

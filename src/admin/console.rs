@@ -50,11 +50,15 @@ pub(super) fn index<B>(req: &Request<B>) -> Response<Full<Bytes>> {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.to_ascii_lowercase().contains("text/html"));
-    if html_asked && !text_asked {
+    let mut r = if html_asked && !text_asked {
         page(INDEX_HTML, "text/html; charset=utf-8")
     } else {
         super::text(StatusCode::OK, TEXT_INDEX)
-    }
+    };
+    // Which of the two depends on `Accept`: a cache in between must not mix them up.
+    r.headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("accept"));
+    r
 }
 
 fn page(body: &'static str, content_type: &'static str) -> Response<Full<Bytes>> {

@@ -10,7 +10,7 @@
 //! | `/metrics` (`/stats/prometheus`) | Prometheus metrics |
 //! | `/endpoints` | per Backend port and endpoint: health, ejection (time left, multiplier), requests in flight, connections |
 //! | `/blocked` | destinations refused because nothing declares them, with a Backend for each (`?format=yaml`) |
-//! | `/` | the console (HTML, for a browser; [`console`]); the plain-text index for other clients and `/?format=text` |
+//! | `/` | the console (HTML, for a browser; `console.rs`); the plain-text index for other clients and `/?format=text` |
 
 mod console;
 mod endpoints;

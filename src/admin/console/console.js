@@ -24,7 +24,8 @@
     if (cls) e.className = cls;
     for (const c of children) {
       if (c === null || c === undefined || c === false) continue;
-      e.appendChild(typeof c === "object" ? c : document.createTextNode(String(c)));
+      // Only nodes made here are nodes; any value from the JSON becomes text.
+      e.appendChild(c instanceof Node ? c : document.createTextNode(String(c)));
     }
     return e;
   }
