@@ -1,11 +1,15 @@
 """The console in headless Chromium, asserted on what a person would see.
 
-Starts egressd (its own binary, `--no-watch`) on a config with three Backends; `shop` has two
-endpoints, one of which refuses connections, so outlier detection ejects it. A request for an
-undeclared host is refused (RegistryOnly), and a config file quoting markup in a key is added
-and SIGHUP sent, so the reload is rejected. Then `chromium --dump-dom` renders `/` and the
-DOM is checked: the rejected reload with its error at file:line:column and the markup as
-text, the ejected endpoint above every healthy one, the blocked host with its Backend YAML.
+Starts egressd (its own binary, `--no-watch`) on a config with 1,006 Backends: `shop` has two
+endpoints, one of which refuses connections, so outlier detection ejects it; `checked` fails
+its active checks; `warming` is in slow start; `flaky` answers 500 to half its requests; a
+Report EgressPolicy would deny the test's client `search`; 1,000 more nobody uses. A request for
+an undeclared host is refused (RegistryOnly), and a config file quoting markup in a key is
+added and SIGHUP sent, so the reload is rejected. Then `chromium --dump-dom` renders `/` and
+the DOM is checked: the rejected reload with its error at file:line:column and the markup as
+text, the ejected endpoint above every healthy one, the problems in order, rates, paging and
+the filter, the blocked host with its Backend YAML, and no CSP violation or script error in
+Chromium's log. A screenshot is kept at target/console/console.png.
 """
 
 import html
@@ -103,13 +107,22 @@ spec:
   clients: {cidrs: ["10.99.0.0/16"]}
   to: {backendRefs: [{name: search}]}
 """
+    # An endpoint failing its active checks (the upstream answers /fail with 500), and one
+    # ramping up in slow start for ten minutes.
+    checked = backend("checked", ["127.0.0.1"], port, """  trafficPolicy:
+    healthCheck:
+      active: {type: HTTP, interval: 100ms, timeout: 1s, unhealthyThreshold: 1, http: {path: /fail}}
+""")
+    warming = backend("warming", ["127.0.0.1"], port, """  trafficPolicy:
+    loadBalancer: {type: LeastRequest, slowStart: {window: 600s}}
+""")
     # Many healthy Backends nobody uses: the page pages them, problems still on top.
     filler = "".join(backend(f"api-{i:04}", ["127.0.0.1"], port) for i in range(FILLER))
     return (head + shop + route("shop.example", "shop")
             + backend("flaky", ["127.0.0.1"], port) + route("flaky.example", "flaky")
             + backend("ledger", ["127.0.0.1"], port) + route("ledger.example", "ledger")
             + backend("search", ["127.0.0.1"], port) + route("search.example", "search")
-            + policy + filler)
+            + checked + warming + policy + filler)
 
 
 FILLER = 1000
@@ -202,6 +215,13 @@ def run(h):
         return any(e["health"] == "ejected" for e in shop["endpoints"])
 
     wait_for("shop's dead endpoint ejected", shop_ejected, timeout=30, interval=0.2)
+
+    def checked_failing():
+        ports = json.loads(get("/endpoints"))["backends"]
+        checked = next(p for p in ports if p["backend"].endswith("/checked"))
+        return checked["endpoints"][0]["health"] == "unhealthy"
+
+    wait_for("checked's endpoint failing its active checks", checked_failing, timeout=30, interval=0.2)
     h.expect("ledger answers", send(listener, "ledger.example") == 200)
     h.expect("search answers (Report mode lets the client through)", send(listener, "search.example") == 200)
     h.expect("flaky answers 500 on /fail", send(listener, "flaky.example", "/fail") == 500)
@@ -240,7 +260,7 @@ def run(h):
         stop.set()
         sender.join(timeout=10)
     text = visible_text(dom)
-    print(f"  (chromium rendered {FILLER + 4} Backends in {took:.1f}s)")
+    print(f"  (chromium rendered {FILLER + 6} Backends in {took:.1f}s)")
 
     h.expect("the page rendered (not stuck loading)", "loading…" not in text and "READY" in text, text[:300])
     h.expect("the rejected reload is shown", "RELOAD REJECTED" in text, text[:500])
@@ -261,6 +281,12 @@ def run(h):
     h.expect("the ejected endpoint is above every healthy one",
              0 <= first_ejected < first_healthy and backends.find("127.0.0.2:") < backends.find("default/api-0000"),
              backends[:600])
+    h.expect("an endpoint failing active checks, under the ejected one",
+             re.search(r"FAILING CHECKS default/checked : \d+ 127\.0\.0\.1:\d+ active checks failing", backends)
+             and first_ejected < backends.find("FAILING CHECKS"), backends[:1500])
+    h.expect("an endpoint in slow start, above the OK ones",
+             re.search(r"SLOW START default/warming : \d+ .*slow start: weight [\d.]+ of \d+, ready for \d+s", backends)
+             and backends.find("SLOW START") < backends.find("OK default/"), backends[:1500])
     h.expect("a Backend with failing requests shows ERRORS, under the ejection and above the OK ones",
              0 <= first_ejected < backends.find("ERRORS default/flaky") < backends.find("OK default/"),
              backends[:1500])
@@ -269,9 +295,9 @@ def run(h):
              flaky and float(flaky.group(1)) > 0 and 0 < int(flaky.group(2)) <= int(flaky.group(3)),
              backends[:1500])
     h.expect("a line on top says what needs a look",
-             re.search(r"ATTENTION last reload rejected · 1 endpoint ejected · 2 Backend ports with problems · 1 refused destination", text),
+             re.search(r"ATTENTION last reload rejected · 1 endpoint ejected · 1 failing active checks · 3 Backend ports with problems · 1 refused destination", text),
              text[:300])
-    h.expect(f"{FILLER + 4} Backend ports, paged", f"{FILLER + 4} Backend ports · page 1 of" in text, backends[:300])
+    h.expect(f"{FILLER + 6} Backend ports, paged", f"{FILLER + 6} Backend ports · page 1 of" in text, backends[:300])
     h.expect("the client a Report policy would deny, with the policy",
              re.search(r"WOULD DENY search\.example:\d+ .* client 127\.0\.0\.1 · policy \S*search-clients", text),
              text[-2500:])

@@ -257,7 +257,8 @@
     }
     if (e.effectiveWeight !== undefined && e.effectiveWeight < e.weight) {
       return { rank: 1, label: label("SLOW START", "warn"),
-        detail: "slow start: weight " + e.effectiveWeight + " of " + e.weight };
+        detail: "slow start: weight " + Number(e.effectiveWeight.toFixed(2)) + " of " + e.weight +
+          ", ready for " + seconds(e.readyForMs) };
     }
     return { rank: 0, label: label("HEALTHY", "ok"), detail: e.lastFailure ? "last failure: " + e.lastFailure.detail : "" };
   }
@@ -329,8 +330,8 @@
       for (const l of v.labels) { state.appendChild(l); state.appendChild(document.createTextNode(" ")); }
       const errors = v.win === null || v.win === undefined ? "—"
         : v.win.errors + " of " + v.win.requests + (v.win.requests > 0 ? " (" + (v.errorShare * 100).toFixed(1) + "%)" : "");
-      // One endpoint with nothing to say: it shares the port's row.
-      const alone = v.eps.length === 1 && v.eps[0].state.rank === 0 && !v.port.lastError ? v.eps[0] : null;
+      // A port's only endpoint shares the port's row.
+      const alone = v.eps.length === 1 && !v.port.lastError ? v.eps[0] : null;
       const wildcard = v.port.wildcardHosts !== null && v.port.wildcardHosts !== undefined
         ? ", " + v.port.wildcardHosts + " wildcard hosts" : "";
       tbody.appendChild(el("tr", "port", state,
