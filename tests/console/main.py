@@ -295,7 +295,7 @@ def run(h):
              flaky and float(flaky.group(1)) > 0 and 0 < int(flaky.group(2)) <= int(flaky.group(3)),
              backends[:1500])
     h.expect("a line on top says what needs a look",
-             re.search(r"ATTENTION last reload rejected · 1 endpoint ejected · 1 failing active checks · 3 Backend ports with problems · 1 refused destination", text),
+             re.search(r"ATTENTION last reload rejected · 1 endpoint ejected · 1 endpoint failing active checks · 3 Backend ports with problems · 1 refused destination", text),
              text[:300])
     h.expect(f"{FILLER + 6} Backend ports, paged", f"{FILLER + 6} Backend ports · page 1 of" in text, backends[:300])
     h.expect("the client a Report policy would deny, with the policy",

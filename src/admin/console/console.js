@@ -453,7 +453,7 @@
     if (!status.ready) parts.push(status.draining ? "draining" : "not ready");
     if ((status.lastReload || {}).result === "failure") parts.push("last reload rejected");
     if (problems.ejected) parts.push(problems.ejected + " endpoint" + (problems.ejected === 1 ? "" : "s") + " ejected");
-    if (problems.failing) parts.push(problems.failing + " failing active checks");
+    if (problems.failing) parts.push(problems.failing + " endpoint" + (problems.failing === 1 ? "" : "s") + " failing active checks");
     if (problems.ports) parts.push(problems.ports + " Backend port" + (problems.ports === 1 ? "" : "s") + " with problems");
     if (refused) parts.push(refused + " refused destination" + (refused === 1 ? "" : "s"));
     line.appendChild(parts.length ? label("ATTENTION", "warn") : label("ALL CLEAR", "ok"));
