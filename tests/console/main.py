@@ -309,6 +309,8 @@ def run(h):
     rows = visible_text(filtered).split("Backends", 1)[-1].split("Refused destinations", 1)[0]
     h.expect("the filter from the URL (#filter=api-0999) leaves that one Backend",
              "1 Backend ports" in rows and "default/api-0999" in rows and "default/shop" not in rows, rows[:400])
+    h.expect("while the line on top still counts every port",
+             "1 endpoint ejected" in visible_text(filtered).split("Backends", 1)[0], visible_text(filtered)[:300])
     size = (OUT / "console.png").stat().st_size
     h.expect("a screenshot was taken", size > 10000, f"{size} bytes")
     upstream.shutdown()

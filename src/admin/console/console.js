@@ -15,7 +15,7 @@
   let last = null; // the latest data, to re-render on filter or page changes
   const samples = []; // {t, endpoints: Map(key -> totalRequests), backends: Map(name -> {errors})}
   let protocols = { generation: -1, byListener: new Map() };
-  const problems = { ejected: 0, failing: 0, ports: 0 }; // counted over the filtered ports
+  const problems = { ejected: 0, failing: 0, ports: 0 }; // counted over every port, filter or not
 
   // -- DOM helpers: text only ---------------------------------------------------------------
 
@@ -306,8 +306,6 @@
     const windows = new Map();
     for (const [name, ports] of byBackend) windows.set(name, backendWindow(name, ports));
     let views = (endpoints.backends || []).map((p) => portView(p, windows));
-    const filter = byId("filter").value.trim().toLowerCase();
-    if (filter) views = views.filter((v) => v.text.includes(filter));
     views.sort((a, b) => b.rank - a.rank || a.port.backend.localeCompare(b.port.backend) || a.port.port - b.port.port);
 
     problems.ejected = 0;
@@ -320,6 +318,8 @@
         else if (x.e.health === "unhealthy") problems.failing += 1;
       }
     }
+    const filter = byId("filter").value.trim().toLowerCase();
+    if (filter) views = views.filter((v) => v.text.includes(filter));
     const pages = Math.max(1, Math.ceil(views.length / PORTS_PER_PAGE));
     page = Math.min(page, pages - 1);
     renderPager(views.length, pages);
