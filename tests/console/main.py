@@ -226,6 +226,10 @@ def run(h):
     h.expect("search answers (Report mode lets the client through)", send(listener, "search.example") == 200)
     h.expect("flaky answers 500 on /fail", send(listener, "flaky.example", "/fail") == 500)
     h.expect("an undeclared host is refused", send(listener, "blocked.example.com") == 403)
+    # Markup as a Host is no host name: 400 before anything records it, so it never reaches
+    # /blocked (the page is checked below for config text that does quote markup).
+    h.expect("a Host of markup is refused with 400", send(listener, HOSTILE) == 400)
+    h.expect("and is not recorded in /blocked", HOSTILE not in get("/blocked"))
 
     # A rejected reload.
     (conf / "broken.yaml").write_text(BROKEN)
