@@ -156,15 +156,6 @@ impl ClientPolicy {
         policy
     }
 
-    /// The number of policies.
-    pub fn len(&self) -> usize {
-        self.rules.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
-    }
-
     /// The policies covering `dest`, in name order, without repeats. The usual case, one
     /// index list (the Backend's, or the host's), is borrowed: nothing is allocated.
     fn covering(&self, dest: Destination<'_>) -> Cow<'_, [u32]> {

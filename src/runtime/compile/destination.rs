@@ -132,39 +132,28 @@ fn compile_hostname(
             "spec.destination.fqdn.hostname",
         )
     };
+    // A wildcard is judged by its domain: `*.example.com` is denied by `example.com` and
+    // by `*.example.com`.
+    let suffix = host.strip_prefix("*.");
     if host.parse::<IpAddr>().is_ok() {
         cx.error(
             here(),
             format!("`{host}` is an IP address"),
             "use `type: IP` with `ip.endpoints` for addresses",
         );
-    } else if let Some(suffix) = host.strip_prefix("*.") {
-        if suffix.contains('*') || !is_valid_hostname(suffix) || !suffix.contains('.') {
-            cx.error(
-                here(),
-                format!("wildcard hostname `{host}` is not `*.` and a domain of two or more labels"),
-                "e.g. *.example.com (it matches one or more labels under example.com, not example.com itself)",
-            );
-        } else if let Some(p) = settings
-            .denied_hostnames
-            .iter()
-            .find(|p| hostname_matches(p, suffix) || hostname_matches(p, &host))
-        {
-            cx.error(
-                here(),
-                format!("hostname `{host}` is denied by ProxyConfig deniedHostnames `{p}`"),
-                "choose another destination or change deniedHostnames",
-            );
-        } else {
-            return Some(host);
-        }
-    } else if host.contains('*') {
+    } else if suffix.is_some_and(|d| d.contains('*') || !is_valid_hostname(d) || !d.contains('.')) {
+        cx.error(
+            here(),
+            format!("wildcard hostname `{host}` is not `*.` and a domain of two or more labels"),
+            "e.g. *.example.com (it matches one or more labels under example.com, not example.com itself)",
+        );
+    } else if suffix.is_none() && host.contains('*') {
         cx.error(
             here(),
             format!("`{host}`: `*` only as the whole first label (`*.example.com`)"),
             "name one host, or `*.` and a domain",
         );
-    } else if !is_valid_hostname(&host) {
+    } else if suffix.is_none() && !is_valid_hostname(&host) {
         cx.error(
             here(),
             format!("invalid hostname `{host}`"),
@@ -173,7 +162,7 @@ fn compile_hostname(
     } else if let Some(p) = settings
         .denied_hostnames
         .iter()
-        .find(|p| hostname_matches(p, &host))
+        .find(|p| hostname_matches(p, &host) || suffix.is_some_and(|d| hostname_matches(p, d)))
     {
         cx.error(
             here(),
