@@ -368,12 +368,17 @@ async fn connections_over_max_connections_are_closed_at_once_and_counted_until_o
     );
     assert_eq!(setup.metric(&refused("max_connections")), 1.0);
     assert!(try_get(setup.http()).await.is_none());
-    // A closed connection frees its slot for the next client.
+    // A closed connection frees its slot for the next client. Waiting on the gauge rather
+    // than retrying requests: a retry that races the close would be refused and counted.
     drop(first);
     eventually("no slot came free", WITHIN, || async {
-        try_get(setup.http()).await.is_some()
+        setup.metric("egressd_downstream_connections_active") <= 1.0
     })
     .await;
+    assert!(
+        try_get(setup.http()).await.is_some(),
+        "a freed slot was not reused"
+    );
     assert_eq!(setup.metric(&refused("max_connections")), 2.0);
 }
 
