@@ -36,7 +36,7 @@ async fn connect_status(proxy: SocketAddr, target: &str) -> u16 {
 
 /// The admin server's log filter, asked directly.
 async fn log_filter(proxy: &TestProxy) -> String {
-    get(proxy.admin, "admin", "/logging").await.text()
+    get(proxy.admin, "localhost", "/logging").await.text()
 }
 
 #[tokio::test]
@@ -200,8 +200,8 @@ async fn a_passthrough_sni_is_judged_in_canonical_form() {
     assert!(
         counted,
         "{}",
-        get(proxy.admin, "admin", "/metrics").await.text()
+        get(proxy.admin, "localhost", "/metrics").await.text()
     );
-    let blocked = get(proxy.admin, "admin", "/blocked").await.text();
+    let blocked = get(proxy.admin, "localhost", "/blocked").await.text();
     assert!(!blocked.contains("2130706433"), "{blocked}");
 }

@@ -232,7 +232,7 @@ spec:
     assert_eq!(blue.request_count(), blue_count);
 
     let endpoints: serde_json::Value =
-        serde_json::from_str(&get(proxy.admin, "admin", "/endpoints").await.text()).unwrap();
+        serde_json::from_str(&get(proxy.admin, "localhost", "/endpoints").await.text()).unwrap();
     let list = endpoints["backends"][0]["endpoints"]
         .as_array()
         .unwrap()

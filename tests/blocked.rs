@@ -46,7 +46,7 @@ async fn a_blocked_host_is_listed_with_a_backend_that_allows_it() {
     assert_eq!(upstream.request_count(), 0);
 
     let listed: serde_json::Value =
-        serde_json::from_slice(&get(proxy.admin, "admin", "/blocked").await.body).unwrap();
+        serde_json::from_slice(&get(proxy.admin, "localhost", "/blocked").await.body).unwrap();
     let blocked = listed["blocked"].as_array().unwrap();
     assert_eq!(blocked.len(), 2, "{listed:#}");
     let api = blocked
@@ -77,7 +77,7 @@ async fn a_blocked_host_is_listed_with_a_backend_that_allows_it() {
         .await,
         2.0
     );
-    let yaml = get(proxy.admin, "admin", "/blocked?format=yaml")
+    let yaml = get(proxy.admin, "localhost", "/blocked?format=yaml")
         .await
         .text();
     assert_eq!(yaml.matches("kind: Backend").count(), 2, "{yaml}");

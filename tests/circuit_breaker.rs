@@ -70,7 +70,7 @@ async fn at_max_connections_requests_wait_up_to_max_pending_and_the_rest_overflo
         "the second request waits for the connection",
         Duration::from_secs(5),
         || async {
-            let body = get(proxy.admin, "admin", "/endpoints").await.body;
+            let body = get(proxy.admin, "localhost", "/endpoints").await.body;
             let all: serde_json::Value = serde_json::from_slice(&body).unwrap();
             all["backends"][0]["circuitBreaker"]["pendingRequests"] == 1
         },

@@ -38,10 +38,10 @@ async fn hosts_that_are_no_host_name_get_400_and_are_not_recorded() {
         assert_eq!(r.error_code(), Some("invalid_request"), "{host}");
         assert!(r.body.len() < 512, "the reply does not echo the host");
     }
-    let blocked = get(proxy.admin, "admin", "/blocked").await.text();
+    let blocked = get(proxy.admin, "localhost", "/blocked").await.text();
     let listed: serde_json::Value = serde_json::from_str(&blocked).unwrap();
     assert_eq!(listed["blocked"], serde_json::json!([]), "nothing recorded");
-    let metrics = get(proxy.admin, "admin", "/metrics").await.text();
+    let metrics = get(proxy.admin, "localhost", "/metrics").await.text();
     assert!(
         !metrics.contains("egressd_blocked_requests_total{"),
         "no host label"

@@ -259,7 +259,7 @@ async fn an_unreachable_tunnel_endpoint_is_ejected_and_tunnels_go_to_the_other()
         refused += usize::from(status != 200);
     }
     assert_eq!(refused, 5, "a run of 5 refusals ejects the endpoint");
-    let endpoints = common::proxy::get(proxy.admin, "admin", "/endpoints")
+    let endpoints = common::proxy::get(proxy.admin, "localhost", "/endpoints")
         .await
         .text();
     assert!(

@@ -38,7 +38,7 @@ fn assert_locked_down(r: &common::proxy::Response, what: &str) {
 #[tokio::test]
 async fn a_browser_gets_the_console_page_with_a_strict_csp() {
     let proxy = TestProxy::start(&preamble(None)).await;
-    let page = get_with_headers(proxy.admin, "admin", "/", &[("accept", BROWSER_ACCEPT)]).await;
+    let page = get_with_headers(proxy.admin, "localhost", "/", &[("accept", BROWSER_ACCEPT)]).await;
     assert_eq!(page.status, 200);
     assert!(page
         .header("content-type")
@@ -56,7 +56,7 @@ async fn a_browser_gets_the_console_page_with_a_strict_csp() {
         ("/console.js", "text/javascript"),
         ("/console.css", "text/css"),
     ] {
-        let r = get_with_headers(proxy.admin, "admin", path, &[]).await;
+        let r = get_with_headers(proxy.admin, "localhost", path, &[]).await;
         assert_eq!(r.status, 200, "{path}");
         assert!(
             r.header("content-type").unwrap().starts_with(content_type),
@@ -69,7 +69,7 @@ async fn a_browser_gets_the_console_page_with_a_strict_csp() {
 #[tokio::test]
 async fn the_console_script_never_turns_text_into_html() {
     let proxy = TestProxy::start(&preamble(None)).await;
-    let js = get_with_headers(proxy.admin, "admin", "/console.js", &[])
+    let js = get_with_headers(proxy.admin, "localhost", "/console.js", &[])
         .await
         .text();
     assert!(js.contains("textContent") && js.contains("createElement"));
@@ -93,7 +93,7 @@ async fn curl_and_format_text_get_the_plain_text_index() {
         ("/", "application/json"),
         ("/?format=text", BROWSER_ACCEPT),
     ] {
-        let r = get_with_headers(proxy.admin, "admin", path, &[("accept", accept)]).await;
+        let r = get_with_headers(proxy.admin, "localhost", path, &[("accept", accept)]).await;
         assert_eq!(r.status, 200);
         assert!(
             r.header("content-type").unwrap().starts_with("text/plain"),
@@ -105,7 +105,7 @@ async fn curl_and_format_text_get_the_plain_text_index() {
         }
     }
     // No Accept at all (a bare HTTP client): text too.
-    let r = get_with_headers(proxy.admin, "admin", "/", &[]).await;
+    let r = get_with_headers(proxy.admin, "localhost", "/", &[]).await;
     assert!(r.header("content-type").unwrap().starts_with("text/plain"));
 }
 
@@ -122,7 +122,7 @@ async fn a_rejected_reload_hands_the_console_config_text_verbatim() {
     ));
     assert!(proxy.egressd().reload().await.is_err());
     let status: serde_json::Value = serde_json::from_slice(
-        &get_with_headers(proxy.admin, "admin", "/status", &[])
+        &get_with_headers(proxy.admin, "localhost", "/status", &[])
             .await
             .body,
     )

@@ -43,7 +43,7 @@ async fn the_credential_replaces_the_clients_and_follows_its_file() {
     assert_eq!(seen["authorization"], "Bearer s3cret-one");
 
     // Never in the config dump.
-    let dump = get(proxy.admin, "admin", "/config").await.text();
+    let dump = get(proxy.admin, "localhost", "/config").await.text();
     assert!(!dump.contains("s3cret"), "{dump}");
 
     // Rotated in place: the next requests carry the new one, no restart.
@@ -71,7 +71,7 @@ async fn the_credential_replaces_the_clients_and_follows_its_file() {
     assert_eq!(r.error_code(), Some("credential_unavailable"));
     assert!(!r.text().contains("s3cret"), "{}", r.text());
     assert_eq!(upstream.request_count(), before);
-    let status = get(proxy.admin, "admin", "/status").await.text();
+    let status = get(proxy.admin, "localhost", "/status").await.text();
     assert!(
         status.contains("credential of extension api-key"),
         "{status}"

@@ -145,7 +145,7 @@ async fn tls_get(
 /// `/blocked` as JSON entries.
 async fn blocked(proxy: &TestProxy) -> Vec<serde_json::Value> {
     let listed: serde_json::Value =
-        serde_json::from_slice(&get(proxy.admin, "admin", "/blocked").await.body).unwrap();
+        serde_json::from_slice(&get(proxy.admin, "localhost", "/blocked").await.body).unwrap();
     listed["blocked"].as_array().unwrap().clone()
 }
 

@@ -96,7 +96,7 @@ async fn active_state(proxy: &TestProxy, ip: &str) -> String {
 
 /// The value of one Prometheus series from `/metrics` (0 when absent).
 async fn metric(proxy: &TestProxy, series: &str) -> f64 {
-    let body = get(proxy.admin, "admin", "/metrics").await.text();
+    let body = get(proxy.admin, "localhost", "/metrics").await.text();
     body.lines()
         .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
         .unwrap_or(0.0)

@@ -174,7 +174,7 @@ async fn each_backend_of_a_hostname_is_reached_on_its_own_port() {
     assert_eq!(s.secure.handshake_count(), 2);
 
     // Nothing is Conflicted: each port has one Backend.
-    let status = get(s.proxy.admin, "admin", "/status").await.text();
+    let status = get(s.proxy.admin, "localhost", "/status").await.text();
     assert!(!status.contains("Conflicted"), "{status}");
 }
 
@@ -204,7 +204,7 @@ async fn each_port_keeps_its_kind_and_an_undeclared_port_names_every_declared_on
     }
     // ... and /blocked suggests a Backend of its own for it, which is now a valid config.
     let blocked: serde_json::Value =
-        serde_json::from_str(&get(s.proxy.admin, "admin", "/blocked").await.text()).unwrap();
+        serde_json::from_str(&get(s.proxy.admin, "localhost", "/blocked").await.text()).unwrap();
     let entry = blocked["blocked"]
         .as_array()
         .unwrap()
@@ -247,7 +247,7 @@ spec:
         preamble(dns.addr) + &backend("first", a.addr.port(), "HTTP", "InsecureDisable") + &second;
     let proxy = TestProxy::start(&config).await;
 
-    let status = get(proxy.admin, "admin", "/status").await.text();
+    let status = get(proxy.admin, "localhost", "/status").await.text();
     let clash = format!(
         "`{HOST}:{}` is also declared by Backend default/first",
         a.addr.port()
@@ -268,7 +268,7 @@ spec:
         assert_eq!((r.status.as_u16(), r.text()), (200, name.to_owned()));
     }
     // Port A went to `first`, the winner: its request metrics say so.
-    let metrics = get(proxy.admin, "admin", "/metrics").await.text();
+    let metrics = get(proxy.admin, "localhost", "/metrics").await.text();
     let served = |backend: &str| {
         metrics
             .lines()

@@ -12,7 +12,7 @@ use common::proxy::{fetch, get, request, ClientBody};
 use http_body_util::Full;
 
 async fn admin_post(egressd: &Egressd, path: &str) -> common::proxy::Response {
-    let post = request("POST", "admin", path)
+    let post = request("POST", "localhost", path)
         .body(Full::new(Bytes::new()))
         .unwrap();
     fetch(egressd.admin(), post).await
@@ -30,7 +30,7 @@ async fn the_log_filter_changes_through_the_admin_api() {
     let listener = egressd.listener_addr("default/gw/http").await;
 
     assert_eq!(
-        get(egressd.admin(), "admin", "/logging").await.text(),
+        get(egressd.admin(), "localhost", "/logging").await.text(),
         "info\n"
     );
     let reply = fetch(
@@ -52,7 +52,7 @@ async fn the_log_filter_changes_through_the_admin_api() {
         (200, "info,egressd=debug\n".to_owned())
     );
     assert_eq!(
-        get(egressd.admin(), "admin", "/logging").await.text(),
+        get(egressd.admin(), "localhost", "/logging").await.text(),
         "info,egressd=debug\n"
     );
     fetch(
@@ -69,10 +69,33 @@ async fn the_log_filter_changes_through_the_admin_api() {
     .is_some();
     assert!(logged, "debug lines now: {}", egressd.stderr());
 
+    // A page on another site making the browser POST here changes nothing.
+    let from_elsewhere = fetch(
+        egressd.admin(),
+        request("POST", &egressd.admin().to_string(), "/logging?level=trace")
+            .header("origin", "http://attacker.test")
+            .header("sec-fetch-site", "cross-site")
+            .body(Full::new(Bytes::new()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(from_elsewhere.status, 403, "{}", from_elsewhere.text());
+    assert_eq!(from_elsewhere.error_code(), Some("admin_cross_origin"));
+    assert_eq!(
+        get(egressd.admin(), "localhost", "/logging").await.text(),
+        "info,egressd=debug\n"
+    );
+    let logged = poll_within(Duration::from_secs(5), || async {
+        egressd.stderr().contains("admin request refused")
+    })
+    .await
+    .is_some();
+    assert!(logged, "the refusal is logged: {}", egressd.stderr());
+
     let bad = admin_post(&egressd, "/logging?level=egressd%3Dloud").await;
     assert_eq!(bad.status, 400, "{}", bad.text());
     assert_eq!(
-        get(egressd.admin(), "admin", "/logging").await.text(),
+        get(egressd.admin(), "localhost", "/logging").await.text(),
         "info,egressd=debug\n"
     );
     assert_eq!(admin_post(&egressd, "/logging").await.status, 400);

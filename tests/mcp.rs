@@ -381,7 +381,7 @@ fn with_active_check(yaml: String, active: &str) -> String {
 
 /// `"state"` of the active check of the endpoint on `ip` in `/endpoints`.
 async fn check_state(proxy: &TestProxy, ip: &str) -> String {
-    let all = common::proxy::get(proxy.admin, "admin", "/endpoints").await;
+    let all = common::proxy::get(proxy.admin, "localhost", "/endpoints").await;
     let all: serde_json::Value = serde_json::from_slice(&all.body).expect("JSON");
     let endpoint = all["backends"][0]["endpoints"]
         .as_array()
@@ -687,7 +687,7 @@ async fn mcp_health_checks_pass_on_the_python_sdk_server_and_end_their_sessions(
     })
     .await
     .is_some();
-    let endpoints = common::proxy::get(proxy.admin, "admin", "/endpoints").await;
+    let endpoints = common::proxy::get(proxy.admin, "localhost", "/endpoints").await;
     assert!(settled, "{}", endpoints.text());
     assert!(
         !endpoints.text().contains("\"fail\""),

@@ -265,7 +265,7 @@ async fn a_denied_tool_call_gets_a_json_rpc_error_and_never_reaches_the_server()
         assert_eq!((r.status.as_u16(), r.text()), (200, "a".to_owned()));
     }
     assert_eq!(a.request_count(), before + 2);
-    let metrics = common::proxy::get(proxy.admin, "admin", "/metrics")
+    let metrics = common::proxy::get(proxy.admin, "localhost", "/metrics")
         .await
         .text();
     assert!(

@@ -59,7 +59,7 @@ async fn in_flight_requests_connections_endpoints_and_certificate_expiry() {
         .await
         .is_some(),
         "{}",
-        get(proxy.admin, "admin", "/metrics").await.text()
+        get(proxy.admin, "localhost", "/metrics").await.text()
     );
     let open = metric(
         &proxy,
@@ -113,7 +113,7 @@ async fn in_flight_requests_connections_endpoints_and_certificate_expiry() {
         r#"egressd_certificate_expiry_seconds{{file="{}"}}"#,
         key.display()
     );
-    let text = get(proxy.admin, "admin", "/metrics").await.text();
+    let text = get(proxy.admin, "localhost", "/metrics").await.text();
     assert!(
         !text.contains(&key_series),
         "a key file has no certificate: {text}"

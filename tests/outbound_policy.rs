@@ -71,7 +71,7 @@ async fn echoes(mut tunnel: TcpStream) {
 }
 
 async fn blocked_list(proxy: &TestProxy) -> Vec<serde_json::Value> {
-    let body = get(proxy.admin, "admin", "/blocked").await.body;
+    let body = get(proxy.admin, "localhost", "/blocked").await.body;
     let listed: serde_json::Value = serde_json::from_slice(&body).unwrap();
     listed["blocked"].as_array().unwrap().clone()
 }

@@ -154,7 +154,7 @@ async fn unknown_sni_is_closed_and_counted() {
     .await;
     assert_eq!(s.upstream.hellos().len(), 0);
     // The audit lists it, with the Passthrough Backend that would allow it.
-    let listed = get(s.proxy.admin, "admin", "/blocked").await.text();
+    let listed = get(s.proxy.admin, "localhost", "/blocked").await.text();
     let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
     let entry = &listed["blocked"][0];
     assert_eq!(entry["host"], "elsewhere.pass.test");

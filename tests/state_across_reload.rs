@@ -255,7 +255,7 @@ async fn a_reload_that_adds_an_endpoint_keeps_the_others_and_their_slow_start() 
         "a ready for 300 ms or more",
         std::time::Duration::from_secs(5),
         || async {
-            let e = get(proxy.admin, "admin", "/endpoints").await.text();
+            let e = get(proxy.admin, "localhost", "/endpoints").await.text();
             ready_for(&serde_json::from_str(&e).unwrap(), a.addr) >= 300
         },
     )
@@ -264,7 +264,7 @@ async fn a_reload_that_adds_an_endpoint_keeps_the_others_and_their_slow_start() 
     proxy.rewrite(&(preamble(None) + &static_backend(&[a.addr, b.addr], policy)));
     proxy.reload().await;
     let endpoints: serde_json::Value =
-        serde_json::from_str(&get(proxy.admin, "admin", "/endpoints").await.text()).unwrap();
+        serde_json::from_str(&get(proxy.admin, "localhost", "/endpoints").await.text()).unwrap();
     assert!(ready_for(&endpoints, a.addr) >= 300, "{endpoints}");
     assert!(ready_for(&endpoints, b.addr) < 300, "{endpoints}");
     assert_eq!(
@@ -293,7 +293,7 @@ async fn an_unhealthy_endpoint_is_never_picked_across_a_reload() {
         "an endpoint checked unhealthy",
         std::time::Duration::from_secs(5),
         || async {
-            get(proxy.admin, "admin", "/endpoints")
+            get(proxy.admin, "localhost", "/endpoints")
                 .await
                 .text()
                 .contains("\"unhealthy\"")

@@ -151,7 +151,7 @@ async fn client_and_server_xbackend_presents_the_secrets_certificate_and_trusts_
 
     // The key is nowhere in the dump, neither as PEM nor as the base64 kubectl wrote; the
     // XBackend is shown as written.
-    let dump = get(proxy.admin, "admin", "/config").await.text();
+    let dump = get(proxy.admin, "localhost", "/config").await.text();
     let key_line = m.client.key_pem.lines().nth(1).expect("a key line");
     assert!(!dump.contains(key_line), "{dump}");
     assert!(!dump.contains(&b64(&m.client.key_pem)), "{dump}");

@@ -14,6 +14,7 @@
 
 mod console;
 mod endpoints;
+mod guard;
 mod redact;
 
 use std::convert::Infallible;
@@ -154,6 +155,27 @@ async fn serve(
 }
 
 fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let allowed = guard::check_host(req, &shared.snapshot.load().settings.admin_allowed_hosts)
+        .and_then(|()| match *req.method() {
+            Method::GET | Method::HEAD => Ok(()),
+            _ => guard::check_origin(req.headers()),
+        });
+    if let Err(refusal) = allowed {
+        limited!(
+            warn,
+            code = refusal.code(),
+            host = ?req.headers().get(header::HOST),
+            origin = ?req.headers().get(header::ORIGIN),
+            path = req.uri().path(),
+            "admin request refused"
+        );
+        let mut r = text(refusal.status(), refusal.explain());
+        r.headers_mut().insert(
+            crate::http::error::ERROR_HEADER,
+            header::HeaderValue::from_static(refusal.code()),
+        );
+        return r;
+    }
     if req.uri().path() == "/logging" {
         return logging(req);
     }

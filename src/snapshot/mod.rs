@@ -118,6 +118,9 @@ pub struct ProxySettings {
     pub downstream: DownstreamSettings,
     /// Admin connections open at once; more are closed at accept.
     pub admin_max_connections: usize,
+    /// Host names (exact, `*.suffix`, or `*`), lower-case, the admin server answers besides IP
+    /// literals and `localhost` (`admin/guard.rs`).
+    pub admin_allowed_hosts: Vec<String>,
     /// egressd's own spans (`tracing`), when configured.
     pub tracing: Option<crate::telemetry::trace::TracingSettings>,
 }
@@ -143,6 +146,7 @@ impl Default for ProxySettings {
             // Prometheus scrape and the kubelet's probes never meet the cap, small enough
             // that the admin port cannot hold many descriptors.
             admin_max_connections: 32,
+            admin_allowed_hosts: Vec::new(),
             tracing: None,
         }
     }

@@ -40,7 +40,7 @@ pub async fn answering(n: u8, port: u16, status: u16) -> Upstream {
 }
 
 pub async fn endpoint_state(proxy: &TestProxy, ip: &str) -> serde_json::Value {
-    let response = get(proxy.admin, "admin", "/endpoints").await;
+    let response = get(proxy.admin, "localhost", "/endpoints").await;
     let all: serde_json::Value = serde_json::from_slice(&response.body).expect("JSON");
     all["backends"][0]["endpoints"]
         .as_array()
@@ -53,7 +53,7 @@ pub async fn endpoint_state(proxy: &TestProxy, ip: &str) -> serde_json::Value {
 
 /// The value of one Prometheus series from `/metrics` (0 when absent).
 pub async fn metric(proxy: &TestProxy, series: &str) -> f64 {
-    let body = get(proxy.admin, "admin", "/metrics").await.text();
+    let body = get(proxy.admin, "localhost", "/metrics").await.text();
     body.lines()
         .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
         .unwrap_or(0.0)
@@ -82,7 +82,7 @@ pub async fn scripted(n: u8, port: u16, script: Arc<Mutex<VecDeque<u16>>>) -> Up
 
 /// How many endpoints of the first Backend are ejected now.
 pub async fn ejected_count(proxy: &TestProxy) -> usize {
-    let response = get(proxy.admin, "admin", "/endpoints").await;
+    let response = get(proxy.admin, "localhost", "/endpoints").await;
     let all: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
     all["backends"][0]["endpoints"]
         .as_array()

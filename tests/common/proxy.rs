@@ -242,7 +242,7 @@ spec:
 /// The admin `/endpoints` entry of Backend `default/{name}` (all its ports: the first).
 pub async fn endpoints_of(proxy: &TestProxy, name: &str) -> serde_json::Value {
     let all: serde_json::Value =
-        serde_json::from_slice(&get(proxy.admin, "admin", "/endpoints").await.body).unwrap();
+        serde_json::from_slice(&get(proxy.admin, "localhost", "/endpoints").await.body).unwrap();
     let label = format!("default/{name}");
     all["backends"]
         .as_array()

@@ -197,6 +197,11 @@ pub struct AdminSpec {
     /// accepted. The admin server also applies `downstream.headerReadTimeout` and
     /// `downstream.idleTimeout`.
     pub max_connections: Option<Spanned<u32>>,
+    /// Host names the admin server answers besides IP addresses, `localhost` and
+    /// `*.localhost`: exact, `*.suffix`, or `*` for any. Another `Host` gets 403 (DNS
+    /// rebinding: a web page pointing its own name at 127.0.0.1 cannot read the admin API).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<Spanned<String>>,
 }
 
 #[apply(wire!)]

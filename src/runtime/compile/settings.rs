@@ -152,6 +152,18 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
             admin.max_connections.as_ref(),
             settings.proxy.admin_max_connections,
         );
+        for pattern in &admin.allowed_hosts {
+            let lower = pattern.value.to_ascii_lowercase();
+            if lower == "*" || is_valid_hostname_pattern(&lower) {
+                settings.proxy.admin_allowed_hosts.push(lower);
+            } else {
+                cx.error(
+                    at(file, id, pattern.pos, "spec.admin.allowedHosts"),
+                    format!("invalid host name pattern `{}`", pattern.value),
+                    "use a host name, `*.suffix`, or `*` (IP addresses and localhost need no entry)",
+                );
+            }
+        }
     }
     if let Some(tracing) = &spec.tracing {
         settings.proxy.tracing = compile_tracing(cx, file, id, tracing);
