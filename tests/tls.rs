@@ -660,6 +660,29 @@ async fn server_requiring_a_client_certificate_fails_with_client_cert_required()
     assert_eq!(upstream.request_count(), 0);
 }
 
+/// Over HTTP/2 the refusal (TLS 1.3: after our side of the handshake) arrives while the
+/// connection reads the server's preface, not with a response: still the same cause.
+#[tokio::test]
+async fn http2_server_requiring_a_client_certificate_fails_with_client_cert_required() {
+    let env = Env::new().await;
+    let upstream = TlsUpstream::start(
+        "api",
+        env.api_cert(),
+        TlsOptions {
+            require_client_cert_from: Some(&env.ca),
+            ..TlsOptions::default()
+        },
+    )
+    .await;
+    let backend = fqdn_tls_backend(upstream.addr.port(), &Tls::simple(&env.ca_file), "")
+        .replace("protocol: HTTP11", "protocol: HTTP2");
+    let proxy = TestProxy::start(&env.config(&backend)).await;
+
+    let response = get_api(&proxy, upstream.addr.port()).await;
+    assert_tls_failure(&proxy, &response, "client_cert_required").await;
+    assert_eq!(upstream.request_count(), 0);
+}
+
 #[tokio::test]
 async fn plaintext_http_server_fails_with_plaintext_peer() {
     let env = Env::new().await;

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use super::body::RequestBody;
 use super::breaker::ConnectionSlot;
 use super::h1_conn::{H1Conn, H1Sender};
-use super::h2_frames::{FrameWatch, INITIAL_MAX_STREAMS};
+use super::h2_frames::{FrameWatch, PeerSettings, INITIAL_MAX_STREAMS};
 use super::h2_pool::H2Conn;
 use super::tls::{TlsFailure, TlsOrigination};
 
@@ -351,6 +351,30 @@ where
     Ok(sender)
 }
 
+/// Why an HTTP/2 connection failed before the server's preface: the TLS refusal when there
+/// was one (h2 keeps only the text of I/O errors, so the watch under it notes the TLS error
+/// as it goes by); otherwise, as when it closes quietly, a peer that is no HTTP/2 server
+/// (an HTTP/1.1 server answering the preface, a reset), with the connection's error.
+fn failed_before_preface(addr: SocketAddr, peer: &PeerSettings, e: hyper::Error) -> ConnectError {
+    match peer
+        .tls_failure()
+        .or_else(|| TlsFailure::from_error_chain(&e))
+    {
+        Some(failure) => ConnectError::Tls {
+            addr,
+            failure,
+            detail: crate::telemetry::error_chain(&e),
+        },
+        None => ConnectError::NotHttp2 {
+            addr,
+            detail: format!(
+                "the connection failed before the server's HTTP/2 SETTINGS: {}",
+                crate::telemetry::error_chain(&e)
+            ),
+        },
+    }
+}
+
 /// The HTTP/2 handshake, with the server's frames watched for SETTINGS and GOAWAY (see
 /// `h2_frames`).
 async fn handshake_http2<S>(
@@ -369,16 +393,24 @@ where
         .handshake(TokioIo::new(io))
         .await
         .map_err(|source| ConnectError::Handshake { addr, source })?;
+    // The connection's end, if it fails: a connection that fails before the server's
+    // preface (a write refused, nothing read) ends the wait below with its reason.
+    let (failed, mut failure) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!(%addr, error = %e, "upstream HTTP/2 connection closed with error");
+            let _ = failed.send(e);
         }
         drop(slot);
     });
     // The server's SETTINGS come first (RFC 9113 §3.4); waiting for them (one round trip,
     // once per connection) means a burst of requests sees the real stream limit and does not
     // open connections it does not need.
-    match tokio::time::timeout(timeout, peer.preface()).await {
+    let preface = tokio::select! {
+        seen = tokio::time::timeout(timeout, peer.preface()) => seen,
+        Ok(e) = &mut failure => return Err(failed_before_preface(addr, &peer, e)),
+    };
+    match preface {
         // A connection that can carry no stream is useless to the request that opened it;
         // keeping it would have that request wait (or look for another) without end.
         Ok(true) if peer.goaway() => Err(ConnectError::NoStreams {
@@ -390,10 +422,16 @@ where
             detail: "the server's SETTINGS_MAX_CONCURRENT_STREAMS is 0".into(),
         }),
         Ok(true) => Ok(H2Conn::new(sender, peer, options.max_streams)),
-        Ok(false) => Err(ConnectError::NotHttp2 {
-            addr,
-            detail: "the server closed the connection instead of sending HTTP/2 SETTINGS".into(),
-        }),
+        // The connection ended: with an error that says why (a TLS alert, a reset), or
+        // quietly.
+        Ok(false) => match tokio::time::timeout(timeout, failure).await {
+            Ok(Ok(e)) => Err(failed_before_preface(addr, &peer, e)),
+            _ => Err(ConnectError::NotHttp2 {
+                addr,
+                detail: "the server closed the connection instead of sending HTTP/2 SETTINGS"
+                    .into(),
+            }),
+        },
         Err(_) => Err(ConnectError::NotHttp2 {
             addr,
             detail: format!("no HTTP/2 SETTINGS from the server within {timeout:?}"),

@@ -12,12 +12,14 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
+
+use super::tls::TlsFailure;
 
 /// What the server said about the connection so far.
 #[derive(Debug)]
@@ -29,6 +31,8 @@ pub struct PeerSettings {
     preface_seen: AtomicBool,
     settings_received: AtomicBool,
     preface: Notify,
+    /// The TLS error a read or write met, if one did (a server refusing our certificate).
+    tls_failure: OnceLock<TlsFailure>,
 }
 
 /// Streams assumed before the server's first SETTINGS frame arrives (RFC 9113 §6.5.2 suggests
@@ -43,6 +47,7 @@ impl Default for PeerSettings {
             preface_seen: AtomicBool::new(false),
             settings_received: AtomicBool::new(false),
             preface: Notify::new(),
+            tls_failure: OnceLock::new(),
         }
     }
 }
@@ -69,6 +74,22 @@ impl PeerSettings {
     fn end_preface_wait(&self) {
         if !self.preface_seen.swap(true, Ordering::AcqRel) {
             self.preface.notify_waiters();
+        }
+    }
+
+    /// The TLS error the connection failed with, if it was one.
+    pub fn tls_failure(&self) -> Option<TlsFailure> {
+        self.tls_failure.get().copied()
+    }
+
+    /// Notes `e` if it carries a TLS error: h2 turns I/O errors into text, so this is where
+    /// the cause can still be classified.
+    fn note(&self, e: &io::Error) {
+        if let Some(tls) = e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            let _ = self.tls_failure.set(TlsFailure::from_rustls(tls));
         }
     }
 
@@ -164,6 +185,9 @@ pin_project! {
         io: S,
         scanner: Scanner,
         peer: Arc<PeerSettings>,
+        // A write failed; its error is returned once the server's reason has been looked
+        // for (see `poll_reason`).
+        write_failed: Option<io::Error>,
     }
 }
 
@@ -174,6 +198,7 @@ impl<S> FrameWatch<S> {
             io,
             scanner: Scanner::default(),
             peer: peer.clone(),
+            write_failed: None,
         };
         (watch, peer)
     }
@@ -193,20 +218,32 @@ impl<S: AsyncRead> AsyncRead for FrameWatch<S> {
                 this.scanner.scan(&buf.filled()[before..], this.peer);
             }
             // End of stream or an error: nobody should wait for a preface any longer.
-            Poll::Ready(_) => this.peer.end_preface_wait(),
+            Poll::Ready(end) => {
+                if let Err(e) = end {
+                    this.peer.note(e);
+                }
+                this.peer.end_preface_wait();
+            }
             Poll::Pending => {}
         }
         result
     }
 }
 
-impl<S: AsyncWrite> AsyncWrite for FrameWatch<S> {
+impl<S: AsyncRead + AsyncWrite> AsyncWrite for FrameWatch<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.project().io.poll_write(cx, buf)
+        let mut this = self.project();
+        if this.write_failed.is_none() {
+            match this.io.as_mut().poll_write(cx, buf) {
+                Poll::Ready(Err(e)) => *this.write_failed = Some(e),
+                other => return other,
+            }
+        }
+        poll_reason(this.io, cx, this.write_failed, this.peer)
     }
 
     fn poll_write_vectored(
@@ -214,7 +251,14 @@ impl<S: AsyncWrite> AsyncWrite for FrameWatch<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.project().io.poll_write_vectored(cx, bufs)
+        let mut this = self.project();
+        if this.write_failed.is_none() {
+            match this.io.as_mut().poll_write_vectored(cx, bufs) {
+                Poll::Ready(Err(e)) => *this.write_failed = Some(e),
+                other => return other,
+            }
+        }
+        poll_reason(this.io, cx, this.write_failed, this.peer)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -222,12 +266,51 @@ impl<S: AsyncWrite> AsyncWrite for FrameWatch<S> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.project().io.poll_flush(cx)
+        let mut this = self.project();
+        if this.write_failed.is_none() {
+            match this.io.as_mut().poll_flush(cx) {
+                Poll::Ready(Err(e)) => *this.write_failed = Some(e),
+                other => return other,
+            }
+        }
+        poll_reason(this.io, cx, this.write_failed, this.peer)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.project().io.poll_shutdown(cx)
     }
+}
+
+/// After a write failed: the reason the server gave before closing, if it gave one.
+///
+/// With TLS 1.3 a server judges the client's certificate (or its absence) after the client's
+/// side of the handshake is done, and refuses with an alert while hyper is still writing its
+/// preface; the write then fails with a bare reset or broken pipe. The alert waits in the
+/// socket: reading finds it, and the TLS error (classified by the caller) replaces the write's.
+/// A read that ends any other way (reset, end of stream, a few chunks of data) gives the
+/// write's own error back. The connection is lost either way; only the reason changes.
+fn poll_reason<S: AsyncRead, T>(
+    mut io: Pin<&mut S>,
+    cx: &mut Context<'_>,
+    write_failed: &mut Option<io::Error>,
+    peer: &PeerSettings,
+) -> Poll<io::Result<T>> {
+    let mut scratch = [0u8; 512];
+    for _ in 0..4 {
+        let mut buf = ReadBuf::new(&mut scratch);
+        match std::task::ready!(io.as_mut().poll_read(cx, &mut buf)) {
+            Err(e) if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) => {
+                peer.note(&e);
+                write_failed.take();
+                return Poll::Ready(Err(e));
+            }
+            Ok(()) if !buf.filled().is_empty() => continue,
+            _ => break,
+        }
+    }
+    Poll::Ready(Err(write_failed.take().unwrap_or_else(|| {
+        io::Error::new(io::ErrorKind::BrokenPipe, "the connection failed")
+    })))
 }
 
 #[cfg(test)]
