@@ -131,3 +131,47 @@ async fn every_request_gets_a_json_line_with_its_fields() {
     assert_eq!(refused["attempts"], 0);
     assert!(refused.get("upstream_ttfb_ms").is_none());
 }
+
+#[tokio::test]
+async fn the_text_format_writes_one_line_of_fixed_fields_per_request() {
+    let upstream = Upstream::start("app").await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let yaml = preamble(None).replace(
+        "  accessLog:\n    enabled: false\n",
+        &format!("  accessLog: {{format: Text, path: {}}}\n", log.display()),
+    ) + &ip_backend("app", upstream.addr, "")
+        + &route_to(HOST, "app");
+    let proxy = TestProxy::start(&yaml).await;
+    assert_eq!(get(proxy.http(), HOST, "/a?b=c").await.status, 200);
+    let reply = get(proxy.http(), "nowhere.test", "/").await;
+    assert_eq!(reply.status, 403, "{}", reply.text());
+    let code = reply
+        .error_code()
+        .expect("an x-egressd-error code")
+        .to_owned();
+
+    let text = poll_within(Duration::from_secs(5), || async {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        (text.lines().count() >= 2).then_some(text)
+    })
+    .await
+    .expect("two lines in the access log");
+    let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+    let served = &lines[0];
+    assert_eq!(served.len(), 13, "{text}");
+    assert_eq!(served[2], "-", "no identity: {text}");
+    assert_eq!(served[3], "default/gw/http");
+    // The path without its query, as in the JSON format (queries carry tokens).
+    assert_eq!(served[4..7].join(" "), format!("\"GET {HOST}/a HTTP/1.1\""));
+    assert_eq!(served[7], "200");
+    assert_eq!(served[10], "default/app");
+    assert_eq!(served[11], upstream.addr.to_string());
+    let refused = &lines[1];
+    assert_eq!(refused.len(), 13, "{text}");
+    assert_eq!(
+        (refused[7], refused[8], refused[10], refused[11]),
+        ("403", code.as_str(), "-", "-"),
+        "{text}"
+    );
+}

@@ -195,25 +195,7 @@ impl AccessLog {
         let Some(sink) = guard.as_ref() else { return };
         let mut line = match sink.format {
             AccessLogFormat::Json => serde_json::to_vec(record).unwrap_or_default(),
-            AccessLogFormat::Text => format!(
-                "{} {} {} \"{} {}{} {}\" {} {} {} {} {} {:.3}ms",
-                record.time,
-                record.client,
-                record.listener,
-                record.method,
-                record.authority,
-                record.path,
-                record.protocol,
-                record.status,
-                record.error_cause.or(record.error).unwrap_or("-"),
-                record.bytes_out,
-                record.backend.as_deref().unwrap_or("-"),
-                record
-                    .endpoint
-                    .map_or_else(|| "-".to_owned(), |e| e.to_string()),
-                record.duration_ms
-            )
-            .into_bytes(),
+            AccessLogFormat::Text => text_line(record).into_bytes(),
         };
         line.push(b'\n');
         if let Err(TrySendError::Full(_)) = sink.tx.try_send(line) {
@@ -224,6 +206,59 @@ impl AccessLog {
     /// Lines dropped because the writer could not keep up.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// One line of the `Text` format: `time client identity listener "METHOD authority+path
+/// protocol" status error bytes_out backend endpoint duration`, `-` for what is absent. The
+/// identity is the client certificate's (`client_identity`), else the proxy user, as the
+/// user field of a common-log line. Fields a client or a certificate controls are written
+/// with spaces, quotes, backslashes and control characters as `\xHH`, so a line always has
+/// the same fields.
+fn text_line(record: &AccessRecord) -> String {
+    let identity = record
+        .client_identity
+        .as_deref()
+        .or(record.proxy_user.as_deref())
+        .unwrap_or("-");
+    format!(
+        "{} {} {} {} \"{} {}{} {}\" {} {} {} {} {} {:.3}ms",
+        record.time,
+        record.client,
+        Escaped(identity),
+        record.listener,
+        Escaped(&record.method),
+        Escaped(&record.authority),
+        Escaped(&record.path),
+        record.protocol,
+        record.status,
+        record.error_cause.or(record.error).unwrap_or("-"),
+        record.bytes_out,
+        record.backend.as_deref().unwrap_or("-"),
+        record
+            .endpoint
+            .map_or_else(|| "-".to_owned(), |e| e.to_string()),
+        record.duration_ms
+    )
+}
+
+/// Text for a space-separated field: nothing in it can split the field or the line.
+struct Escaped<'a>(&'a str);
+
+impl std::fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        for c in self.0.chars() {
+            if c.is_whitespace() || c.is_control() || c == '"' || c == '\\' {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    write!(f, "\\x{b:02x}")?;
+                }
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -248,5 +283,85 @@ impl Default for AccessLogSettings {
             format: AccessLogFormat::Json,
             path: "stdout".to_owned(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> AccessRecord {
+        AccessRecord {
+            time: "2026-11-28T13:00:00Z".to_owned(),
+            client: "127.0.0.1:50000".parse().unwrap(),
+            client_identity: None,
+            proxy_user: None,
+            listener: "default/gw/http".to_owned(),
+            method: "GET".to_owned(),
+            authority: "api.test".to_owned(),
+            path: "/v1".to_owned(),
+            protocol: "HTTP/1.1",
+            status: 200,
+            error: None,
+            error_cause: None,
+            route: None,
+            backend: Some("default/api".to_owned()),
+            endpoint: Some("127.0.0.2:8080".parse().unwrap()),
+            attempts: 1,
+            bytes_in: None,
+            bytes_in_counted: None,
+            bytes_out: 5,
+            mcp_method: None,
+            mcp_tool: None,
+            upstream_ttfb_ms: None,
+            upstream_connect_ms: None,
+            upstream_tls: None,
+            upstream_alpn: None,
+            headers_ms: 1.0,
+            duration_ms: 1.5,
+            complete: true,
+        }
+    }
+
+    #[test]
+    fn a_text_line_names_the_client_certificate_or_else_the_proxy_user() {
+        let plain = record();
+        assert_eq!(
+            text_line(&plain),
+            "2026-11-28T13:00:00Z 127.0.0.1:50000 - default/gw/http \"GET api.test/v1 HTTP/1.1\" \
+             200 - 5 default/api 127.0.0.2:8080 1.500ms"
+        );
+        let user = AccessRecord {
+            proxy_user: Some("alice".to_owned()),
+            ..record()
+        };
+        assert!(text_line(&user)
+            .starts_with("2026-11-28T13:00:00Z 127.0.0.1:50000 alice default/gw/http "));
+        let both = AccessRecord {
+            client_identity: Some("spiffe://corp.test/ns/shop/sa/payments".to_owned()),
+            ..user
+        };
+        assert!(
+            text_line(&both).contains(" spiffe://corp.test/ns/shop/sa/payments default/gw/http ")
+        );
+    }
+
+    #[test]
+    fn what_a_client_or_certificate_controls_cannot_split_a_text_line() {
+        let hostile = AccessRecord {
+            client_identity: Some("CN=Jane \"Ops\" Doe\n2026 fake line".to_owned()),
+            proxy_user: Some("ignored".to_owned()),
+            ..record()
+        };
+        let line = text_line(&hostile);
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            line.contains(" CN=Jane\\x20\\x22Ops\\x22\\x20Doe\\x0a2026\\x20fake\\x20line "),
+            "{line}"
+        );
+        assert_eq!(
+            line.split(' ').count(),
+            text_line(&record()).split(' ').count()
+        );
     }
 }
