@@ -243,3 +243,85 @@ async fn an_egress_policy_names_a_concrete_host_of_a_wildcard_backend() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(upstream.request_count(), 1);
 }
+
+/// Each concrete host is an entry of its own in `/endpoints` (with its endpoints' health),
+/// counted in the Backend's endpoint gauges, and what its outlier detector finds on its
+/// interval (failure percentage here) is counted as the wildcard Backend's.
+#[tokio::test]
+async fn each_wildcard_host_shows_its_endpoints_and_its_detections_count_for_the_backend() {
+    let port = common::ports::shared_port();
+    let bad = common::outlier::answering(1, port, 500).await;
+    let good = common::outlier::answering(2, port, 200).await;
+    let calm = common::outlier::answering(3, port, 200).await;
+    let dns = TestDns::start().await;
+    dns.set(
+        "flaky.svc.test",
+        &[Ipv4Addr::LOCALHOST, Ipv4Addr::new(127, 0, 0, 2)],
+        60,
+    );
+    dns.set("calm.svc.test", &[Ipv4Addr::new(127, 0, 0, 3)], 60);
+    let passive = "\n  trafficPolicy:\n    loadBalancer: {type: RoundRobin}\n    healthCheck:\n      passive: {interval: 100ms, baseEjectionTime: 60s, consecutive5XxErrors: 1000, consecutiveGatewayErrors: 1000, failurePercentage: {threshold: 50, minimumHosts: 2, requestVolume: 5}}\n";
+    let yaml = preamble(Some(dns.addr))
+        + &backend("svc", "*.svc.test", port, "{mode: InsecureDisable}", "")
+        + passive;
+    let proxy = TestProxy::start(&yaml).await;
+    let calm_host = format!("calm.svc.test:{port}");
+    assert_eq!(get(proxy.http(), &calm_host, "/").await.status, 200);
+
+    let flaky_host = format!("flaky.svc.test:{port}");
+    let detection = r#"egressd_outlier_detections_total{backend="default/svc",reason="failure_percentage",verdict="ejected"}"#;
+    common::eventually(
+        "the failing endpoint of flaky.svc.test ejected by failure percentage",
+        std::time::Duration::from_secs(10),
+        || async {
+            for _ in 0..10 {
+                get(proxy.http(), &flaky_host, "/").await;
+            }
+            common::outlier::metric(&proxy, detection).await >= 1.0
+        },
+    )
+    .await;
+    assert!(bad.request_count() >= 5 && good.request_count() >= 5);
+    assert_eq!(calm.request_count(), 1);
+
+    let all: serde_json::Value =
+        serde_json::from_slice(&get(proxy.admin, "localhost", "/endpoints").await.body).unwrap();
+    let entries: Vec<&serde_json::Value> = all["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["backend"] == "default/svc")
+        .collect();
+    // The port itself (how many hosts), then one entry per host, sorted.
+    assert_eq!(entries.len(), 3, "{all}");
+    assert_eq!(entries[0]["wildcardHosts"], 2, "{all}");
+    assert!(entries[0].get("host").is_none());
+    assert_eq!(entries[1]["host"], "calm.svc.test");
+    assert_eq!(entries[2]["host"], "flaky.svc.test");
+    let flaky = entries[2]["endpoints"].as_array().unwrap();
+    let state = |ip: &str| {
+        flaky
+            .iter()
+            .find(|e| e["address"].as_str().unwrap().starts_with(ip))
+            .unwrap_or_else(|| panic!("{ip} in {all}"))
+    };
+    assert_eq!(state("127.0.0.1:")["health"], "ejected", "{all}");
+    assert_eq!(
+        state("127.0.0.1:")["ejection"]["lastReason"],
+        "failure_percentage"
+    );
+    assert_eq!(state("127.0.0.2:")["health"], "healthy");
+    assert_eq!(entries[1]["endpoints"][0]["totalRequests"], 1);
+
+    let gauge = |health: &str| {
+        format!(r#"egressd_upstream_endpoints{{backend="default/svc",health="{health}"}}"#)
+    };
+    assert_eq!(
+        common::outlier::metric(&proxy, &gauge("ejected")).await,
+        1.0
+    );
+    assert_eq!(
+        common::outlier::metric(&proxy, &gauge("healthy")).await,
+        2.0
+    );
+}

@@ -5,95 +5,107 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::balance::health::HealthState;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{BackendPort, Snapshot};
 use crate::telemetry::time::rfc3339;
 
 pub(super) fn endpoints(snapshot: &Snapshot) -> Value {
     let now = Instant::now();
-    let backends: Vec<Value> = snapshot
-        .backends
+    let mut backends = Vec::new();
+    for backend in &snapshot.backends {
+        for port in &backend.ports {
+            backends.push(port_json(&backend.label, port, None, now));
+            // A wildcard Backend's port: its endpoints are per concrete host, each an entry
+            // of its own naming the host.
+            if let Some(wildcard) = &port.wildcard {
+                for (host, host_port) in wildcard.hosts_of_port(port.number) {
+                    backends.push(port_json(&backend.label, &host_port, Some(&host), now));
+                }
+            }
+        }
+    }
+    json!({ "generation": snapshot.generation, "backends": backends })
+}
+
+/// One Backend port (or one concrete host of a wildcard Backend's port) and its endpoints.
+fn port_json(label: &str, port: &BackendPort, host: Option<&str>, now: Instant) -> Value {
+    let group = &port.endpoints;
+    let list = group.list();
+    let endpoints: Vec<Value> = list
+        .endpoints
         .iter()
-        .flat_map(|backend| {
-            backend.ports.iter().map(move |port| {
-                let group = &port.endpoints;
-                let list = group.list();
-                let endpoints: Vec<Value> = list
-                    .endpoints
-                    .iter()
-                    .map(|e| {
-                        let ejection = e.outlier.ejection();
-                        let ejected = e.outlier.is_ejected();
-                        let remaining_ms = ejection.ejected_at.filter(|_| ejected).map(|at| {
-                            (at + ejection.duration)
-                                .saturating_duration_since(now)
-                                .as_millis() as u64
-                        });
-                        let (gateway, server, local) = e.outlier.consecutive();
-                        let checked = group.active_settings().is_some();
-                        let unhealthy = checked && e.health.is_unhealthy();
-                        let health = if ejected {
-                            "ejected"
-                        } else if unhealthy {
-                            "unhealthy"
-                        } else {
-                            "healthy"
-                        };
-                        json!({
-                            "address": e.addr.to_string(),
-                            "weight": e.weight,
-                            "effectiveWeight": group.effective_weight(e),
-                            "priority": e.priority,
-                            "health": health,
-                            "activeHealth": checked.then(|| active_health(&e.health)),
-                            "activeRequests": e.active_requests(),
-                            // Slow start counts from here (created, back from ejection, healthy).
-                            "readyForMs": crate::balance::slow_start::now_ms()
-                                .saturating_sub(e.ready_since_ms()),
-                            "lastFailure": e.last_failure().map(|f| json!({
-                                "at": rfc3339(f.at),
-                                "detail": f.detail,
-                            })),
-                            "totalRequests": e.total_requests(),
-                            "ejection": {
-                                "ejected": ejected,
-                                "remainingMs": remaining_ms,
-                                "multiplier": ejection.multiplier,
-                                "ejections": ejection.ejections,
-                                "lastReason": ejection.reason.map(|r| r.as_str()),
-                            },
-                            "consecutiveGatewayErrors": gateway,
-                            "consecutive5xx": server,
-                            "consecutiveLocalOriginFailures": local,
-                            "http2Connections": e.h2_if_used().map_or(0, |h2| h2.connection_count()),
-                            "idleHttp1Connections": e.pool.idle_count(),
-                        })
-                    })
-                    .collect();
-                let [connections, requests, retries, pending] = group.breaker().usage();
-                let limits = group.breaker().settings();
-                json!({
-                    "backend": backend.label.as_ref(),
-                    "port": port.number,
-                    "circuitBreaker": {
-                        "connections": connections,
-                        "maxConnections": limits.max_connections,
-                        "parallelRequests": requests,
-                        "maxParallelRequests": limits.max_parallel_requests,
-                        "pendingRequests": pending,
-                        "maxPendingRequests": limits.max_pending_requests,
-                        "parallelRetries": retries,
-                    },
-                    "resolved": list.resolved,
-                    "lastError": list.last_error,
-                    // A wildcard Backend's port: its endpoints are per concrete host; how many
-                    // hosts it keeps now.
-                    "wildcardHosts": port.wildcard.as_ref().map(|w| w.hosts()),
-                    "endpoints": endpoints,
-                })
+        .map(|e| {
+            let ejection = e.outlier.ejection();
+            let ejected = e.outlier.is_ejected();
+            let remaining_ms = ejection.ejected_at.filter(|_| ejected).map(|at| {
+                (at + ejection.duration)
+                    .saturating_duration_since(now)
+                    .as_millis() as u64
+            });
+            let (gateway, server, local) = e.outlier.consecutive();
+            let checked = group.active_settings().is_some();
+            let unhealthy = checked && e.health.is_unhealthy();
+            let health = if ejected {
+                "ejected"
+            } else if unhealthy {
+                "unhealthy"
+            } else {
+                "healthy"
+            };
+            json!({
+                "address": e.addr.to_string(),
+                "weight": e.weight,
+                "effectiveWeight": group.effective_weight(e),
+                "priority": e.priority,
+                "health": health,
+                "activeHealth": checked.then(|| active_health(&e.health)),
+                "activeRequests": e.active_requests(),
+                // Slow start counts from here (created, back from ejection, healthy).
+                "readyForMs": crate::balance::slow_start::now_ms()
+                    .saturating_sub(e.ready_since_ms()),
+                "lastFailure": e.last_failure().map(|f| json!({
+                    "at": rfc3339(f.at),
+                    "detail": f.detail,
+                })),
+                "totalRequests": e.total_requests(),
+                "ejection": {
+                    "ejected": ejected,
+                    "remainingMs": remaining_ms,
+                    "multiplier": ejection.multiplier,
+                    "ejections": ejection.ejections,
+                    "lastReason": ejection.reason.map(|r| r.as_str()),
+                },
+                "consecutiveGatewayErrors": gateway,
+                "consecutive5xx": server,
+                "consecutiveLocalOriginFailures": local,
+                "http2Connections": e.h2_if_used().map_or(0, |h2| h2.connection_count()),
+                "idleHttp1Connections": e.pool.idle_count(),
             })
         })
         .collect();
-    json!({ "generation": snapshot.generation, "backends": backends })
+    let [connections, requests, retries, pending] = group.breaker().usage();
+    let limits = group.breaker().settings();
+    let mut entry = json!({
+        "backend": label,
+        "port": port.number,
+        "circuitBreaker": {
+            "connections": connections,
+            "maxConnections": limits.max_connections,
+            "parallelRequests": requests,
+            "maxParallelRequests": limits.max_parallel_requests,
+            "pendingRequests": pending,
+            "maxPendingRequests": limits.max_pending_requests,
+            "parallelRetries": retries,
+        },
+        "resolved": list.resolved,
+        "lastError": list.last_error,
+        // How many concrete hosts a wildcard Backend's port keeps now (each listed after it).
+        "wildcardHosts": port.wildcard.as_ref().map(|w| w.hosts_of_port(port.number).len()),
+        "endpoints": endpoints,
+    });
+    if let Some(host) = host {
+        entry["host"] = json!(host);
+    }
+    entry
 }
 
 /// An endpoint's active health: `unknown` until its first check, then `healthy`/`unhealthy`
@@ -133,7 +145,14 @@ pub(super) fn refresh_gauges(shared: &crate::snapshot::shared::Shared) {
         };
         let (mut active, mut open, mut opened) = (0i64, 0i64, 0i64);
         let mut by_health = [0i64; 3];
-        for port in &backend.ports {
+        let hosts = backend.ports.iter().flat_map(|port| {
+            port.wildcard
+                .iter()
+                .flat_map(|w| w.hosts_of_port(port.number))
+                .map(|(_, host_port)| host_port)
+        });
+        let ports = backend.ports.iter().cloned().chain(hosts);
+        for port in ports {
             let group = &port.endpoints;
             open += i64::from(group.breaker().usage()[0]);
             let checked = group.active_settings().is_some();

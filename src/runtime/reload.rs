@@ -212,6 +212,14 @@ impl Reloader {
         for plan in compiled.refreshers {
             tokio::spawn(refresh_loop(plan, self.registry.clone()));
         }
+        for backend in &snapshot.backends {
+            for hosts in backend.ports.iter().filter_map(|p| p.wildcard.as_ref()) {
+                let (shared, label) = (self.shared.clone(), backend.label.clone());
+                hosts.report_detections(Arc::new(move |d| {
+                    shared.metrics.outlier_detection(&label, d.into())
+                }));
+            }
+        }
         for (group, backend) in compiled.outlier_groups {
             let shared = self.shared.clone();
             let sink = Box::new(move |d: crate::balance::outlier::Detection| {

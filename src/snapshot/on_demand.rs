@@ -71,6 +71,15 @@ impl<K: Eq + Hash + Clone + Debug + Send + Sync + 'static> OnDemand<K> {
         self.len() == 0
     }
 
+    /// Every key and target kept now (for the admin server: a copy, so the lock is held only
+    /// while the `Arc`s are cloned).
+    pub fn entries(&self) -> Vec<(K, Arc<Target>)> {
+        self.lock()
+            .iter()
+            .map(|(k, used)| (k.clone(), used.target.clone()))
+            .collect()
+    }
+
     fn now_ms(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }

@@ -9,12 +9,13 @@
 //! longest matching suffix wins (`*.eu.example.com` before `*.example.com`).
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::HeaderValue;
 use ipnet::IpNet;
 
+use crate::balance::outlier::Detection;
 use crate::balance::BalancerKind;
 use crate::config::wire::enums::LookupFamily;
 use crate::config::ObjectId;
@@ -62,11 +63,17 @@ pub enum HostRefused {
     NotCovered { host: String, pattern: String },
 }
 
+/// Where a wildcard Backend's outlier detections are reported (the Backend's metrics: one
+/// series for the Backend, whichever host).
+pub type SharedDetectionSink = Arc<dyn Fn(Detection) + Send + Sync>;
+
 /// The per-host side of one wildcard Backend, shared by its ports.
 pub struct WildcardHosts {
     plan: WildcardPlan,
     table: Arc<OnDemand<(String, u16)>>,
     registry: Arc<StateRegistry>,
+    /// Set when the config is accepted, before any request can make a host.
+    detections: OnceLock<SharedDetectionSink>,
 }
 
 impl std::fmt::Debug for WildcardHosts {
@@ -107,12 +114,32 @@ impl WildcardHosts {
             )),
             plan,
             registry,
+            detections: OnceLock::new(),
         }
     }
 
     /// Concrete hosts kept now.
     pub fn hosts(&self) -> usize {
         self.table.len()
+    }
+
+    /// The concrete hosts kept now for `port`, sorted, with their ports.
+    pub fn hosts_of_port(&self, port: u16) -> Vec<(String, Arc<BackendPort>)> {
+        let mut hosts: Vec<_> = self
+            .table
+            .entries()
+            .into_iter()
+            .filter(|((_, number), _)| *number == port)
+            .map(|((host, _), target)| (host, target.port.clone()))
+            .collect();
+        hosts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        hosts
+    }
+
+    /// Reports the outlier detections of every host made from now on to `sink` (the first
+    /// call wins: ports share one `WildcardHosts`).
+    pub fn report_detections(&self, sink: SharedDetectionSink) {
+        let _ = self.detections.set(sink);
     }
 
     /// The target of `host` (canonical) for the port of `template` (a target of this
@@ -179,11 +206,17 @@ impl WildcardHosts {
             || balancer.build(),
             self.plan.group_settings.clone(),
         ));
-        // Its detector ticks like any group's (ejections expire, rates are judged). Its
-        // detections are not counted per Backend: they would be the wildcard's, whichever host.
-        self.registry
-            .outlier_clock()
-            .add(Arc::downgrade(&group), Box::new(|_| {}));
+        // Its detector ticks like any group's (ejections expire, rates are judged), and its
+        // detections count as the wildcard Backend's.
+        let sink = self.detections.get().cloned();
+        self.registry.outlier_clock().add(
+            Arc::downgrade(&group),
+            Box::new(move |d| {
+                if let Some(sink) = &sink {
+                    sink(d);
+                }
+            }),
+        );
         let refresh = RefreshPlan {
             group: Arc::downgrade(&group),
             template: endpoint_template,

@@ -116,16 +116,32 @@ spec:
     warming = backend("warming", ["127.0.0.1"], port, """  trafficPolicy:
     loadBalancer: {type: LeastRequest, slowStart: {window: 600s}}
 """)
+    # A wildcard Backend: each host a client names is a row of its own (`*.localhost` names
+    # resolve to loopback without a DNS server).
+    wild = f"""---
+apiVersion: egressd.dev/v1alpha1
+kind: Backend
+metadata: {{name: wild}}
+spec:
+  destination:
+    type: FQDN
+    fqdn: {{hostname: "*.apps.localhost"}}
+    ports: [{{number: {port}}}]
+  tls: {{mode: InsecureDisable}}
+"""
     # Many healthy Backends nobody uses: the page pages them, problems still on top.
     filler = "".join(backend(f"api-{i:04}", ["127.0.0.1"], port) for i in range(FILLER))
     return (head + shop + route("shop.example", "shop")
             + backend("flaky", ["127.0.0.1"], port) + route("flaky.example", "flaky")
             + backend("ledger", ["127.0.0.1"], port) + route("ledger.example", "ledger")
             + backend("search", ["127.0.0.1"], port) + route("search.example", "search")
-            + checked + warming + policy + filler)
+            + checked + warming + policy + wild + filler)
 
 
 FILLER = 1000
+# The rows of the Backends table: shop, flaky, ledger, search, checked, warming, the filler,
+# and the wildcard Backend's port with its one host.
+PORTS = FILLER + 8
 
 
 # The rejected file: a key quoting markup, on line 7, column 3.
@@ -226,6 +242,7 @@ def run(h):
     h.expect("search answers (Report mode lets the client through)", send(listener, "search.example") == 200)
     h.expect("flaky answers 500 on /fail", send(listener, "flaky.example", "/fail") == 500)
     h.expect("an undeclared host is refused", send(listener, "blocked.example.com") == 403)
+    h.expect("a wildcard Backend's host answers", send(listener, f"orders.apps.localhost:{port}") == 200)
     # Markup as a Host is no host name: 400 before anything records it, so it never reaches
     # /blocked (the page is checked below for config text that does quote markup).
     h.expect("a Host of markup is refused with 400", send(listener, HOSTILE) == 400)
@@ -259,12 +276,13 @@ def run(h):
         took = time.monotonic() - started
         (OUT / "console.html").write_text(dom)
         filtered, _ = chromium("--dump-dom", f"http://{admin}/#filter=api-0999")
+        wild_rows, _ = chromium("--dump-dom", f"http://{admin}/#filter=default/wild")
         chromium(f"--screenshot={OUT / 'console.png'}", "--window-size=1280,1600", f"http://{admin}/")
     finally:
         stop.set()
         sender.join(timeout=10)
     text = visible_text(dom)
-    print(f"  (chromium rendered {FILLER + 6} Backends in {took:.1f}s)")
+    print(f"  (chromium rendered {PORTS} Backend ports in {took:.1f}s)")
 
     h.expect("the page rendered (not stuck loading)", "loading…" not in text and "READY" in text, text[:300])
     h.expect("the rejected reload is shown", "RELOAD REJECTED" in text, text[:500])
@@ -301,7 +319,12 @@ def run(h):
     h.expect("a line on top says what needs a look",
              re.search(r"ATTENTION last reload rejected · 1 endpoint ejected · 1 endpoint failing active checks · 3 Backend ports with problems · 1 refused destination", text),
              text[:300])
-    h.expect(f"{FILLER + 6} Backend ports, paged", f"{FILLER + 6} Backend ports · page 1 of" in text, backends[:300])
+    h.expect(f"{PORTS} Backend ports, paged", f"{PORTS} Backend ports · page 1 of" in text, backends[:300])
+    wild = visible_text(wild_rows).split("Backends", 1)[-1].split("Refused destinations", 1)[0]
+    h.expect("a wildcard Backend's host is a row of its own, under its port, which is no problem",
+             re.search(rf"OK default/wild : {port} 0 endpoints, 1 wildcard hosts .*"
+                       rf"OK default/wild : {port} \(orders\.apps\.localhost\) 127\.0\.0\.1:{port}", wild)
+             and "NO ENDPOINTS" not in wild, wild[:600])
     h.expect("the client a Report policy would deny, with the policy",
              re.search(r"WOULD DENY search\.example:\d+ .* client 127\.0\.0\.1 · policy \S*search-clients", text),
              text[-2500:])

@@ -112,7 +112,7 @@
   // -- rates: successive polls diffed ---------------------------------------------------------
 
   function endpointKey(port, e) {
-    return port.backend + "\u0000" + port.port + "\u0000" + e.address;
+    return port.backend + "\u0000" + port.port + "\u0000" + (port.host || "") + "\u0000" + e.address;
   }
 
   // `egressd_upstream_responses_total{backend,class="5xx"}` plus connect failures, per Backend.
@@ -283,7 +283,9 @@
     const errorShare = win && win.requests > 0 ? Math.min(1, win.errors / win.requests) : win && win.errors > 0 ? 1 : 0;
     let rank = eps.reduce((m, x) => Math.max(m, x.state.rank), 0);
     const labels = [];
-    if (eps.length === 0) { rank = Math.max(rank, 4); labels.push(label("NO ENDPOINTS", "bad")); }
+    // A wildcard Backend's port has no endpoints of its own: its hosts follow as entries.
+    const wildcard = port.wildcardHosts !== null && port.wildcardHosts !== undefined;
+    if (eps.length === 0 && !wildcard) { rank = Math.max(rank, 4); labels.push(label("NO ENDPOINTS", "bad")); }
     for (const x of eps) if (x.state.rank >= 3) { labels.push(x.state.label.cloneNode(true)); break; }
     if (breaker.worst >= 1) { rank = Math.max(rank, 3); labels.push(label("BREAKER FULL", "bad")); }
     else if (breaker.worst >= 0.8) { rank = Math.max(rank, 2); labels.push(label("BREAKER NEAR LIMIT", "warn")); }
@@ -292,7 +294,7 @@
     let rate = null;
     for (const x of eps) if (x.rate !== null) rate = (rate || 0) + x.rate;
     const active = eps.reduce((s, x) => s + (x.e.activeRequests || 0), 0);
-    const text = [port.backend, String(port.port), port.lastError || ""]
+    const text = [port.backend, String(port.port), port.host || "", port.lastError || ""]
       .concat(eps.map((x) => x.e.address + " " + x.state.label.textContent)).join(" ").toLowerCase();
     return { port, eps, breaker, win, errorShare, rank, labels, rate, active, text };
   }
@@ -306,7 +308,8 @@
     const windows = new Map();
     for (const [name, ports] of byBackend) windows.set(name, backendWindow(name, ports));
     let views = (endpoints.backends || []).map((p) => portView(p, windows));
-    views.sort((a, b) => b.rank - a.rank || a.port.backend.localeCompare(b.port.backend) || a.port.port - b.port.port);
+    views.sort((a, b) => b.rank - a.rank || a.port.backend.localeCompare(b.port.backend) || a.port.port - b.port.port
+      || (a.port.host || "").localeCompare(b.port.host || ""));
 
     problems.ejected = 0;
     problems.failing = 0;
@@ -335,7 +338,7 @@
       const wildcard = v.port.wildcardHosts !== null && v.port.wildcardHosts !== undefined
         ? ", " + v.port.wildcardHosts + " wildcard hosts" : "";
       tbody.appendChild(el("tr", "port", state,
-        el("td", "mono", v.port.backend + " : " + v.port.port),
+        el("td", "mono", v.port.backend + " : " + v.port.port + (v.port.host ? " (" + v.port.host + ")" : "")),
         alone ? el("td", "mono", alone.e.address)
           : el("td", "muted", v.eps.length + " endpoint" + (v.eps.length === 1 ? "" : "s") + wildcard),
         el("td", v.port.lastError ? "bad" : null,
