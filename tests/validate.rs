@@ -1337,12 +1337,12 @@ fn extension_mistakes_are_errors_at_each_value() {
         (
             ("credential: {}", "{"),
             "spec.extensions[3].config.credential",
-            "credential needs valueFile",
+            "credential needs exactly one of valueFile and secretRef",
         ),
         (
             ("secretRef: {name", "{"),
             "spec.extensions[4].config.credential.secretRef",
-            "credential.secretRef is not supported yet",
+            "Secret default/api-key not found",
         ),
     ];
     for (d, ((context, token), field, message)) in diags.iter().zip(expected) {

@@ -4,7 +4,7 @@ use macro_rules_attribute::apply;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{CertificateFiles, NotYetSupported, SecretRef};
+use super::common::{CertificateFiles, SecretRef};
 use super::enums::{DestinationType, Protocol, SanType, TlsMode, TlsVersion, WellKnownCa};
 use super::policy::TrafficPolicySpec;
 use crate::config::units::GwDuration;
@@ -203,6 +203,21 @@ pub struct CredentialSource {
     /// A file holding the credential (trailing line breaks ignored); watched, a change applies
     /// without a restart. Relative to the YAML file.
     pub value_file: Option<Spanned<String>>,
-    /// A Secret's `credential` key (not supported yet).
-    pub secret_ref: Option<Spanned<NotYetSupported>>,
+    /// A key of a `Secret` in the config directories (`credential` by default). Exactly one of
+    /// `valueFile` and `secretRef`.
+    pub secret_ref: Option<Spanned<CredentialSecretRef>>,
+}
+
+/// The Secret (core `v1`, any type: `Opaque` usually) and key holding a credential.
+#[apply(wire!)]
+pub struct CredentialSecretRef {
+    /// `""` (the core group, the default).
+    pub group: Option<String>,
+    /// `Secret` (the default and the only kind).
+    pub kind: Option<String>,
+    pub name: String,
+    /// The Backend's namespace by default.
+    pub namespace: Option<String>,
+    /// The key whose value is the credential (default `credential`).
+    pub key: Option<String>,
 }

@@ -90,45 +90,60 @@ fn credential_injector(
         },
     };
     let source = &c.credential.value;
-    if let Some(r) = &source.secret_ref {
-        cx.not_yet(
-            at(file, id, r.pos, field("credential.secretRef")),
-            "credential.secretRef",
-            "",
-        );
-        return None;
-    }
-    let Some(value_file) = &source.value_file else {
-        cx.error(
-            at(file, id, c.credential.pos, field("credential")),
-            "credential needs valueFile",
-            "credential: {valueFile: /etc/egressd/secrets/api.key}",
-        );
-        return None;
-    };
-    let path = super::tls::resolve(file, &value_file.value);
-    // Watched whether or not it can be read now: when it appears or changes, the config
-    // recompiles and the credential is read again.
-    cx.refer(&path);
     let prefix = c.prefix.as_deref().unwrap_or("");
-    let value = read_credential(&path, prefix);
-    if let Err(reason) = &value {
-        let fail_open = ext.fail_open.unwrap_or(false);
-        cx.warn(
-            at(file, id, value_file.pos, field("credential.valueFile")),
-            Reason::RefNotFound,
-            format!(
-                "credential of extension {}: {reason}; requests {}",
-                ext.name.value,
-                if fail_open {
-                    "are sent without it (failOpen)"
-                } else {
-                    "get 503 credential_unavailable and nothing is sent upstream"
+    let value = match (&source.value_file, &source.secret_ref) {
+        (Some(value_file), None) => {
+            let path = super::tls::resolve(file, &value_file.value);
+            // Watched whether or not it can be read now: when it appears or changes, the
+            // config recompiles and the credential is read again.
+            cx.refer(&path);
+            let value = read_credential(&path, prefix);
+            if let Err(reason) = &value {
+                let fail_open = ext.fail_open.unwrap_or(false);
+                cx.warn(
+                    at(file, id, value_file.pos, field("credential.valueFile")),
+                    Reason::RefNotFound,
+                    format!(
+                        "credential of extension {}: {reason}; requests {}",
+                        ext.name.value,
+                        if fail_open {
+                            "are sent without it (failOpen)"
+                        } else {
+                            "get 503 credential_unavailable and nothing is sent upstream"
+                        }
+                    ),
+                    "write the credential to the file; it is watched, no restart needed",
+                );
+            }
+            value
+        }
+        (None, Some(r)) => {
+            // A Secret is part of the config: one that cannot serve is an error like any
+            // other reference's, and the last good config keeps its credential.
+            let here = at(file, id, r.pos, field("credential.secretRef"));
+            let (bytes, label) =
+                super::secret_refs::secret_value(cx, here, &r.value, &id.namespace)?;
+            match credential_value(&bytes, prefix) {
+                Ok(value) => Ok(value),
+                Err(problem) => {
+                    cx.error(
+                        at(file, id, r.pos, field("credential.secretRef")),
+                        format!("{label} {problem}"),
+                        "put the credential alone under the key (`stringData` for plain text)",
+                    );
+                    return None;
                 }
-            ),
-            "write the credential to the file; it is watched, no restart needed",
-        );
-    }
+            }
+        }
+        _ => {
+            cx.error(
+                at(file, id, c.credential.pos, field("credential")),
+                "credential needs exactly one of valueFile and secretRef",
+                "credential: {valueFile: /etc/egressd/secrets/api.key} or {secretRef: {name: api-key}}",
+            );
+            return None;
+        }
+    };
     Some(CredentialInjection {
         name: ext.name.value.clone(),
         header,
@@ -141,17 +156,27 @@ fn credential_injector(
 /// `prefix` + the file's content without trailing line breaks, as a sensitive header value.
 /// The reasons never quote the content.
 fn read_credential(path: &std::path::Path, prefix: &str) -> Result<HeaderValue, String> {
-    let content = std::fs::read_to_string(path)
-        .map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
-    let credential = content.trim_end_matches(['\r', '\n']);
-    if credential.is_empty() {
-        return Err(format!("{} is empty", path.display()));
+    let content =
+        std::fs::read(path).map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
+    credential_value(&content, prefix).map_err(|problem| format!("{} {problem}", path.display()))
+}
+
+/// `prefix` + `content` without trailing line breaks, as a sensitive header value; or what is
+/// wrong with it, in words that never quote it.
+fn credential_value(content: &[u8], prefix: &str) -> Result<HeaderValue, &'static str> {
+    let mut end = content.len();
+    while end > 0 && matches!(content[end - 1], b'\r' | b'\n') {
+        end -= 1;
     }
-    let mut value = HeaderValue::from_str(&format!("{prefix}{credential}")).map_err(|_| {
-        format!(
-            "{} holds characters a header cannot carry (control characters or line breaks)",
-            path.display()
-        )
+    let credential = &content[..end];
+    if credential.is_empty() {
+        return Err("is empty");
+    }
+    let mut bytes = Vec::with_capacity(prefix.len() + credential.len());
+    bytes.extend_from_slice(prefix.as_bytes());
+    bytes.extend_from_slice(credential);
+    let mut value = HeaderValue::from_bytes(&bytes).map_err(|_| {
+        "holds characters a header cannot carry (control characters or line breaks)"
     })?;
     value.set_sensitive(true);
     Ok(value)

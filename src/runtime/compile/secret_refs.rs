@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{At, Cx};
+use crate::config::wire::backend::CredentialSecretRef;
 use crate::config::wire::common::SecretRef;
 use crate::config::wire::secret::{KeyedData, TLS_SECRET_TYPE};
 use crate::config::wire::Object;
@@ -51,6 +52,29 @@ enum Use {
     Certificate,
     /// `ca.crt` of a ConfigMap or a Secret.
     Ca,
+    /// One key of a Secret of any type (a credential).
+    Value,
+}
+
+/// The value of one key of a Secret (any type), with how messages name it (`Secret ns/name
+/// key `credential` (file:line:col)`); `None` when the reference cannot be used (reported at
+/// `at`).
+pub(crate) fn secret_value(
+    cx: &mut Cx,
+    at: At<'_>,
+    r: &CredentialSecretRef,
+    referrer_namespace: &str,
+) -> Option<(Arc<[u8]>, String)> {
+    let as_ref = SecretRef {
+        group: r.group.clone(),
+        kind: r.kind.clone(),
+        name: r.name.clone(),
+        namespace: r.namespace.clone(),
+    };
+    let object = find(cx, &at, &as_ref, referrer_namespace, Use::Value)?;
+    let name = r.key.as_deref().unwrap_or("credential");
+    let (label, written_at, bytes) = entry(cx, &at, &object, name)?;
+    Some((bytes, format!("{label} ({written_at})")))
 }
 
 /// A certificate chain and its key from a `kubernetes.io/tls` Secret; `None` when the
@@ -120,18 +144,18 @@ fn find(
     purpose: Use,
 ) -> Option<Arc<Object<KeyedData>>> {
     let default_kind = match purpose {
-        Use::Certificate => "Secret",
+        Use::Certificate | Use::Value => "Secret",
         Use::Ca => "ConfigMap",
     };
     let kind = r.kind.as_deref().unwrap_or(default_kind);
     let group = r.group.as_deref().unwrap_or("");
     let kinds_ok = match purpose {
-        Use::Certificate => kind == "Secret",
+        Use::Certificate | Use::Value => kind == "Secret",
         Use::Ca => kind == "Secret" || kind == "ConfigMap",
     };
     if !group.is_empty() || !kinds_ok {
         let wanted = match purpose {
-            Use::Certificate => "a Secret (`kind: Secret`, core group)",
+            Use::Certificate | Use::Value => "a Secret (`kind: Secret`, core group)",
             Use::Ca => "a ConfigMap or a Secret (`kind: ConfigMap` or `Secret`, core group)",
         };
         let g = if group.is_empty() { "core" } else { group };
@@ -180,15 +204,36 @@ fn find(
 
 /// One key's PEM, named by the object and the key's position.
 fn key(cx: &mut Cx, at: &At<'_>, o: &Object<KeyedData>, name: &str) -> Option<PemSource> {
+    let (label, written_at, bytes) = entry(cx, at, o, name)?;
+    Some(PemSource::inline(label, written_at, bytes))
+}
+
+/// One key's bytes, with the label and position messages name it by.
+fn entry(
+    cx: &mut Cx,
+    at: &At<'_>,
+    o: &Object<KeyedData>,
+    name: &str,
+) -> Option<(String, String, Arc<[u8]>)> {
     let Some(entry) = o.spec.entries.get(name) else {
+        let keys: Vec<&str> = o.spec.entries.keys().map(String::as_str).collect();
         cx.missing_ref(
             at.clone(),
             format!("{} has no key `{name}`", describe(o)),
             match name {
-                "ca.crt" => "put the CA certificates (PEM) under `ca.crt`",
-                _ => {
+                "ca.crt" => "put the CA certificates (PEM) under `ca.crt`".to_owned(),
+                "tls.crt" | "tls.key" => {
                     "a kubernetes.io/tls Secret holds `tls.crt` (PEM chain) and `tls.key` (PEM key)"
+                        .to_owned()
                 }
+                _ => format!(
+                    "name the key with `key:` (the Secret has {})",
+                    if keys.is_empty() {
+                        "no keys".to_owned()
+                    } else {
+                        keys.join(", ")
+                    }
+                ),
             },
         );
         return None;
@@ -199,7 +244,7 @@ fn key(cx: &mut Cx, at: &At<'_>, o: &Object<KeyedData>, name: &str) -> Option<Pe
     );
     let written_at = format!("{}:{}", o.file.display(), entry.pos);
     match &entry.bytes {
-        Some(bytes) => Some(PemSource::inline(label, written_at, bytes.clone())),
+        Some(bytes) => Some((label, written_at, bytes.clone())),
         None => {
             cx.error(
                 at.clone(),
