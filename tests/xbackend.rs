@@ -170,6 +170,21 @@ async fn client_and_server_xbackend_presents_the_secrets_certificate_and_trusts_
     assert_eq!(secret["data"]["tls.key"], "<redacted>", "{secret:#}");
     assert_eq!(secret["type"], "kubernetes.io/tls", "{secret:#}");
     assert_eq!(object("XBackend")["spec"]["tls"]["mode"], "ClientAndServer");
+
+    // Their certificates' expiry, next to certificate files' (the test CA's certificates are
+    // valid until 2200): the Secret's chain and the ConfigMap's CA; the key has none.
+    let metrics = get(proxy.admin, "localhost", "/metrics").await.text();
+    for series in [
+        r#"egressd_certificate_expiry_seconds{file="Secret default/client tls.crt"}"#,
+        r#"egressd_certificate_expiry_seconds{file="ConfigMap default/ca ca.crt"}"#,
+    ] {
+        let left: f64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("no {series} in {metrics}"));
+        assert!(left > 100.0 * 365.0 * 86_400.0, "{series} = {left}");
+    }
+    assert!(!metrics.contains("tls.key"), "{metrics}");
 }
 
 /// Without its client certificate the upstream refuses the handshake: what the test above

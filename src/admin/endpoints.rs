@@ -196,9 +196,7 @@ pub(super) fn refresh_gauges(shared: &crate::snapshot::shared::Shared) {
         .map_or(0, |d| d.as_secs() as i64);
     for (file, not_after) in &snapshot.certificate_expiries {
         m.certificate_expiry
-            .get_or_create(&FileLabel {
-                file: file.display().to_string(),
-            })
+            .get_or_create(&FileLabel { file: file.clone() })
             .set(not_after - now);
     }
 }

@@ -63,9 +63,10 @@ pub struct Snapshot {
     /// Files the config refers to (certificates, keys, CA bundles): watched, and part of the
     /// "did anything change" fingerprint, so rotating one reloads.
     pub referenced_files: Vec<std::path::PathBuf>,
-    /// Of the referenced files holding certificates: when each expires first (Unix seconds),
-    /// for `egressd_certificate_expiry_seconds`.
-    pub certificate_expiries: Vec<(std::path::PathBuf, i64)>,
+    /// Of the referenced files holding certificates (by path) and of the certificates the
+    /// config's Secrets and ConfigMaps hold (`Secret ns/name tls.crt`): when each expires
+    /// first (Unix seconds), for `egressd_certificate_expiry_seconds`.
+    pub certificate_expiries: Vec<(String, i64)>,
 }
 
 impl Snapshot {

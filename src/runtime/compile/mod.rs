@@ -147,6 +147,7 @@ pub fn compile_reusing(
     });
     // Errors first, then warnings; each group in file order.
     diagnostics.sort_by_key(|d| std::cmp::Reverse(d.severity));
+    let secret_expiries = secret_refs::certificate_expiries(&set);
     let snapshot = Snapshot {
         generation,
         settings: settings.proxy,
@@ -165,8 +166,9 @@ pub fn compile_reusing(
             .iter()
             .filter_map(|f| {
                 let expiry = crate::upstream::pem::earliest_expiry(&PemSource::file(f))?;
-                Some((f.clone(), expiry))
+                Some((f.display().to_string(), expiry))
             })
+            .chain(secret_expiries)
             .collect(),
         referenced_files: cx.referenced.into_iter().collect(),
     };

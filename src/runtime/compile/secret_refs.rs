@@ -45,6 +45,27 @@ impl Secrets {
     }
 }
 
+/// When the certificates the config's Secrets and ConfigMaps hold expire (`tls.crt` and
+/// `ca.crt` keys; the earliest `notAfter` of each), labelled `Secret ns/name tls.crt`: the
+/// series of `egressd_certificate_expiry_seconds` next to the certificate files'. Every such
+/// key counts, referenced or not: a Secret is in the config directories to be used.
+pub(crate) fn certificate_expiries(set: &ConfigSet) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    for o in &set.secrets {
+        for name in ["tls.crt", "ca.crt"] {
+            let Some(bytes) = o.spec.entries.get(name).and_then(|e| e.bytes.clone()) else {
+                continue;
+            };
+            let source = PemSource::inline(String::new(), String::new(), bytes);
+            if let Some(expiry) = crate::upstream::pem::earliest_expiry(&source) {
+                let label = format!("{} {}/{} {name}", o.id.kind, o.id.namespace, o.id.name);
+                out.push((label, expiry));
+            }
+        }
+    }
+    out
+}
+
 /// What a reference is for.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Use {
