@@ -524,3 +524,75 @@ fn xbackend_rules_and_shared_identity_are_positioned_errors() {
         );
     }
 }
+
+/// `Gateway.spec.tls.backend.clientCertificateRef`: a `Mutual` Backend naming no certificate
+/// of its own presents the Gateway's; Gateways that name different Secrets leave such a
+/// Backend without one (an error at its mode naming them), and one with its own keeps it.
+#[tokio::test]
+async fn a_mutual_backend_without_a_certificate_presents_the_gateways_default() {
+    let m = mutual_upstream().await;
+    let port = m.upstream.addr.port();
+    let other = m.ca.client_cert("other-client");
+    let gateway_default = |secret: &str| {
+        format!("spec:\n  tls:\n    backend:\n      clientCertificateRef: {{name: {secret}}}\n  listeners:")
+    };
+    let backend = format!(
+        "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: api}}\nspec:\n  destination:\n    type: FQDN\n    fqdn: {{hostname: {API}}}\n    ports: [{{number: {port}}}]\n  protocol: HTTP11\n  tls:\n    mode: Mutual\n    validation:\n      caCertificateRefs: [{{kind: ConfigMap, name: ca}}]\n"
+    );
+    let secrets = kubectl_tls_secret("client", &m.client)
+        + &kubectl_tls_secret("other", &other)
+        + &ca_config_map("ca", &m.ca);
+    let config = |gateways: &str| {
+        preamble(None).replace("spec:\n  listeners:", &gateway_default("client"))
+            + gateways
+            + &secrets
+            + &backend
+    };
+    let proxy = TestProxy::start(&config("")).await;
+    let r = get(proxy.http(), &format!("{API}:{port}"), "/").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(m.upstream.client_cns(), [Some("egressd-client".to_owned())]);
+
+    // A second Gateway naming another Secret: no default to take.
+    let second = "---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw2}\nspec:\n  tls:\n    backend:\n      clientCertificateRef: {name: other}\n  listeners:\n  - {name: http, address: 127.0.0.1, port: 0, protocol: HTTP}\n";
+    proxy.rewrite(&config(second));
+    assert!(proxy.egressd().reload().await.is_err());
+    let messages = proxy.egressd().shared().reload_status().messages.join("\n");
+    assert!(
+        messages.contains("Backend default/api: spec.tls.mode")
+            && messages.contains("Gateway default/gw: Secret default/client")
+            && messages.contains("Gateway default/gw2: Secret default/other"),
+        "{messages}"
+    );
+    // The last good config still presents the default.
+    assert_eq!(
+        get(proxy.http(), &format!("{API}:{port}"), "/")
+            .await
+            .status,
+        200
+    );
+
+    // Agreeing Gateways are fine; a Backend's own certificate wins over the default.
+    let agreeing = second.replace("{name: other}", "{name: client}");
+    let own = config(&agreeing).replace(
+        "    mode: Mutual\n",
+        "    mode: Mutual\n    clientCertificateRef: {name: other}\n",
+    );
+    proxy.rewrite(&own);
+    proxy.reload().await;
+    let r = get(proxy.http(), &format!("{API}:{port}"), "/").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        m.upstream.client_cns().last().cloned().flatten().as_deref(),
+        Some("other-client")
+    );
+
+    // A dangling default is an error at the Gateway's reference.
+    proxy.rewrite(&config("").replace(&gateway_default("client"), &gateway_default("missing")));
+    assert!(proxy.egressd().reload().await.is_err());
+    let messages = proxy.egressd().shared().reload_status().messages.join("\n");
+    assert!(
+        messages.contains("Gateway default/gw: spec.tls.backend.clientCertificateRef: Secret default/missing not found"),
+        "{messages}"
+    );
+}

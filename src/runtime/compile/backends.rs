@@ -584,6 +584,7 @@ fn port_transport(
                 .filter(|_| site.dest.wildcard.is_none()),
             protocol,
             platform: site.settings.platform_identity.as_ref(),
+            gateway_default: &site.settings.gateway_client_certificate,
         },
     );
     let mode = plan.as_ref().map(|p| p.mode);

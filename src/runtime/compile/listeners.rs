@@ -56,15 +56,6 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet, settings: &Settings) -> Vec<
                 "[ops]",
             );
         }
-        if let Some(tls) = &gw.spec.tls {
-            // A Backend's connections are shared by every listener of every Gateway, so a
-            // client certificate per Gateway would need pools per Gateway.
-            cx.not_yet(
-                at(file, id, tls.pos, "spec.tls"),
-                "spec.tls.backend.clientCertificateRef (set the Backend's tls.clientCertificateRef)",
-                "[tls]",
-            );
-        }
         if gw.spec.listeners.is_empty() {
             cx.error(
                 at(file, id, gw.pos, "spec.listeners"),

@@ -8,6 +8,7 @@ mod consistent_hash;
 mod credentials;
 mod destination;
 mod downstream;
+mod gateway_tls;
 mod health;
 mod listeners;
 mod policy;

@@ -87,12 +87,14 @@ impl Entry {
 impl CompiledBackends {
     /// Empty, for the objects of `set`: filled while `set` compiles.
     pub(crate) fn for_set(set: &ConfigSet) -> Self {
+        // Backends depend on the Gateways when a policy targets one (its sections then depend
+        // on them existing) or one names the default client certificate of Mutual Backends.
         let targets_gateway = set.policies.iter().any(|p| {
             p.spec
                 .target_refs
                 .iter()
                 .any(|t| t.group == GATEWAY_GROUP && t.kind == "Gateway")
-        });
+        }) || set.gateways.iter().any(|g| g.spec.tls.is_some());
         CompiledBackends {
             policies: set.policies.clone(),
             proxy_configs: set.proxy_configs.clone(),

@@ -27,6 +27,8 @@ pub(crate) struct Settings {
     pub denied_hostnames: Vec<String>,
     /// The key MCP session ids are authenticated with.
     pub mcp_session_key: std::sync::Arc<crate::mcp::session::SessionKey>,
+    /// `Gateway.spec.tls.backend.clientCertificateRef`, for Mutual Backends without one.
+    pub gateway_client_certificate: super::gateway_tls::GatewayClientCertificate,
 }
 
 impl std::ops::Deref for Settings {
@@ -42,6 +44,7 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
         platform_identity: None,
         denied_hostnames: Vec::new(),
         mcp_session_key: crate::mcp::session::SessionKey::of_this_process(),
+        gateway_client_certificate: super::gateway_tls::default_client_certificate(cx, set),
     };
     for extra in set.proxy_configs.iter().skip(1) {
         cx.error(

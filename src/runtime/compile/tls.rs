@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::gateway_tls::GatewayClientCertificate;
 use super::{at, secret_refs, At, Cx};
 use crate::config::wire::backend::{BackendTls, TlsValidation};
 use crate::config::wire::enums::{Protocol, SanType, TlsMode, TlsVersion as WireVersion};
@@ -30,6 +31,8 @@ pub(super) struct TlsSite<'a> {
     pub protocol: Protocol,
     /// `ProxyConfig.spec.platformIdentity`, for mode PlatformProvided.
     pub platform: Option<&'a super::settings::PlatformFiles>,
+    /// The Gateways' default client certificate, for mode Mutual without one of its own.
+    pub gateway_default: &'a GatewayClientCertificate,
 }
 
 /// The `tls` block being checked (an empty one when omitted), with its mode.
@@ -151,8 +154,8 @@ fn check_mode(cx: &mut Cx, b: &Block<'_>) -> Option<Option<TlsPlan>> {
     }
 }
 
-/// The client certificate: required by Mutual (files, else a Secret), refused by Simple, the
-/// platform's under PlatformProvided. Paths are resolved against the YAML file.
+/// The client certificate: required by Mutual (files, else a Secret, else the Gateways'
+/// default), refused by Simple, the platform's under PlatformProvided. Paths are resolved against the YAML file.
 fn client_certificate(cx: &mut Cx, b: &Block<'_>) -> Option<(PemSource, PemSource)> {
     let (tls, pos) = (b.tls, b.pos);
     let reference = tls.client_certificate_ref.as_ref();
@@ -196,14 +199,34 @@ fn client_certificate(cx: &mut Cx, b: &Block<'_>) -> Option<(PemSource, PemSourc
             );
             None
         }
-        (TlsMode::Mutual, None) => {
-            cx.error(
-                b.at(b.mode_pos, "mode"),
-                "tls.mode Mutual needs a client certificate",
-                "add clientCertificate: {certificateFile: ..., privateKeyFile: ...}, or clientCertificateRef: {name: <a kubernetes.io/tls Secret>}",
-            );
-            None
-        }
+        (TlsMode::Mutual, None) => match b.site.gateway_default {
+            GatewayClientCertificate::One(pair) => Some(pair.clone()),
+            // Reported at the Gateway's reference.
+            GatewayClientCertificate::Broken => None,
+            GatewayClientCertificate::Conflict(named) => {
+                let named: Vec<String> = named
+                    .iter()
+                    .map(|(gateway, secret)| format!("Gateway {gateway}: {secret}"))
+                    .collect();
+                cx.error(
+                    b.at(b.mode_pos, "mode"),
+                    format!(
+                        "tls.mode Mutual without a client certificate of its own takes the Gateways' default, and they name different ones ({})",
+                        named.join("; ")
+                    ),
+                    "set clientCertificateRef on this Backend, or make the Gateways' spec.tls.backend.clientCertificateRef agree",
+                );
+                None
+            }
+            GatewayClientCertificate::None => {
+                cx.error(
+                    b.at(b.mode_pos, "mode"),
+                    "tls.mode Mutual needs a client certificate",
+                    "add clientCertificate: {certificateFile: ..., privateKeyFile: ...}, or clientCertificateRef: {name: <a kubernetes.io/tls Secret>}, or a default in Gateway spec.tls.backend.clientCertificateRef",
+                );
+                None
+            }
+        },
         _ => match (&tls.client_certificate, reference) {
             (Some(c), _) => Some((
                 PemSource::file(resolve(b.site.file, &c.certificate_file)),
