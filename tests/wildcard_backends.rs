@@ -325,3 +325,128 @@ async fn each_wildcard_host_shows_its_endpoints_and_its_detections_count_for_the
         2.0
     );
 }
+
+/// The `/endpoints` entry of one wildcard host.
+async fn host_entry(proxy: &TestProxy, backend: &str, host: &str) -> Option<serde_json::Value> {
+    let all: serde_json::Value =
+        serde_json::from_slice(&get(proxy.admin, "localhost", "/endpoints").await.body).unwrap();
+    all["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["backend"] == format!("default/{backend}") && b["host"] == host)
+        .cloned()
+}
+
+/// The active health state of `ip`'s endpoint of `host`, `None` while the host is not made.
+async fn host_endpoint_health(proxy: &TestProxy, host: &str, ip: &str) -> Option<String> {
+    let entry = host_entry(proxy, "svc", host).await?;
+    entry["endpoints"]
+        .as_array()?
+        .iter()
+        .find(|e| e["address"].as_str().unwrap().starts_with(ip))
+        .map(|e| e["activeHealth"]["state"].as_str().unwrap_or("").to_owned())
+}
+
+/// Active health checks run for each concrete host once it is made, with the concrete host
+/// as `Host`, steer its traffic away from a failing endpoint, count under the Backend, and
+/// keep running across a reload that keeps the Backend.
+#[tokio::test]
+async fn each_wildcard_host_is_health_checked_with_its_own_name() {
+    let port = common::ports::shared_port();
+    let good = common::outlier::answering(1, port, 200).await;
+    let failing = common::outlier::answering(2, port, 500).await;
+    let dns = TestDns::start().await;
+    dns.set(
+        "pay.svc.test",
+        &[Ipv4Addr::LOCALHOST, Ipv4Addr::new(127, 0, 0, 2)],
+        60,
+    );
+    let active = "\n  trafficPolicy:\n    loadBalancer: {type: RoundRobin}\n    healthCheck:\n      active: {type: HTTP, interval: 100ms, timeout: 1s, unhealthyThreshold: 1, http: {path: /healthz}}\n";
+    let config = |extra: &str| {
+        preamble(Some(dns.addr))
+            + &backend("svc", "*.svc.test", port, "{mode: InsecureDisable}", "")
+            + active
+            + extra
+    };
+    let proxy = TestProxy::start(&config("")).await;
+    let host = format!("pay.svc.test:{port}");
+    // The first request makes the host (and its checker).
+    get(proxy.http(), &host, "/").await;
+    let checks_of = |upstream: &Upstream| {
+        upstream
+            .requests()
+            .into_iter()
+            .filter(|r| r.uri == "/healthz")
+            .collect::<Vec<_>>()
+    };
+    common::eventually(
+        "pay.svc.test's endpoints checked, the failing one marked unhealthy",
+        std::time::Duration::from_secs(10),
+        || async {
+            !checks_of(&good).is_empty()
+                && host_endpoint_health(&proxy, "pay.svc.test", "127.0.0.2:")
+                    .await
+                    .as_deref()
+                    == Some("unhealthy")
+        },
+    )
+    .await;
+    assert_eq!(
+        checks_of(&good)[0].headers["host"],
+        host.as_str(),
+        "checked by its own name"
+    );
+    assert_eq!(
+        host_endpoint_health(&proxy, "pay.svc.test", "127.0.0.1:")
+            .await
+            .as_deref(),
+        Some("healthy")
+    );
+
+    let before = failing.request_count();
+    for _ in 0..10 {
+        let r = get(proxy.http(), &host, "/").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let sent_to_failing = failing
+        .requests()
+        .into_iter()
+        .skip(before)
+        .filter(|r| r.uri != "/healthz")
+        .count();
+    assert_eq!(sent_to_failing, 0, "no traffic to the unhealthy endpoint");
+    let fails = r#"egressd_health_checks_total{backend="default/svc",result="fail"}"#;
+    assert!(common::outlier::metric(&proxy, fails).await >= 1.0);
+
+    // A reload that keeps the Backend (another file added; the Backend's is unchanged, so
+    // it is taken as it was, hosts and all): its host goes on being checked with no request.
+    let other = Upstream::start("other").await;
+    let dir = proxy.config_path().parent().unwrap().to_owned();
+    std::fs::write(
+        dir.join("other.yaml"),
+        common::proxy::ip_backend("other", other.addr, ""),
+    )
+    .unwrap();
+    proxy.reload().await;
+    let checked = failing.request_count();
+    common::eventually(
+        "the kept host still checked after the reload",
+        std::time::Duration::from_secs(10),
+        || async { failing.request_count() >= checked + 3 },
+    )
+    .await;
+
+    // A reload that compiles the Backend again starts with no hosts; the next request makes
+    // this one again, and its checks with it.
+    proxy.rewrite(&config("").replace("interval: 100ms", "interval: 150ms"));
+    proxy.reload().await;
+    get(proxy.http(), &host, "/").await;
+    let checked = failing.request_count();
+    common::eventually(
+        "the host made again is checked again",
+        std::time::Duration::from_secs(10),
+        || async { failing.request_count() >= checked + 3 },
+    )
+    .await;
+}

@@ -25,6 +25,7 @@ use crate::snapshot::{BackendPort, Target};
 use crate::upstream::address::AnswerPolicy;
 use crate::upstream::connect::Transport;
 use crate::upstream::dns::{AnswerCheck, RefreshPlan};
+use crate::upstream::health_check::{CheckCounters, CheckPlan};
 use crate::upstream::pool::PoolSettings;
 use crate::upstream::registry::{EndpointTemplate, PortIdentity, StateRegistry};
 use crate::upstream::tls::TlsOrigination;
@@ -74,6 +75,19 @@ pub struct WildcardHosts {
     registry: Arc<StateRegistry>,
     /// Set when the config is accepted, before any request can make a host.
     detections: OnceLock<SharedDetectionSink>,
+    /// The active health checks of the config serving, when the Backend has them: each
+    /// accepted config sets them anew (checkers of an older config stop).
+    checks: std::sync::Mutex<Option<HostChecks>>,
+}
+
+/// What a wildcard host's active health checker runs under: the config's checker epoch, and
+/// the Backend's check counters.
+#[derive(Clone, Debug)]
+pub struct HostChecks {
+    pub epoch: tokio::sync::watch::Receiver<u64>,
+    /// The epoch of the config that set these.
+    pub mine: u64,
+    pub counters: CheckCounters,
 }
 
 impl std::fmt::Debug for WildcardHosts {
@@ -101,6 +115,10 @@ pub struct WildcardPlan {
     pub rewrite_authority: bool,
     /// Port templates whose TLS takes its SNI (and verified name) from the concrete host.
     pub sni_from_host: Vec<u16>,
+    /// `namespace/name`, for the health-check metric and logs.
+    pub label: Arc<str>,
+    /// `Host` of HTTP health checks when `http.host` sets one (else the concrete host).
+    pub check_host: Option<String>,
 }
 
 impl WildcardHosts {
@@ -115,7 +133,43 @@ impl WildcardHosts {
             plan,
             registry,
             detections: OnceLock::new(),
+            checks: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Starts the active health checks of every host kept now under `checks`, and of every
+    /// host made from now on; nothing when the Backend has no active checks.
+    pub fn start_checks(&self, checks: HostChecks) {
+        if self.plan.group_settings.active.is_none() {
+            return;
+        }
+        *self.checks.lock().unwrap_or_else(|p| p.into_inner()) = Some(checks.clone());
+        for ((host, _), target) in self.table.entries() {
+            self.spawn_checker(&host, &target.port, &checks);
+        }
+    }
+
+    /// The checker of one host's port.
+    fn spawn_checker(&self, host: &str, port: &BackendPort, checks: &HostChecks) {
+        let host_header = match &self.plan.check_host {
+            Some(configured) => HeaderValue::from_str(configured).ok(),
+            None => host_value(host, port.number, &port.transport),
+        };
+        let plan = CheckPlan {
+            group: Arc::downgrade(&port.endpoints),
+            backend: self.plan.label.clone(),
+            host: host_header,
+            transport: port.transport.clone(),
+            wire: port.wire,
+            http2: port.http2.clone(),
+            mcp: port.mcp.clone(),
+        };
+        tokio::spawn(crate::upstream::health_check::run_in_epoch(
+            plan,
+            checks.epoch.clone(),
+            checks.mine,
+            checks.counters.clone(),
+        ));
     }
 
     /// Concrete hosts kept now.
@@ -247,6 +301,14 @@ impl WildcardHosts {
             authority,
             wildcard: None,
         });
+        let checks = self
+            .checks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(checks) = checks {
+            self.spawn_checker(host, &port, &checks);
+        }
         let target = Target {
             backend: template.backend.clone(),
             port,

@@ -241,7 +241,7 @@ fn compile_one(
         group_settings,
         wildcard: None,
     };
-    site.wildcard = wildcard_hosts(cx, &site);
+    site.wildcard = wildcard_hosts(&site);
     let ports = compile_ports(cx, &site);
 
     if cx.error_count() > before {
@@ -396,22 +396,10 @@ fn compile_port(
 
 /// A wildcard Backend's hosts (`None` for other Backends): limits, DNS and balancing of each
 /// concrete host, and which ports take their TLS name from it.
-fn wildcard_hosts(cx: &mut Cx, site: &BackendSite<'_>) -> Option<Arc<WildcardHosts>> {
+fn wildcard_hosts(site: &BackendSite<'_>) -> Option<Arc<WildcardHosts>> {
     let limits = site.dest.wildcard?;
     let pattern = site.dest.hostname.clone()?;
-    let (file, id, spec) = (site.file(), site.id(), site.spec());
-    if site.policy.active.is_some() {
-        cx.not_yet(
-            at(
-                file,
-                id,
-                spec.destination.pos,
-                "spec.destination.fqdn.hostname",
-            ),
-            "active health checks of a wildcard Backend's hosts",
-            "[policy]",
-        );
-    }
+    let (id, spec) = (site.id(), site.spec());
     let dns = &site.policy.dns;
     // A port whose `tls` names no SNI or hostname to verify sends each concrete host.
     let sni_from_host = spec
@@ -446,6 +434,15 @@ fn wildcard_hosts(cx: &mut Cx, site: &BackendSite<'_>) -> Option<Arc<WildcardHos
         pool: site.policy.pool,
         rewrite_authority: rewrites_authority(spec),
         sni_from_host,
+        label: site.label.clone(),
+        check_host: site
+            .policy
+            .health_check
+            .as_ref()
+            .and_then(|hc| hc.active.as_ref())
+            .and_then(|a| a.value.http.as_ref())
+            .and_then(|h| h.value.host.as_ref())
+            .map(|h| h.value.clone()),
     };
     Some(Arc::new(WildcardHosts::new(
         plan,
