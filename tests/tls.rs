@@ -639,31 +639,8 @@ async fn certificate_not_issued_for_server_auth_fails_with_bad_certificate() {
     assert_eq!(upstream.request_count(), 0);
 }
 
-#[tokio::test]
-async fn server_requiring_a_client_certificate_fails_with_client_cert_required() {
-    let env = Env::new().await;
-    let upstream = TlsUpstream::start(
-        "api",
-        env.api_cert(),
-        TlsOptions {
-            require_client_cert_from: Some(&env.ca),
-            ..TlsOptions::default()
-        },
-    )
-    .await;
-    let proxy = env
-        .proxy(upstream.addr.port(), &Tls::simple(&env.ca_file))
-        .await;
-
-    let response = get_api(&proxy, upstream.addr.port()).await;
-    assert_tls_failure(&proxy, &response, "client_cert_required").await;
-    assert_eq!(upstream.request_count(), 0);
-}
-
-/// Over HTTP/2 the refusal (TLS 1.3: after our side of the handshake) arrives while the
-/// connection reads the server's preface, not with a response: still the same cause.
-#[tokio::test]
-async fn http2_server_requiring_a_client_certificate_fails_with_client_cert_required() {
+/// A Simple Backend speaking `protocol` to a server that requires a client certificate.
+async fn refused_for_want_of_a_client_certificate(protocol: &str) {
     let env = Env::new().await;
     let upstream = TlsUpstream::start(
         "api",
@@ -675,12 +652,24 @@ async fn http2_server_requiring_a_client_certificate_fails_with_client_cert_requ
     )
     .await;
     let backend = fqdn_tls_backend(upstream.addr.port(), &Tls::simple(&env.ca_file), "")
-        .replace("protocol: HTTP11", "protocol: HTTP2");
+        .replace("protocol: HTTP11", &format!("protocol: {protocol}"));
     let proxy = TestProxy::start(&env.config(&backend)).await;
 
     let response = get_api(&proxy, upstream.addr.port()).await;
     assert_tls_failure(&proxy, &response, "client_cert_required").await;
     assert_eq!(upstream.request_count(), 0);
+}
+
+#[tokio::test]
+async fn server_requiring_a_client_certificate_fails_with_client_cert_required() {
+    refused_for_want_of_a_client_certificate("HTTP11").await;
+}
+
+/// Over HTTP/2 the refusal (TLS 1.3: after our side of the handshake) arrives while the
+/// preface is written, not with a response: still the same cause, and at once.
+#[tokio::test]
+async fn http2_server_requiring_a_client_certificate_fails_with_client_cert_required() {
+    refused_for_want_of_a_client_certificate("HTTP2").await;
 }
 
 #[tokio::test]

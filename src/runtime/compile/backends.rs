@@ -435,14 +435,7 @@ fn wildcard_hosts(site: &BackendSite<'_>) -> Option<Arc<WildcardHosts>> {
         rewrite_authority: rewrites_authority(spec),
         sni_from_host,
         label: site.label.clone(),
-        check_host: site
-            .policy
-            .health_check
-            .as_ref()
-            .and_then(|hc| hc.active.as_ref())
-            .and_then(|a| a.value.http.as_ref())
-            .and_then(|h| h.value.host.as_ref())
-            .map(|h| h.value.clone()),
+        check_host: configured_check_host(site),
     };
     Some(Arc::new(WildcardHosts::new(
         plan,
@@ -478,19 +471,22 @@ fn host_and_port(host: &str, port: u16, mode: Option<TlsMode>) -> String {
 /// it is not the default one of the port's scheme); `None` for IP Backends (the endpoint
 /// address is used).
 fn check_host(site: &BackendSite<'_>, port: u16, mode: Option<TlsMode>) -> Option<HeaderValue> {
-    let configured = site
-        .policy
+    let value = configured_check_host(site).or_else(|| {
+        let host = site.dest.hostname.as_deref()?;
+        Some(host_and_port(host, port, mode))
+    })?;
+    HeaderValue::from_str(&value).ok()
+}
+
+/// The active health check's `http.host`, when set.
+fn configured_check_host(site: &BackendSite<'_>) -> Option<String> {
+    site.policy
         .health_check
         .as_ref()
         .and_then(|hc| hc.active.as_ref())
         .and_then(|a| a.value.http.as_ref())
         .and_then(|h| h.value.host.as_ref())
-        .map(|h| h.value.clone());
-    let value = configured.or_else(|| {
-        let host = site.dest.hostname.as_deref()?;
-        Some(host_and_port(host, port, mode))
-    })?;
-    HeaderValue::from_str(&value).ok()
+        .map(|h| h.value.clone())
 }
 
 /// The port's protocol (the port's own, else the Backend's; TCP under Passthrough, else HTTP),
