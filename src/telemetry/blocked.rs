@@ -206,7 +206,7 @@ impl Blocked {
             Via::Http => (
                 format!("[{{number: {}}}]", self.port),
                 "{mode: InsecureDisable}",
-                "# The client sent plain HTTP. To encrypt, have it send http:// to this host\n# and use the default tls (Simple) on port 443 instead.\n",
+                "# The client sent plain HTTP, and this Backend keeps it plaintext. To encrypt, let\n# egressd originate TLS: port 443 with the default tls (Simple), the client still\n# sending plain http:// for port 443 to egressd.\n",
             ),
             Via::Connect | Via::TlsPassthrough => (
                 format!("[{{number: {}, protocol: TCP}}]", self.port),

@@ -9,7 +9,9 @@ added and SIGHUP sent, so the reload is rejected. Then `chromium --dump-dom` ren
 the DOM is checked: the rejected reload with its error at file:line:column and the markup as
 text, the ejected endpoint above every healthy one, the problems in order, rates, paging and
 the filter, the blocked host with its Backend YAML, and no CSP violation or script error in
-Chromium's log. A screenshot is kept at target/console/console.png.
+Chromium's log. A screenshot is kept at target/console/console.png. Then the page is driven
+over the DevTools protocol (cdp.py): Copy puts the YAML on the clipboard, Pause stops polling,
+Resume starts it.
 """
 
 import html
@@ -31,6 +33,9 @@ from threading import Event, Thread
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "interop"))
 from harness import Harness, SuiteFailed, wait_for  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cdp  # noqa: E402
 
 OUT = ROOT / "target" / "console"
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -340,7 +345,56 @@ def run(h):
              "1 endpoint ejected" in visible_text(filtered).split("Backends", 1)[0], visible_text(filtered)[:300])
     size = (OUT / "console.png").stat().st_size
     h.expect("a screenshot was taken", size > 10000, f"{size} bytes")
+    interact(h, admin)
     upstream.shutdown()
+
+
+def interact(h, admin):
+    """What --dump-dom cannot do: click. Copy puts the Backend YAML on the clipboard; Pause
+    stops the polling and Resume starts it again."""
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    profile = tempfile.mkdtemp(prefix="console-cdp-")
+    browser = cdp.Browser(binary, profile)
+    try:
+        origin = f"http://{admin}"
+        browser.send("Browser.grantPermissions", {
+            "origin": origin, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]},
+            session=False)
+        browser.open(origin + "/")
+        browser.wait_for("document.body && document.body.innerText.includes('Copy Backend YAML')")
+        first_copy = ("[...document.querySelectorAll('button')]"
+                      ".find(b => b.textContent === 'Copy Backend YAML')")
+        yaml = browser.evaluate(f"{first_copy}.closest('details').querySelector('pre').textContent")
+        browser.click(first_copy)
+        copied = browser.wait_for("[...document.querySelectorAll('button')]"
+                                  ".some(b => b.textContent === 'Copied')", timeout=10)
+        clipboard = browser.evaluate("navigator.clipboard.readText()", await_promise=True)
+        h.expect("Copy puts the Backend YAML on the clipboard and says so",
+                 copied and yaml and clipboard == yaml and "kind: Backend" in clipboard,
+                 f"clipboard {clipboard!r}, shown {yaml!r}")
+
+        # Pause: the page sends nothing for two poll periods; Resume polls at once.
+        browser.pump(0.5)
+        browser.click("document.getElementById('pause')")
+        label = browser.wait_for("document.getElementById('pause').textContent === 'Resume' && 'Resume'")
+        before = browser.requests_to("/status")
+        browser.pump(2 * 3.0 + 1.0)
+        during = browser.requests_to("/status") - before
+        h.expect("Pause stops the polling (the button then says Resume)",
+                 label == "Resume" and during == 0, f"{during} polls of /status while paused")
+        browser.click("document.getElementById('pause')")
+        deadline = time.monotonic() + 5
+        while browser.requests_to("/status") == before + during and time.monotonic() < deadline:
+            browser.pump(0.1)
+        h.expect("Resume polls again at once",
+                 browser.requests_to("/status") > before + during
+                 and browser.evaluate("document.getElementById('pause').textContent") == "Pause",
+                 "no /status request after Resume")
+    except cdp.CdpError as e:
+        h.expect("the page could be driven over the DevTools protocol", False, str(e))
+    finally:
+        browser.close()
+        shutil.rmtree(profile, ignore_errors=True)
 
 
 def main():
