@@ -78,6 +78,10 @@ enum Command {
         /// Resolve destinations and connect to every endpoint.
         #[arg(long)]
         probe: bool,
+        /// A concrete host to probe under the wildcard Backend that covers it
+        /// (`--probe-host api.example.com` for `*.example.com`); repeatable.
+        #[arg(long = "probe-host", value_name = "HOST", requires = "probe")]
+        probe_hosts: Vec<String>,
         /// Config directories or files.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
@@ -107,6 +111,7 @@ fn main() -> ExitCode {
         | Command::Check {
             probe: false,
             paths,
+            ..
         } => {
             let v = egressd::commands::validate(&paths);
             print!("{}", v.report);
@@ -116,7 +121,11 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-        Command::Check { probe: true, paths } => check_probe(&paths),
+        Command::Check {
+            probe: true,
+            paths,
+            probe_hosts,
+        } => check_probe(&paths, &probe_hosts),
         Command::Schema => {
             let schema = egressd::config::schema::json_schema();
             println!(
@@ -153,12 +162,12 @@ fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 /// `check --probe` on a single-threaded runtime: probes are I/O-bound and few.
-fn check_probe(paths: &[PathBuf]) -> ExitCode {
+fn check_probe(paths: &[PathBuf], hosts: &[String]) -> ExitCode {
     let runtime = match current_thread_runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    let report = runtime.block_on(egressd::probe::probe(paths));
+    let report = runtime.block_on(egressd::probe::probe(paths, hosts));
     print!("{}", report.text);
     if report.ok {
         ExitCode::SUCCESS

@@ -178,13 +178,20 @@ impl Endpoint<'_> {
 
 /// Runs the built binary (off the runtime: the test's servers must keep serving meanwhile).
 async fn run_check(dir: &Path, probe: bool) -> Probe {
+    run_check_with(dir, probe, &[]).await
+}
+
+/// [`run_check`] with extra arguments.
+async fn run_check_with(dir: &Path, probe: bool, extra: &[&str]) -> Probe {
     let dir = dir.to_owned();
+    let extra: Vec<String> = extra.iter().map(|a| (*a).to_owned()).collect();
     let output = tokio::task::spawn_blocking(move || {
         let mut command = Command::new(env!("CARGO_BIN_EXE_egressd"));
         command.arg("check");
         if probe {
             command.arg("--probe");
         }
+        command.args(&extra);
         command
             .arg(&dir)
             .env_remove("RUST_LOG")
@@ -622,4 +629,63 @@ async fn probe_of_a_silent_server_gives_up_after_the_backends_connect_timeout() 
         probe.stdout
     );
     assert_eq!(api.field("certificate"), "not received");
+}
+
+/// A wildcard Backend has no endpoints until a request names a host: `--probe-host` probes a
+/// host the way that request would go (resolved, its own SNI, verified against its own name);
+/// without one the port says so and fails nothing; a host no wildcard covers fails.
+#[tokio::test]
+async fn probe_of_a_wildcard_backend_probes_each_named_host_by_its_own_name() {
+    let env = Env::new().await;
+    let upstream = TlsUpstream::start(
+        "api",
+        env.ca.server_cert(&[San::dns("pay.wild.test")]),
+        TlsOptions::default(),
+    )
+    .await;
+    env.dns.set("pay.wild.test", &[Ipv4Addr::LOCALHOST], 60);
+    let port = upstream.addr.port();
+    env.write_config(&format!(
+        "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: wild}}\nspec:\n  destination:\n    type: FQDN\n    fqdn: {{hostname: \"*.wild.test\", allowedAddresses: [127.0.0.0/8]}}\n    ports: [{{number: {port}}}]\n  protocol: HTTP11\n  tls:\n{}",
+        env.simple()
+    ));
+
+    let bare = env.check_probe().await;
+    bare.assert_exit(0);
+    assert!(
+        bare.stdout
+            .contains("wildcard *.wild.test: hosts are resolved when requests name them"),
+        "{}",
+        bare.stdout
+    );
+    assert!(upstream.snis().is_empty(), "nothing probed without a host");
+
+    let named = run_check_with(env.dir.path(), true, &["--probe-host", "Pay.Wild.Test"]).await;
+    named.assert_exit(0);
+    assert!(
+        named
+            .stdout
+            .contains(&format!("default/wild host pay.wild.test port {port}")),
+        "{}",
+        named.stdout
+    );
+    let endpoint = named.endpoint(upstream.addr);
+    assert_eq!(endpoint.status, "ok", "{}", named.stdout);
+    assert!(
+        endpoint.field("sni").contains("pay.wild.test"),
+        "{}",
+        named.stdout
+    );
+    assert_eq!(upstream.snis(), [Some("pay.wild.test".to_owned())]);
+
+    // Not under the wildcard: refused, and the probe fails.
+    let stray = run_check_with(env.dir.path(), true, &["--probe-host", "pay.other.test"]).await;
+    stray.assert_exit(1);
+    assert!(
+        stray
+            .stdout
+            .contains("--probe-host pay.other.test: FAILED: no wildcard Backend serves it"),
+        "{}",
+        stray.stdout
+    );
 }

@@ -8,7 +8,9 @@
 //!
 //! Endpoints are found as egressd finds them: an FQDN destination is resolved by egressd's
 //! resolver (`ProxyConfig.spec.dns.nameservers`, the Backend's lookup family), IP endpoints are
-//! taken as listed. The connect and the handshake each get the Backend's own connect timeout
+//! taken as listed. A wildcard Backend (`*.example.com`) has no endpoints until a request names
+//! a host: each `--probe-host` it covers is probed as that request would go (its own SNI and
+//! verified name, its DNS answers checked). The connect and the handshake each get the Backend's own connect timeout
 //! (inline `trafficPolicy`, else a BackendTrafficPolicy targeting the Backend, else 10 s);
 //! route and Gateway policies can change it for routed traffic but have no say here. Endpoints
 //! are probed concurrently and reported in config order.
@@ -48,8 +50,9 @@ pub struct ProbeReport {
     pub text: String,
 }
 
-/// Validates `paths`, then probes every endpoint of every Backend port.
-pub async fn probe(paths: &[PathBuf]) -> ProbeReport {
+/// Validates `paths`, then probes every endpoint of every Backend port; a wildcard Backend's
+/// port for each of `hosts` it covers.
+pub async fn probe(paths: &[PathBuf], hosts: &[String]) -> ProbeReport {
     let (validation, compiled) = validate_compiled(paths);
     let mut text = validation.report;
     let compiled = match compiled {
@@ -74,10 +77,22 @@ pub async fn probe(paths: &[PathBuf]) -> ProbeReport {
         format!("nameservers {}", list.join(", "))
     };
 
-    let plans = plan_ports(&compiled);
+    let hosts: Vec<String> = hosts
+        .iter()
+        .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
+        .collect();
+    let plans = plan_ports(&compiled, &hosts);
     let reports = join_all(plans.iter().map(|p| probe_port(p, &resolver, &dns))).await;
 
     let (mut endpoints, mut failed, mut ok) = (0, 0, true);
+    for host in unprobed_hosts(&compiled, &hosts) {
+        let _ = writeln!(
+            text,
+            "
+--probe-host {host}: FAILED: no wildcard Backend serves it (none covers it, or deniedHostnames refuses it)"
+        );
+        ok = false;
+    }
     for (plan, report) in plans.iter().zip(&reports) {
         text.push('\n');
         render_port(&mut text, plan, report);
@@ -117,12 +132,14 @@ enum Destination {
         check: AnswerCheck,
     },
     Listed(Vec<SocketAddr>),
+    /// A wildcard Backend's port no `--probe-host` names: its hosts exist on demand only.
+    Wildcard(String),
 }
 
 /// The ports of every compiled Backend, in config order. What the runtime types do not keep
 /// (the TLS mode's name, what names are verified, the Backend's connect timeout) is read from
 /// the wire config, which compiled without errors.
-fn plan_ports(compiled: &Compiled) -> Vec<PortPlan> {
+fn plan_ports(compiled: &Compiled, hosts: &[String]) -> Vec<PortPlan> {
     let snapshot = &compiled.snapshot;
     let mut plans = Vec::new();
     for backend in &snapshot.backends {
@@ -148,6 +165,38 @@ fn plan_ports(compiled: &Compiled) -> Vec<PortPlan> {
                     format!("TLS {}", mode.map_or(TlsMode::Simple, |m| m.value))
                 }
             };
+            if let Some(wildcard) = &port.wildcard {
+                let mut any = false;
+                for host in hosts {
+                    let Ok((host_port, refresh)) = wildcard.probe_port(port, host) else {
+                        continue;
+                    };
+                    any = true;
+                    plans.push(PortPlan {
+                        backend: format!("{} host {host}", backend.label).into(),
+                        port: host_port,
+                        mode: mode.clone(),
+                        expected: expected_names(tls),
+                        timeout,
+                        destination: Destination::Dns {
+                            hostname: host.clone(),
+                            family: refresh.family,
+                            check: refresh.check,
+                        },
+                    });
+                }
+                if !any {
+                    plans.push(PortPlan {
+                        backend: backend.label.clone(),
+                        port: port.clone(),
+                        mode,
+                        expected: expected_names(tls),
+                        timeout,
+                        destination: Destination::Wildcard(wildcard.pattern().to_owned()),
+                    });
+                }
+                continue;
+            }
             let destination = match &port.endpoints.source {
                 EndpointSource::Dns { hostname, .. } => {
                     let refresher = refresher_of(compiled, port);
@@ -180,6 +229,20 @@ fn plan_ports(compiled: &Compiled) -> Vec<PortPlan> {
         }
     }
     plans
+}
+
+/// The `--probe-host` names no wildcard Backend of the config serves.
+fn unprobed_hosts<'h>(compiled: &Compiled, hosts: &'h [String]) -> Vec<&'h String> {
+    let wildcards: Vec<_> = compiled
+        .snapshot
+        .backends
+        .iter()
+        .flat_map(|b| b.ports.iter().filter_map(|p| p.wildcard.as_ref()))
+        .collect();
+    hosts
+        .iter()
+        .filter(|h| !wildcards.iter().any(|w| w.admit(h).is_ok()))
+        .collect()
 }
 
 /// The DNS refresher of this port's group: the lookup family and answer check it uses.
@@ -265,6 +328,15 @@ struct EndpointReport {
 async fn probe_port(plan: &PortPlan, resolver: &DnsResolver, dns: &str) -> PortReport {
     let (addrs, destination) = match &plan.destination {
         Destination::Listed(addrs) => (addrs.clone(), "IP endpoints as listed".to_owned()),
+        Destination::Wildcard(pattern) => {
+            return PortReport {
+                destination: format!(
+                    "wildcard {pattern}: hosts are resolved when requests name them; probe one with --probe-host HOST"
+                ),
+                error: None,
+                endpoints: Vec::new(),
+            }
+        }
         Destination::Dns {
             hostname,
             family,

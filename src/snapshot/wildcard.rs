@@ -199,20 +199,7 @@ impl WildcardHosts {
     /// The target of `host` (canonical) for the port of `template` (a target of this
     /// Backend, as routing found it), made on first use.
     pub fn target(&self, template: &Target, host: &str) -> Result<Arc<Target>, HostRefused> {
-        if !hostname_matches(&self.plan.pattern, host) {
-            return Err(HostRefused::NotCovered {
-                host: host.to_owned(),
-                pattern: self.plan.pattern.clone(),
-            });
-        }
-        if let Some(p) = self
-            .plan
-            .denied_hostnames
-            .iter()
-            .find(|p| hostname_matches(p, host))
-        {
-            return Err(HostRefused::DeniedHostname(p.clone()));
-        }
+        self.admit(host)?;
         let number = template.port.number;
         let made = self.table.get_or_make((host.to_owned(), number), || {
             Ok::<_, HostRefused>(self.build(template, host))
@@ -227,9 +214,77 @@ impl WildcardHosts {
         }))
     }
 
-    /// A new target of `host` on `template`'s port, and its DNS refresher (not started).
+    /// `*.example.com`.
+    pub fn pattern(&self) -> &str {
+        &self.plan.pattern
+    }
+
+    /// Whether this Backend may serve `host` (canonical).
+    pub fn admit(&self, host: &str) -> Result<(), HostRefused> {
+        if !hostname_matches(&self.plan.pattern, host) {
+            return Err(HostRefused::NotCovered {
+                host: host.to_owned(),
+                pattern: self.plan.pattern.clone(),
+            });
+        }
+        match self
+            .plan
+            .denied_hostnames
+            .iter()
+            .find(|p| hostname_matches(p, host))
+        {
+            Some(p) => Err(HostRefused::DeniedHostname(p.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// The port of `host` on `base` as a request would make it, and how it would be resolved,
+    /// for `egressd check --probe`: nothing kept, nothing started.
+    pub fn probe_port(
+        &self,
+        base: &BackendPort,
+        host: &str,
+    ) -> Result<(Arc<BackendPort>, RefreshPlan), HostRefused> {
+        self.admit(host)?;
+        Ok(self.host_port(base, host))
+    }
+
+    /// A new target of `host` on `template`'s port, and its DNS refresher (not started); its
+    /// outlier detector ticks, and its checker runs when the config has active checks.
     fn build(&self, template: &Target, host: &str) -> (Target, Option<RefreshPlan>) {
-        let base = &template.port;
+        let (port, refresh) = self.host_port(&template.port, host);
+        let group = &port.endpoints;
+        // Its detector ticks like any group's (ejections expire, rates are judged), and its
+        // detections count as the wildcard Backend's.
+        let sink = self.detections.get().cloned();
+        self.registry.outlier_clock().add(
+            Arc::downgrade(group),
+            Box::new(move |d| {
+                if let Some(sink) = &sink {
+                    sink(d);
+                }
+            }),
+        );
+        let checks = self
+            .checks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(checks) = checks {
+            self.spawn_checker(host, &port, &checks);
+        }
+        let target = Target {
+            backend: template.backend.clone(),
+            port,
+            policy: template.policy.clone(),
+            rewrite_authority: template.rewrite_authority,
+        };
+        (target, Some(refresh))
+    }
+
+    /// The port of `host` on `base`: its own endpoint group (resolved from `host`), TLS with
+    /// `host` as SNI, `Host` rewritten to it; and the group's DNS refresher (not started).
+    fn host_port(&self, base: &BackendPort, host: &str) -> (Arc<BackendPort>, RefreshPlan) {
         let number = base.number;
         // Endpoints are identified by the concrete host: a pooled TLS connection made for one
         // host never carries another host's requests.
@@ -260,17 +315,6 @@ impl WildcardHosts {
             || balancer.build(),
             self.plan.group_settings.clone(),
         ));
-        // Its detector ticks like any group's (ejections expire, rates are judged), and its
-        // detections count as the wildcard Backend's.
-        let sink = self.detections.get().cloned();
-        self.registry.outlier_clock().add(
-            Arc::downgrade(&group),
-            Box::new(move |d| {
-                if let Some(sink) = &sink {
-                    sink(d);
-                }
-            }),
-        );
         let refresh = RefreshPlan {
             group: Arc::downgrade(&group),
             template: endpoint_template,
@@ -301,21 +345,7 @@ impl WildcardHosts {
             authority,
             wildcard: None,
         });
-        let checks = self
-            .checks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        if let Some(checks) = checks {
-            self.spawn_checker(host, &port, &checks);
-        }
-        let target = Target {
-            backend: template.backend.clone(),
-            port,
-            policy: template.policy.clone(),
-            rewrite_authority: template.rewrite_authority,
-        };
-        (target, Some(refresh))
+        (port, refresh)
     }
 }
 
