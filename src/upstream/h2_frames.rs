@@ -288,13 +288,29 @@ impl<S: AsyncRead + AsyncWrite> AsyncWrite for FrameWatch<S> {
 /// preface; the write then fails with a bare reset or broken pipe. The alert waits in the
 /// socket: reading finds it, and the TLS error (classified by the caller) replaces the write's.
 /// A read that ends any other way (reset, end of stream, a few chunks of data) gives the
-/// write's own error back. The connection is lost either way; only the reason changes.
+/// write's own error back, and so does a write that failed for another reason than the peer
+/// closing. The connection is lost either way; only the reason changes.
 fn poll_reason<S: AsyncRead, T>(
     mut io: Pin<&mut S>,
     cx: &mut Context<'_>,
     write_failed: &mut Option<io::Error>,
     peer: &PeerSettings,
 ) -> Poll<io::Result<T>> {
+    // Only a peer that closed leaves a reason to read; any other failure is returned as it is
+    // (waiting to read from a peer that is still there could wait for ever).
+    let closed_by_peer = write_failed.as_ref().is_some_and(|e| {
+        matches!(
+            e.kind(),
+            io::ErrorKind::BrokenPipe
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+        )
+    });
+    if !closed_by_peer {
+        return Poll::Ready(Err(write_failed.take().unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::BrokenPipe, "the connection failed")
+        })));
+    }
     let mut scratch = [0u8; 512];
     for _ in 0..4 {
         let mut buf = ReadBuf::new(&mut scratch);
