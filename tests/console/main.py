@@ -350,8 +350,8 @@ def run(h):
 
 
 def interact(h, admin):
-    """What --dump-dom cannot do: click. Copy puts the Backend YAML on the clipboard; Pause
-    stops the polling and Resume starts it again."""
+    """What --dump-dom cannot do: click. Pause stops the polling; Copy (while paused, so no
+    re-render replaces the button) puts the Backend YAML on the clipboard; Resume polls again."""
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     profile = tempfile.mkdtemp(prefix="console-cdp-")
     browser = cdp.Browser(binary, profile)
@@ -362,6 +362,18 @@ def interact(h, admin):
             session=False)
         browser.open(origin + "/")
         browser.wait_for("document.body && document.body.innerText.includes('Copy Backend YAML')")
+
+        # Pause: the page sends nothing for two poll periods (and renders nothing anew, so the
+        # buttons below stay the ones clicked).
+        browser.pump(0.5)
+        browser.click("document.getElementById('pause')")
+        label = browser.wait_for("document.getElementById('pause').textContent === 'Resume' && 'Resume'")
+        before = browser.requests_to("/status")
+        browser.pump(2 * 3.0 + 1.0)
+        during = browser.requests_to("/status") - before
+        h.expect("Pause stops the polling (the button then says Resume)",
+                 label == "Resume" and during == 0, f"{during} polls of /status while paused")
+
         first_copy = ("[...document.querySelectorAll('button')]"
                       ".find(b => b.textContent === 'Copy Backend YAML')")
         yaml = browser.evaluate(f"{first_copy}.closest('details').querySelector('pre').textContent")
@@ -373,15 +385,6 @@ def interact(h, admin):
                  copied and yaml and clipboard == yaml and "kind: Backend" in clipboard,
                  f"clipboard {clipboard!r}, shown {yaml!r}")
 
-        # Pause: the page sends nothing for two poll periods; Resume polls at once.
-        browser.pump(0.5)
-        browser.click("document.getElementById('pause')")
-        label = browser.wait_for("document.getElementById('pause').textContent === 'Resume' && 'Resume'")
-        before = browser.requests_to("/status")
-        browser.pump(2 * 3.0 + 1.0)
-        during = browser.requests_to("/status") - before
-        h.expect("Pause stops the polling (the button then says Resume)",
-                 label == "Resume" and during == 0, f"{during} polls of /status while paused")
         browser.click("document.getElementById('pause')")
         deadline = time.monotonic() + 5
         while browser.requests_to("/status") == before + during and time.monotonic() < deadline:
