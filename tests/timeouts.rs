@@ -130,6 +130,17 @@ async fn route_request_timeout_gives_504_upstream_timeout() {
         1,
         "the request did reach the upstream"
     );
+    assert_eq!(failures(&proxy, "upstream_timeout").await, 1.0);
+}
+
+/// `egressd_upstream_failures_total` of Backend `app` for `reason`: attempts that failed after
+/// connecting, per Backend (what the console's error rate adds to 5xx and connect failures).
+async fn failures(proxy: &TestProxy, reason: &str) -> f64 {
+    common::outlier::metric(
+        proxy,
+        &format!(r#"egressd_upstream_failures_total{{backend="default/app",reason="{reason}"}}"#),
+    )
+    .await
 }
 
 #[tokio::test]
@@ -191,6 +202,13 @@ async fn upstream_closing_without_an_answer_gives_502_upstream_reset() {
     let response = get(proxy.http(), "app.test", "/").await;
     assert_local_reply(&response, 502, "upstream_reset");
     assert!(upstream.connection_count() >= 1);
+    // Counted (once per attempt: a reset may be retried), and nothing as another reason.
+    let resets = failures(&proxy, "upstream_reset").await;
+    assert!(
+        resets >= 1.0 && resets <= upstream.connection_count() as f64,
+        "{resets} resets counted"
+    );
+    assert_eq!(failures(&proxy, "upstream_timeout").await, 0.0);
 }
 
 #[tokio::test]
@@ -205,6 +223,7 @@ async fn upstream_sending_garbage_gives_502_upstream_protocol_error() {
     let proxy = TestProxy::start(&config(upstream.addr, "", None)).await;
     let response = get(proxy.http(), "app.test", "/").await;
     assert_local_reply(&response, 502, "upstream_protocol_error");
+    assert_eq!(failures(&proxy, "upstream_protocol_error").await, 1.0);
 }
 
 /// Sends a GET to `app.test` and returns (status, how the body ended, time to body end). The

@@ -102,6 +102,15 @@ pub const CONNECT_FAILURE_CODES: [&str; 3] = [
     "upstream_tls_failure",
 ];
 
+/// The `x-egressd-error` codes of attempts that failed after the connection was there (no
+/// response head came), each counted per Backend in
+/// `egressd_upstream_failures_total{backend,reason}`.
+pub const FAILURE_CODES: [&str; 3] = [
+    "upstream_reset",
+    "upstream_timeout",
+    "upstream_protocol_error",
+];
+
 /// The per-attempt metrics of one Backend, resolved once per Backend and config generation:
 /// a request costs atomic increments, never a label lookup.
 #[derive(Debug)]
@@ -111,6 +120,8 @@ pub struct BackendStats {
     retries: Counter,
     /// One per [`CONNECT_FAILURE_CODES`] entry, in that order.
     connect_failures: [Counter; CONNECT_FAILURE_CODES.len()],
+    /// One per [`FAILURE_CODES`] entry, in that order.
+    failures: [Counter; FAILURE_CODES.len()],
 }
 
 impl BackendStats {
@@ -124,6 +135,14 @@ impl BackendStats {
     pub fn connect_failed(&self, code: &str) {
         if let Some(i) = CONNECT_FAILURE_CODES.iter().position(|c| *c == code) {
             self.connect_failures[i].inc();
+        }
+    }
+
+    /// Counts an attempt that failed after connecting with code `code`, one of
+    /// [`FAILURE_CODES`] (other codes are not counted here).
+    pub fn failed(&self, code: &str) {
+        if let Some(i) = FAILURE_CODES.iter().position(|c| *c == code) {
+            self.failures[i].inc();
         }
     }
 }
@@ -309,6 +328,8 @@ pub struct Metrics {
     pub upstream_latency: LatencyFamily<BackendLabel>,
     /// Upstream connections that could not be made, by Backend and error code.
     pub upstream_connect_failures: Family<BackendReasonLabel, Counter>,
+    /// Attempts that failed after connecting (reset, timeout, not HTTP), by Backend and code.
+    pub upstream_failures: Family<BackendReasonLabel, Counter>,
     pub upstream_requests_active: Family<BackendLabel, Gauge>,
     pub upstream_connections_open: Family<BackendLabel, Gauge>,
     pub upstream_connections_opened: Family<BackendLabel, Gauge>,
@@ -518,6 +539,12 @@ impl Default for Metrics {
             "Upstream connections that could not be made, by Backend and reason (the x-egressd-error code)",
             upstream_connect_failures.clone(),
         );
+        let upstream_failures = Family::<BackendReasonLabel, Counter>::default();
+        registry.register(
+            "upstream_failures",
+            "Upstream attempts that failed after connecting, before a response head (reset, timeout, protocol error), by Backend and reason (the x-egressd-error code)",
+            upstream_failures.clone(),
+        );
         let upstream_requests_active = Family::<BackendLabel, Gauge>::default();
         registry.register(
             "upstream_requests_active",
@@ -600,6 +627,7 @@ impl Default for Metrics {
             upstream_responses,
             upstream_latency,
             upstream_connect_failures,
+            upstream_failures,
             upstream_requests_active,
             upstream_connections_open,
             upstream_connections_opened,
@@ -689,6 +717,14 @@ impl Metrics {
                 .clone(),
             connect_failures: CONNECT_FAILURE_CODES.map(|reason| {
                 self.upstream_connect_failures
+                    .get_or_create(&BackendReasonLabel {
+                        backend: name(),
+                        reason,
+                    })
+                    .clone()
+            }),
+            failures: FAILURE_CODES.map(|reason| {
+                self.upstream_failures
                     .get_or_create(&BackendReasonLabel {
                         backend: name(),
                         reason,

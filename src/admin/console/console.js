@@ -115,10 +115,11 @@
     return port.backend + "\u0000" + port.port + "\u0000" + (port.host || "") + "\u0000" + e.address;
   }
 
-  // `egressd_upstream_responses_total{backend,class="5xx"}` plus connect failures, per Backend.
+  // `egressd_upstream_responses_total{backend,class="5xx"}` plus connect failures and failures
+  // after connecting (resets, timeouts, protocol errors), per Backend.
   function backendErrors(metrics) {
     const out = new Map();
-    const re = /^egressd_upstream_(responses|connect_failures)_total\{(.*)\} ([0-9.eE+]+)$/;
+    const re = /^egressd_upstream_(responses|connect_failures|failures)_total\{(.*)\} ([0-9.eE+]+)$/;
     for (const line of metrics.split("\n")) {
       const m = re.exec(line);
       if (!m) continue;

@@ -196,7 +196,7 @@ fn timed_send<'a>(
     )
 }
 
-/// The Backend's request metrics, or its connect failures.
+/// The Backend's request metrics, its connect failures, or its failures after connecting.
 fn count(
     shared: &Shared,
     target: &Target,
@@ -215,7 +215,7 @@ fn count(
                 .stats(&shared.metrics)
                 .connect_failed(e.code());
         }
-        Err(_) => {}
+        Err(e) => target.backend.stats(&shared.metrics).failed(e.code()),
     }
 }
 
