@@ -1529,3 +1529,37 @@ fn an_endpoint_port_needs_a_backend_with_one_port_and_is_never_0() {
         );
     }
 }
+
+#[test]
+fn plaintext_is_flagged_only_for_destinations_that_are_not_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = |name: &str, host: &str| {
+        format!(
+            "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: {name}}}\nspec:\n  destination:\n    type: FQDN\n    fqdn: {{hostname: \"{host}\"}}\n    ports: [{{number: 8080}}]\n  tls: {{mode: InsecureDisable}}\n"
+        )
+    };
+    let yaml = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw}\nspec:\n  listeners: [{name: http, port: 0, protocol: HTTP}]\n".to_owned()
+        + &backend("plain-localhost", "localhost")
+        + &backend("plain-sub", "api.localhost")
+        + &backend("plain-wild", "*.apps.localhost")
+        + &backend("plain-remote", "api.example.com")
+        + &backend("plain-remote-wild", "*.example.com");
+    std::fs::write(dir.path().join("backends.yaml"), yaml).unwrap();
+    let diags = diagnostics(dir.path());
+    let flagged: Vec<String> = diags
+        .iter()
+        .filter(|d| d.message.contains("sends plaintext"))
+        .map(|d| d.to_string())
+        .collect();
+    assert_eq!(flagged.len(), 2, "{}", render(&diags));
+    assert!(
+        flagged.iter().any(|d| d.contains("default/plain-remote:")),
+        "{flagged:?}"
+    );
+    assert!(
+        flagged
+            .iter()
+            .any(|d| d.contains("default/plain-remote-wild:")),
+        "{flagged:?}"
+    );
+}

@@ -627,7 +627,8 @@ fn warn_plaintext(cx: &mut Cx, here: At<'_>, dest: &Destination, number: u16) {
     // rejected `127.0.0.1` "non-loopback" would only mislead.
     let known = dest.hostname.is_some() || !dest.addrs.is_empty();
     let loopback = match &dest.hostname {
-        Some(h) => h == "localhost",
+        // RFC 6761: `localhost` and every name under it (a wildcard under it too) mean loopback.
+        Some(h) => crate::upstream::address::is_loopback_name(h),
         None => dest.addrs.iter().all(|a| a.ip.is_loopback()),
     };
     if known && !loopback {
