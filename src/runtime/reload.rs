@@ -230,22 +230,10 @@ impl Reloader {
         // Every group with active checks gets a checker of this config (kept DNS groups too, so
         // that the checks use this config's TLS material); the previous ones stop.
         self.health_epoch.send_modify(|epoch| *epoch += 1);
-        // A wildcard Backend's hosts are made on demand: their checkers start with each host,
-        // and the hosts a kept Backend has now get this config's.
-        let mine = *self.health_epoch.borrow();
+        // A wildcard Backend's hosts are made on demand, and each starts its own checker.
         for backend in &snapshot.backends {
-            let mut started = Vec::new();
             for hosts in backend.ports.iter().filter_map(|p| p.wildcard.as_ref()) {
-                // Ports share one `WildcardHosts`: started once.
-                if started.iter().any(|s| Arc::ptr_eq(s, hosts)) {
-                    continue;
-                }
-                started.push(hosts.clone());
-                hosts.start_checks(crate::snapshot::wildcard::HostChecks {
-                    epoch: self.health_epoch.subscribe(),
-                    mine,
-                    counters: self.shared.metrics.health_check_counters(&backend.label),
-                });
+                hosts.report_checks(self.shared.metrics.health_check_counters(&backend.label));
             }
         }
         for plan in compiled.health_checks {

@@ -75,19 +75,14 @@ pub struct WildcardHosts {
     registry: Arc<StateRegistry>,
     /// Set when the config is accepted, before any request can make a host.
     detections: OnceLock<SharedDetectionSink>,
-    /// The active health checks of the config serving, when the Backend has them: each
-    /// accepted config sets them anew (checkers of an older config stop).
-    checks: std::sync::Mutex<Option<HostChecks>>,
-}
-
-/// What a wildcard host's active health checker runs under: the config's checker epoch, and
-/// the Backend's check counters.
-#[derive(Clone, Debug)]
-pub struct HostChecks {
-    pub epoch: tokio::sync::watch::Receiver<u64>,
-    /// The epoch of the config that set these.
-    pub mine: u64,
-    pub counters: CheckCounters,
+    /// The Backend's health-check counters, set when the config is accepted: a host made
+    /// from then on gets its checker (when the Backend has active checks).
+    check_counters: OnceLock<CheckCounters>,
+    /// The epoch the hosts' checkers run under. It never moves: a host's checker is as old as
+    /// the host and ends when its group is dropped, or when this is (the config compiled the
+    /// Backend again; its new hosts get new checkers). A reload that keeps the Backend keeps
+    /// its hosts, and their checkers go on.
+    checker_epoch: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for WildcardHosts {
@@ -133,24 +128,27 @@ impl WildcardHosts {
             plan,
             registry,
             detections: OnceLock::new(),
-            checks: std::sync::Mutex::new(None),
+            check_counters: OnceLock::new(),
+            checker_epoch: tokio::sync::watch::Sender::new(0),
         }
     }
 
-    /// Starts the active health checks of every host kept now under `checks`, and of every
-    /// host made from now on; nothing when the Backend has no active checks.
-    pub fn start_checks(&self, checks: HostChecks) {
+    /// Counts the active health checks of every host made from now on in `counters` (the
+    /// first call wins: ports share one `WildcardHosts`, and a kept Backend's counters are the
+    /// same series).
+    pub fn report_checks(&self, counters: CheckCounters) {
+        let _ = self.check_counters.set(counters);
+    }
+
+    /// The checker of one host's port, when the Backend has active checks and the config
+    /// serves.
+    fn spawn_checker(&self, host: &str, port: &BackendPort) {
         if self.plan.group_settings.active.is_none() {
             return;
         }
-        *self.checks.lock().unwrap_or_else(|p| p.into_inner()) = Some(checks.clone());
-        for ((host, _), target) in self.table.entries() {
-            self.spawn_checker(&host, &target.port, &checks);
-        }
-    }
-
-    /// The checker of one host's port.
-    fn spawn_checker(&self, host: &str, port: &BackendPort, checks: &HostChecks) {
+        let Some(counters) = self.check_counters.get() else {
+            return;
+        };
         let host_header = match &self.plan.check_host {
             Some(configured) => HeaderValue::from_str(configured).ok(),
             None => host_value(host, port.number, &port.transport),
@@ -164,11 +162,10 @@ impl WildcardHosts {
             http2: port.http2.clone(),
             mcp: port.mcp.clone(),
         };
-        tokio::spawn(crate::upstream::health_check::run_in_epoch(
+        tokio::spawn(crate::upstream::health_check::run(
             plan,
-            checks.epoch.clone(),
-            checks.mine,
-            checks.counters.clone(),
+            self.checker_epoch.subscribe(),
+            counters.clone(),
         ));
     }
 
@@ -265,14 +262,7 @@ impl WildcardHosts {
                 }
             }),
         );
-        let checks = self
-            .checks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        if let Some(checks) = checks {
-            self.spawn_checker(host, &port, &checks);
-        }
+        self.spawn_checker(host, &port);
         let target = Target {
             backend: template.backend.clone(),
             port,

@@ -69,20 +69,6 @@ enum CheckError {
 /// Runs the checks of `plan`'s group until the group is dropped or `epoch` moves on.
 pub async fn run(plan: CheckPlan, mut epoch: watch::Receiver<u64>, counters: CheckCounters) {
     let mine = *epoch.borrow_and_update();
-    run_in_epoch(plan, epoch, mine, counters).await;
-}
-
-/// [`run`], for the checker of epoch `mine`: it ends at once if the epoch has moved on since
-/// (a checker started late must not outlive the config that wanted it).
-pub async fn run_in_epoch(
-    plan: CheckPlan,
-    mut epoch: watch::Receiver<u64>,
-    mine: u64,
-    counters: CheckCounters,
-) {
-    if *epoch.borrow_and_update() != mine {
-        return;
-    }
     let Some(settings) = plan
         .group
         .upgrade()
