@@ -13,13 +13,16 @@ pub(super) fn endpoints(snapshot: &Snapshot) -> Value {
     let mut backends = Vec::new();
     for backend in &snapshot.backends {
         for port in &backend.ports {
-            backends.push(port_json(&backend.label, port, None, now));
             // A wildcard Backend's port: its endpoints are per concrete host, each an entry
-            // of its own naming the host.
-            if let Some(wildcard) = &port.wildcard {
-                for (host, host_port) in wildcard.hosts_of_port(port.number) {
-                    backends.push(port_json(&backend.label, &host_port, Some(&host), now));
-                }
+            // of its own naming the host, after the port's (which says how many there are).
+            let hosts = port.wildcard.as_ref().map(|w| w.hosts_of_port(port.number));
+            let mut entry = port_json(&backend.label, port, now);
+            entry["wildcardHosts"] = json!(hosts.as_ref().map(Vec::len));
+            backends.push(entry);
+            for (host, host_port) in hosts.into_iter().flatten() {
+                let mut entry = port_json(&backend.label, &host_port, now);
+                entry["host"] = json!(host);
+                backends.push(entry);
             }
         }
     }
@@ -27,7 +30,7 @@ pub(super) fn endpoints(snapshot: &Snapshot) -> Value {
 }
 
 /// One Backend port (or one concrete host of a wildcard Backend's port) and its endpoints.
-fn port_json(label: &str, port: &BackendPort, host: Option<&str>, now: Instant) -> Value {
+fn port_json(label: &str, port: &BackendPort, now: Instant) -> Value {
     let group = &port.endpoints;
     let list = group.list();
     let endpoints: Vec<Value> = list
@@ -84,7 +87,7 @@ fn port_json(label: &str, port: &BackendPort, host: Option<&str>, now: Instant) 
         .collect();
     let [connections, requests, retries, pending] = group.breaker().usage();
     let limits = group.breaker().settings();
-    let mut entry = json!({
+    json!({
         "backend": label,
         "port": port.number,
         "circuitBreaker": {
@@ -98,14 +101,8 @@ fn port_json(label: &str, port: &BackendPort, host: Option<&str>, now: Instant) 
         },
         "resolved": list.resolved,
         "lastError": list.last_error,
-        // How many concrete hosts a wildcard Backend's port keeps now (each listed after it).
-        "wildcardHosts": port.wildcard.as_ref().map(|w| w.hosts_of_port(port.number).len()),
         "endpoints": endpoints,
-    });
-    if let Some(host) = host {
-        entry["host"] = json!(host);
-    }
-    entry
+    })
 }
 
 /// An endpoint's active health: `unknown` until its first check, then `healthy`/`unhealthy`

@@ -15,12 +15,12 @@
 //!   console itself: `Sec-Fetch-Site` `same-origin` (or `none`, typed by the person), and an
 //!   `Origin`, if any, that names this very host. curl sends neither header.
 
-use http::{header, HeaderMap, Request, StatusCode};
+use http::{header, HeaderMap, Request};
 
 use crate::names::hostname_matches;
 use crate::upstream::address::is_loopback_name;
 
-/// Why a request was refused; the `x-egressd-error` code and the text of the 403.
+/// Why a request was refused (403); the `x-egressd-error` code and the text of the answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Refusal {
     /// `Host` names something `admin.allowedHosts` does not list.
@@ -35,10 +35,6 @@ impl Refusal {
             Refusal::Host => "admin_host_not_allowed",
             Refusal::CrossOrigin => "admin_cross_origin",
         }
-    }
-
-    pub(super) fn status(self) -> StatusCode {
-        StatusCode::FORBIDDEN
     }
 
     pub(super) fn explain(self) -> &'static str {
@@ -87,9 +83,7 @@ pub(super) fn check_origin(headers: &HeaderMap) -> Result<(), Refusal> {
     let named = origin
         .as_bytes()
         .strip_prefix(b"http://")
-        .is_some_and(|rest| {
-            Some(rest) == host || host.is_some_and(|h| rest.eq_ignore_ascii_case(h))
-        });
+        .is_some_and(|rest| host.is_some_and(|h| rest.eq_ignore_ascii_case(h)));
     if named {
         Ok(())
     } else {

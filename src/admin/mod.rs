@@ -169,7 +169,7 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
             path = req.uri().path(),
             "admin request refused"
         );
-        let mut r = text(refusal.status(), refusal.explain());
+        let mut r = text(StatusCode::FORBIDDEN, refusal.explain());
         r.headers_mut().insert(
             crate::http::error::ERROR_HEADER,
             header::HeaderValue::from_static(refusal.code()),

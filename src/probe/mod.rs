@@ -165,7 +165,7 @@ fn plan_ports(compiled: &Compiled, hosts: &[String]) -> Vec<PortPlan> {
                     format!("TLS {}", mode.map_or(TlsMode::Simple, |m| m.value))
                 }
             };
-            if let Some(wildcard) = &port.wildcard {
+            let destination = if let Some(wildcard) = &port.wildcard {
                 let mut any = false;
                 for host in hosts {
                     let Ok((host_port, refresh)) = wildcard.probe_port(port, host) else {
@@ -185,38 +185,37 @@ fn plan_ports(compiled: &Compiled, hosts: &[String]) -> Vec<PortPlan> {
                         },
                     });
                 }
-                if !any {
-                    plans.push(PortPlan {
-                        backend: backend.label.clone(),
-                        port: port.clone(),
-                        mode,
-                        expected: expected_names(tls),
-                        timeout,
-                        destination: Destination::Wildcard(wildcard.pattern().to_owned()),
-                    });
+                if any {
+                    continue;
                 }
-                continue;
-            }
-            let destination = match &port.endpoints.source {
-                EndpointSource::Dns { hostname, .. } => {
-                    let refresher = refresher_of(compiled, port);
-                    Destination::Dns {
-                        hostname: hostname.clone(),
-                        family: refresher.map_or(LookupFamily::IPv4Preferred, |r| r.family),
-                        check: refresher.map_or_else(
-                            || AnswerCheck::Declared(AnswerPolicy::declared(hostname, Vec::new())),
-                            |r| r.check.clone(),
-                        ),
+                Destination::Wildcard(wildcard.pattern().to_owned())
+            } else {
+                match &port.endpoints.source {
+                    EndpointSource::Dns { hostname, .. } => {
+                        let refresher = refresher_of(compiled, port);
+                        Destination::Dns {
+                            hostname: hostname.clone(),
+                            family: refresher.map_or(LookupFamily::IPv4Preferred, |r| r.family),
+                            check: refresher.map_or_else(
+                                || {
+                                    AnswerCheck::Declared(AnswerPolicy::declared(
+                                        hostname,
+                                        Vec::new(),
+                                    ))
+                                },
+                                |r| r.check.clone(),
+                            ),
+                        }
                     }
+                    EndpointSource::Static => Destination::Listed(
+                        port.endpoints
+                            .list()
+                            .endpoints
+                            .iter()
+                            .map(|e| e.addr)
+                            .collect(),
+                    ),
                 }
-                EndpointSource::Static => Destination::Listed(
-                    port.endpoints
-                        .list()
-                        .endpoints
-                        .iter()
-                        .map(|e| e.addr)
-                        .collect(),
-                ),
             };
             plans.push(PortPlan {
                 backend: backend.label.clone(),

@@ -212,12 +212,17 @@ impl Reloader {
         for plan in compiled.refreshers {
             tokio::spawn(refresh_loop(plan, self.registry.clone()));
         }
+        // A wildcard Backend's hosts are made on demand, each with its detector and checker:
+        // they count as the Backend.
         for backend in &snapshot.backends {
             for hosts in backend.ports.iter().filter_map(|p| p.wildcard.as_ref()) {
                 let (shared, label) = (self.shared.clone(), backend.label.clone());
-                hosts.report_detections(Arc::new(move |d| {
-                    shared.metrics.outlier_detection(&label, d.into())
-                }));
+                hosts.report(crate::snapshot::wildcard::Reporting {
+                    checks: self.shared.metrics.health_check_counters(&backend.label),
+                    detections: Arc::new(move |d| {
+                        shared.metrics.outlier_detection(&label, d.into())
+                    }),
+                });
             }
         }
         for (group, backend) in compiled.outlier_groups {
@@ -230,12 +235,6 @@ impl Reloader {
         // Every group with active checks gets a checker of this config (kept DNS groups too, so
         // that the checks use this config's TLS material); the previous ones stop.
         self.health_epoch.send_modify(|epoch| *epoch += 1);
-        // A wildcard Backend's hosts are made on demand, and each starts its own checker.
-        for backend in &snapshot.backends {
-            for hosts in backend.ports.iter().filter_map(|p| p.wildcard.as_ref()) {
-                hosts.report_checks(self.shared.metrics.health_check_counters(&backend.label));
-            }
-        }
         for plan in compiled.health_checks {
             let counters = self.shared.metrics.health_check_counters(&plan.backend);
             tokio::spawn(crate::upstream::health_check::run(

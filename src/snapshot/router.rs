@@ -437,6 +437,28 @@ mod tests {
     }
 
     #[test]
+    fn the_exact_host_then_the_longest_wildcard_suffix_is_found() {
+        let map: HashMap<String, &str> = [
+            ("*.b.example.com", "narrow"),
+            ("*.example.com", "wide"),
+            ("a.b.example.com", "exact"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        assert_eq!(exact_or_wildcard(&map, "a.b.example.com"), Some(&"exact"));
+        assert_eq!(exact_or_wildcard(&map, "x.b.example.com"), Some(&"narrow"));
+        assert_eq!(
+            exact_or_wildcard(&map, "x.y.b.example.com"),
+            Some(&"narrow")
+        );
+        assert_eq!(exact_or_wildcard(&map, "c.example.com"), Some(&"wide"));
+        // Never the apex, and a single label has no suffix to look up.
+        assert_eq!(exact_or_wildcard(&map, "example.com"), None);
+        assert_eq!(exact_or_wildcard(&map, "localhost"), None);
+    }
+
+    #[test]
     fn prefix_matches_path_elements() {
         let m = PathMatcher::Prefix("/foo".into());
         assert!(m.matches("/foo"));

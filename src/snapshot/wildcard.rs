@@ -68,16 +68,21 @@ pub enum HostRefused {
 /// series for the Backend, whichever host).
 pub type SharedDetectionSink = Arc<dyn Fn(Detection) + Send + Sync>;
 
+/// Where a wildcard Backend's hosts are counted.
+pub struct Reporting {
+    pub detections: SharedDetectionSink,
+    pub checks: CheckCounters,
+}
+
 /// The per-host side of one wildcard Backend, shared by its ports.
 pub struct WildcardHosts {
     plan: WildcardPlan,
     table: Arc<OnDemand<(String, u16)>>,
     registry: Arc<StateRegistry>,
-    /// Set when the config is accepted, before any request can make a host.
-    detections: OnceLock<SharedDetectionSink>,
-    /// The Backend's health-check counters, set when the config is accepted: a host made
-    /// from then on gets its checker (when the Backend has active checks).
-    check_counters: OnceLock<CheckCounters>,
+    /// Where the hosts' outlier detections and health checks are counted: the Backend's
+    /// series, set when the config is accepted, before any request can make a host (a host
+    /// gets its checker only then).
+    reporting: OnceLock<Reporting>,
     /// The epoch the hosts' checkers run under. It never moves: a host's checker is as old as
     /// the host and ends when its group is dropped, or when this is (the config compiled the
     /// Backend again; its new hosts get new checkers). A reload that keeps the Backend keeps
@@ -127,17 +132,16 @@ impl WildcardHosts {
             )),
             plan,
             registry,
-            detections: OnceLock::new(),
-            check_counters: OnceLock::new(),
+            reporting: OnceLock::new(),
             checker_epoch: tokio::sync::watch::Sender::new(0),
         }
     }
 
-    /// Counts the active health checks of every host made from now on in `counters` (the
-    /// first call wins: ports share one `WildcardHosts`, and a kept Backend's counters are the
-    /// same series).
-    pub fn report_checks(&self, counters: CheckCounters) {
-        let _ = self.check_counters.set(counters);
+    /// Counts the outlier detections and health checks of every host made from now on as
+    /// `reporting` says (the first call wins: ports share one `WildcardHosts`, and a kept
+    /// Backend's series are the same).
+    pub fn report(&self, reporting: Reporting) {
+        let _ = self.reporting.set(reporting);
     }
 
     /// The checker of one host's port, when the Backend has active checks and the config
@@ -146,7 +150,7 @@ impl WildcardHosts {
         if self.plan.group_settings.active.is_none() {
             return;
         }
-        let Some(counters) = self.check_counters.get() else {
+        let Some(counters) = self.reporting.get().map(|r| &r.checks) else {
             return;
         };
         let host_header = match &self.plan.check_host {
@@ -185,12 +189,6 @@ impl WildcardHosts {
             .collect();
         hosts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         hosts
-    }
-
-    /// Reports the outlier detections of every host made from now on to `sink` (the first
-    /// call wins: ports share one `WildcardHosts`).
-    pub fn report_detections(&self, sink: SharedDetectionSink) {
-        let _ = self.detections.set(sink);
     }
 
     /// The target of `host` (canonical) for the port of `template` (a target of this
@@ -253,7 +251,7 @@ impl WildcardHosts {
         let group = &port.endpoints;
         // Its detector ticks like any group's (ejections expire, rates are judged), and its
         // detections count as the wildcard Backend's.
-        let sink = self.detections.get().cloned();
+        let sink = self.reporting.get().map(|r| r.detections.clone());
         self.registry.outlier_clock().add(
             Arc::downgrade(group),
             Box::new(move |d| {
@@ -372,23 +370,4 @@ fn host_value(host: &str, port: u16, transport: &Transport) -> Option<HeaderValu
         format!("{host}:{port}")
     };
     HeaderValue::from_str(&value).ok()
-}
-
-/// Where a request for `host` goes among wildcard patterns: `*.` + each suffix of `host`,
-/// the longest first (`a.b.example.com` → `*.b.example.com`, `*.example.com`, `*.com`).
-pub fn wildcard_keys(host: &str) -> impl Iterator<Item = String> + '_ {
-    host.match_indices('.')
-        .map(move |(i, _)| format!("*{}", &host[i..]))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_longest_suffix_is_looked_up_first() {
-        let keys: Vec<String> = wildcard_keys("a.b.example.com").collect();
-        assert_eq!(keys, ["*.b.example.com", "*.example.com", "*.com"]);
-        assert_eq!(wildcard_keys("localhost").count(), 0);
-    }
 }

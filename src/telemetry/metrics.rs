@@ -133,18 +133,37 @@ impl BackendStats {
     /// Counts a failure to connect with code `code`, one of [`CONNECT_FAILURE_CODES`] (other
     /// codes are not connect failures and are not counted here).
     pub fn connect_failed(&self, code: &str) {
-        if let Some(i) = CONNECT_FAILURE_CODES.iter().position(|c| *c == code) {
-            self.connect_failures[i].inc();
-        }
+        count_code(&self.connect_failures, &CONNECT_FAILURE_CODES, code);
     }
 
     /// Counts an attempt that failed after connecting with code `code`, one of
     /// [`FAILURE_CODES`] (other codes are not counted here).
     pub fn failed(&self, code: &str) {
-        if let Some(i) = FAILURE_CODES.iter().position(|c| *c == code) {
-            self.failures[i].inc();
-        }
+        count_code(&self.failures, &FAILURE_CODES, code);
     }
+}
+
+/// Increments the counter of `code` among `codes` (its counters in the same order), if any.
+fn count_code(counters: &[Counter], codes: &[&str], code: &str) {
+    if let Some(i) = codes.iter().position(|c| *c == code) {
+        counters[i].inc();
+    }
+}
+
+/// One counter per code of `codes` (in that order) in `family`, labelled with `backend`.
+fn reason_counters<const N: usize>(
+    family: &Family<BackendReasonLabel, Counter>,
+    backend: &str,
+    codes: [&'static str; N],
+) -> [Counter; N] {
+    codes.map(|reason| {
+        family
+            .get_or_create(&BackendReasonLabel {
+                backend: backend.to_owned(),
+                reason,
+            })
+            .clone()
+    })
 }
 
 /// One series per status class of `responses` and the `latency` series of one label set.
@@ -715,22 +734,12 @@ impl Metrics {
                 .retries
                 .get_or_create(&BackendLabel { backend: name() })
                 .clone(),
-            connect_failures: CONNECT_FAILURE_CODES.map(|reason| {
-                self.upstream_connect_failures
-                    .get_or_create(&BackendReasonLabel {
-                        backend: name(),
-                        reason,
-                    })
-                    .clone()
-            }),
-            failures: FAILURE_CODES.map(|reason| {
-                self.upstream_failures
-                    .get_or_create(&BackendReasonLabel {
-                        backend: name(),
-                        reason,
-                    })
-                    .clone()
-            }),
+            connect_failures: reason_counters(
+                &self.upstream_connect_failures,
+                backend,
+                CONNECT_FAILURE_CODES,
+            ),
+            failures: reason_counters(&self.upstream_failures, backend, FAILURE_CODES),
         }
     }
 

@@ -230,20 +230,32 @@ impl<S: AsyncRead> AsyncRead for FrameWatch<S> {
     }
 }
 
+impl<S: AsyncRead + AsyncWrite> FrameWatch<S> {
+    /// A write-side operation passed through, until one fails: then the server's reason is
+    /// looked for (see `poll_reason`) and returned instead of the bare failure.
+    fn writing<T>(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        op: impl FnOnce(Pin<&mut S>, &mut Context<'_>) -> Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        let mut this = self.project();
+        if this.write_failed.is_none() {
+            match op(this.io.as_mut(), cx) {
+                Poll::Ready(Err(e)) => *this.write_failed = Some(e),
+                other => return other,
+            }
+        }
+        poll_reason(this.io, cx, this.write_failed, this.peer)
+    }
+}
+
 impl<S: AsyncRead + AsyncWrite> AsyncWrite for FrameWatch<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let mut this = self.project();
-        if this.write_failed.is_none() {
-            match this.io.as_mut().poll_write(cx, buf) {
-                Poll::Ready(Err(e)) => *this.write_failed = Some(e),
-                other => return other,
-            }
-        }
-        poll_reason(this.io, cx, this.write_failed, this.peer)
+        self.writing(cx, |io, cx| io.poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -251,14 +263,7 @@ impl<S: AsyncRead + AsyncWrite> AsyncWrite for FrameWatch<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let mut this = self.project();
-        if this.write_failed.is_none() {
-            match this.io.as_mut().poll_write_vectored(cx, bufs) {
-                Poll::Ready(Err(e)) => *this.write_failed = Some(e),
-                other => return other,
-            }
-        }
-        poll_reason(this.io, cx, this.write_failed, this.peer)
+        self.writing(cx, |io, cx| io.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -266,14 +271,7 @@ impl<S: AsyncRead + AsyncWrite> AsyncWrite for FrameWatch<S> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut this = self.project();
-        if this.write_failed.is_none() {
-            match this.io.as_mut().poll_flush(cx) {
-                Poll::Ready(Err(e)) => *this.write_failed = Some(e),
-                other => return other,
-            }
-        }
-        poll_reason(this.io, cx, this.write_failed, this.peer)
+        self.writing(cx, |io, cx| io.poll_flush(cx))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
