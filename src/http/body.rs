@@ -12,6 +12,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
+use crate::http::deadline::Deadline;
 use crate::http::grpc::GrpcStatus;
 use crate::upstream::body::Lease;
 use crate::upstream::endpoint::ActiveRequest;
@@ -122,8 +123,8 @@ pub struct UpstreamBody {
 #[derive(Debug)]
 struct StreamTimers {
     idle: Option<Duration>,
-    /// When the whole request must be over, and the timeout that set it (for the message).
-    deadline: Option<(Instant, Duration)>,
+    /// When the whole request must be over.
+    deadline: Option<Deadline>,
     last_activity: Instant,
     sleep: Option<Pin<Box<Sleep>>>,
 }
@@ -138,7 +139,9 @@ impl StreamTimers {
         let idle = self
             .idle
             .map(|t| (self.last_activity + t, StreamError::Idle(t)));
-        let deadline = self.deadline.map(|(at, t)| (at, StreamError::Deadline(t)));
+        let deadline = self
+            .deadline
+            .map(|d| (d.at, StreamError::Deadline(d.timeout)));
         match (idle, deadline) {
             (Some(i), Some(d)) => Some(if d.0 <= i.0 { d } else { i }),
             (i, d) => i.or(d),
@@ -169,13 +172,13 @@ impl StreamTimers {
 }
 
 impl UpstreamBody {
-    /// `deadline` is when the request's timeout expires (with the timeout, for the message).
+    /// `deadline` is when the request's timeout expires.
     pub fn new(
         inner: Incoming,
         lease: Lease,
         active: ActiveRequest,
         idle_timeout: Option<Duration>,
-        deadline: Option<(Instant, Duration)>,
+        deadline: Option<Deadline>,
     ) -> Self {
         let mut body = UpstreamBody {
             inner,
@@ -274,9 +277,9 @@ impl Body for UpstreamBody {
                 if !this.timers.is_off() {
                     let now = Instant::now();
                     // A stream that never waits must still end at its deadline.
-                    if let Some((at, timeout)) = this.timers.deadline {
-                        if now >= at {
-                            return this.cut_short(StreamError::Deadline(timeout));
+                    if let Some(deadline) = this.timers.deadline {
+                        if now >= deadline.at {
+                            return this.cut_short(StreamError::Deadline(deadline.timeout));
                         }
                     }
                     this.timers.last_activity = now;

@@ -29,6 +29,10 @@ pub enum ProxyError {
     InvalidRequest(String),
     #[error("{0}")]
     HeadRejected(#[from] super::limits::HeadRejection),
+    /// A TLS passthrough connection whose ClientHello cannot be routed by (its destination
+    /// phase).
+    #[error("{0}")]
+    ClientHello(HelloRejection),
     #[error("destination {host}{} is not allowed: no Backend or route declares it", shown_port(*via, *port))]
     DestinationNotAllowed {
         host: String,
@@ -169,6 +173,30 @@ pub enum ProxyError {
     BodyTimeout { timeout: Duration },
 }
 
+/// Why a passthrough connection's ClientHello gives nothing to route by: the client's doing.
+#[derive(Debug, thiserror::Error)]
+pub enum HelloRejection {
+    #[error("no ClientHello within headerReadTimeout")]
+    Timeout,
+    #[error("no usable ClientHello: {0}")]
+    NotTls(&'static str),
+    #[error("ClientHello without SNI: nothing to route by")]
+    NoSni,
+    #[error("the SNI is no host name: {0}")]
+    InvalidSni(String),
+}
+
+impl HelloRejection {
+    fn class(&self) -> Class {
+        match self {
+            HelloRejection::Timeout => row::CLIENT_HELLO_TIMEOUT,
+            HelloRejection::NotTls(_) => row::NOT_TLS,
+            HelloRejection::NoSni => row::NO_SNI,
+            HelloRejection::InvalidSni(_) => row::INVALID_SNI,
+        }
+    }
+}
+
 /// A CONNECT names its port; a plain request's port is usually the scheme's.
 fn shown_port(via: crate::telemetry::blocked::Via, port: u16) -> String {
     match via {
@@ -253,6 +281,10 @@ mod row {
     pub const INVALID_REQUEST:          Class = local(S::BAD_REQUEST, "invalid_request", G::InvalidArgument, R::Never);
     /// Status and code come from the rejection (431, 414, 400).
     pub const HEAD_REJECTED:            Class = local(S::BAD_REQUEST, "", G::InvalidArgument, R::Never);
+    pub const CLIENT_HELLO_TIMEOUT:     Class = local(S::REQUEST_TIMEOUT, "client_hello_timeout", G::DeadlineExceeded, R::Never);
+    pub const NOT_TLS:                  Class = local(S::BAD_REQUEST, "not_tls", G::InvalidArgument, R::Never);
+    pub const NO_SNI:                   Class = local(S::BAD_REQUEST, "no_sni", G::InvalidArgument, R::Never);
+    pub const INVALID_SNI:              Class = local(S::BAD_REQUEST, "invalid_sni", G::InvalidArgument, R::Never);
     pub const CLIENT_CLOSED:            Class = local(CLIENT_CLOSED_REQUEST, "client_closed", G::InvalidArgument, R::Never);
     pub const OVERFLOW:                 Class = local(S::SERVICE_UNAVAILABLE, "overflow", G::Unavailable, R::Never);
     pub const REQUEST_BODY_TIMEOUT:     Class = local(S::REQUEST_TIMEOUT, "request_body_timeout", G::DeadlineExceeded, R::Never);
@@ -294,6 +326,7 @@ impl ProxyError {
                 code: r.code(),
                 ..row::HEAD_REJECTED
             },
+            ProxyError::ClientHello(r) => r.class(),
             ProxyError::ClientClosed { .. } => row::CLIENT_CLOSED,
             ProxyError::BufferOverflow { .. } => row::OVERFLOW,
             ProxyError::BodyTimeout { .. } => row::REQUEST_BODY_TIMEOUT,
@@ -331,6 +364,7 @@ impl ProxyError {
         match self {
             ProxyError::InvalidRequest(_)
             | ProxyError::HeadRejected(_)
+            | ProxyError::ClientHello(_)
             | ProxyError::MalformedBody { .. }
             | ProxyError::ClientClosed { .. }
             | ProxyError::ProxyAuthRequired { .. }
@@ -441,175 +475,4 @@ pub fn local_reply(err: &ProxyError) -> Response<ProxyBody> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// One error of every kind.
-    fn every_kind() -> Vec<ProxyError> {
-        let backend: Arc<str> = "default/api".into();
-        let endpoint: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let b = || backend.clone();
-        let t = Duration::from_secs(1);
-        let text = || "x".to_owned();
-        vec![
-            ProxyError::InvalidRequest(text()),
-            ProxyError::HeadRejected(super::super::limits::HeadRejection::UriTooLong {
-                len: 9,
-                max: 8,
-            }),
-            ProxyError::DestinationNotAllowed {
-                host: text(),
-                port: 80,
-                via: crate::telemetry::blocked::Via::Http,
-            },
-            ProxyError::DestinationDenied {
-                host: text(),
-                port: 80,
-                via: crate::telemetry::blocked::Via::Connect,
-                reason: crate::snapshot::undeclared::Refusal::NotAllowed,
-            },
-            ProxyError::PortNotAllowed {
-                host: text(),
-                port: 81,
-                declared: text(),
-            },
-            ProxyError::NoRoute {
-                host: text(),
-                path: text(),
-            },
-            ProxyError::NoBackend { route: b() },
-            ProxyError::NoHealthyUpstream {
-                backend: b(),
-                detail: text(),
-            },
-            ProxyError::ConnectFailure {
-                backend: b(),
-                endpoint,
-                cause: text(),
-            },
-            ProxyError::ConnectTimeout {
-                backend: b(),
-                endpoint,
-                timeout: t,
-            },
-            ProxyError::UpstreamTimeout {
-                backend: b(),
-                endpoint,
-                timeout: t,
-            },
-            ProxyError::StreamIdleTimeout {
-                backend: b(),
-                endpoint,
-                timeout: t,
-            },
-            ProxyError::UpstreamTls {
-                backend: b(),
-                endpoint,
-                failure: TlsFailure::UnknownCa,
-                detail: text(),
-            },
-            ProxyError::UpstreamReset {
-                backend: b(),
-                endpoint,
-                cause: text(),
-            },
-            ProxyError::UpstreamProtocol {
-                backend: b(),
-                endpoint,
-                cause: text(),
-            },
-            ProxyError::UpgradeNotAllowed { backend: b() },
-            ProxyError::Overflow {
-                backend: b(),
-                limit: crate::upstream::breaker::Limit::Connections,
-                max: 1,
-            },
-            ProxyError::McpSessionNotFound {
-                backend: b(),
-                reason: text(),
-            },
-            ProxyError::McpProtocolVersion {
-                backend: b(),
-                expected: text(),
-                got: text(),
-            },
-            ProxyError::McpHeaderMismatch {
-                backend: b(),
-                reason: text(),
-            },
-            ProxyError::McpBodyTooLarge {
-                backend: b(),
-                limit: 1,
-            },
-            ProxyError::CredentialUnavailable {
-                backend: b(),
-                extension: text(),
-                reason: text(),
-            },
-            ProxyError::LoopDetected { hops: 8 },
-            ProxyError::ClientNotAllowed {
-                client: text(),
-                destination: text(),
-                reason: text(),
-            },
-            ProxyError::ProxyAuthRequired {
-                reason: "x",
-                challenge: HeaderValue::from_static("Basic realm=\"egressd\""),
-            },
-            ProxyError::DestinationAddressDenied {
-                backend: b(),
-                detail: text(),
-            },
-            ProxyError::NotSupported("x"),
-            ProxyError::ListenerGone,
-            ProxyError::MalformedBody { cause: text() },
-            ProxyError::ClientClosed { cause: text() },
-            ProxyError::BufferOverflow { budget: 1 },
-            ProxyError::BodyTimeout { timeout: t },
-        ]
-    }
-
-    #[test]
-    fn the_table_is_consistent_with_who_a_failure_is_about() {
-        for err in every_kind() {
-            let class = err.class();
-            assert!(
-                class.status.is_client_error() || class.status.is_server_error(),
-                "{err:?}"
-            );
-            assert!(!class.code.is_empty(), "{err:?}");
-            match err.origin() {
-                // The client's fault is never blamed on an upstream, never retried.
-                Origin::Downstream => {
-                    assert!(class.status.is_client_error(), "{err:?}");
-                    assert_eq!(class.retry, RetryOn::Never, "{err:?}");
-                    assert!(err.outlier_outcome().is_none(), "{err:?}");
-                }
-                // egressd's own decisions teach outlier detection nothing.
-                Origin::Policy => {
-                    assert!(err.outlier_outcome().is_none(), "{err:?}");
-                    assert!(!class.connect_failure, "{err:?}");
-                    assert_eq!(class.retry, RetryOn::Never, "{err:?}");
-                }
-                Origin::Upstream { endpoint, .. } => {
-                    assert!(class.status.is_server_error(), "{err:?}");
-                    assert_eq!(
-                        err.outlier_outcome().is_some(),
-                        endpoint.is_some(),
-                        "{err:?}"
-                    );
-                    assert_eq!(err.endpoint(), endpoint);
-                }
-            }
-            if class.retry == RetryOn::ConnectFailure {
-                assert!(class.connect_failure, "{err:?}");
-            }
-            // Each Backend's connect-failure counters are resolved for these codes only.
-            assert_eq!(
-                class.connect_failure,
-                crate::telemetry::metrics::CONNECT_FAILURE_CODES.contains(&class.code),
-                "{err:?}"
-            );
-        }
-    }
-}
+mod tests;

@@ -5,6 +5,7 @@
 
 pub mod body;
 pub mod budget;
+pub mod deadline;
 pub mod error;
 pub mod grpc;
 pub mod headers;

@@ -1,18 +1,18 @@
 //! Phase "admit": the Backend port's circuit breaker, before any endpoint is bothered. Every
-//! request counts against `maxParallelRequests` until its response ends; a websocket or tunnel
-//! counts as one request for as long as it is open, and holds one of `maxConnections` too (its
-//! upstream connection is its own, never pooled). At a limit the answer is a fast 503
-//! `overflow`; a tunnel or websocket does not wait for a connection slot (as Envoy's TCP proxy
-//! does not): it is turned away at once.
+//! request counts against `maxParallelRequests` until its response ends; a websocket, tunnel or
+//! passthrough connection counts as one request for as long as it is open, and holds one of
+//! `maxConnections` too (its upstream connection is its own, never pooled). At a limit the
+//! answer is a fast 503 `overflow`; a relayed connection does not wait for a connection slot
+//! (as Envoy's TCP proxy does not): it is turned away at once.
 
-use super::Kind;
+use super::kind::Kind;
 use crate::http::error::ProxyError;
 use crate::snapshot::Target;
 use crate::upstream::breaker::{Admission, ConnectionSlot, Limit};
 
 /// The circuit-breaker slots a request holds; dropping it gives them back.
 #[derive(Debug)]
-pub(crate) struct Admitted {
+pub(super) struct Admitted {
     pub(super) request: Admission,
     /// Websockets and tunnels: their upstream connection's slot (held, never read).
     _connection: Option<ConnectionSlot>,
@@ -32,13 +32,12 @@ pub(super) fn phase(target: &Target, kind: Kind) -> Result<Admitted, ProxyError>
             request: request(target)?,
             _connection: None,
         }),
-        Kind::Websocket(_) | Kind::Tunnel => relay(target),
+        Kind::Websocket(_) | Kind::Tunnel | Kind::Passthrough => relay(target),
     }
 }
 
-/// A websocket's or tunnel's slots: a request for as long as it is open, and a connection.
-/// Also used by TLS passthrough listeners, whose connections are tunnels too.
-pub(crate) fn relay(target: &Target) -> Result<Admitted, ProxyError> {
+/// A relayed connection's slots: a request for as long as it is open, and a connection.
+fn relay(target: &Target) -> Result<Admitted, ProxyError> {
     let request = request(target)?;
     let connection = target
         .port

@@ -1,252 +1,119 @@
-//! Phase "attempt": pick an endpoint, send, classify the result, record it (metrics, outlier
-//! detection, the endpoint's last failure); after each failed attempt phase "retry" decides
-//! whether another one is made.
+//! Phase "pick and connect": an endpoint picked, and an [`Attempt`] at it recorded the same
+//! way for every kind of traffic — an HTTP request's (each retry one more, `retry`), a
+//! websocket's handshake, a tunnel's connection: in flight to the endpoint from its start,
+//! then its outcome counted for the Backend (answers, connect failures, failures after
+//! connecting), told to outlier detection, and kept as the endpoint's last failure.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use http::{Request, Response};
+use http::Response;
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::ctx::RequestCtx;
-use super::exchange;
-use super::prepare::Prepared;
 use crate::balance::outlier::Outcome as OutlierOutcome;
 use crate::http::error::ProxyError;
 use crate::snapshot::shared::Shared;
 use crate::snapshot::Target;
-use crate::upstream::body::{Lease, RequestBody};
+use crate::upstream::body::Lease;
 use crate::upstream::connect::ConnectError;
 use crate::upstream::endpoint::ActiveRequest;
 use crate::upstream::Endpoint;
 
-/// The answer of the last attempt, with what it holds until the response ends.
-pub(super) struct Answered {
-    pub(super) response: Response<Incoming>,
-    pub(super) lease: Lease,
-    pub(super) endpoint: Arc<Endpoint>,
-    /// Counts the request as in flight to `endpoint` until the response ends.
-    pub(super) active: ActiveRequest,
-}
-
-/// What an HTTP request's attempts need besides the request.
-pub(super) struct Plan<'p> {
-    /// The endpoint an MCP session is pinned to: every attempt goes there.
-    pub(super) pinned: Option<Arc<Endpoint>>,
-    /// An MCP POST: its 200 is judged by the JSON-RPC messages in it once they have passed
-    /// (`mcp::Verdict`), not here.
-    pub(super) mcp_post: bool,
-    /// When the whole exchange must be over, and the timeout that says so.
-    pub(super) deadline: Option<(Instant, Duration)>,
-    pub(super) target: &'p Target,
-}
-
-/// Phase "attempt" for an HTTP request, as often as phase "retry" allows.
-pub(super) async fn phase(
-    ctx: &mut RequestCtx<'_>,
-    plan: Plan<'_>,
-    prepared: Prepared,
-) -> Result<Answered, ProxyError> {
-    let target = plan.target;
-    let retry = target.policy.retry.as_ref();
-    let mut req = prepared.req;
-    if let Some(policy) = retry {
-        req = super::retry::read_ahead(ctx.shared, req, policy.replay_body_limit).await?;
-    }
-    let mut retries = 0u32;
-    let mut retry_slot = None;
-    let mut previous: Option<Arc<Endpoint>> = None;
-    loop {
-        // A copy to send again, taken only while a retry is possible.
-        let replay = retry
-            .filter(|r| retries < r.num_retries)
-            .and_then(|_| exchange::replayable_copy(&req));
-        let endpoint = match &plan.pinned {
-            // A session stays where it began, retries included.
-            Some(endpoint) => endpoint.clone(),
-            None => pick_avoiding(target, previous.as_ref(), prepared.hash).await?,
-        };
-        let deadline = attempt_deadline(&plan, retry.and_then(|r| r.per_try_timeout));
-        // One attempt. Sent from here rather than from an `async fn` of its own: every level
-        // of futures is one more copy of the ones below it per request.
-        let started = Started::now(ctx, &endpoint);
-        let sent = if ctx.timed() {
-            let (sent, connected) = timed_send(target, &endpoint, req, deadline).await;
-            note_timing(ctx, &endpoint, &sent, connected);
-            sent
-        } else {
-            exchange::send(target, &endpoint, req, deadline).await
-        };
-        let active = started.finish(ctx, &plan, &endpoint, &sent);
-        if let (Some(policy), Some(next)) = (retry, replay) {
-            if let Some(slot) =
-                super::retry::decide(ctx, target, policy, &sent, &next, plan.deadline)
-            {
-                // Held until the retried attempt has its answer (the next round).
-                retry_slot = Some(slot);
-                retries += 1;
-                tracing::debug!(backend = %target.backend.label, endpoint = %endpoint.addr, retries, "retrying");
-                drop(sent);
-                drop(active);
-                super::retry::back_off(policy, retries).await;
-                req = next;
-                previous = Some(endpoint);
-                continue;
-            }
-        }
-        drop(retry_slot);
-        let (response, lease) = sent?;
-        return Ok(Answered {
-            response,
-            lease,
-            endpoint,
-            active,
-        });
-    }
-}
-
-/// What an attempt's start knows: the request counts as in flight to its endpoint, and when
-/// it was sent.
-struct Started {
+/// One attempt at an endpoint, the same for every kind of traffic: from its start it counts
+/// as in flight to the endpoint (least-request balancing must see the requests still waiting
+/// for an answer: a slow endpoint's pile-up is the signal) and in the log's `attempts`; once
+/// its outcome is known it is recorded, once: the Backend's metrics, outlier detection, the
+/// endpoint's last failure.
+pub(super) struct Attempt {
     active: ActiveRequest,
     at: Instant,
 }
 
-/// What [`timed_send`] gives: the attempt's result and, when it opened a connection, how long
-/// that took.
-type TimedSent = (
-    Result<(Response<Incoming>, Lease), ProxyError>,
-    Option<Duration>,
-);
+/// What an attempt came to.
+#[derive(Clone, Copy)]
+pub(super) enum Outcome<'e> {
+    /// The upstream answered: an HTTP response, or a websocket handshake's answer.
+    Answered(http::StatusCode),
+    /// An MCP POST's 200: judged by the JSON-RPC messages in it once they have passed
+    /// (`mcp::Verdict`), not here.
+    AnsweredJudgedLater(http::StatusCode),
+    /// A tunnel's connection is open: the only signal a tunnel gives about its endpoint.
+    Connected,
+    Failed(&'e ProxyError),
+}
 
-impl Started {
-    fn now(ctx: &mut RequestCtx<'_>, endpoint: &Arc<Endpoint>) -> Self {
+impl<'e> Outcome<'e> {
+    /// An HTTP exchange's outcome; `mcp_post`: its 200 is judged later.
+    pub(super) fn of_exchange(
+        sent: &'e Result<(Response<Incoming>, Lease), ProxyError>,
+        mcp_post: bool,
+    ) -> Self {
+        match sent {
+            Ok((response, _)) if mcp_post && response.status() == http::StatusCode::OK => {
+                Outcome::AnsweredJudgedLater(response.status())
+            }
+            Ok((response, _)) => Outcome::Answered(response.status()),
+            Err(e) => Outcome::Failed(e),
+        }
+    }
+}
+
+impl Attempt {
+    /// An attempt at `endpoint` starts now.
+    pub(super) fn start(ctx: &mut RequestCtx<'_>, endpoint: &Arc<Endpoint>) -> Self {
         ctx.upstream.endpoint = Some(endpoint.addr);
         ctx.upstream.attempts += 1;
-        Started {
-            // Counted from now, not from the response headers: least-request balancing must
-            // see the requests still waiting for an answer (a slow endpoint's pile-up is the
-            // signal).
+        Attempt {
             active: endpoint.start_request(),
             at: Instant::now(),
         }
     }
 
-    /// The attempt is over: classified and recorded (metrics, outlier detection, the
-    /// endpoint's last failure). The request stays in flight until the response ends.
-    fn finish(
+    /// The attempt is over: recorded. What it carries stays in flight (the request, the
+    /// websocket, the tunnel) until the returned guard is dropped.
+    pub(super) fn finish(
         self,
-        ctx: &RequestCtx<'_>,
-        plan: &Plan<'_>,
-        endpoint: &Endpoint,
-        sent: &Result<(Response<Incoming>, Lease), ProxyError>,
+        shared: &Shared,
+        target: &Target,
+        outcome: Outcome<'_>,
     ) -> ActiveRequest {
-        let target = plan.target;
-        count(ctx.shared, target, sent, self.at);
-        // An MCP POST's 200 is judged by the JSON-RPC messages in it, once they have passed.
-        let seen = match sent {
-            Ok((response, _)) if plan.mcp_post && response.status() == http::StatusCode::OK => None,
-            Ok((response, _)) => Some(OutlierOutcome::of_status(response.status().as_u16())),
-            Err(e) => e.outlier_outcome(),
+        let endpoint = &**self.active.endpoint();
+        let stats = target.backend.stats(&shared.metrics);
+        let seen = match outcome {
+            Outcome::Answered(status) => {
+                stats.responses.record(status.as_u16(), self.at.elapsed());
+                Some(OutlierOutcome::of_status(status.as_u16()))
+            }
+            Outcome::AnsweredJudgedLater(status) => {
+                stats.responses.record(status.as_u16(), self.at.elapsed());
+                None
+            }
+            Outcome::Connected => Some(OutlierOutcome::Success),
+            Outcome::Failed(e) => {
+                if e.class().connect_failure {
+                    stats.connect_failed(e.code());
+                } else {
+                    stats.failed(e.code());
+                }
+                e.outlier_outcome()
+            }
         };
         if let Some(seen) = seen {
-            record(ctx.shared, target, endpoint, seen);
+            record(shared, target, endpoint, seen);
         }
-        match sent {
-            Err(e) if e.endpoint().is_some() => endpoint.note_failure(format!("{}: {e}", e.code())),
-            Ok((response, _)) if response.status().is_server_error() => {
-                endpoint.note_failure(format!("answered {}", response.status()))
+        match outcome {
+            Outcome::Failed(e) if e.endpoint().is_some() => {
+                endpoint.note_failure(format!("{}: {e}", e.code()))
+            }
+            Outcome::Answered(status) if status.is_server_error() => {
+                endpoint.note_failure(format!("answered {status}"))
             }
             _ => {}
         }
         self.active
     }
-}
-
-/// What the access log learns of a timed attempt.
-fn note_timing(
-    ctx: &mut RequestCtx<'_>,
-    endpoint: &Endpoint,
-    sent: &Result<(Response<Incoming>, Lease), ProxyError>,
-    connected: Option<Duration>,
-) {
-    ctx.upstream.connect = connected;
-    ctx.upstream.tls = endpoint.tls();
-    if sent.is_ok() {
-        ctx.upstream.ttfb = Some(ctx.started.elapsed());
-    }
-}
-
-/// An attempt of a request that is logged: also whether it opened a connection, and how long
-/// that took. Boxed: only requests that are logged carry the larger future.
-fn timed_send<'a>(
-    target: &'a Target,
-    endpoint: &'a Arc<Endpoint>,
-    req: Request<RequestBody>,
-    deadline: Option<(Instant, Duration)>,
-) -> std::pin::Pin<Box<impl std::future::Future<Output = TimedSent> + Send + 'a>> {
-    let new_connection = &exchange::NEW_CONNECTION;
-    Box::pin(
-        new_connection.scope(std::cell::Cell::new(None), async move {
-            let sent = exchange::send(target, endpoint, req, deadline).await;
-            (sent, new_connection.with(std::cell::Cell::get))
-        }),
-    )
-}
-
-/// The Backend's request metrics, its connect failures, or its failures after connecting.
-fn count(
-    shared: &Shared,
-    target: &Target,
-    sent: &Result<(Response<Incoming>, Lease), ProxyError>,
-    sent_at: Instant,
-) {
-    match sent {
-        Ok((response, _)) => target
-            .backend
-            .stats(&shared.metrics)
-            .responses
-            .record(response.status().as_u16(), sent_at.elapsed()),
-        Err(e) if e.class().connect_failure => {
-            target
-                .backend
-                .stats(&shared.metrics)
-                .connect_failed(e.code());
-        }
-        Err(e) => target.backend.stats(&shared.metrics).failed(e.code()),
-    }
-}
-
-/// An attempt's deadline: the request's, or the per-try timeout's when that comes first.
-fn attempt_deadline(plan: &Plan<'_>, per_try: Option<Duration>) -> Option<(Instant, Duration)> {
-    match per_try {
-        Some(t) => {
-            let per_try = (Instant::now() + t, t);
-            Some(
-                plan.deadline
-                    .map_or(per_try, |d| if d.0 <= per_try.0 { d } else { per_try }),
-            )
-        }
-        None => plan.deadline,
-    }
-}
-
-/// When the whole exchange must be over, and the timeout that says so: the request timeout,
-/// or a gRPC client's own deadline (`grpc-timeout`) when that comes first.
-pub(super) fn request_deadline(
-    ctx: &RequestCtx<'_>,
-    target: &Target,
-) -> Option<(Instant, Duration)> {
-    let shortest = match (
-        target.policy.request_timeout,
-        ctx.grpc.and_then(|g| g.timeout),
-    ) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    shortest.map(|t| (ctx.started + t, t))
 }
 
 /// Outlier detection learns how `endpoint` did.
@@ -256,20 +123,6 @@ pub(crate) fn record(shared: &Shared, target: &Target, endpoint: &Endpoint, seen
             .metrics
             .outlier_detection(&target.backend.label, d.into());
     }
-}
-
-/// The request's consistent-hash key hashed, when the Backend balances by one (nothing is
-/// computed for the other balancers).
-pub(super) fn request_hash(
-    ctx: &RequestCtx<'_>,
-    target: &Target,
-    headers: &http::HeaderMap,
-) -> Option<u64> {
-    target
-        .port
-        .endpoints
-        .hash_key()?
-        .hash(headers, ctx.conn.client.ip())
 }
 
 /// Picks an endpoint. A DNS Backend that has not resolved yet is waited for (bounded by the
@@ -298,27 +151,6 @@ pub(crate) async fn pick(target: &Target, hash: Option<u64>) -> Result<Arc<Endpo
             detail,
         }
     })
-}
-
-/// For a retry: another endpoint than the one that just failed, when the group has one.
-async fn pick_avoiding(
-    target: &Target,
-    previous: Option<&Arc<Endpoint>>,
-    hash: Option<u64>,
-) -> Result<Arc<Endpoint>, ProxyError> {
-    let mut endpoint = pick(target, hash).await?;
-    if let Some(previous) = previous {
-        for attempt in 1..=3u64 {
-            if !Arc::ptr_eq(&endpoint, previous) {
-                break;
-            }
-            // The same hash would find the same endpoint: move it far away, as Envoy's Maglev
-            // does for retries (most bits flipped).
-            let moved = hash.map(|h| h ^ (u64::MAX - attempt + 1));
-            endpoint = pick(target, moved).await?;
-        }
-    }
-    Ok(endpoint)
 }
 
 /// The reply for a failed connection attempt.

@@ -1,19 +1,20 @@
 //! Phase "authorize": who the client is — the identity its TLS client certificate proved
 //! (on the connection), the proxy user it authenticates as (`Proxy-Authorization: Basic`) —
 //! and whether it may reach the destination phase "route" chose (`EgressPolicy`,
-//! `clientPolicy.default`). Runs only when the config has any of these.
+//! `clientPolicy.default`). Runs only when the config has any of these. A passthrough
+//! connection has neither a certificate egressd checked nor proxy credentials: only its source
+//! address is judged.
 
 use http::header::PROXY_AUTHORIZATION;
 use http::Request;
 
 use super::ctx::RequestCtx;
 use super::destination::Destination;
+use super::kind::Kind;
 use super::route::Routed;
-use super::Kind;
 use crate::http::error::ProxyError;
 use crate::policy::identity::Client;
 use crate::policy::ClientAccess;
-use crate::telemetry::blocked::Via;
 
 /// The proxy user, before routing: a client without valid credentials learns that it needs
 /// them (407) whatever it asks for, as forward proxies answer.
@@ -61,10 +62,7 @@ pub(super) fn phase(
         tls: ctx.conn.identity.as_deref(),
         user: ctx.user.as_deref(),
     };
-    let via = match kind {
-        Kind::Tunnel => Via::Connect,
-        _ => Via::Http,
-    };
+    let via = kind.via();
     let target = &routed.target;
     // The port the request goes to (a request naming none goes to the Backend's first).
     let (host, port) = (dest.host(), target.port.number);

@@ -124,8 +124,10 @@ pub(super) struct RelayBytes {
 /// The request fields the access log records, taken before the request moves on.
 pub(super) struct LoggedRequest {
     pub(super) time: std::time::SystemTime,
+    /// The request's method; `TLS` for a passthrough connection.
     pub(super) method: Method,
-    pub(super) version: Version,
+    /// `HTTP/1.1`, `HTTP/2`, …; `passthrough` for a passthrough connection.
+    pub(super) protocol: &'static str,
     pub(super) authority: String,
     pub(super) path: String,
     pub(super) bytes_in: Option<u64>,
@@ -156,18 +158,55 @@ impl<'a> RequestCtx<'a> {
             time: std::time::SystemTime::now(),
             bytes_in: req.body().size_hint().exact(),
             method: req.method().clone(),
-            version: req.version(),
+            protocol: version_str(req.version()),
             authority: request_authority(req).to_owned(),
             path: req.uri().path().to_owned(),
         });
+        let mut ctx = RequestCtx::bare(shared, snapshot, conn, started, logged);
+        ctx.grpc = crate::http::grpc::call(req.headers());
+        ctx.span = span;
+        ctx
+    }
+
+    /// A TLS passthrough connection that has just been accepted: no HTTP request, so no span
+    /// or gRPC call; its log line says method `TLS`, protocol `passthrough`, and the SNI as
+    /// authority once read.
+    pub(super) fn passthrough(
+        shared: &'a Arc<Shared>,
+        snapshot: &'a Snapshot,
+        conn: &'a ConnInfo,
+        accepted: std::time::SystemTime,
+        started: Instant,
+    ) -> Self {
+        static TLS: std::sync::LazyLock<Method> = std::sync::LazyLock::new(|| {
+            Method::from_bytes(b"TLS").expect("TLS is a method token (RFC 9110 §9.1)")
+        });
+        let logged = shared.access_log.enabled().then(|| LoggedRequest {
+            time: accepted,
+            method: TLS.clone(),
+            protocol: "passthrough",
+            authority: String::new(),
+            path: String::new(),
+            bytes_in: None,
+        });
+        RequestCtx::bare(shared, snapshot, conn, started, logged)
+    }
+
+    fn bare(
+        shared: &'a Arc<Shared>,
+        snapshot: &'a Snapshot,
+        conn: &'a ConnInfo,
+        started: Instant,
+        logged: Option<LoggedRequest>,
+    ) -> Self {
         RequestCtx {
             shared,
             snapshot,
             conn,
             started,
-            grpc: crate::http::grpc::call(req.headers()),
+            grpc: None,
             logged,
-            span,
+            span: None,
             route: None,
             backend: None,
             user: None,
@@ -194,6 +233,16 @@ impl<'a> RequestCtx<'a> {
             self.relay_end = Some(rx);
             tx
         })
+    }
+}
+
+fn version_str(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_2 => "HTTP/2",
+        Version::HTTP_3 => "HTTP/3",
+        _ => "HTTP/1.1",
     }
 }
 

@@ -7,7 +7,7 @@ use http::uri::Authority;
 use http::Request;
 
 use super::ctx::RequestCtx;
-use crate::http::error::ProxyError;
+use crate::http::error::{HelloRejection, ProxyError};
 use crate::http::headers::{egressd_hops, MAX_EGRESSD_HOPS};
 
 /// Where the client wants to go, from the absolute URI or `Host`.
@@ -38,6 +38,25 @@ impl Destination {
                 .get(..self.host_len)
                 .unwrap_or_default(),
         }
+    }
+
+    /// A passthrough connection's destination: its SNI, canonical, on TLS's own port 443 (the
+    /// ClientHello names no port). An SNI that is no host name is the client's error.
+    pub(super) fn of_sni(sni: &str) -> Result<Destination, ProxyError> {
+        let invalid = |e: String| ProxyError::ClientHello(HelloRejection::InvalidSni(e));
+        let host = crate::upstream::address::canonical_host(sni)
+            .map_err(|e| invalid(e.to_string()))?
+            .into_owned();
+        let authority = host
+            .parse::<Authority>()
+            .map_err(|e| invalid(e.to_string()))?;
+        Ok(Destination {
+            canonical: None,
+            host_len: host.len(),
+            port: None,
+            authority,
+            scheme_default_port: 443,
+        })
     }
 
     /// The port asked for, or the scheme's.

@@ -1,25 +1,23 @@
 //! Phase "send": one request and its response headers over a pooled or new upstream
 //! connection, HTTP/1.1 or HTTP/2 as the Backend port says (or as ALPN chose).
 //!
-//! What is retried here, and only here, is what the upstream provably did not process: a
-//! request hyper hands back unsent (a pooled connection that closed while idle), and, on
-//! HTTP/2, a stream the server refused (`REFUSED_STREAM`, RFC 9113 §8.7) or started after its
-//! `GOAWAY` (§6.8). The latter needs the request again, so only body-less requests are
-//! retried that way, and after a GOAWAY only idempotent ones (a connection torn down after
-//! GOAWAY fails its remaining streams with the same error, processed or not). Retries of
-//! requests that may have reached the application belong to the retry policy (`retry.rs`).
+//! What is sent again here, within one attempt, is what the upstream provably did not process:
+//! a request hyper hands back unsent (a pooled connection that closed while idle), and, on
+//! HTTP/2, a stream the server refused unprocessed (`retry::unprocessed` decides). Retries of
+//! requests that may have reached the application are the retry policy's (`retry`).
 
-use std::error::Error as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::{self, HeaderValue};
+use http::header::{self};
 use http::uri::{Scheme, Uri};
 use http::{Request, Response, Version};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::attempt::connect_error;
+use super::retry::unprocessed;
+use crate::http::deadline::Deadline;
 use crate::http::error::ProxyError;
 use crate::snapshot::Target;
 use crate::telemetry::error_chain;
@@ -31,8 +29,6 @@ use crate::upstream::h2_pool::{Attempt, Checkout, H2Stream};
 use crate::upstream::tls::TlsFailure;
 use crate::upstream::Endpoint;
 
-/// How often one request is sent again after the upstream refused it unprocessed.
-const MAX_REFUSED_RETRIES: u32 = 3;
 /// Rounds of looking for a free HTTP/2 stream slot before the request is queued on the least
 /// busy connection anyway (h2 then holds it until a stream ends), so a burst far above the
 /// stream limit does not open connections one after another without end.
@@ -44,49 +40,69 @@ const MAX_ROUNDS: u32 = 2 * MAX_SLOT_ROUNDS;
 
 /// Phase "send": a pooled (or new) connection carries the request; the deadline covers
 /// connecting and waiting for the response headers. `deadline` is when the whole request must
-/// be over (request timeout or gRPC deadline), with the timeout that set it.
+/// be over (request timeout or gRPC deadline). When the request opened a connection,
+/// `connected` learns how long that took.
 pub(super) async fn send(
     target: &Target,
     endpoint: &Arc<Endpoint>,
     req: Request<RequestBody>,
-    deadline: Option<(Instant, Duration)>,
+    deadline: Option<Deadline>,
+    connected: &mut Option<Duration>,
 ) -> Result<(Response<Incoming>, Lease), ProxyError> {
-    let policy = &target.policy;
-    let backend = &target.backend.label;
-    let now = Instant::now();
-    // Which limit ends the wait for headers first decides the error code.
-    let mut limit: Option<(Instant, Duration, bool)> = None; // (when, timeout, is_idle)
-    if let Some((at, t)) = deadline {
-        limit = Some((at, t, false));
+    let exchange = exchange(target, endpoint, req, connected);
+    let Some(limit) = HeadersLimit::first(target, deadline) else {
+        return exchange.await;
+    };
+    match tokio::time::timeout_at(limit.deadline.at, exchange).await {
+        Ok(r) => r,
+        Err(_) => Err(limit.error(target, endpoint)),
     }
-    if let Some(t) = policy.backend_request_timeout {
-        let at = now + t;
-        if limit.is_none_or(|(l, _, _)| at < l) {
-            limit = Some((at, t, false));
-        }
+}
+
+/// The limit that ends the wait for the response headers first, which decides the error: the
+/// request's deadline or the Backend's request timeout (`upstream_timeout`), or the stream idle
+/// timeout (`stream_idle_timeout`).
+struct HeadersLimit {
+    deadline: Deadline,
+    idle: bool,
+}
+
+impl HeadersLimit {
+    /// The first of the limits that apply (the earlier-named one when two fall together).
+    fn first(target: &Target, deadline: Option<Deadline>) -> Option<HeadersLimit> {
+        let policy = &target.policy;
+        let now = Instant::now();
+        let after = |t| Deadline::after(now, t);
+        [
+            deadline.map(|deadline| (deadline, false)),
+            policy.backend_request_timeout.map(|t| (after(t), false)),
+            policy.stream_idle_timeout.map(|t| (after(t), true)),
+        ]
+        .into_iter()
+        .flatten()
+        .min_by_key(|(deadline, _)| deadline.at)
+        .map(|(deadline, idle)| HeadersLimit { deadline, idle })
     }
-    if let Some(t) = policy.stream_idle_timeout {
-        let at = now + t;
-        if limit.is_none_or(|(l, _, _)| at < l) {
-            limit = Some((at, t, true));
-        }
-    }
-    let exchange = exchange(target, endpoint, req);
-    match limit {
-        None => exchange.await,
-        Some((at, timeout, idle)) => match tokio::time::timeout_at(at, exchange).await {
-            Ok(r) => r,
-            Err(_) if idle => Err(ProxyError::StreamIdleTimeout {
-                backend: backend.clone(),
-                endpoint: endpoint.addr,
+
+    fn error(&self, target: &Target, endpoint: &Endpoint) -> ProxyError {
+        let (backend, endpoint, timeout) = (
+            target.backend.label.clone(),
+            endpoint.addr,
+            self.deadline.timeout,
+        );
+        if self.idle {
+            ProxyError::StreamIdleTimeout {
+                backend,
+                endpoint,
                 timeout,
-            }),
-            Err(_) => Err(ProxyError::UpstreamTimeout {
-                backend: backend.clone(),
-                endpoint: endpoint.addr,
+            }
+        } else {
+            ProxyError::UpstreamTimeout {
+                backend,
+                endpoint,
                 timeout,
-            }),
-        },
+            }
+        }
     }
 }
 
@@ -94,16 +110,17 @@ async fn exchange(
     target: &Target,
     endpoint: &Arc<Endpoint>,
     req: Request<RequestBody>,
+    connected: &mut Option<Duration>,
 ) -> Result<(Response<Incoming>, Lease), ProxyError> {
     match target.port.wire {
-        HttpWire::Http1 => exchange_http1(target, endpoint, req).await,
+        HttpWire::Http1 => exchange_http1(target, endpoint, req, connected).await,
         HttpWire::Negotiated if endpoint.negotiated_http1() => {
-            exchange_http1(target, endpoint, req).await
+            exchange_http1(target, endpoint, req, connected).await
         }
         // Boxed, like every HTTP/2 step the HTTP/1.1 path can reach: an async state machine is
         // as large as its largest branch, and this future is moved several times per request.
         HttpWire::Http2 | HttpWire::Negotiated => {
-            Box::pin(exchange_http2(target, endpoint, req)).await
+            Box::pin(exchange_http2(target, endpoint, req, connected)).await
         }
     }
 }
@@ -114,6 +131,7 @@ async fn exchange_http1(
     target: &Target,
     endpoint: &Arc<Endpoint>,
     mut req: Request<RequestBody>,
+    connected: &mut Option<Duration>,
 ) -> Result<(Response<Incoming>, Lease), ProxyError> {
     let backend = &target.backend.label;
     let addr = endpoint.addr;
@@ -124,7 +142,7 @@ async fn exchange_http1(
         };
         let (mut conn, fresh) = match slot {
             Err(conn) => (conn, false),
-            Ok(slot) => match connect(target, endpoint, slot)
+            Ok(slot) => match connect(target, endpoint, slot, connected)
                 .await
                 .map_err(|e| connect_error(&e, backend, addr))?
             {
@@ -138,7 +156,7 @@ async fn exchange_http1(
                         Some(stream) => {
                             Box::pin(send_http2_once(target, endpoint, stream, req)).await
                         }
-                        None => Box::pin(exchange_http2(target, endpoint, req)).await,
+                        None => Box::pin(exchange_http2(target, endpoint, req, connected)).await,
                     };
                 }
             },
@@ -171,33 +189,36 @@ async fn exchange_http2(
     target: &Target,
     endpoint: &Arc<Endpoint>,
     mut req: Request<RequestBody>,
+    connected: &mut Option<Duration>,
 ) -> Result<(Response<Incoming>, Lease), ProxyError> {
     let mut refused = 0;
     let mut rounds = 0;
     // Every round either ends the request or awaits something (a connection attempt, or the
     // upstream's answer), and the rounds are bounded: `MAX_ROUNDS` for finding a stream,
-    // `MAX_REFUSED_RETRIES` for streams the server refused.
+    // `retry::unprocessed::may_resend` for streams the server refused.
     loop {
         rounds += 1;
-        let stream = match find_stream(target, endpoint, rounds).await? {
+        let stream = match find_stream(target, endpoint, rounds, connected).await? {
             Found::Stream(stream) => stream,
             Found::LookAgain => continue,
-            Found::Http1 => return Box::pin(exchange_http1(target, endpoint, req)).await,
+            Found::Http1 => {
+                return Box::pin(exchange_http1(target, endpoint, req, connected)).await
+            }
             Found::Http1Connection(conn) => {
                 return send_http1_once(target, endpoint, conn, req).await
             }
         };
-        let replay = refused_retry_copy(&req, refused);
+        let replay = unprocessed::refused_retry_copy(&req, refused);
         match try_send_http2(target, stream, req).await {
             Ok(done) => return Ok(done),
             Err((err, unsent)) => {
                 let again = unsent.or_else(|| {
-                    refused_unprocessed(&err, replay.as_ref().map(Request::method))
+                    unprocessed::refused_unprocessed(&err, replay.as_ref().map(Request::method))
                         .then_some(replay)
                         .flatten()
                 });
                 match again {
-                    Some(next) if refused < MAX_REFUSED_RETRIES => {
+                    Some(next) if unprocessed::may_resend(refused) => {
                         refused += 1;
                         tracing::debug!(endpoint = %endpoint.addr, error = %err, "stream refused by the upstream; sending again");
                         req = next;
@@ -227,6 +248,7 @@ async fn find_stream(
     target: &Target,
     endpoint: &Arc<Endpoint>,
     round: u32,
+    connected: &mut Option<Duration>,
 ) -> Result<Found, ProxyError> {
     let mut checkout = endpoint.h2().checkout();
     if round > MAX_SLOT_ROUNDS && !matches!(checkout, Checkout::Stream(_)) {
@@ -263,7 +285,7 @@ async fn find_stream(
             // At maxConnections: share the least busy connection (the stream waits inside it
             // for a free slot).
             Err(stream) => Ok(Found::Stream(stream)),
-            Ok(slot) => match connect(target, endpoint, slot).await {
+            Ok(slot) => match connect(target, endpoint, slot, connected).await {
                 Err(e) => {
                     let e = Arc::new(e);
                     ticket.finish(Attempt::Failed(e.clone()));
@@ -402,16 +424,12 @@ fn pending(target: &Target) -> Result<PendingSlot, ProxyError> {
     })
 }
 
-tokio::task_local! {
-    /// Set by a request that wants to know (for the access log) whether it opened a new
-    /// connection, and how long connecting took.
-    pub(super) static NEW_CONNECTION: std::cell::Cell<Option<Duration>>;
-}
-
+/// A new connection to `endpoint`; `connected` learns how long opening it took.
 async fn connect(
     target: &Target,
     endpoint: &Arc<Endpoint>,
     slot: ConnectionSlot,
+    connected: &mut Option<Duration>,
 ) -> Result<HttpConnection, ConnectError> {
     let port = &target.port;
     let started = Instant::now();
@@ -428,7 +446,7 @@ async fn connect(
     ))
     .await?;
     endpoint.note_connection(tls);
-    let _ = NEW_CONNECTION.try_with(|c| c.set(Some(started.elapsed())));
+    *connected = Some(started.elapsed());
     Ok(connection)
 }
 
@@ -467,67 +485,12 @@ fn to_http2_form(req: &mut Request<RequestBody>, transport: &Transport) {
     }
 }
 
-/// A copy of a body-less request to send again if the server refuses it, taken only while
-/// retries are left.
-fn refused_retry_copy(req: &Request<RequestBody>, refused: u32) -> Option<Request<RequestBody>> {
-    if refused >= MAX_REFUSED_RETRIES {
-        return None;
-    }
-    replayable_copy(req)
-}
-
-/// A copy of `req` to send again, if its body can be replayed (none, or read ahead).
-pub(super) fn replayable_copy(req: &Request<RequestBody>) -> Option<Request<RequestBody>> {
-    let body = match req.body() {
-        RequestBody::Empty => RequestBody::Empty,
-        RequestBody::Buffered(Some(bytes), held) => {
-            RequestBody::Buffered(Some(bytes.clone()), held.clone())
-        }
-        _ => return None,
-    };
-    let mut copy = Request::new(body);
-    *copy.method_mut() = req.method().clone();
-    *copy.uri_mut() = req.uri().clone();
-    *copy.version_mut() = req.version();
-    *copy.headers_mut() = req.headers().clone();
-    Some(copy)
-}
-
-/// Whether the server did not process the stream: refused (any method), or past its GOAWAY
-/// (idempotent methods only, see the module documentation).
-fn refused_unprocessed(err: &hyper::Error, method: Option<&http::Method>) -> bool {
-    let Some(method) = method else {
-        return false;
-    };
-    let mut source = err.source();
-    while let Some(e) = source {
-        if let Some(h2) = e.downcast_ref::<h2::Error>() {
-            if h2.reason() == Some(h2::Reason::REFUSED_STREAM) {
-                return true;
-            }
-            return h2.is_go_away() && h2.is_remote() && is_idempotent(method);
-        }
-        source = e.source();
-    }
-    false
-}
-
-/// RFC 9110 §9.2.2.
-pub(super) fn is_idempotent(method: &http::Method) -> bool {
-    use http::Method;
-    [
-        Method::GET,
-        Method::HEAD,
-        Method::OPTIONS,
-        Method::TRACE,
-        Method::PUT,
-        Method::DELETE,
-    ]
-    .contains(method)
-}
-
 /// The reply for a request that failed after a connection was there.
-fn upstream_error(target: &Target, endpoint: &Endpoint, err: &hyper::Error) -> ProxyError {
+pub(super) fn upstream_error(
+    target: &Target,
+    endpoint: &Endpoint,
+    err: &hyper::Error,
+) -> ProxyError {
     // The client's body failed, not the upstream: never blamed on the endpoint.
     if let Some(client) = ProxyError::from_client_body(err) {
         return client;
@@ -558,10 +521,4 @@ fn upstream_error(target: &Target, endpoint: &Endpoint, err: &hyper::Error) -> P
             cause,
         }
     }
-}
-
-/// `te: trailers` for the upstream, when the client can take trailers back (RFC 9110
-/// §10.1.4: `TE` is hop-by-hop, so the proxy says it for itself).
-pub(super) fn trailers_te() -> HeaderValue {
-    HeaderValue::from_static("trailers")
 }

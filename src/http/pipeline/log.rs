@@ -1,9 +1,9 @@
 //! Phase "log": the listener's and route's request metrics, and the access log line (and the
 //! span's end) — written when the response body has been sent, or for a tunnel when it closes.
 
-use http::{Response, Version};
+use http::Response;
 
-use super::ctx::RequestCtx;
+use super::ctx::{RelayBytes, RequestCtx};
 use crate::http::body::ProxyBody;
 use crate::telemetry::access_log::{self, AccessRecord};
 
@@ -18,7 +18,7 @@ pub(super) struct Failure {
 
 /// Phase "log".
 pub(super) fn phase(
-    ctx: RequestCtx<'_>,
+    mut ctx: RequestCtx<'_>,
     response: Response<ProxyBody>,
     failure: Failure,
 ) -> Response<ProxyBody> {
@@ -30,38 +30,8 @@ pub(super) fn phase(
     if let Some(action) = &ctx.route {
         action.stats(&ctx.shared.metrics).record(status, elapsed);
     }
-    let Some(logged) = ctx.logged else {
+    let Some(record) = access_record(&mut ctx, status, failure, elapsed) else {
         return response;
-    };
-    let record = AccessRecord {
-        time: crate::telemetry::time::rfc3339(logged.time),
-        client: ctx.conn.client,
-        client_identity: ctx.conn.identity.as_ref().map(|i| i.shown()),
-        proxy_user: ctx.user.as_deref().map(access_log::clipped),
-        listener: ctx.conn.listener.to_string(),
-        method: logged.method.as_str().to_owned(),
-        authority: logged.authority,
-        path: logged.path,
-        protocol: version_str(logged.version),
-        status,
-        error: failure.code.or(ctx.local_error),
-        error_cause: failure.cause,
-        route: ctx.route.as_ref().map(|r| r.name.to_string()),
-        backend: ctx.backend.as_deref().map(str::to_owned),
-        endpoint: ctx.upstream.endpoint,
-        attempts: ctx.upstream.attempts,
-        bytes_in: logged.bytes_in,
-        bytes_in_counted: ctx.bytes_in,
-        bytes_out: 0,
-        mcp_method: ctx.mcp_method,
-        mcp_tool: ctx.mcp_tool,
-        upstream_ttfb_ms: ctx.upstream.ttfb.map(access_log::millis),
-        upstream_connect_ms: ctx.upstream.connect.map(access_log::millis),
-        upstream_tls: ctx.upstream.tls.map(|t| t.version),
-        upstream_alpn: ctx.upstream.tls.and_then(|t| t.alpn),
-        headers_ms: access_log::millis(elapsed),
-        duration_ms: 0.0,
-        complete: false,
     };
     let Some(end) = ctx.relay_end else {
         return super::logged::log_when_done(
@@ -93,12 +63,64 @@ pub(super) fn phase(
     response
 }
 
-fn version_str(v: Version) -> &'static str {
-    match v {
-        Version::HTTP_09 => "HTTP/0.9",
-        Version::HTTP_10 => "HTTP/1.0",
-        Version::HTTP_2 => "HTTP/2",
-        Version::HTTP_3 => "HTTP/3",
-        _ => "HTTP/1.1",
-    }
+/// Phase "log" of a TLS passthrough connection, once it has ended (relayed, refused, or cut by
+/// a drain): its access log line, with what the relay carried. `status` is 0 for a relayed
+/// connection (no HTTP exchange happened), and for a refused one the status egressd answers a
+/// CONNECT refused for the same reason with, so a refusal reads the same for both kinds.
+pub(super) fn connection(
+    ctx: &mut RequestCtx<'_>,
+    status: u16,
+    failure: Failure,
+    relayed: Option<RelayBytes>,
+) {
+    let elapsed = ctx.started.elapsed();
+    let Some(mut record) = access_record(ctx, status, failure, elapsed) else {
+        return;
+    };
+    record.bytes_in = relayed.map(|b| b.up);
+    record.bytes_out = relayed.map_or(0, |b| b.down);
+    record.complete = relayed.is_some_and(|b| b.complete);
+    record.duration_ms = access_log::millis(elapsed);
+    ctx.shared.access_log.write(&record);
+}
+
+/// The access log line as far as the request's head and answer tell it (bytes out, duration
+/// and completeness come when the exchange ends); `None` when nothing is logged.
+fn access_record(
+    ctx: &mut RequestCtx<'_>,
+    status: u16,
+    failure: Failure,
+    elapsed: std::time::Duration,
+) -> Option<AccessRecord> {
+    let logged = ctx.logged.take()?;
+    Some(AccessRecord {
+        time: crate::telemetry::time::rfc3339(logged.time),
+        client: ctx.conn.client,
+        client_identity: ctx.conn.identity.as_ref().map(|i| i.shown()),
+        proxy_user: ctx.user.as_deref().map(access_log::clipped),
+        listener: ctx.conn.listener.to_string(),
+        method: logged.method.as_str().to_owned(),
+        authority: logged.authority,
+        path: logged.path,
+        protocol: logged.protocol,
+        status,
+        error: failure.code.or(ctx.local_error),
+        error_cause: failure.cause,
+        route: ctx.route.as_ref().map(|r| r.name.to_string()),
+        backend: ctx.backend.as_deref().map(str::to_owned),
+        endpoint: ctx.upstream.endpoint,
+        attempts: ctx.upstream.attempts,
+        bytes_in: logged.bytes_in,
+        bytes_in_counted: ctx.bytes_in.take(),
+        bytes_out: 0,
+        mcp_method: ctx.mcp_method.take(),
+        mcp_tool: ctx.mcp_tool.take(),
+        upstream_ttfb_ms: ctx.upstream.ttfb.map(access_log::millis),
+        upstream_connect_ms: ctx.upstream.connect.map(access_log::millis),
+        upstream_tls: ctx.upstream.tls.map(|t| t.version),
+        upstream_alpn: ctx.upstream.tls.and_then(|t| t.alpn),
+        headers_ms: access_log::millis(elapsed),
+        duration_ms: 0.0,
+        complete: false,
+    })
 }

@@ -19,75 +19,38 @@
 //! they differ in how they send and relay (`websocket`, `tunnel`).
 
 mod admit;
+mod answer;
 mod attempt;
 mod authorize;
 mod ctx;
 mod destination;
 mod exchange;
+mod failure;
+mod kind;
 mod log;
 mod logged;
 mod mcp;
+pub mod passthrough;
 mod prepare;
 mod respond;
 mod retry;
 mod route;
-pub(crate) mod tunnel;
+mod tunnel;
 pub mod websocket;
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use http::{Method, Request, Response};
+use http::{Request, Response};
 use hyper::body::Incoming;
 
-pub(crate) use admit::relay as admit_relay;
 use ctx::RequestCtx;
 pub use ctx::{ConnInfo, Held, Outliving};
-use websocket::Upgrade;
+use kind::Kind;
 
 use crate::http::body::ProxyBody;
 use crate::http::error::ProxyError;
 use crate::snapshot::shared::Shared;
-
-/// What a request asks egressd to do, which decides how it is sent and relayed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Kind {
-    /// An HTTP request and its response.
-    Request,
-    /// A websocket, by HTTP/1.1 `Upgrade` or HTTP/2 extended CONNECT.
-    Websocket(Upgrade),
-    /// `CONNECT host:port`.
-    Tunnel,
-}
-
-impl Kind {
-    fn of<B>(req: &Request<B>) -> Result<Kind, ProxyError> {
-        Ok(match Upgrade::of(req)? {
-            Some(upgrade) => Kind::Websocket(upgrade),
-            None if req.method() == Method::CONNECT => Kind::Tunnel,
-            None => Kind::Request,
-        })
-    }
-
-    fn upgrade(self) -> Option<Upgrade> {
-        match self {
-            Kind::Websocket(upgrade) => Some(upgrade),
-            _ => None,
-        }
-    }
-
-    /// A websocket to a Backend that turns them off goes on as the plain GET it also is, or
-    /// is refused (see [`Upgrade::refused`]).
-    fn allowed_by(self, target: &crate::snapshot::Target) -> Result<Kind, ProxyError> {
-        match self {
-            Kind::Websocket(upgrade) if !target.policy.websocket => {
-                upgrade.refused(target)?;
-                Ok(Kind::Request)
-            }
-            kind => Ok(kind),
-        }
-    }
-}
 
 /// Handles one request: never fails, every failure becomes a local reply.
 pub async fn handle(
@@ -124,7 +87,7 @@ async fn proxy(
         // Boxed: only configs with proxy users carry its future.
         Box::pin(authorize::authenticate(ctx, access, &req)).await?;
     }
-    let routed = route::phase(ctx, &dest, &req, kind)?;
+    let routed = route::phase(ctx, &dest, Some(&req), kind)?;
     if let Some(access) = access {
         authorize::phase(ctx, access, &dest, &routed, kind)?;
     }
@@ -134,6 +97,10 @@ async fn proxy(
         // Boxed: their futures are larger than a request's, and every request would carry
         // (and copy) the largest.
         Kind::Tunnel => Box::pin(tunnel::phase(ctx, req, &routed, admitted)).await,
+        // Passthrough connections come from TLS listeners (`passthrough`), never as a request.
+        Kind::Passthrough => Err(ProxyError::NotSupported(
+            "TLS passthrough on an HTTP listener",
+        )),
         Kind::Websocket(upgrade) => {
             Box::pin(websocket::phase(
                 ctx, req, &dest, &routed, admitted, upgrade,
@@ -157,14 +124,14 @@ async fn proxy(
                     mcp::Inbound::Reply(reply) => return Ok(reply),
                 }
             }
-            let deadline = attempt::request_deadline(ctx, target);
-            let plan = attempt::Plan {
+            let deadline = retry::request_deadline(ctx, target);
+            let plan = retry::Plan {
                 pinned,
                 mcp_post: mcp.is_some_and(|m| m.post),
                 deadline,
                 target,
             };
-            let answered = attempt::phase(ctx, plan, prepared).await?;
+            let answered = retry::phase(ctx, plan, prepared).await?;
             let admission = admitted.into_request();
             respond::phase(ctx, &routed, answered, admission, mcp, deadline).await
         }

@@ -35,7 +35,7 @@ pub(super) fn phase(
     routed: &Routed<'_>,
 ) -> Result<Prepared, ProxyError> {
     let target = &**routed.target;
-    let hash = super::attempt::request_hash(ctx, target, req.headers());
+    let hash = request_hash(ctx, target, req.headers());
     let mut req = rewrite(ctx, req, dest, target, routed.entry)?;
     inject_credentials(target, req.headers_mut())?;
     Ok(Prepared { req, hash })
@@ -76,7 +76,7 @@ fn rewrite(
     let trailers =
         te_trailers || client_version == Version::HTTP_2 || target.port.protocol == Protocol::Grpc;
     if trailers {
-        headers.insert(header::TE, super::exchange::trailers_te());
+        headers.insert(header::TE, trailers_te());
     }
     // The value a rewrite gives (the rule's filter, else the Backend's hostname).
     let rewritten = filters.and_then(|f| f.rewrite_host.clone()).or_else(|| {
@@ -132,4 +132,20 @@ fn origin_form(uri: &Uri, entry: Option<&RouteEntry>) -> Result<Uri, ProxyError>
             .map_err(|e| ProxyError::InvalidRequest(format!("rewritten path: {e}")))?,
     };
     Ok(Uri::from(path_and_query))
+}
+
+/// The request's consistent-hash key hashed, when the Backend balances by one (nothing is
+/// computed for the other balancers).
+fn request_hash(ctx: &RequestCtx<'_>, target: &Target, headers: &http::HeaderMap) -> Option<u64> {
+    target
+        .port
+        .endpoints
+        .hash_key()?
+        .hash(headers, ctx.conn.client.ip())
+}
+
+/// `te: trailers` for the upstream, when the client can take trailers back (RFC 9110
+/// §10.1.4: `TE` is hop-by-hop, so the proxy says it for itself).
+fn trailers_te() -> HeaderValue {
+    HeaderValue::from_static("trailers")
 }

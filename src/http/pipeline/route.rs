@@ -1,19 +1,21 @@
 //! Phase "route": which Backend port serves the request. HTTPRoute rules first (an MCP
 //! session's requests go to the backendRef that issued it, else the rule's weights decide),
 //! then the implicit route to a Backend declaring the host, then the outbound policy for a
-//! destination nothing declares. A CONNECT tunnel routes by host and declared TCP port.
+//! destination nothing declares. A CONNECT tunnel routes by host and declared TCP port, a TLS
+//! passthrough connection by its SNI (TLSRoutes, then Passthrough Backends); both fall back on
+//! the outbound policy too.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use http::Request;
+use hyper::body::Incoming;
 
 use super::ctx::RequestCtx;
 use super::destination::Destination;
-use super::websocket::Upgrade;
-use super::Kind;
+use super::kind::{Kind, Upgrade};
 use crate::http::error::ProxyError;
-use crate::snapshot::router::{HttpRouter, RouteEntry, RouteInput};
+use crate::snapshot::router::{HttpRouter, RouteEntry, RouteInput, SniDecision};
 use crate::snapshot::undeclared::{Carriage, Refusal};
 use crate::snapshot::{wildcard, Target};
 use crate::telemetry::blocked::Via;
@@ -27,24 +29,35 @@ pub(super) struct Routed<'s> {
     pub(super) entry: Option<&'s RouteEntry>,
 }
 
-/// Phase "route".
-pub(super) fn phase<'s, B>(
+/// Phase "route". `req`: the HTTP request, for the kinds that have one (a passthrough
+/// connection has none).
+pub(super) fn phase<'s>(
     ctx: &mut RequestCtx<'s>,
     dest: &Destination,
-    req: &Request<B>,
+    req: Option<&Request<Incoming>>,
     kind: Kind,
 ) -> Result<Routed<'s>, ProxyError> {
-    let snapshot = ctx.snapshot;
-    let router = snapshot
-        .routers
-        .get(&ctx.conn.listener)
-        .ok_or(ProxyError::ListenerGone)?;
-    let routed = match kind {
-        Kind::Tunnel => tunnel(ctx, router, dest)?,
-        Kind::Request | Kind::Websocket(_) => request(ctx, router, dest, req, kind)?,
+    let routed = match (kind, req) {
+        (Kind::Passthrough, _) => sni(ctx, dest)?,
+        (Kind::Tunnel, _) => tunnel(ctx, http_router(ctx)?, dest)?,
+        (Kind::Request | Kind::Websocket(_), Some(req)) => {
+            request(ctx, http_router(ctx)?, dest, req, kind)?
+        }
+        (Kind::Request | Kind::Websocket(_), None) => {
+            return Err(ProxyError::InvalidRequest("no request to route".into()))
+        }
     };
     ctx.backend = Some(routed.target.backend.label.clone());
     Ok(routed)
+}
+
+/// The routes of the listener the request came on.
+fn http_router<'s>(ctx: &RequestCtx<'s>) -> Result<&'s HttpRouter, ProxyError> {
+    ctx.snapshot
+        .routers
+        .get(&ctx.conn.listener)
+        .map(|router| &**router)
+        .ok_or(ProxyError::ListenerGone)
 }
 
 /// An HTTP request or websocket upgrade.
@@ -147,6 +160,36 @@ fn tunnel<'s>(
     let target = undeclared(ctx, dest.host(), port, Via::Connect, Carriage::Tcp)?;
     Ok(Routed {
         target: Cow::Owned(target),
+        entry: None,
+    })
+}
+
+/// A TLS passthrough connection, by its SNI. The destination port is not in the ClientHello:
+/// TLS's own 443 is assumed for the outbound policy and `/blocked` (the listener's port is often
+/// another, e.g. 8443 behind a Service).
+fn sni<'s>(ctx: &RequestCtx<'s>, dest: &Destination) -> Result<Routed<'s>, ProxyError> {
+    let decision = ctx
+        .snapshot
+        .sni_routers
+        .get(&ctx.conn.listener)
+        .map_or(SniDecision::NotAllowed, |router| router.route(dest.host()));
+    let target = match decision {
+        SniDecision::Target(target) => concrete(target, dest, Via::TlsPassthrough)?,
+        SniDecision::NoBackend(route) => {
+            return Err(ProxyError::NoBackend {
+                route: route.name.clone(),
+            })
+        }
+        SniDecision::NotAllowed => Cow::Owned(undeclared(
+            ctx,
+            dest.host(),
+            dest.port_or_default(),
+            Via::TlsPassthrough,
+            Carriage::Tcp,
+        )?),
+    };
+    Ok(Routed {
+        target,
         entry: None,
     })
 }

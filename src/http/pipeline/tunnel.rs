@@ -1,23 +1,24 @@
-//! CONNECT tunnels: after phases route and admit, an endpoint is picked and connected (the
-//! tunnel's "attempt"), the client gets `200`, and bytes relay both ways untouched until either
-//! side closes or nothing moves for the Backend's stream idle timeout. TLS passthrough
-//! listeners open their upstream side with the same [`connect`].
+//! Tunnels: a CONNECT tunnel and a TLS passthrough connection relay bytes both ways untouched
+//! until either side closes or nothing moves for the Backend's stream idle timeout. After
+//! phases route, authorize and admit, both [`open`] their upstream side the same way (the
+//! tunnel's "pick and connect"); a CONNECT then answers the client `200` and relays once hyper
+//! hands the connection over, a passthrough connection sends the ClientHello it read and
+//! relays (`passthrough`).
 
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use super::admit::Admitted;
-use super::attempt::{connect_error, pick};
+use super::attempt::{connect_error, pick, Attempt, Outcome};
 use super::ctx::{RelayBytes, RequestCtx};
 use super::route::Routed;
-use crate::balance::outlier::Outcome;
 use crate::http::body::ProxyBody;
 use crate::http::error::ProxyError;
-use crate::snapshot::shared::Shared;
 use crate::snapshot::Target;
-use crate::upstream::connect::ConnectError;
-use crate::upstream::Endpoint;
+use crate::upstream::endpoint::ActiveRequest;
 
 /// A CONNECT tunnel, from its endpoint to its end.
 pub(super) async fn phase(
@@ -27,20 +28,9 @@ pub(super) async fn phase(
     admitted: Admitted,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let target = &**routed.target;
-    // A tunnel has no request headers of its own to hash: only SourceIP applies.
-    let hash = target
-        .port
-        .endpoints
-        .hash_key()
-        .and_then(|k| k.hash_connection(ctx.conn.client.ip()));
-    let endpoint = pick(target, hash).await?;
-    ctx.upstream.endpoint = Some(endpoint.addr);
+    let (upstream, active) = open(ctx, target).await?;
     let backend = target.backend.label.clone();
-    let upstream = connect(ctx.shared, target, &endpoint)
-        .await
-        .map_err(|e| connect_error(&e, &backend, endpoint.addr))?;
     let idle = target.policy.stream_idle_timeout;
-    let active = endpoint.start_request();
     let open = ctx.conn.tracker.clone().map(|t| t.hold());
     let on_upgrade = hyper::upgrade::on(req);
     let report = ctx.report_relay_end();
@@ -70,27 +60,38 @@ pub(super) async fn phase(
     Ok(Response::new(ProxyBody::empty()))
 }
 
-/// Opens the upstream side of a tunnel (CONNECT or TLS passthrough) to `endpoint` of `target`,
-/// and tells outlier detection how it went: a tunnel's only signal about an endpoint is
-/// whether it could be reached.
-pub(crate) async fn connect(
-    shared: &Shared,
+/// Phase "pick and connect" of a tunnel: an endpoint picked (by the client's address alone
+/// where the Backend hashes: a tunnel has no request headers), a TCP connection opened to it,
+/// and the attempt recorded like any other — connect failures counted for the Backend, the
+/// outcome told to outlier detection (a tunnel's only signal about an endpoint is whether it
+/// could be reached). The connection counts as in flight to the endpoint until the returned
+/// guard is dropped.
+pub(super) async fn open(
+    ctx: &mut RequestCtx<'_>,
     target: &Target,
-    endpoint: &Endpoint,
-) -> Result<tokio::net::TcpStream, ConnectError> {
+) -> Result<(TcpStream, ActiveRequest), ProxyError> {
+    let hash = target
+        .port
+        .endpoints
+        .hash_key()
+        .and_then(|k| k.hash_connection(ctx.conn.client.ip()));
+    let endpoint = pick(target, hash).await?;
+    let attempt = Attempt::start(ctx, &endpoint);
+    let started = Instant::now();
     let connected = crate::upstream::connect::connect_tcp_keepalive(
         endpoint.addr,
         target.policy.connect_timeout,
         target.port.tcp_keepalive.as_ref(),
     )
-    .await;
-    let seen = match &connected {
-        Ok(_) => Outcome::Success,
-        Err(e) => {
-            endpoint.note_failure(format!("tunnel: {e}"));
-            Outcome::LocalOriginFailure
-        }
+    .await
+    .map_err(|e| connect_error(&e, &target.backend.label, endpoint.addr));
+    if ctx.timed() && connected.is_ok() {
+        ctx.upstream.connect = Some(started.elapsed());
+    }
+    let outcome = match &connected {
+        Ok(_) => Outcome::Connected,
+        Err(e) => Outcome::Failed(e),
     };
-    super::attempt::record(shared, target, endpoint, seen);
-    connected
+    let active = attempt.finish(ctx.shared, target, outcome);
+    Ok((connected?, active))
 }

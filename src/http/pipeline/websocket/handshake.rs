@@ -9,7 +9,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
 use sha1::{Digest, Sha1};
 
-use super::has_token;
+use crate::http::pipeline::kind::has_token;
 
 /// `Sec-WebSocket-Key`.
 pub(super) const SEC_WEBSOCKET_KEY: HeaderName = HeaderName::from_static("sec-websocket-key");

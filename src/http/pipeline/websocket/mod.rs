@@ -13,98 +13,28 @@ mod handshake;
 use std::sync::Arc;
 
 use http::header::{self, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Version};
+use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
 use super::admit::Admitted;
-use super::attempt::{connect_error, pick, record};
+use super::answer::clean_response_headers;
+use super::attempt::{connect_error, pick, Attempt, Outcome};
 use super::ctx::RequestCtx;
 use super::destination::Destination;
+use super::kind::Upgrade;
 use super::prepare::Prepared;
-use super::respond::clean_response_headers;
 use super::route::Routed;
-use crate::balance::outlier::Outcome as OutlierOutcome;
 use crate::http::body::ProxyBody;
 use crate::http::error::ProxyError;
 use crate::snapshot::shared::Shared;
 use crate::snapshot::Target;
-use crate::telemetry::error_chain;
 use crate::telemetry::metrics::{BackendDirectionLabel, BackendLabel};
 use crate::upstream::body::RequestBody;
 use crate::upstream::connect::connect_http1_upgradable;
 use crate::upstream::endpoint::ActiveRequest;
 use crate::upstream::Endpoint;
-
-/// How a client asks for a websocket.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Upgrade {
-    /// HTTP/1.1 `GET` with `Connection: upgrade` and `Upgrade: websocket` (RFC 6455 §4.1).
-    Http1,
-    /// HTTP/2 `CONNECT` with `:protocol: websocket` (RFC 8441 §4).
-    ExtendedConnect,
-}
-
-impl Upgrade {
-    /// Whether `req` asks for a websocket, and how. An extended CONNECT for any other protocol
-    /// is refused: it is no tunnel to `host:port`, and egressd knows no other protocol.
-    pub fn of<B>(req: &Request<B>) -> Result<Option<Upgrade>, ProxyError> {
-        if req.method() == Method::CONNECT {
-            return match req.extensions().get::<hyper::ext::Protocol>() {
-                None => Ok(None),
-                Some(p) if p.as_str().eq_ignore_ascii_case("websocket") => {
-                    Ok(Some(Upgrade::ExtendedConnect))
-                }
-                Some(_) => Err(ProxyError::NotSupported(
-                    "extended CONNECT for a protocol other than websocket",
-                )),
-            };
-        }
-        let http1 = req.method() == Method::GET
-            && req.version() == Version::HTTP_11
-            // hyper gives every HTTP/1.1 request with an `Upgrade` header an `OnUpgrade`
-            // (and without one the connection cannot be taken over anyway): most requests
-            // carry no extensions, so this settles them without a header lookup.
-            && req.extensions().get::<hyper::upgrade::OnUpgrade>().is_some()
-            && has_token(req.headers(), header::UPGRADE, "websocket")
-            && has_token(req.headers(), header::CONNECTION, "upgrade");
-        Ok(http1.then_some(Upgrade::Http1))
-    }
-
-    /// The method `req` is routed by: an extended CONNECT routes as the `GET` of the HTTP/1.1
-    /// handshake it stands for (RFC 8441 §5), so routes and method matches treat websockets
-    /// alike whatever the client's HTTP version.
-    pub fn routing_method<B>(upgrade: Option<Upgrade>, req: &Request<B>) -> &Method {
-        static GET: Method = Method::GET;
-        match upgrade {
-            Some(Upgrade::ExtendedConnect) => &GET,
-            _ => req.method(),
-        }
-    }
-
-    /// What happens when the policy turns websockets off (`httpUpgrade` without websocket):
-    /// an HTTP/1.1 upgrade goes on as the plain `GET` it also is (its upgrade headers are
-    /// removed); an extended CONNECT has no plain form (RFC 8441 has no fallback), so it is
-    /// refused with 403 `upgrade_not_allowed`.
-    pub fn refused(self, target: &Target) -> Result<(), ProxyError> {
-        match self {
-            Upgrade::Http1 => Ok(()),
-            Upgrade::ExtendedConnect => Err(ProxyError::UpgradeNotAllowed {
-                backend: target.backend.label.clone(),
-            }),
-        }
-    }
-}
-
-fn has_token(headers: &http::HeaderMap, name: header::HeaderName, token: &str) -> bool {
-    headers
-        .get_all(name)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case(token))
-}
 
 fn set_upgrade_headers(headers: &mut http::HeaderMap) {
     headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -113,7 +43,8 @@ fn set_upgrade_headers(headers: &mut http::HeaderMap) {
 
 /// A websocket, after phases route and admit: prepared like any request (credentials
 /// included), sent on a connection of its own to a picked endpoint, and on `101` relayed until
-/// it closes. Its handshake tells outlier detection about the endpoint.
+/// it closes. Its handshake is an attempt like any request's: its answer (or failure) is
+/// counted for the Backend and told to outlier detection.
 pub(super) async fn phase(
     ctx: &mut RequestCtx<'_>,
     mut req: Request<Incoming>,
@@ -132,18 +63,15 @@ pub(super) async fn phase(
     set_upgrade_headers(req.headers_mut());
     let key = own_key(&mut req, upgrade);
     let endpoint = pick(target, hash).await?;
-    ctx.upstream.endpoint = Some(endpoint.addr);
-    ctx.upstream.attempts += 1;
+    let attempt = Attempt::start(ctx, &endpoint);
     let answer = send(target, &endpoint, req, key.as_ref())
         .await
         .and_then(|response| no_false_open(target, &endpoint, upgrade, response));
-    let seen = match &answer {
-        Ok(response) => Some(OutlierOutcome::of_status(response.status().as_u16())),
-        Err(e) => e.outlier_outcome(),
+    let outcome = match &answer {
+        Ok(response) => Outcome::Answered(response.status()),
+        Err(e) => Outcome::Failed(e),
     };
-    if let Some(seen) = seen {
-        record(ctx.shared, target, &endpoint, seen);
-    }
+    let active = attempt.finish(ctx.shared, target, outcome);
     let mut response = answer?;
     let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
     let upstream = switched.then(|| hyper::upgrade::on(&mut response));
@@ -168,7 +96,7 @@ pub(super) async fn phase(
         shared: ctx.shared.clone(),
         backend: target.backend.label.clone(),
         idle: target.policy.stream_idle_timeout,
-        active: endpoint.start_request(),
+        active,
         admitted,
         open: ctx.conn.tracker.clone().map(|t| t.hold()),
     };
@@ -251,11 +179,7 @@ async fn send(
                 })?
         }
     }
-    .map_err(|e| ProxyError::UpstreamReset {
-        backend: backend.clone(),
-        endpoint: addr,
-        cause: error_chain(&e),
-    })?;
+    .map_err(|e| super::exchange::upstream_error(target, endpoint, &e))?;
     if let (Some(key), StatusCode::SWITCHING_PROTOCOLS) = (key, response.status()) {
         handshake::check_switch(response.headers(), key).map_err(|cause| {
             ProxyError::UpstreamProtocol {
@@ -278,7 +202,7 @@ struct Relay {
     /// Its circuit-breaker slots (a request and a connection) while open.
     admitted: Admitted,
     /// Holds the drain tracker: SIGTERM waits for open websockets (up to the drain timeout).
-    open: Option<super::Held>,
+    open: Option<super::ctx::Held>,
 }
 
 impl Relay {

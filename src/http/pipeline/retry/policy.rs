@@ -1,41 +1,40 @@
-//! Phase "retry": whether a failed attempt is sent again, and how long to wait first.
+//! The retry policy's decision: whether a failed attempt is sent again, and how long to wait
+//! first; and the read-ahead that makes a small body replayable.
 //!
 //! Safe means: the request can be replayed (no body, or a body of known length within
 //! `replayBodyLimit`, read ahead before the first attempt), and either the upstream provably did not
 //! process it (connect failure) or the method is idempotent (RFC 9110 §9.2.2) for failures
 //! after the request may have arrived (reset, per-try timeout, 502/503/504, listed statuses).
 //! A retry never happens after response bytes went downstream: the decision is taken on the
-//! response headers, before anything is sent to the client. Refused HTTP/2 streams are resent
-//! inside the exchange (`exchange.rs`) whatever the policy, since the server did not see them.
+//! response headers, before anything is sent to the client.
 
 use std::time::Duration;
 
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
 
-use tokio::time::Instant;
-
-use super::ctx::RequestCtx;
-use super::exchange::is_idempotent;
+use super::unprocessed::is_idempotent;
 use crate::http::budget::Buffered;
+use crate::http::deadline::Deadline;
 use crate::http::error::{ProxyError, RetryOn};
+use crate::http::pipeline::ctx::RequestCtx;
 use crate::snapshot::shared::Shared;
 use crate::snapshot::{RetryPolicy, Target};
 use crate::upstream::body::{Lease, RequestBody};
 use crate::upstream::breaker::RetrySlot;
 
-/// Phase "retry": whether the attempt that gave `sent` is made again (as `next`), holding the
-/// circuit breaker's retry slot it needs. Only what the policy names, only when it is safe,
-/// only while time is left.
+/// Whether the attempt that gave `sent` is made again (as `next`), holding the circuit
+/// breaker's retry slot it needs. Only what the policy names, only when it is safe, only while
+/// time is left.
 pub(super) fn decide(
     ctx: &RequestCtx<'_>,
     target: &Target,
     policy: &RetryPolicy,
     sent: &Result<(Response<Incoming>, Lease), ProxyError>,
     next: &Request<RequestBody>,
-    deadline: Option<(Instant, Duration)>,
+    deadline: Option<Deadline>,
 ) -> Option<RetrySlot> {
-    let time_left = deadline.is_none_or(|(at, _)| Instant::now() < at);
+    let time_left = deadline.is_none_or(|d| !d.passed());
     if !(time_left && should_retry(policy, sent, next.method())) {
         return None;
     }

@@ -1,0 +1,70 @@
+//! What every upstream answer goes through on its way down, whatever asked for it (a request,
+//! a websocket handshake, an MCP exchange): hop-by-hop headers removed, `Via` added, the
+//! route's ResponseHeaderModifier applied, and the body streamed under the remaining timeouts.
+
+use http::{Response, Version};
+use hyper::body::Incoming;
+
+use crate::http::body::{ProxyBody, UpstreamBody};
+use crate::http::deadline::Deadline;
+use crate::http::headers::{append_via, strip_hop_by_hop};
+use crate::snapshot::router::RouteEntry;
+use crate::snapshot::Target;
+use crate::upstream::body::Lease;
+use crate::upstream::breaker::Admission;
+use crate::upstream::endpoint::ActiveRequest;
+
+/// The answer of the last attempt, with what it holds until the response ends.
+pub(super) struct Answered {
+    pub(super) response: Response<Incoming>,
+    pub(super) lease: Lease,
+    /// Counts the request as in flight to its endpoint until the response ends.
+    pub(super) active: ActiveRequest,
+}
+
+/// `answered` on its way down: headers cleaned and filtered, body streamed with the remaining
+/// timeouts, holding the request's circuit-breaker `admission` until it ends. `grpc`: a gRPC
+/// call, whose body ends with status trailers when a limit cuts it.
+pub(super) fn upstream_response(
+    answered: Answered,
+    admission: Admission,
+    target: &Target,
+    entry: Option<&RouteEntry>,
+    deadline: Option<Deadline>,
+    grpc: bool,
+) -> Response<ProxyBody> {
+    let Answered {
+        response,
+        lease,
+        active,
+    } = answered;
+    let (mut parts, body) = response.into_parts();
+    clean_response_headers(&mut parts, entry);
+    let body = UpstreamBody::new(
+        body,
+        lease,
+        active.holding(admission),
+        target.policy.stream_idle_timeout,
+        deadline,
+    )
+    .ending_grpc_calls_with_status(grpc);
+    parts.version = Version::HTTP_11;
+    Response::from_parts(parts, ProxyBody::Upstream(Box::new(body)))
+}
+
+/// What every upstream response goes through on its way down: hop-by-hop headers removed,
+/// `Via` added, the route's ResponseHeaderModifier applied.
+pub(super) fn clean_response_headers(
+    parts: &mut http::response::Parts,
+    entry: Option<&RouteEntry>,
+) {
+    strip_hop_by_hop(&mut parts.headers);
+    append_via(&mut parts.headers, parts.version);
+    if let Some(entry) = entry {
+        entry
+            .action
+            .filters
+            .response_headers
+            .apply(&mut parts.headers);
+    }
+}
