@@ -284,7 +284,14 @@ async fn a_passthrough_connection_over_max_connections_is_refused_like_a_connect
     let tunnel = lines.iter().find(|l| l["method"] == "CONNECT").unwrap();
     // The same refusal: what each client was told (a CONNECT's 503 body, a passthrough
     // connection's close) is the only difference.
-    for field in ["status", "error", "error_cause", "attempts", "endpoint", "route"] {
+    for field in [
+        "status",
+        "error",
+        "error_cause",
+        "attempts",
+        "endpoint",
+        "route",
+    ] {
         assert_eq!(
             passthrough[field], tunnel[field],
             "{field}: {passthrough} and {tunnel}"

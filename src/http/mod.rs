@@ -12,5 +12,3 @@ pub mod headers;
 pub mod limits;
 pub mod pipeline;
 pub mod relay;
-
-pub use pipeline::websocket;

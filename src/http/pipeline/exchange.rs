@@ -16,13 +16,14 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::attempt::connect_error;
+use super::connection_slot;
 use super::retry::unprocessed;
 use crate::http::deadline::Deadline;
 use crate::http::error::ProxyError;
 use crate::snapshot::Target;
 use crate::telemetry::error_chain;
 use crate::upstream::body::{Lease, RequestBody};
-use crate::upstream::breaker::{ConnectionSlot, Limit, PendingSlot};
+use crate::upstream::breaker::ConnectionSlot;
 use crate::upstream::connect::{connect_http, ConnectError, HttpConnection, HttpWire, Transport};
 use crate::upstream::h1_conn::H1Conn;
 use crate::upstream::h2_pool::{Attempt, Checkout, H2Stream};
@@ -138,7 +139,7 @@ async fn exchange_http1(
     loop {
         let slot = match endpoint.pool.checkout() {
             Some(conn) => Err(conn),
-            None => h1_connection_slot(target, endpoint).await?,
+            None => connection_slot::for_http1(target, endpoint).await?,
         };
         let (mut conn, fresh) = match slot {
             Err(conn) => (conn, false),
@@ -281,7 +282,7 @@ async fn find_stream(
             }
             Ok(Found::LookAgain)
         }
-        Checkout::Connect(ticket) => match h2_connection_slot(target, endpoint).await? {
+        Checkout::Connect(ticket) => match connection_slot::for_http2(target, endpoint).await? {
             // At maxConnections: share the least busy connection (the stream waits inside it
             // for a free slot).
             Err(stream) => Ok(Found::Stream(stream)),
@@ -351,77 +352,6 @@ async fn try_send_http2(
             Err((e.into_error(), unsent))
         }
     }
-}
-
-/// A circuit-breaker slot for a new HTTP/1.1 connection, or (`Err`) a pooled connection (of
-/// any worker: better than waiting) that came back while waiting for one. At `maxConnections`
-/// the request waits, counted against `maxPendingRequests`, until a connection of this endpoint
-/// is checked in or one of the group closes; idle connections of other endpoints are closed to
-/// make room.
-async fn h1_connection_slot(
-    target: &Target,
-    endpoint: &Arc<Endpoint>,
-) -> Result<Result<ConnectionSlot, H1Conn>, ProxyError> {
-    let breaker = target.port.endpoints.breaker();
-    if let Some(slot) = breaker.connection() {
-        return Ok(Ok(slot));
-    }
-    let _pending = pending(target)?;
-    let checkin = endpoint.pool.wait_for_checkin();
-    loop {
-        let closed = breaker.connection_closed();
-        let returned = checkin.notified();
-        tokio::pin!(closed, returned);
-        closed.as_mut().enable();
-        returned.as_mut().enable();
-        if let Some(conn) = endpoint.pool.checkout_any() {
-            return Ok(Err(conn));
-        }
-        if let Some(slot) = breaker.connection() {
-            return Ok(Ok(slot));
-        }
-        target.port.endpoints.close_an_idle_connection();
-        tokio::select! {
-            _ = closed => {}
-            _ = returned => {}
-        }
-    }
-}
-
-/// A circuit-breaker slot for a new HTTP/2 connection, or (`Err`) a stream on the least busy
-/// existing one when the group is at `maxConnections`. With no connection to share, the
-/// request waits (counted as pending) for a connection of the group to close.
-async fn h2_connection_slot(
-    target: &Target,
-    endpoint: &Arc<Endpoint>,
-) -> Result<Result<ConnectionSlot, H2Stream>, ProxyError> {
-    let breaker = target.port.endpoints.breaker();
-    if let Some(slot) = breaker.connection() {
-        return Ok(Ok(slot));
-    }
-    let _pending = pending(target)?;
-    loop {
-        let closed = breaker.connection_closed();
-        tokio::pin!(closed);
-        closed.as_mut().enable();
-        if let Some(stream) = endpoint.h2().claim_least_busy() {
-            return Ok(Err(stream));
-        }
-        if let Some(slot) = breaker.connection() {
-            return Ok(Ok(slot));
-        }
-        target.port.endpoints.close_an_idle_connection();
-        closed.await;
-    }
-}
-
-fn pending(target: &Target) -> Result<PendingSlot, ProxyError> {
-    let breaker = target.port.endpoints.breaker();
-    breaker.pending().ok_or_else(|| ProxyError::Overflow {
-        backend: target.backend.label.clone(),
-        limit: Limit::PendingRequests,
-        max: breaker.settings().max_pending_requests,
-    })
 }
 
 /// A new connection to `endpoint`; `connected` learns how long opening it took.

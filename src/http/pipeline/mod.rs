@@ -1,27 +1,32 @@
-//! The request pipeline: every request, websocket upgrade and CONNECT tunnel passes the same
-//! named phases, each in a file of its own, sharing one [`RequestCtx`]:
+//! The request pipeline: every kind of traffic (`kind`) — an HTTP request, a websocket, a
+//! CONNECT tunnel, a TLS passthrough connection — passes the same named phases, each in a file
+//! of its own, sharing one [`RequestCtx`]:
 //!
 //! ```text
-//! destination ─> route ─> authorize ─> admit ─> prepare ─> mcp ─> attempt ⟲ retry ─> respond ─> log
+//! destination ─> route ─> authorize ─> admit ─> prepare ─> pick and connect ⟲ retry ─> respond ─> log
 //! ```
 //!
-//! - `destination`: the host and port asked for, canonical; head limits; loops.
-//! - `route`: HTTPRoute rule, implicit route or outbound policy → a Backend port.
+//! - `destination`: the host and port asked for (a passthrough connection's SNI), canonical;
+//!   head limits; loops.
+//! - `route`: HTTPRoute rule, implicit route or outbound policy → a Backend port; a CONNECT by
+//!   host and TCP port, a passthrough connection by SNI.
+//! - `authorize`: the client's identity judged for the destination (EgressPolicy).
 //! - `admit`: the circuit breaker's slots.
 //! - `prepare`: the request as it goes upstream (URI, headers, filters, credentials).
-//! - `mcp`: on an MCP Backend's path, version check, session affinity, tool policy.
-//! - `attempt`: pick an endpoint, send (`exchange`), classify, record; `retry` decides
-//!   whether to go again.
-//! - `respond`: the answer on its way down, or egressd's own reply for a failure.
+//! - `attempt`: pick an endpoint; one [`attempt::Attempt`] per try, recorded alike for every
+//!   kind. `retry`: a request's attempts (`exchange` sends each) as the policy allows.
+//! - `respond`: the answer on its way down (`answer`), or egressd's own reply for a failure
+//!   (`failure` records it, for every kind).
 //! - `log`: metrics and the access log line.
 //!
-//! Websockets and tunnels take the same route and admit phases (websockets prepare too);
-//! they differ in how they send and relay (`websocket`, `tunnel`).
+//! MCP is hooks the phases call (`mcp`). Only the relay differs by kind: `websocket`, `tunnel`,
+//! `passthrough`. No file imports the one that calls it (`.ci/module-cycles`).
 
 mod admit;
 mod answer;
 mod attempt;
 mod authorize;
+mod connection_slot;
 mod ctx;
 mod destination;
 mod exchange;
@@ -36,7 +41,7 @@ mod respond;
 mod retry;
 mod route;
 mod tunnel;
-pub mod websocket;
+mod websocket;
 
 use std::convert::Infallible;
 use std::sync::Arc;
