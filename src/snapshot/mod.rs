@@ -356,6 +356,13 @@ pub struct BackendPort {
     pub wildcard: Option<Arc<crate::snapshot::wildcard::WildcardHosts>>,
 }
 
+impl BackendPort {
+    /// Whether the port speaks gRPC (`protocol: GRPC`): its requests ask for trailers.
+    pub fn speaks_grpc(&self) -> bool {
+        self.protocol == Protocol::Grpc
+    }
+}
+
 /// Per-request settings resolved (with precedence) when the snapshot is compiled.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RequestPolicy {

@@ -12,7 +12,6 @@ use hyper::body::Incoming;
 use super::ctx::RequestCtx;
 use super::destination::Destination;
 use super::route::Routed;
-use crate::config::wire::enums::Protocol;
 use crate::http::error::ProxyError;
 use crate::http::headers::{add_forwarded_for, append_via, strip_hop_by_hop};
 use crate::snapshot::router::RouteEntry;
@@ -74,7 +73,7 @@ fn rewrite(
     // gRPC needs them whatever the client says.
     let te_trailers = strip_hop_by_hop(headers);
     let trailers =
-        te_trailers || client_version == Version::HTTP_2 || target.port.protocol == Protocol::Grpc;
+        te_trailers || client_version == Version::HTTP_2 || target.port.speaks_grpc();
     if trailers {
         headers.insert(header::TE, trailers_te());
     }
