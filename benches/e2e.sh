@@ -4,9 +4,10 @@
 #
 # egressd runs with one worker pinned to PROXY_CPU; the origin (the `bench_origin` example,
 # benches/origin/bench_origin.rs) and the load generator (wrk, h2load) share LOAD_CPU. For each
-# scenario egressd is started afresh, warmed up, then loaded for DURATION seconds; the CPU time it used in that window (utime+stime from
-# /proc/PID/stat) divided by the requests completed is the figure of merit, µs/req. The same load
-# is also sent straight to the origin for reference. Everything binds and targets 127.0.0.1.
+# scenario egressd is started afresh, warmed up, then loaded for DURATION seconds; the CPU time
+# it used in that window (utime+stime from /proc/PID/stat) divided by the requests completed is
+# the figure of merit, µs/req. The same load is also sent straight to the origin for
+# reference. Everything binds and targets 127.0.0.1.
 #
 # Environment:
 #   DURATION=10      seconds of measured load per scenario (QUICK=1: 3)
