@@ -43,7 +43,6 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PEERS=$ROOT/benches/peers
 WORK=${WORK:-$ROOT/target/side-by-side}
 LOAD_CPU=${LOAD_CPU:-0}
 PROXY_CPU=${PROXY_CPU:-1}
@@ -137,99 +136,21 @@ if [ "$EGRESSD" = 1 ] && [ -z "$BIN" ]; then
 fi
 [ "$EGRESSD" = 0 ] || [ -x "$BIN" ] || die "no egressd binary at $BIN"
 
-# ---------------------------------------------------------------- files
-RUN=$WORK/run
-LOGS=$WORK/logs
+# ---------------------------------------------------------------- files and processes
+# shellcheck source=peers/peers.sh
+. "$ROOT/benches/peers/peers.sh"
 OUT=${OUT:-$WORK/results/$(date +%Y%m%d-%H%M%S)}
-mkdir -p "$RUN" "$LOGS" "$WORK/www" "$WORK/certs" "$OUT/raw"
-rm -rf "${RUN:?}"/*
+mkdir -p "$OUT/raw"
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-
-# A throwaway CA and the origin's certificate (ECDSA P-256; names origin.bench.local and
-# 127.0.0.1), made once and kept in WORK/certs.
-certs=$WORK/certs
-if ! [ -s "$certs/ca.crt" ] || ! [ -s "$certs/origin.crt" ] || ! [ -s "$certs/origin.key" ]; then
-  log "making the bench CA and origin certificate in $certs"
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
-    -subj "/CN=egressd side-by-side bench CA" -keyout "$certs/ca.key" -out "$certs/ca.crt" \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
-  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-    -subj "/CN=origin.bench.local" -keyout "$certs/origin.key" -out "$certs/origin.csr" 2>/dev/null
-  printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature" \
-    "extendedKeyUsage=serverAuth" "subjectAltName=DNS:origin.bench.local,IP:127.0.0.1" >"$certs/origin.ext"
-  openssl x509 -req -in "$certs/origin.csr" -CA "$certs/ca.crt" -CAkey "$certs/ca.key" \
-    -CAcreateserial -days 825 -extfile "$certs/origin.ext" -out "$certs/origin.crt" 2>/dev/null
-  openssl verify -CAfile "$certs/ca.crt" "$certs/origin.crt" >/dev/null
-fi
-[ -s "$WORK/www/4k.bin" ] || head -c 4096 /dev/urandom >"$WORK/www/4k.bin"
-
-# Ports: the kernel picks free ones (all bound at once, so they differ), released just before
-# the servers bind them.
-PORT_NAMES=(ORIGIN_H1_1 ORIGIN_H1_2 ORIGIN_H1_3 ORIGIN_H2C ORIGIN_TLS_1 ORIGIN_TLS_2 ORIGIN_TLS_3
-  NGINX_H1 NGINX_H2C NGINX_TLS HAPROXY_H1 HAPROXY_H2C HAPROXY_TLS
-  ENVOY_H1 ENVOY_TLS ENVOY_ADMIN EGRESSD_H1 EGRESSD_TLS EGRESSD_ADMIN)
-read -r -a ports < <(python3 -c '
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-' ${#PORT_NAMES[@]})
-declare -A PORT=()
-subst=(-e "s|@WORK@|$WORK|g")
-for i in "${!PORT_NAMES[@]}"; do
-  PORT[${PORT_NAMES[$i]}]=${ports[$i]}
-  subst+=(-e "s|@${PORT_NAMES[$i]}@|${ports[$i]}|g")
-done
-render() { # TEMPLATE DEST
-  sed "${subst[@]}" "$PEERS/$1" >"$2"
-  ! grep -v '^[[:space:]]*#' "$2" | grep '@[A-Z0-9_]*@' || die "$1: a placeholder the harness does not fill"
-}
-render origin-nginx.conf "$RUN/origin.conf"
-render nginx.conf "$RUN/nginx.conf"
-render haproxy.cfg "$RUN/haproxy.cfg"
-render envoy.yaml "$RUN/envoy.yaml"
-mkdir -p "$RUN/egressd"
-render egressd.yaml "$RUN/egressd/egressd.yaml"
+peers_prepare
 if [ "$EGRESSD" = 1 ]; then
   "$BIN" validate "$RUN/egressd" >"$LOGS/egressd-validate.out" 2>&1 ||
     { cat "$LOGS/egressd-validate.out" >&2; die "egressd rejects benches/peers/egressd.yaml"; }
 fi
-
-# ---------------------------------------------------------------- processes
-declare -A PID=()
-start() { # NAME CPU COMMAND...: runs in the foreground of its own, pinned; logs in LOGS
-  local name=$1 cpu=$2
-  shift 2
-  taskset -c "$cpu" "$@" >"$LOGS/$name.out" 2>&1 &
-  PID[$name]=$!
-}
-stop_all() {
-  local name pid
-  for name in "${!PID[@]}"; do kill -TERM "${PID[$name]}" 2>/dev/null || true; done
-  for name in "${!PID[@]}"; do
-    pid=${PID[$name]}
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "warning: $name ($pid) still running after 5 s, SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-    wait "$pid" 2>/dev/null || true
-  done
-  PID=()
-}
-trap stop_all EXIT
+trap peers_stop_all EXIT
 trap 'exit 130' INT TERM
-
-start origin "$LOAD_CPU" nginx -p "$RUN/" -e "$LOGS/origin.error.log" -c "$RUN/origin.conf"
-for t in "${TGT[@]}"; do
-  case $t in
-    nginx) start nginx "$PROXY_CPU" nginx -p "$RUN/" -e "$LOGS/nginx.error.log" -c "$RUN/nginx.conf" ;;
-    haproxy) start haproxy "$PROXY_CPU" haproxy -db -f "$RUN/haproxy.cfg" ;;
-    envoy) start envoy "$PROXY_CPU" "$ENVOY_BIN" --concurrency 1 --disable-hot-restart --log-level warn -c "$RUN/envoy.yaml" ;;
-    egressd) start egressd "$PROXY_CPU" "$BIN" run --workers 1 --no-watch --config "$RUN/egressd" ;;
-  esac
-done
+peer_start origin "$LOAD_CPU"
+for t in "${TGT[@]}"; do [ "$t" = direct ] || peer_start "$t" "$PROXY_CPU"; done
 
 url() { # SCENARIO TARGET -> the URL the load generator uses
   local s=$1 t=$2 path=/ port
@@ -246,7 +167,6 @@ url() { # SCENARIO TARGET -> the URL the load generator uses
   echo "http://127.0.0.1:$port$path"
 }
 server_pid() { if [ "$1" = direct ]; then echo "${PID[origin]}"; else echo "${PID[$1]}"; fi; }
-pid_tree() { echo "$1"; pgrep -P "$1" 2>/dev/null || true; } # nginx: master and worker
 
 # Every URL answers as it should before anything is measured (waiting up to 10 s for start-up).
 check() { # SCENARIO TARGET
@@ -255,7 +175,7 @@ check() { # SCENARIO TARGET
   for _ in $(seq 100); do
     case $1 in
       h2c-*) body=$(curl -fsS --http2-prior-knowledge "$u" 2>/dev/null) || body="" ;;
-      *) body=$(curl -fsS --cacert "$certs/ca.crt" "$u" 2>/dev/null | head -c 4096 | wc -c) || body="" ;;
+      *) body=$(curl -fsS --cacert "$CERTS/ca.crt" "$u" 2>/dev/null | head -c 4096 | wc -c) || body="" ;;
     esac
     case $1 in
       h1-4k-*) [ "$body" = 4096 ] && return 0 ;;
@@ -355,7 +275,7 @@ measure() { # SCENARIO TARGET REP -> one TSV row
   [ "$EGRESSD" = 1 ] && echo "egressd: $BIN ($("$BIN" --version 2>/dev/null), tree $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown))"
   echo "nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //')"
   echo "haproxy: $(haproxy -v | head -1)"
-  [ -n "$ENVOY_BIN" ] && echo "envoy: $("$ENVOY_BIN" --version 2>/dev/null | awk '{ print $NF }')"
+  [ -n "$ENVOY_BIN" ] && echo "envoy: $("$ENVOY_BIN" --version 2>/dev/null | sed -n 's|.*/\([0-9][0-9.]*\)/.*|\1|p')"
   echo "wrk: $(wrk -v 2>&1 | head -1); h2load: $(h2load --version 2>&1 | head -1)"
   echo "pinning: load generator and origin on CPU $LOAD_CPU, proxy on CPU $PROXY_CPU (direct: origin on CPU $PROXY_CPU)"
   echo "reps $REPS, warm-up ${WARMUP}s, measured ${DURATION}s; targets $TARGETS; scenarios $SCENARIOS"
