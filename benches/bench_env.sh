@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by benches/memory.sh and benches/profile.sh: the origin of benches/peers/
 # (origin-nginx.conf, CPU 0) and egressd on benches/peers/egressd.yaml (CPU 1, one worker), the
 # configs benches/side_by_side.sh uses, both stopped at exit. Once egressd answers, sets

@@ -82,8 +82,9 @@ for tool in wrk h2load nginx haproxy taskset curl openssl python3 ss; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  [ "$INSTALL" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null ||
+  if [ "$INSTALL" != 1 ] || [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     die "missing: ${missing[*]} (on Debian/Ubuntu: apt-get install wrk nghttp2-client nginx-light haproxy curl openssl iproute2 util-linux)"
+  fi
   log "installing with apt-get (missing: ${missing[*]})"
   nginx_pkg=nginx-light
   apt-get update -qq
@@ -92,7 +93,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     wrk nghttp2-client "$nginx_pkg" haproxy curl openssl iproute2 util-linux procps >/dev/null
   # A packaged nginx or haproxy service started by the install would hold ports and CPU.
   for svc in nginx haproxy; do
-    command -v systemctl >/dev/null && systemctl disable --now "$svc" >/dev/null 2>&1 || true
+    if command -v systemctl >/dev/null; then systemctl disable --now "$svc" >/dev/null 2>&1 || true; fi
   done
 fi
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the bench scripts that run the origin and the proxies of benches/peers/
 # (side_by_side.sh, cpu_split.sh, and memory.sh and profile.sh through bench_env.sh).
 # Needs ROOT (the repository); uses BIN (egressd) and ENVOY_BIN when they start those.
