@@ -71,6 +71,7 @@ done
 for n in "$REPS" "$DURATION" "$WARMUP"; do
   case $n in '' | *[!0-9]*) echo "--reps, --duration and --warmup take whole numbers" >&2; exit 2 ;; esac
 done
+[ "$REPS" -ge 1 ] && [ "$DURATION" -ge 1 ] || { echo "--reps and --duration must be at least 1" >&2; exit 2; }
 
 log() { printf '[side-by-side] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -214,6 +215,7 @@ core_jiffies() { # "busy total" of CPU n from /proc/stat
 pin_origin() { local p; for p in $(pid_tree "${PID[origin]}"); do taskset -a -c -p "$1" "$p" >/dev/null; done; }
 load() { # SCENARIO URL SECONDS [RAW]: runs the scenario's load generator on LOAD_CPU
   local s=$1 u=$2 secs=$3 raw=${4:-/dev/null}
+  [ "$secs" -gt 0 ] || return 0
   case $s in
     h2c-*)
       if [ "$raw" = /dev/null ]; then
