@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # User and kernel CPU time per request, separately, of nginx, HAProxy and egressd on the
-# side-by-side bench's configs (../shared/bench/conf), each on its own (CPU 1) in turn with wrk
+# side-by-side bench's configs (benches/peers/), each on its own (CPU 1) in turn with wrk
 # on CPU 0, repeated REPS times interleaved. The kernel's share moves by ±2 µs/req between runs
 # on this shared VM (it is where the host's noise lands); the user share repeats to ~0.2 µs, so
 # it is what tells a user-space change of a few percent apart — `instructions.sh` counts the
@@ -10,22 +10,19 @@
 #   benches/cpu_split.sh 3 h2c          # HTTP/2 cleartext downstream, h2load 16 connections × 16
 #   BIN=/tmp/egressd-before WHO=egressd benches/cpu_split.sh 3 50   # one binary, no peers
 #
-# Needs nginx, haproxy, wrk and h2load (../shared/bench/README.md) and `cargo build --release`. Loopback
-# only; pinned like run.sh.
+# Needs nginx, haproxy, wrk, h2load and openssl (benches/side_by_side.sh installs them) and
+# `cargo build --release`. Loopback only; pinned like side_by_side.sh.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 REPS=${1:-3}
 CONNS=${2:-50}
 BIN=${BIN:-$ROOT/target/release/egressd}
 WHO=${WHO:-nginx haproxy egressd}
-BENCH=${BENCH:-$ROOT/../shared/bench}
-B=/tmp/bench
-mkdir -p "$B/logs" "$B/www" "$B/run"
-"$BENCH/gen-certs.sh" >/dev/null
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
-taskset -c 0 nginx -p "$B/" -c "$BENCH/conf/origin-nginx.conf" >"$B/logs/split-origin.out" 2>&1 &
-pids+=($!)
+# shellcheck source=peers/peers.sh
+. "$ROOT/benches/peers/peers.sh"
+peers_prepare
+trap peers_stop_all EXIT
+peer_start origin 0
 
 # "utime stime" in clock ticks of a process and its direct children (nginx's worker).
 ticks() {
@@ -40,14 +37,14 @@ hz=$(getconf CLK_TCK)
 for _ in $(seq "$REPS"); do
   for who in $WHO; do
     case $who in
-      nginx) url=http://127.0.0.1:28100/ h2=http://127.0.0.1:28110/; cmd=(nginx -p "$B/" -c "$BENCH/conf/nginx-proxy.conf") ;;
-      haproxy) url=http://127.0.0.1:28200/ h2=http://127.0.0.1:28210/; cmd=(haproxy -db -f "$BENCH/conf/haproxy.cfg") ;;
-      egressd) url=http://127.0.0.1:28400/ h2=$url; cmd=("$BIN" run --workers 1 --no-watch --config "$BENCH/conf/egressd") ;;
+      nginx) url=http://127.0.0.1:${PORT[NGINX_H1]}/ h2=http://127.0.0.1:${PORT[NGINX_H2C]}/ ;;
+      haproxy) url=http://127.0.0.1:${PORT[HAPROXY_H1]}/ h2=http://127.0.0.1:${PORT[HAPROXY_H2C]}/ ;;
+      egressd) url=http://127.0.0.1:${PORT[EGRESSD_H1]}/ h2=$url ;;
       *) echo "unknown target $who" >&2; exit 2 ;;
     esac
-    taskset -c 1 "${cmd[@]}" >"$B/logs/split-$who.out" 2>&1 &
-    pid=$!
-    for _ in $(seq 100); do curl -fsS -o /dev/null "$url" 2>/dev/null && break; sleep 0.05; done
+    peer_start "$who" 1
+    pid=${PID[$who]}
+    peer_wait "$url"
     if [ "$CONNS" = h2c ]; then
       load() { taskset -c 0 h2load -t1 -c16 -m16 -D "$1" "$h2" 2>&1; }
     else
@@ -61,6 +58,6 @@ for _ in $(seq "$REPS"); do
     awk -v who="$who" -v c="$CONNS" -v n="$n" -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v hz="$hz" 'BEGIN {
       us = 1e6 / hz / n
       printf "%-8s c%-4s user %5.2f  kernel %5.2f  total %5.2f µs/req  %6.0f req/s\n", who, c, u * us, s * us, (u + s) * us, n / 8 }'
-    kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
+    peer_stop "$who"
   done
 done

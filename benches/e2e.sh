@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # End-to-end benchmark of egressd: CPU time per proxied request on one core, the method of
-# DESIGN.md "Performance targets". See benches/README.md for what it prints and how to read it.
+# docs/design.md "Performance method". See benches/README.md for what it prints and how to read it.
 #
-# egressd runs with one worker pinned to PROXY_CPU; the origin (examples/bench_origin.rs) and the
-# load generator (wrk, h2load) share LOAD_CPU. For each scenario egressd is started afresh, warmed
-# up, then loaded for DURATION seconds; the CPU time it used in that window (utime+stime from
-# /proc/PID/stat) divided by the requests completed is the figure of merit, µs/req. The same load
-# is also sent straight to the origin for reference. Everything binds and targets 127.0.0.1.
+# egressd runs with one worker pinned to PROXY_CPU; the origin (the `bench_origin` example,
+# benches/origin/bench_origin.rs) and the load generator (wrk, h2load) share LOAD_CPU. For each
+# scenario egressd is started afresh, warmed up, then loaded for DURATION seconds; the CPU time
+# it used in that window (utime+stime from /proc/PID/stat) divided by the requests completed is
+# the figure of merit, µs/req. The same load is also sent straight to the origin for
+# reference. Everything binds and targets 127.0.0.1.
 #
 # Environment:
 #   DURATION=10      seconds of measured load per scenario (QUICK=1: 3)

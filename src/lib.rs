@@ -1,6 +1,6 @@
 //! egressd: a Layer-7 egress/backend proxy data plane driven by `Backend` definitions.
 //!
-//! Map of the crate (DESIGN.md draws the data flow; `docs/architecture.md` the phases). The
+//! Map of the crate (`docs/design.md` draws the data flow; `docs/architecture.md` the phases). The
 //! modules form layers: each imports only modules below it (`.ci/module-cycles` checks that
 //! no two import each other).
 //!

@@ -2,7 +2,7 @@
 //! often than their peers, are ejected from balancing for a while, longer each time they are
 //! ejected again soon after.
 //!
-//! Semantics follow Envoy (`../shared/reference/balancing-and-outliers.md` §2) with egressd's
+//! Semantics follow Envoy's outlier detector (`docs/balancing-and-health.md`) with egressd's
 //! defaults (CONFIG.md): consecutive gateway errors (502/503/504, connect failures, resets,
 //! timeouts) eject at 5 and are enforced by default; consecutive 5xx count every 5xx, are
 //! always detected at their threshold and eject only when configured; with
