@@ -4,6 +4,7 @@
 //! to (certificates, keys and CA bundles, to check them and note their expiry; credential and
 //! users files) and finds or makes endpoint groups in the [`StateRegistry`].
 
+mod attachment;
 mod backends;
 mod client_policy;
 mod consistent_hash;
@@ -16,6 +17,7 @@ mod listeners;
 mod policy;
 mod policy_checks;
 mod reuse;
+mod route_filters;
 mod route_rules;
 mod routes;
 mod secret_refs;
