@@ -9,13 +9,11 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
-
-use super::error::{Diagnostic, ObjectId};
+use super::document::load_document;
+use super::error::Diagnostic;
 use super::files;
 use super::limits::{show_bytes, LoadLimits};
 use super::wire::backend::BackendSpec;
-use super::wire::common::ObjectMeta;
 use super::wire::egress_policy::EgressPolicySpec;
 use super::wire::enums::take_alias_uses;
 use super::wire::gateway::GatewaySpec;
@@ -25,9 +23,8 @@ use super::wire::route::HttpRouteSpec;
 use super::wire::secret::KeyedData;
 use super::wire::tls_route::TlsRouteSpec;
 use super::wire::xbackend::XBackendSpec;
-use super::wire::{Kind, Labels, Object, KINDS_NOT_YET_SUPPORTED};
-use super::yaml::{self, Node, Pos};
-use crate::names::is_dns_subdomain;
+use super::wire::Object;
+use super::yaml::{self, Pos};
 
 /// Every object of a config, grouped by kind, in file order.
 #[derive(Clone, Debug, Default)]
@@ -103,65 +100,119 @@ pub fn load_paths_with(paths: &[PathBuf], limits: &LoadLimits) -> Loaded {
 /// [`load_paths_with`], reusing what `cache` holds for files whose bytes did not change, and
 /// leaving in it what this load read.
 pub fn load_paths_cached(paths: &[PathBuf], limits: &LoadLimits, cache: &mut LoadCache) -> Loaded {
-    let mut previous = std::mem::take(&mut cache.files);
-    let mut loaded = Loaded::default();
+    parse_files(read_paths(paths, limits), limits, cache)
+}
+
+/// The config files of some paths, read but not parsed: each file's bytes, and the problems
+/// met listing and reading them, in the order they came.
+#[derive(Debug, Default)]
+pub struct ReadFiles {
+    entries: Vec<ReadEntry>,
+    /// Hash of every file's path and content (what [`ConfigSet::fingerprint`] becomes).
+    pub fingerprint: u64,
+}
+
+#[derive(Debug)]
+enum ReadEntry {
+    /// A file read whole, and the hash of its bytes (its key in the [`LoadCache`]).
+    File {
+        path: PathBuf,
+        text: String,
+        hash: u64,
+    },
+    /// A path that could not be listed, or a file that could not be read.
+    Problem(Diagnostic),
+}
+
+/// Reads every config file of `paths` as [`load_paths`] describes, within `limits`, parsing
+/// nothing: the bytes and the fingerprint tell whether anything changed before any parsing.
+pub fn read_paths(paths: &[PathBuf], limits: &LoadLimits) -> ReadFiles {
+    let mut read = ReadFiles::default();
     let mut hasher = DefaultHasher::new();
     let mut total: u64 = 0;
     'paths: for path in paths {
-        let listed = files::list(path, &mut loaded.diagnostics);
+        let mut problems = Vec::new();
+        let listed = files::list(path, &mut problems);
+        read.entries
+            .extend(problems.into_iter().map(ReadEntry::Problem));
         for (i, file) in listed.iter().enumerate() {
             let opened = match files::open(file) {
                 Ok(opened) => opened,
                 Err(d) => {
-                    loaded.diagnostics.push(*d);
+                    read.entries.push(ReadEntry::Problem(*d));
                     continue;
                 }
             };
             if total.saturating_add(opened.size) > limits.max_total_bytes {
                 let skipped = listed.len() - i - 1;
-                loaded.diagnostics.push(
-                    Diagnostic::error(
-                        file,
-                        Pos::default(),
-                        format!(
-                            "the config is larger than {} in all: this file (and {skipped} \
-                             more in this directory, and any other config path) was not read",
-                            show_bytes(limits.max_total_bytes)
-                        ),
-                    )
-                    .hint("remove files that do not belong, or raise --max-config-size"),
-                );
+                read.entries
+                    .push(ReadEntry::Problem(over_total(file, skipped, limits)));
                 break 'paths;
             }
             let text = match opened.read(file, limits.max_file_bytes) {
                 Ok(text) => text,
                 Err(d) => {
-                    loaded.diagnostics.push(*d);
+                    read.entries.push(ReadEntry::Problem(*d));
                     continue;
                 }
             };
             total = total.saturating_add(text.len() as u64);
-            let text_hash = {
+            let hash = {
                 let mut h = DefaultHasher::new();
                 text.hash(&mut h);
                 h.finish()
             };
             file.hash(&mut hasher);
-            text_hash.hash(&mut hasher);
-            let this_file = match previous.remove(file) {
-                Some((hash, cached)) if hash == text_hash => cached,
-                _ => {
-                    let mut this_file = Loaded::default();
-                    load_file(file, &text, limits, &mut this_file);
-                    Arc::new(this_file)
-                }
-            };
-            loaded.extend(&this_file);
-            cache.files.insert(file.clone(), (text_hash, this_file));
-            loaded.set.files.push(file.clone());
+            hash.hash(&mut hasher);
+            let path = file.clone();
+            read.entries.push(ReadEntry::File { path, text, hash });
         }
     }
-    loaded.set.fingerprint = hasher.finish();
+    read.fingerprint = hasher.finish();
+    read
+}
+
+/// The error for the file that would take the config past `limits.max_total_bytes`: it and
+/// everything after it is left unread.
+fn over_total(file: &Path, skipped: usize, limits: &LoadLimits) -> Diagnostic {
+    Diagnostic::error(
+        file,
+        Pos::default(),
+        format!(
+            "the config is larger than {} in all: this file (and {skipped} \
+             more in this directory, and any other config path) was not read",
+            show_bytes(limits.max_total_bytes)
+        ),
+    )
+    .hint("remove files that do not belong, or raise --max-config-size")
+}
+
+/// Parses what [`read_paths`] read into typed objects, reusing what `cache` holds for files
+/// whose bytes did not change, and leaving in it what this load parsed or reused.
+pub fn parse_files(read: ReadFiles, limits: &LoadLimits, cache: &mut LoadCache) -> Loaded {
+    let mut previous = std::mem::take(&mut cache.files);
+    let mut loaded = Loaded::default();
+    for entry in read.entries {
+        let (file, text, text_hash) = match entry {
+            ReadEntry::File { path, text, hash } => (path, text, hash),
+            ReadEntry::Problem(d) => {
+                loaded.diagnostics.push(d);
+                continue;
+            }
+        };
+        let this_file = match previous.remove(&file) {
+            Some((hash, cached)) if hash == text_hash => cached,
+            _ => {
+                let mut this_file = Loaded::default();
+                load_file(&file, &text, limits, &mut this_file);
+                Arc::new(this_file)
+            }
+        };
+        loaded.extend(&this_file);
+        cache.files.insert(file.clone(), (text_hash, this_file));
+        loaded.set.files.push(file);
+    }
+    loaded.set.fingerprint = read.fingerprint;
     check_duplicates(&mut loaded);
     loaded
 }
@@ -220,331 +271,6 @@ fn load_file(file: &Path, text: &str, limits: &LoadLimits, loaded: &mut Loaded) 
         take_alias_uses();
         load_document(&file, doc, loaded);
     }
-}
-
-/// Reports unknown top-level keys of a document that did not get far enough to name its object.
-fn flush_unknown(diags: &mut Vec<Diagnostic>, keys: &[&Node], error: &dyn Fn(&Node) -> Diagnostic) {
-    diags.extend(keys.iter().map(|k| error(k)));
-}
-
-const TOP_LEVEL_FIELDS: [&str; 4] = ["apiVersion", "kind", "metadata", "spec"];
-
-/// Errors reported for one object at most; beyond this, fixing what is shown comes first.
-const MAX_ERRORS_PER_OBJECT: usize = 50;
-
-fn load_document(file: &Arc<Path>, doc: &Node, loaded: &mut Loaded) {
-    let diags = &mut loaded.diagnostics;
-    let yaml::Value::Map(entries) = &doc.value else {
-        diags.push(
-            Diagnostic::error(
-                &**file,
-                doc.pos,
-                format!("expected an object, found a {}", doc.kind_name()),
-            )
-            .hint("each document needs apiVersion, kind, metadata and spec"),
-        );
-        return;
-    };
-    let mut ok = true;
-    // Reported once the object is known, so the error names it.
-    let unknown_keys: Vec<&Node> = entries
-        .iter()
-        .map(|(key, _)| key)
-        .filter(|key| !TOP_LEVEL_FIELDS.contains(&key.as_str().unwrap_or("")))
-        .collect();
-    let unknown_key_error = |key: &Node| {
-        let name = key.as_str().unwrap_or("");
-        let hint = if name == "status" {
-            "status is written by egressd (see `egressd validate` and /status); remove it"
-        } else {
-            "a document has only apiVersion, kind, metadata and spec"
-        };
-        Diagnostic::error(&**file, key.pos, format!("unknown field `{name}`")).hint(hint)
-    };
-
-    let Some(kind_node) = doc.get("kind") else {
-        diags.push(
-            Diagnostic::error(&**file, doc.pos, "missing field `kind`")
-                .hint(format!("one of: {}", kind_names())),
-        );
-        return flush_unknown(diags, &unknown_keys, &unknown_key_error);
-    };
-    let kind_name = kind_node.as_str().unwrap_or("");
-    let Some(kind) = Kind::from_name(kind_name) else {
-        let (message, hint) = if KINDS_NOT_YET_SUPPORTED.contains(&kind_name) {
-            (
-                format!("kind `{kind_name}` is not supported yet"),
-                "remove it; supported kinds: ".to_owned() + &kind_names(),
-            )
-        } else {
-            (
-                format!("unknown kind `{kind_name}`"),
-                format!("one of: {}", kind_names()),
-            )
-        };
-        diags.push(Diagnostic::error(&**file, kind_node.pos, message).hint(hint));
-        return flush_unknown(diags, &unknown_keys, &unknown_key_error);
-    };
-    if matches!(kind, Kind::Secret | Kind::ConfigMap) {
-        return super::secrets::load_document(file, doc, kind, loaded);
-    }
-
-    // A broken `metadata` still names the object as well as it can, and the rest of the
-    // document is still checked: one run reports every error of an object.
-    let meta_node = doc.get("metadata");
-    let mut meta_errors = Vec::new();
-    let meta: ObjectMeta = match meta_node {
-        None => {
-            meta_errors.push(
-                Diagnostic::error(
-                    &**file,
-                    doc.pos,
-                    format!("{} has no `metadata`", kind.name()),
-                )
-                .hint("add `metadata: {name: ...}`"),
-            );
-            ObjectMeta::default()
-        }
-        Some(node) => match yaml::from_node_all(node, MAX_ERRORS_PER_OBJECT) {
-            Ok(meta) => meta,
-            Err(errors) => {
-                meta_errors.extend(errors.into_iter().map(|e| {
-                    Diagnostic::error(&**file, e.pos, e.message)
-                        .field(join_path("metadata", &e.path))
-                }));
-                ObjectMeta::default()
-            }
-        },
-    };
-    let meta_ok = meta_errors.is_empty();
-    let written = |field: &str| {
-        meta_node
-            .and_then(|n| n.get(field))
-            .and_then(Node::scalar_text)
-            .map(std::borrow::Cow::into_owned)
-    };
-    let id = if meta_ok {
-        ObjectId {
-            kind: shared_name(kind.name()),
-            namespace: meta
-                .namespace
-                .as_deref()
-                .map_or_else(|| shared_name("default"), Arc::from),
-            name: meta.name.as_str().into(),
-        }
-    } else {
-        ObjectId {
-            kind: shared_name(kind.name()),
-            namespace: written("namespace").map_or_else(|| shared_name("default"), Arc::from),
-            name: written("name")
-                .unwrap_or_else(|| "<unnamed>".to_owned())
-                .into(),
-        }
-    };
-    ok &= meta_ok;
-    for d in meta_errors {
-        diags.push(d.object(&id));
-    }
-    for key in &unknown_keys {
-        diags.push(unknown_key_error(key).object(&id));
-        ok = false;
-    }
-    if let Some(node) = meta_node.filter(|_| meta_ok) {
-        for (field, value) in [
-            ("name", Some(&*id.name)),
-            ("namespace", meta.namespace.as_deref()),
-        ] {
-            if let Some(value) = value {
-                if !is_dns_subdomain(value) {
-                    let pos = node.get(field).map_or(node.pos, |n| n.pos);
-                    diags.push(
-                        Diagnostic::error(&**file, pos, format!("invalid {field} `{value}`"))
-                            .object(&id)
-                            .field(format!("metadata.{field}"))
-                            .hint("use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit (at most 253 characters)"),
-                    );
-                    ok = false;
-                }
-            }
-        }
-    }
-
-    match doc.get("apiVersion") {
-        None => {
-            diags.push(
-                Diagnostic::error(&**file, doc.pos, "missing field `apiVersion`")
-                    .object(&id)
-                    .hint(format!("use `apiVersion: {}`", kind.api_versions()[0])),
-            );
-            ok = false;
-        }
-        Some(node) => {
-            let version = node.as_str().unwrap_or("");
-            if !kind.api_versions().contains(&version) {
-                diags.push(
-                    Diagnostic::error(
-                        &**file,
-                        node.pos,
-                        format!("apiVersion `{version}` does not serve kind {}", kind.name()),
-                    )
-                    .object(&id)
-                    .hint(format!("use `apiVersion: {}`", kind.api_versions()[0])),
-                );
-                ok = false;
-            }
-        }
-    }
-
-    let Some(spec) = doc.get("spec") else {
-        diags.push(Diagnostic::error(&**file, doc.pos, "missing field `spec`").object(&id));
-        return;
-    };
-    let base = Base {
-        file,
-        doc,
-        id,
-        meta,
-        ok,
-    };
-    match kind {
-        Kind::Gateway => base.push(spec, &mut loaded.diagnostics, &mut loaded.set.gateways),
-        Kind::HttpRoute => base.push(spec, &mut loaded.diagnostics, &mut loaded.set.http_routes),
-        Kind::TlsRoute => base.push(spec, &mut loaded.diagnostics, &mut loaded.set.tls_routes),
-        Kind::Backend => base.push(spec, &mut loaded.diagnostics, &mut loaded.set.backends),
-        Kind::BackendTrafficPolicy => {
-            base.push(spec, &mut loaded.diagnostics, &mut loaded.set.policies)
-        }
-        Kind::ProxyConfig => {
-            base.push(spec, &mut loaded.diagnostics, &mut loaded.set.proxy_configs)
-        }
-        Kind::EgressPolicy => base.push(
-            spec,
-            &mut loaded.diagnostics,
-            &mut loaded.set.egress_policies,
-        ),
-        Kind::XBackend => super::xbackend::push(base, spec, loaded),
-        Kind::Secret | Kind::ConfigMap => {} // read above: they have no `spec`
-    }
-}
-
-/// What every kind shares while its spec is deserialized.
-pub(super) struct Base<'a> {
-    file: &'a Arc<Path>,
-    doc: &'a Node,
-    id: ObjectId,
-    meta: ObjectMeta,
-    ok: bool,
-}
-
-impl Base<'_> {
-    pub(super) fn push<S: DeserializeOwned>(
-        self,
-        spec: &Node,
-        diags: &mut Vec<Diagnostic>,
-        out: &mut Vec<Arc<Object<S>>>,
-    ) {
-        let parsed = yaml::from_node_all::<S>(spec, MAX_ERRORS_PER_OBJECT);
-        // Collecting every error deserializes the spec more than once: each alias use is
-        // recorded once per attempt.
-        let mut uses = take_alias_uses();
-        uses.sort_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
-        uses.dedup();
-        for (written, canonical, pos) in uses {
-            // Point at the value when its position is known, else at the document.
-            let pos = if pos == Pos::default() {
-                self.doc.pos
-            } else {
-                pos
-            };
-            diags.push(
-                Diagnostic::warning(
-                    &**self.file,
-                    pos,
-                    format!("`{written}` is an alias of `{canonical}`"),
-                )
-                .object(&self.id)
-                .hint(format!("write `{canonical}`")),
-            );
-        }
-        match parsed {
-            Ok(spec) if self.ok => out.push(Arc::new(Object {
-                id: self.id,
-                labels: (!self.meta.labels.is_empty() || !self.meta.annotations.is_empty()).then(
-                    || {
-                        Box::new(Labels {
-                            labels: self.meta.labels,
-                            annotations: self.meta.annotations,
-                        })
-                    },
-                ),
-                namespace_written: self.meta.namespace.is_some(),
-                file: self.file.clone(),
-                pos: self.doc.pos,
-                spec,
-            })),
-            Ok(_) => {}
-            Err(errors) => {
-                let capped = errors.len() >= MAX_ERRORS_PER_OBJECT;
-                diags.extend(errors.into_iter().map(|e| {
-                    Diagnostic::error(&**self.file, e.pos, e.message)
-                        .object(&self.id)
-                        .field(join_path("spec", &e.path))
-                        .hint(
-                            "see `egressd schema` or the config reference in docs/configuration.md",
-                        )
-                }));
-                if capped {
-                    diags.push(
-                        Diagnostic::warning(
-                            &**self.file,
-                            self.doc.pos,
-                            format!(
-                                "only the first {MAX_ERRORS_PER_OBJECT} errors of this object \
-                                 are shown"
-                            ),
-                        )
-                        .object(&self.id)
-                        .hint("fix these and validate again"),
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// One shared string per kind name and for the `default` namespace: every object's id holds
-/// them, and 20,000 copies of `Backend` and `default` were 20,000 allocations each.
-fn shared_name(name: &'static str) -> Arc<str> {
-    static NAMES: std::sync::LazyLock<Vec<Arc<str>>> = std::sync::LazyLock::new(|| {
-        Kind::ALL
-            .iter()
-            .map(|k| Arc::from(k.name()))
-            .chain([Arc::from("default")])
-            .collect()
-    });
-    NAMES
-        .iter()
-        .find(|n| &n[..] == name)
-        .cloned()
-        .unwrap_or_else(|| Arc::from(name))
-}
-
-fn join_path(prefix: &str, path: &str) -> String {
-    if path.is_empty() {
-        prefix.to_owned()
-    } else if path.starts_with('[') {
-        format!("{prefix}{path}")
-    } else {
-        format!("{prefix}.{path}")
-    }
-}
-
-fn kind_names() -> String {
-    Kind::ALL
-        .iter()
-        .map(|k| k.name())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// A duplicate identity (group, kind, namespace, name) is an error naming both places. An

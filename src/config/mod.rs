@@ -1,6 +1,7 @@
 //! Configuration: YAML files as people write them, strict parsing with positioned errors, and
 //! the status conditions each object gets.
 
+mod document;
 pub mod error;
 mod files;
 pub mod limits;
@@ -16,4 +17,7 @@ pub mod yaml;
 pub use error::{ConfigErrors, Diagnostic, ObjectId, Reason, Severity};
 pub use files::{hash_file_state, read_regular_file};
 pub use limits::LoadLimits;
-pub use load::{load_paths, load_paths_cached, load_paths_with, ConfigSet, LoadCache};
+pub use load::{
+    load_paths, load_paths_cached, load_paths_with, parse_files, read_paths, ConfigSet, LoadCache,
+    ReadFiles,
+};

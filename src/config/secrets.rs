@@ -17,7 +17,7 @@ use super::error::{Diagnostic, ObjectId};
 use super::load::Loaded;
 use super::wire::secret::{DataEntry, KeyedData};
 use super::wire::{Kind, Labels, Object};
-use super::yaml::{Node, Spanned};
+use super::yaml::{Node, Pos, Spanned};
 use crate::names::is_dns_subdomain;
 
 /// Top-level fields of each kind (Kubernetes' own, all optional but `metadata`).
@@ -52,8 +52,6 @@ enum Encoding {
 
 /// Loads one Secret or ConfigMap document into `loaded`.
 pub(super) fn load_document(file: &Arc<Path>, doc: &Node, kind: Kind, loaded: &mut Loaded) {
-    let mut diags = Vec::new();
-    let error = |pos, message: String| Diagnostic::error(&**file, pos, message);
     let meta = doc.get("metadata");
     let text = |field: &str| {
         meta.and_then(|m| m.get(field))
@@ -70,123 +68,18 @@ pub(super) fn load_document(file: &Arc<Path>, doc: &Node, kind: Kind, loaded: &m
             .as_ref()
             .map_or_else(|| "<unnamed>".into(), |(n, _)| n.as_str().into()),
     };
-    let mut fail = |d: Diagnostic| diags.push(d.object(&id));
-    match (meta, &name) {
-        (None, _) => fail(
-            error(doc.pos, format!("{} has no `metadata`", kind.name()))
-                .hint("add `metadata: {name: ...}`"),
-        ),
-        (Some(m), None) => {
-            fail(error(m.pos, "missing field `metadata.name`".to_owned()).field("metadata.name"))
-        }
-        _ => {}
-    }
-    for (field, value) in [("name", &name), ("namespace", &namespace)] {
-        if let Some((value, pos)) = value.as_ref().filter(|(v, _)| !is_dns_subdomain(v)) {
-            fail(
-                error(*pos, format!("invalid {field} `{value}`"))
-                    .field(format!("metadata.{field}"))
-                    .hint("use lower-case letters, digits, '-' and '.'"),
-            );
-        }
-    }
-    match doc
-        .get("apiVersion")
-        .map(|n| (n.as_str().unwrap_or(""), n.pos))
-    {
-        Some(("v1", _)) => {}
-        Some((other, pos)) => fail(
-            error(
-                pos,
-                format!("apiVersion `{other}` does not serve kind {}", kind.name()),
-            )
-            .hint("use `apiVersion: v1`"),
-        ),
-        None => {
-            fail(error(doc.pos, "missing field `apiVersion`".into()).hint("use `apiVersion: v1`"))
-        }
-    }
-    for (key, _) in doc.as_map().unwrap_or_default() {
-        let written = key.as_str().unwrap_or("");
-        if !fields(kind).contains(&written) {
-            fail(
-                error(key.pos, format!("unknown field `{written}`")).hint(format!(
-                    "a {} has only {}",
-                    kind.name(),
-                    fields(kind).join(", ")
-                )),
-            );
-        }
-    }
-
-    let mut data = KeyedData::default();
-    if kind == Kind::Secret {
-        if let Some(t) = doc.get("type") {
-            match t.as_str() {
-                Some(s) => data.secret_type = Some(Spanned::new(t.pos, s.to_owned())),
-                None => fail(error(t.pos, "`type` must be a string".into()).field("type")),
-            }
-        }
-    }
-    // `stringData` last: Kubernetes merges it over `data`.
-    let sections: &[(&str, Encoding)] = match kind {
-        Kind::Secret => &[("data", Encoding::Base64), ("stringData", Encoding::Text)],
-        _ => &[("data", Encoding::Text), ("binaryData", Encoding::Base64)],
+    let mut reading = Reading {
+        file,
+        doc,
+        kind,
+        id,
+        diags: Vec::new(),
     };
-    for (section, encoding) in sections {
-        let Some(node) = doc.get(section) else {
-            continue;
-        };
-        if matches!(node.value, super::yaml::Value::Null) {
-            continue;
-        }
-        let Some(entries) = node.as_map() else {
-            fail(
-                error(
-                    node.pos,
-                    format!("`{section}` must be a mapping of keys to strings"),
-                )
-                .field(*section),
-            );
-            continue;
-        };
-        for (key, value) in entries {
-            let key_text = key.scalar_text().unwrap_or_default().into_owned();
-            let field = format!("{section}.{key_text}");
-            let Some(text) = value.as_str() else {
-                // Never the value itself in the message: it may be the secret.
-                fail(
-                    error(
-                        value.pos,
-                        format!("`{field}` must be a string, found a {}", value.kind_name()),
-                    )
-                    .field(field),
-                );
-                continue;
-            };
-            let bytes = match encoding {
-                Encoding::Text => Some(Arc::from(text.as_bytes())),
-                Encoding::Base64 => match decode(text) {
-                    Some(bytes) => Some(Arc::from(bytes)),
-                    None => {
-                        fail(
-                            error(value.pos, format!("`{field}` is not valid base64"))
-                                .field(field)
-                                .hint(format!("`{section}` values are base64 (as kubectl writes them); put plain text under `{}`", if kind == Kind::Secret { "stringData" } else { "data" })),
-                        );
-                        None
-                    }
-                },
-            };
-            data.entries.insert(
-                key_text,
-                DataEntry {
-                    pos: value.pos,
-                    bytes,
-                },
-            );
-        }
-    }
+    reading.check_metadata(meta, &name, &namespace);
+    reading.check_api_version();
+    reading.check_fields();
+    let data = reading.data();
+    let Reading { id, diags, .. } = reading;
     loaded.diagnostics.extend(diags);
     // An object with a bad value is kept: a reference to it then says what is wrong with the
     // key it needs rather than "not found". The config is refused all the same.
@@ -202,6 +95,200 @@ pub(super) fn load_document(file: &Arc<Path>, doc: &Node, kind: Kind, loaded: &m
             pos: doc.pos,
             spec: data,
         }));
+    }
+}
+
+/// A `metadata` field's text and position.
+type Written = Option<(String, Pos)>;
+
+/// One Secret or ConfigMap document being read, and the problems found so far (each about
+/// the object `id`).
+struct Reading<'a> {
+    file: &'a Arc<Path>,
+    doc: &'a Node,
+    kind: Kind,
+    id: ObjectId,
+    diags: Vec<Diagnostic>,
+}
+
+impl Reading<'_> {
+    /// An error at `pos` of this document's file.
+    fn error(&self, pos: Pos, message: String) -> Diagnostic {
+        Diagnostic::error(&**self.file, pos, message)
+    }
+
+    /// Records `d` as a problem of this object.
+    fn fail(&mut self, d: Diagnostic) {
+        self.diags.push(d.object(&self.id));
+    }
+
+    /// `metadata` and its `name` must be there; the name and namespace must be DNS names.
+    fn check_metadata(&mut self, meta: Option<&Node>, name: &Written, namespace: &Written) {
+        match (meta, name) {
+            (None, _) => self.fail(
+                self.error(
+                    self.doc.pos,
+                    format!("{} has no `metadata`", self.kind.name()),
+                )
+                .hint("add `metadata: {name: ...}`"),
+            ),
+            (Some(m), None) => self.fail(
+                self.error(m.pos, "missing field `metadata.name`".to_owned())
+                    .field("metadata.name"),
+            ),
+            _ => {}
+        }
+        for (field, value) in [("name", name), ("namespace", namespace)] {
+            if let Some((value, pos)) = value.as_ref().filter(|(v, _)| !is_dns_subdomain(v)) {
+                self.fail(
+                    self.error(*pos, format!("invalid {field} `{value}`"))
+                        .field(format!("metadata.{field}"))
+                        .hint("use lower-case letters, digits, '-' and '.'"),
+                );
+            }
+        }
+    }
+
+    /// `apiVersion` must be `v1`.
+    fn check_api_version(&mut self) {
+        let doc = self.doc;
+        match doc
+            .get("apiVersion")
+            .map(|n| (n.as_str().unwrap_or(""), n.pos))
+        {
+            Some(("v1", _)) => {}
+            Some((other, pos)) => self.fail(
+                self.error(
+                    pos,
+                    format!(
+                        "apiVersion `{other}` does not serve kind {}",
+                        self.kind.name()
+                    ),
+                )
+                .hint("use `apiVersion: v1`"),
+            ),
+            None => self.fail(
+                self.error(doc.pos, "missing field `apiVersion`".into())
+                    .hint("use `apiVersion: v1`"),
+            ),
+        }
+    }
+
+    /// Every top-level field must be one of the kind's [`fields`].
+    fn check_fields(&mut self) {
+        let kind = self.kind;
+        for (key, _) in self.doc.as_map().unwrap_or_default() {
+            let written = key.as_str().unwrap_or("");
+            if !fields(kind).contains(&written) {
+                self.fail(
+                    self.error(key.pos, format!("unknown field `{written}`"))
+                        .hint(format!(
+                            "a {} has only {}",
+                            kind.name(),
+                            fields(kind).join(", ")
+                        )),
+                );
+            }
+        }
+    }
+
+    /// The keyed content: a Secret's `type`, then each data section in the order Kubernetes
+    /// merges them (`stringData` last, over `data`).
+    fn data(&mut self) -> KeyedData {
+        let mut data = KeyedData::default();
+        if self.kind == Kind::Secret {
+            if let Some(t) = self.doc.get("type") {
+                match t.as_str() {
+                    Some(s) => data.secret_type = Some(Spanned::new(t.pos, s.to_owned())),
+                    None => self.fail(
+                        self.error(t.pos, "`type` must be a string".into())
+                            .field("type"),
+                    ),
+                }
+            }
+        }
+        let sections: &[(&str, Encoding)] = match self.kind {
+            Kind::Secret => &[("data", Encoding::Base64), ("stringData", Encoding::Text)],
+            _ => &[("data", Encoding::Text), ("binaryData", Encoding::Base64)],
+        };
+        for (section, encoding) in sections {
+            self.read_section(section, *encoding, &mut data);
+        }
+        data
+    }
+
+    /// Adds the entries of `section` (a map of keys to strings, absent or null for none).
+    fn read_section(&mut self, section: &str, encoding: Encoding, data: &mut KeyedData) {
+        let Some(node) = self.doc.get(section) else {
+            return;
+        };
+        if matches!(node.value, super::yaml::Value::Null) {
+            return;
+        }
+        let Some(entries) = node.as_map() else {
+            self.fail(
+                self.error(
+                    node.pos,
+                    format!("`{section}` must be a mapping of keys to strings"),
+                )
+                .field(section),
+            );
+            return;
+        };
+        for (key, value) in entries {
+            let key_text = key.scalar_text().unwrap_or_default().into_owned();
+            let field = format!("{section}.{key_text}");
+            let Some(text) = value.as_str() else {
+                // Never the value itself in the message: it may be the secret.
+                self.fail(
+                    self.error(
+                        value.pos,
+                        format!("`{field}` must be a string, found a {}", value.kind_name()),
+                    )
+                    .field(field),
+                );
+                continue;
+            };
+            let bytes = self.value_bytes(section, encoding, &field, value.pos, text);
+            data.entries.insert(
+                key_text,
+                DataEntry {
+                    pos: value.pos,
+                    bytes,
+                },
+            );
+        }
+    }
+
+    /// The bytes of the value `text` of `field` (`None`, reported, when it is not base64 and
+    /// should be).
+    fn value_bytes(
+        &mut self,
+        section: &str,
+        encoding: Encoding,
+        field: &str,
+        pos: Pos,
+        text: &str,
+    ) -> Option<Arc<[u8]>> {
+        match encoding {
+            Encoding::Text => Some(Arc::from(text.as_bytes())),
+            Encoding::Base64 => match decode(text) {
+                Some(bytes) => Some(Arc::from(bytes)),
+                None => {
+                    let plain = if self.kind == Kind::Secret {
+                        "stringData"
+                    } else {
+                        "data"
+                    };
+                    self.fail(
+                        self.error(pos, format!("`{field}` is not valid base64"))
+                            .field(field)
+                            .hint(format!("`{section}` values are base64 (as kubectl writes them); put plain text under `{plain}`")),
+                    );
+                    None
+                }
+            },
+        }
     }
 }
 

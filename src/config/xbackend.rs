@@ -11,15 +11,16 @@
 
 use std::sync::Arc;
 
+use super::document::Base;
 use super::error::Diagnostic;
-use super::load::{Base, Loaded};
+use super::load::Loaded;
 use super::wire::backend::{
     BackendPort, BackendSpec, BackendTls, Destination, FqdnDestination, TlsValidation,
 };
 use super::wire::enums::{
     DestinationType, Protocol, TlsMode, XBackendProtocol, XBackendTlsMode, XBackendType,
 };
-use super::wire::xbackend::XBackendSpec;
+use super::wire::xbackend::{XBackendSpec, XBackendTls};
 use super::wire::Object;
 use super::yaml::{Node, Pos, Spanned};
 use crate::names::is_valid_hostname;
@@ -37,6 +38,9 @@ pub(super) fn push(base: Base<'_>, spec: &Node, loaded: &mut Loaded) {
     }
 }
 
+/// Reports an error about the XBackend being mapped: position, field, message and hint.
+type ErrorSink<'a> = dyn FnMut(Pos, &str, String, &str) + 'a;
+
 /// The Backend an XBackend stands for; `None` when it cannot be one (the reasons pushed to
 /// `diags`).
 pub(super) fn to_backend(
@@ -52,7 +56,37 @@ pub(super) fn to_backend(
                 .hint(hint),
         );
     };
-    let spec = &x.spec;
+    check_type(&x.spec, &mut error);
+    let hostname = hostname(&x.spec, &mut error);
+    let port = port(&x.spec, &mut error);
+    let protocol = x.spec.protocol.as_ref().map(|p| (p.value, p.pos));
+    let mapped_protocol = mapped_protocol(protocol, &mut error);
+    let tls = tls(x, &mut error, protocol);
+    if diags.len() > before {
+        return None;
+    }
+    let hostname = hostname?;
+    let spec = BackendSpec {
+        destination: destination(x, hostname, port),
+        protocol: mapped_protocol,
+        tls: Some(tls),
+        protocol_options: None,
+        fallback: None,
+        extensions: Vec::new(),
+        traffic_policy: None,
+    };
+    Some(Object {
+        id: x.id.clone(),
+        labels: x.labels.clone(),
+        namespace_written: x.namespace_written,
+        file: x.file.clone(),
+        pos: x.pos,
+        spec,
+    })
+}
+
+/// Type EndpointSelector (or an `endpointSelector`) is refused: there is no cluster to read.
+fn check_type(spec: &XBackendSpec, error: &mut ErrorSink<'_>) {
     if spec.kind.value == XBackendType::EndpointSelector || spec.endpoint_selector.is_some() {
         let pos = spec
             .endpoint_selector
@@ -65,6 +99,11 @@ pub(super) fn to_backend(
             "use type ExternalHostname, or egressd's Backend with `destination.type: IP`",
         );
     }
+}
+
+/// `externalHostname.hostname` (required by type ExternalHostname), reported when it is not
+/// a DNS name or names a cluster Service.
+fn hostname<'a>(spec: &'a XBackendSpec, error: &mut ErrorSink<'_>) -> Option<&'a Spanned<String>> {
     let hostname = match &spec.external_hostname {
         Some(h) => Some(&h.value.hostname),
         None if spec.kind.value == XBackendType::ExternalHostname => {
@@ -96,6 +135,11 @@ pub(super) fn to_backend(
             );
         }
     }
+    hostname
+}
+
+/// The port number, written once as `number` (or `port`), and not 0.
+fn port(spec: &XBackendSpec, error: &mut ErrorSink<'_>) -> Spanned<u16> {
     let written = &spec.port.value;
     let port = match (&written.number, &written.port) {
         (Some(n), None) | (None, Some(n)) => n.clone(),
@@ -126,8 +170,15 @@ pub(super) fn to_backend(
             "use 1-65535",
         );
     }
-    let protocol = spec.protocol.as_ref().map(|p| (p.value, p.pos));
-    let mapped_protocol = match protocol {
+    port
+}
+
+/// egressd's protocol for the one written; WSS is refused.
+fn mapped_protocol(
+    protocol: Option<(XBackendProtocol, Pos)>,
+    error: &mut ErrorSink<'_>,
+) -> Option<Spanned<Protocol>> {
+    match protocol {
         None => None,
         Some((XBackendProtocol::Wss, pos)) => {
             error(
@@ -139,54 +190,39 @@ pub(super) fn to_backend(
             None
         }
         Some((p, pos)) => Some(Spanned::new(pos, egressd_protocol(p))),
-    };
-    let tls = tls(x, &mut error, protocol);
-    if diags.len() > before {
-        return None;
     }
-    let hostname = hostname?;
-    Some(Object {
-        id: x.id.clone(),
-        labels: x.labels.clone(),
-        namespace_written: x.namespace_written,
-        file: x.file.clone(),
-        pos: x.pos,
-        spec: BackendSpec {
-            destination: Spanned::new(
-                x.pos,
-                Destination {
-                    kind: Spanned::new(spec.kind.pos, DestinationType::Fqdn),
-                    fqdn: Some(Spanned::new(
-                        hostname.pos,
-                        FqdnDestination {
-                            hostname: hostname.clone(),
-                            rewrite_authority: None,
-                            allowed_addresses: None,
-                            max_hosts: None,
-                            host_idle_timeout: None,
-                        },
-                    )),
-                    ip: None,
-                    ports: vec![Spanned::new(
-                        spec.port.pos,
-                        BackendPort {
-                            name: written.name.clone(),
-                            number: port,
-                            protocol: None,
-                            tls: None,
-                            protocol_options: None,
-                        },
-                    )],
-                },
-            ),
-            protocol: mapped_protocol,
-            tls: Some(tls),
-            protocol_options: None,
-            fallback: None,
-            extensions: Vec::new(),
-            traffic_policy: None,
+}
+
+/// The mapped Backend's destination: the hostname (type FQDN) with its one port.
+fn destination(
+    x: &Object<XBackendSpec>,
+    hostname: &Spanned<String>,
+    port: Spanned<u16>,
+) -> Spanned<Destination> {
+    let spec = &x.spec;
+    let fqdn = FqdnDestination {
+        hostname: hostname.clone(),
+        rewrite_authority: None,
+        allowed_addresses: None,
+        max_hosts: None,
+        host_idle_timeout: None,
+    };
+    let port = BackendPort {
+        name: spec.port.value.name.clone(),
+        number: port,
+        protocol: None,
+        tls: None,
+        protocol_options: None,
+    };
+    Spanned::new(
+        x.pos,
+        Destination {
+            kind: Spanned::new(spec.kind.pos, DestinationType::Fqdn),
+            fqdn: Some(Spanned::new(hostname.pos, fqdn)),
+            ip: None,
+            ports: vec![Spanned::new(spec.port.pos, port)],
         },
-    })
+    )
 }
 
 /// Gateway API's protocol names are egressd's (WSS aside, refused before).
@@ -205,32 +241,11 @@ fn egressd_protocol(p: XBackendProtocol) -> Protocol {
 /// `spec.tls` → egressd's `tls`, with Gateway API's rules on which protocol needs what.
 fn tls(
     x: &Object<XBackendSpec>,
-    error: &mut dyn FnMut(Pos, &str, String, &str),
+    error: &mut ErrorSink<'_>,
     protocol: Option<(XBackendProtocol, Pos)>,
 ) -> Spanned<Box<BackendTls>> {
     let Some(tls) = &x.spec.tls else {
-        if let Some((p @ (XBackendProtocol::Http2 | XBackendProtocol::Wss), pos)) = protocol {
-            error(
-                pos,
-                "spec.tls",
-                format!("protocol {p} needs tls"),
-                "add `tls: {mode: ServerOnly}`, or use protocol H2C for HTTP/2 without TLS",
-            );
-        }
-        // Without TLS, TCP bytes are the client's own (often its TLS): egressd passes them
-        // untouched; anything else is plaintext HTTP.
-        let mode = if protocol.is_some_and(|(p, _)| p == XBackendProtocol::Tcp) {
-            TlsMode::Passthrough
-        } else {
-            TlsMode::InsecureDisable
-        };
-        return Spanned::new(
-            x.pos,
-            Box::new(BackendTls {
-                mode: Some(Spanned::new(x.pos, mode)),
-                ..BackendTls::default()
-            }),
-        );
+        return without_tls(x, error, protocol);
     };
     if let Some((XBackendProtocol::H2c, pos)) = protocol {
         error(
@@ -241,25 +256,7 @@ fn tls(
         );
     }
     let mode = tls.value.mode.clone();
-    let mutual = mode.value == XBackendTlsMode::ClientAndServer;
-    match (&tls.value.client_certificate_ref, mutual) {
-        (None, true) => error(
-            mode.pos,
-            "spec.tls.clientCertificateRef",
-            "tls.mode ClientAndServer needs clientCertificateRef".into(),
-            "add `clientCertificateRef: {name: <a kubernetes.io/tls Secret>}`",
-        ),
-        (Some(r), false) => error(
-            r.pos,
-            "spec.tls.clientCertificateRef",
-            format!(
-                "clientCertificateRef is only for tls.mode ClientAndServer, not {}",
-                mode.value
-            ),
-            "remove it, or use mode ClientAndServer",
-        ),
-        _ => {}
-    }
+    check_client_certificate(&tls.value, error);
     let plaintext = mode.value == XBackendTlsMode::None;
     let tcp = protocol.is_some_and(|(p, _)| p == XBackendProtocol::Tcp);
     let mapped = match mode.value {
@@ -300,6 +297,61 @@ fn tls(
             ..BackendTls::default()
         }),
     )
+}
+
+/// No `tls`: TCP bytes pass untouched, anything else is plaintext HTTP (HTTP2 and WSS need
+/// TLS, and are reported).
+fn without_tls(
+    x: &Object<XBackendSpec>,
+    error: &mut ErrorSink<'_>,
+    protocol: Option<(XBackendProtocol, Pos)>,
+) -> Spanned<Box<BackendTls>> {
+    if let Some((p @ (XBackendProtocol::Http2 | XBackendProtocol::Wss), pos)) = protocol {
+        error(
+            pos,
+            "spec.tls",
+            format!("protocol {p} needs tls"),
+            "add `tls: {mode: ServerOnly}`, or use protocol H2C for HTTP/2 without TLS",
+        );
+    }
+    // Without TLS, TCP bytes are the client's own (often its TLS): egressd passes them
+    // untouched; anything else is plaintext HTTP.
+    let mode = if protocol.is_some_and(|(p, _)| p == XBackendProtocol::Tcp) {
+        TlsMode::Passthrough
+    } else {
+        TlsMode::InsecureDisable
+    };
+    Spanned::new(
+        x.pos,
+        Box::new(BackendTls {
+            mode: Some(Spanned::new(x.pos, mode)),
+            ..BackendTls::default()
+        }),
+    )
+}
+
+/// `clientCertificateRef` goes with mode ClientAndServer, and only with it.
+fn check_client_certificate(tls: &XBackendTls, error: &mut ErrorSink<'_>) {
+    let mode = &tls.mode;
+    let mutual = mode.value == XBackendTlsMode::ClientAndServer;
+    match (&tls.client_certificate_ref, mutual) {
+        (None, true) => error(
+            mode.pos,
+            "spec.tls.clientCertificateRef",
+            "tls.mode ClientAndServer needs clientCertificateRef".into(),
+            "add `clientCertificateRef: {name: <a kubernetes.io/tls Secret>}`",
+        ),
+        (Some(r), false) => error(
+            r.pos,
+            "spec.tls.clientCertificateRef",
+            format!(
+                "clientCertificateRef is only for tls.mode ClientAndServer, not {}",
+                mode.value
+            ),
+            "remove it, or use mode ClientAndServer",
+        ),
+        _ => {}
+    }
 }
 
 /// The XBackend field a diagnostic about the mapped Backend's `field` is about.

@@ -97,19 +97,7 @@ pub(super) async fn probe_tls(
     let server_name = tls.server_name(addr);
     let sni = tls.sni.as_ref().map(|n| n.to_str().into_owned());
     let configured = tls.config.client_auth_cert_resolver.has_certs();
-
-    let cert_spy = Arc::new(CertSpy {
-        inner: tls.config.client_auth_cert_resolver.clone(),
-        requested: AtomicBool::new(false),
-    });
-    let tickets = Arc::new(TicketSpy {
-        inner: ClientSessionMemoryCache::new(8),
-        received: Notify::new(),
-    });
-    let mut config = (*tls.config).clone();
-    config.client_auth_cert_resolver = cert_spy.clone();
-    config.resumption = Resumption::store(tickets.clone());
-
+    let (config, cert_spy, tickets) = spied_config(tls);
     let tcp = match connect_tcp(addr, timeout).await {
         Ok(tcp) => tcp,
         Err(e) => {
@@ -127,87 +115,135 @@ pub(super) async fn probe_tls(
             };
         }
     };
-    let result = handshake(Arc::new(config), server_name.clone(), tcp, timeout).await;
-    let requested = cert_spy.requested.load(Ordering::SeqCst);
-    match result {
-        Ok(mut stream) => {
-            let (_, conn) = stream.get_ref();
-            let version = conn.protocol_version();
-            let outcome = Outcome::Established {
-                version,
-                alpn: conn.alpn_protocol().map(<[u8]>::to_vec),
-            };
-            let chain = conn
-                .peer_certificates()
-                .map(|chain| chain.iter().map(|c| c.clone().into_owned()).collect());
-            let client_cert = match (configured, requested, version) {
-                (false, false, _) => ClientCert::NotConfigured,
-                (true, false, _) => ClientCert::NotRequested,
-                // TLS 1.2: the server's Finished comes after it has judged our Certificate.
-                (true, true, Some(ProtocolVersion::TLSv1_2)) => ClientCert::Accepted(
-                    "the server finished the handshake after checking it".to_owned(),
-                ),
-                (false, true, Some(ProtocolVersion::TLSv1_2)) => {
-                    ClientCert::RequestedButNotConfigured
-                }
-                // TLS 1.3: the server judges our (possibly empty) Certificate only after the
-                // client has finished; a server that insists says so by an alert now.
-                (_, true, _) => {
-                    let verdict = verdict(&mut stream, &tickets, timeout.min(VERDICT_WINDOW)).await;
-                    match verdict {
-                        ClientCert::Rejected { .. } => verdict,
-                        _ if !configured => ClientCert::RequestedButNotConfigured,
-                        _ => verdict,
-                    }
-                }
-            };
-            // A polite close_notify; the server's opinion of it does not matter.
-            let _ = tokio::time::timeout(timeout, stream.shutdown()).await;
-            TlsProbe {
-                sni,
-                server_name,
-                outcome,
-                chain,
-                chain_from_diagnostic: false,
-                client_cert,
-            }
+    let result = handshake(config, server_name.clone(), tcp, timeout).await;
+    let asked = Asked {
+        configured,
+        requested: cert_spy.requested.load(Ordering::SeqCst),
+    };
+    let (outcome, chain, chain_from_diagnostic, client_cert) = match result {
+        Ok(stream) => {
+            let (outcome, chain, client_cert) = established(stream, &tickets, asked, timeout).await;
+            (outcome, chain, false, client_cert)
         }
         Err((failure, detail, error)) => {
-            let client_cert = match (configured, requested, error.as_ref().and_then(alert)) {
-                (_, _, Some(AlertDescription::CertificateRequired)) => ClientCert::Rejected {
-                    failure: Some(TlsFailure::ClientCertRequired),
-                    why: detail.clone(),
-                },
-                (false, true, _) => ClientCert::RequestedButNotConfigured,
-                (false, false, _) => ClientCert::NotConfigured,
-                // An alert right after our certificate went out is the server's answer to it.
-                (true, true, Some(a)) => ClientCert::Rejected {
-                    failure: None,
-                    why: format!("the server answered it with alert {a:?}"),
-                },
-                (true, true, None) => ClientCert::Unknown(format!(
-                    "the server asked for it, but the handshake failed ({}) first",
-                    failure.code()
-                )),
-                (true, false, _) => ClientCert::Unknown(format!(
-                    "the handshake failed ({}) before the server asked for it",
-                    failure.code()
-                )),
-            };
+            let client_cert = refused_client_cert(asked, failure, &detail, error.as_ref());
             // No certificate will come from a peer that is silent or speaks plaintext.
             let chain = match failure {
                 TlsFailure::HandshakeTimeout | TlsFailure::PlaintextPeer => None,
                 _ => diagnostic_chain(addr, tls, server_name.clone(), timeout).await,
             };
-            TlsProbe {
-                sni,
-                server_name,
-                outcome: Outcome::HandshakeFailed { failure, detail },
-                chain_from_diagnostic: chain.is_some(),
-                chain,
-                client_cert,
+            let outcome = Outcome::HandshakeFailed { failure, detail };
+            let from_diagnostic = chain.is_some();
+            (outcome, chain, from_diagnostic, client_cert)
+        }
+    };
+    TlsProbe {
+        sni,
+        server_name,
+        outcome,
+        chain,
+        chain_from_diagnostic,
+        client_cert,
+    }
+}
+
+/// A clone of the port's client config with the two spies (see the module's doc), and the
+/// spies.
+fn spied_config(tls: &TlsOrigination) -> (Arc<ClientConfig>, Arc<CertSpy>, Arc<TicketSpy>) {
+    let cert_spy = Arc::new(CertSpy {
+        inner: tls.config.client_auth_cert_resolver.clone(),
+        requested: AtomicBool::new(false),
+    });
+    let tickets = Arc::new(TicketSpy {
+        inner: ClientSessionMemoryCache::new(8),
+        received: Notify::new(),
+    });
+    let mut config = (*tls.config).clone();
+    config.client_auth_cert_resolver = cert_spy.clone();
+    config.resumption = Resumption::store(tickets.clone());
+    (Arc::new(config), cert_spy, tickets)
+}
+
+/// Whether the port has a client certificate, and whether the server asked for one.
+#[derive(Clone, Copy)]
+struct Asked {
+    configured: bool,
+    requested: bool,
+}
+
+/// What an established connection tells: version and ALPN, the server's chain, and the
+/// server's verdict on the client certificate (waited for in TLS 1.3). Closes the connection.
+async fn established(
+    mut stream: TlsStream<TcpStream>,
+    tickets: &TicketSpy,
+    asked: Asked,
+    timeout: Duration,
+) -> (Outcome, Option<Vec<CertificateDer<'static>>>, ClientCert) {
+    let (_, conn) = stream.get_ref();
+    let version = conn.protocol_version();
+    let outcome = Outcome::Established {
+        version,
+        alpn: conn.alpn_protocol().map(<[u8]>::to_vec),
+    };
+    let chain = conn
+        .peer_certificates()
+        .map(|chain| chain.iter().map(|c| c.clone().into_owned()).collect());
+    let Asked {
+        configured,
+        requested,
+    } = asked;
+    let client_cert = match (configured, requested, version) {
+        (false, false, _) => ClientCert::NotConfigured,
+        (true, false, _) => ClientCert::NotRequested,
+        // TLS 1.2: the server's Finished comes after it has judged our Certificate.
+        (true, true, Some(ProtocolVersion::TLSv1_2)) => {
+            ClientCert::Accepted("the server finished the handshake after checking it".to_owned())
+        }
+        (false, true, Some(ProtocolVersion::TLSv1_2)) => ClientCert::RequestedButNotConfigured,
+        // TLS 1.3: the server judges our (possibly empty) Certificate only after the client
+        // has finished; a server that insists says so by an alert now.
+        (_, true, _) => {
+            let verdict = verdict(&mut stream, tickets, timeout.min(VERDICT_WINDOW)).await;
+            match verdict {
+                ClientCert::Rejected { .. } => verdict,
+                _ if !configured => ClientCert::RequestedButNotConfigured,
+                _ => verdict,
             }
         }
+    };
+    // A polite close_notify; the server's opinion of it does not matter.
+    let _ = tokio::time::timeout(timeout, stream.shutdown()).await;
+    (outcome, chain, client_cert)
+}
+
+/// What a failed handshake (`failure`, `detail`, and the rustls `error` if any) tells about
+/// the client certificate.
+fn refused_client_cert(
+    asked: Asked,
+    failure: TlsFailure,
+    detail: &str,
+    error: Option<&rustls::Error>,
+) -> ClientCert {
+    match (asked.configured, asked.requested, error.and_then(alert)) {
+        (_, _, Some(AlertDescription::CertificateRequired)) => ClientCert::Rejected {
+            failure: Some(TlsFailure::ClientCertRequired),
+            why: detail.to_owned(),
+        },
+        (false, true, _) => ClientCert::RequestedButNotConfigured,
+        (false, false, _) => ClientCert::NotConfigured,
+        // An alert right after our certificate went out is the server's answer to it.
+        (true, true, Some(a)) => ClientCert::Rejected {
+            failure: None,
+            why: format!("the server answered it with alert {a:?}"),
+        },
+        (true, true, None) => ClientCert::Unknown(format!(
+            "the server asked for it, but the handshake failed ({}) first",
+            failure.code()
+        )),
+        (true, false, _) => ClientCert::Unknown(format!(
+            "the handshake failed ({}) before the server asked for it",
+            failure.code()
+        )),
     }
 }
 

@@ -16,30 +16,31 @@
 //! are probed concurrently and reported in config order.
 
 mod certificate;
+mod describe;
 mod handshake;
 
 use std::fmt::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures_util::future::join_all;
-use rustls::ProtocolVersion;
 
-use self::certificate::{names_match, read_leaf, Expected};
-use self::handshake::{probe_tls, ClientCert, Outcome, TlsProbe};
+use self::certificate::Expected;
+use self::describe::describe_tls;
+use self::handshake::probe_tls;
 use crate::commands::validate_compiled;
 use crate::config::wire::backend::{BackendSpec, BackendTls};
 use crate::config::wire::enums::{LookupFamily, SanType, TlsMode};
 use crate::config::wire::EGRESSD_GROUP;
 use crate::config::{ConfigSet, ObjectId};
 use crate::runtime::compile::Compiled;
+use crate::snapshot::wildcard::WildcardHosts;
 use crate::snapshot::{BackendPort, RequestPolicy};
 use crate::upstream::address::AnswerPolicy;
 use crate::upstream::connect::{connect_tcp, ConnectError, Transport};
 use crate::upstream::dns::{AnswerCheck, DnsResolver, RefreshPlan};
-use crate::upstream::tls::TlsFailure;
 use crate::upstream::EndpointSource;
 
 /// The outcome of `egressd check --probe`.
@@ -148,74 +149,29 @@ fn plan_ports(compiled: &Compiled, hosts: &[String]) -> Vec<PortPlan> {
         };
         let timeout = connect_timeout(&snapshot.config, &backend.id, &raw.spec);
         for port in &backend.ports {
-            let raw_port = raw
-                .spec
-                .destination
-                .ports
-                .iter()
-                .find(|p| p.number.value == port.number);
-            let tls = raw_port
-                .and_then(|p| p.tls.as_ref())
-                .or(raw.spec.tls.as_ref())
-                .map(|t| &*t.value);
-            let mode = match &port.transport {
-                Transport::Plain => "plaintext".to_owned(),
-                Transport::Tls(_) => {
-                    let mode = tls.and_then(|t| t.mode.as_ref());
-                    format!("TLS {}", mode.map_or(TlsMode::Simple, |m| m.value))
-                }
-            };
-            let destination = if let Some(wildcard) = &port.wildcard {
-                let mut any = false;
-                for host in hosts {
-                    let Ok((host_port, refresh)) = wildcard.probe_port(port, host) else {
+            let tls = written_tls(&raw.spec, port);
+            let mode = mode_name(port, tls);
+            let destination = match &port.wildcard {
+                Some(wildcard) => {
+                    let probed: Vec<PortPlan> = hosts
+                        .iter()
+                        .filter_map(|host| host_port(&backend.label, port, wildcard, host))
+                        .map(|(backend, port, destination)| PortPlan {
+                            backend,
+                            port,
+                            mode: mode.clone(),
+                            expected: expected_names(tls),
+                            timeout,
+                            destination,
+                        })
+                        .collect();
+                    if !probed.is_empty() {
+                        plans.extend(probed);
                         continue;
-                    };
-                    any = true;
-                    plans.push(PortPlan {
-                        backend: format!("{} host {host}", backend.label).into(),
-                        port: host_port,
-                        mode: mode.clone(),
-                        expected: expected_names(tls),
-                        timeout,
-                        destination: Destination::Dns {
-                            hostname: host.clone(),
-                            family: refresh.family,
-                            check: refresh.check,
-                        },
-                    });
-                }
-                if any {
-                    continue;
-                }
-                Destination::Wildcard(wildcard.pattern().to_owned())
-            } else {
-                match &port.endpoints.source {
-                    EndpointSource::Dns { hostname, .. } => {
-                        let refresher = refresher_of(compiled, port);
-                        Destination::Dns {
-                            hostname: hostname.clone(),
-                            family: refresher.map_or(LookupFamily::IPv4Preferred, |r| r.family),
-                            check: refresher.map_or_else(
-                                || {
-                                    AnswerCheck::Declared(AnswerPolicy::declared(
-                                        hostname,
-                                        Vec::new(),
-                                    ))
-                                },
-                                |r| r.check.clone(),
-                            ),
-                        }
                     }
-                    EndpointSource::Static => Destination::Listed(
-                        port.endpoints
-                            .list()
-                            .endpoints
-                            .iter()
-                            .map(|e| e.addr)
-                            .collect(),
-                    ),
+                    Destination::Wildcard(wildcard.pattern().to_owned())
                 }
+                None => endpoint_destination(compiled, port),
             };
             plans.push(PortPlan {
                 backend: backend.label.clone(),
@@ -228,6 +184,78 @@ fn plan_ports(compiled: &Compiled, hosts: &[String]) -> Vec<PortPlan> {
         }
     }
     plans
+}
+
+/// The `tls` written for `port`: the port's own, else the Backend's.
+fn written_tls<'a>(spec: &'a BackendSpec, port: &BackendPort) -> Option<&'a BackendTls> {
+    let raw_port = spec
+        .destination
+        .ports
+        .iter()
+        .find(|p| p.number.value == port.number);
+    raw_port
+        .and_then(|p| p.tls.as_ref())
+        .or(spec.tls.as_ref())
+        .map(|t| &*t.value)
+}
+
+/// `plaintext`, or `TLS` and the mode written (Simple when none is).
+fn mode_name(port: &BackendPort, tls: Option<&BackendTls>) -> String {
+    match &port.transport {
+        Transport::Plain => "plaintext".to_owned(),
+        Transport::Tls(_) => {
+            let mode = tls.and_then(|t| t.mode.as_ref());
+            format!("TLS {}", mode.map_or(TlsMode::Simple, |m| m.value))
+        }
+    }
+}
+
+/// The port of `host` on a wildcard Backend's `port`, as a request to it would make it (none
+/// when the Backend does not cover `host`): its name in the report, the port, and how it is
+/// resolved.
+fn host_port(
+    label: &str,
+    port: &BackendPort,
+    wildcard: &WildcardHosts,
+    host: &str,
+) -> Option<(Arc<str>, Arc<BackendPort>, Destination)> {
+    let (host_port, refresh) = wildcard.probe_port(port, host).ok()?;
+    let destination = Destination::Dns {
+        hostname: host.to_owned(),
+        family: refresh.family,
+        check: refresh.check,
+    };
+    Some((
+        format!("{label} host {host}").into(),
+        host_port,
+        destination,
+    ))
+}
+
+/// Where a (non-wildcard) port's endpoints come from: its DNS name, resolved as its refresher
+/// would, or its listed addresses.
+fn endpoint_destination(compiled: &Compiled, port: &BackendPort) -> Destination {
+    match &port.endpoints.source {
+        EndpointSource::Dns { hostname, .. } => {
+            let refresher = refresher_of(compiled, port);
+            Destination::Dns {
+                hostname: hostname.clone(),
+                family: refresher.map_or(LookupFamily::IPv4Preferred, |r| r.family),
+                check: refresher.map_or_else(
+                    || AnswerCheck::Declared(AnswerPolicy::declared(hostname, Vec::new())),
+                    |r| r.check.clone(),
+                ),
+            }
+        }
+        EndpointSource::Static => Destination::Listed(
+            port.endpoints
+                .list()
+                .endpoints
+                .iter()
+                .map(|e| e.addr)
+                .collect(),
+        ),
+    }
 }
 
 /// The `--probe-host` names no wildcard Backend of the config serves.
@@ -398,169 +426,6 @@ fn connect_failure(e: &ConnectError) -> String {
         ConnectError::Timeout { .. } => "connect_timeout".to_owned(),
         _ => "connect_failed".to_owned(),
     }
-}
-
-/// Turns a TLS probe into report lines, saying for each check whether it was made and by what.
-fn describe_tls(addr: SocketAddr, p: &TlsProbe, expected: &Expected) -> EndpointReport {
-    let mut lines = vec![(
-        "sni",
-        p.sni.clone().unwrap_or_else(|| "none (IP)".to_owned()),
-    )];
-    let want = expected.describe(&p.server_name);
-    let der = p.chain.as_ref().and_then(|chain| chain.first());
-    let leaf = der.map(read_leaf);
-    let skipped = matches!(expected, Expected::Nothing);
-    let mut failure = None;
-    match &p.outcome {
-        Outcome::ConnectFailed(e) => {
-            lines.push(("tcp", format!("FAILED: {e}")));
-            return EndpointReport {
-                addr,
-                failure: Some(connect_failure(e)),
-                lines,
-            };
-        }
-        Outcome::Established { version, alpn } => {
-            let (chain, name) = if skipped {
-                let not = "not checked (insecureSkipVerify)".to_owned();
-                (not.clone(), not)
-            } else {
-                ("ok".to_owned(), format!("ok (expected {want})"))
-            };
-            lines.push(("chain", chain));
-            lines.push(("name", name));
-            let alpn = alpn
-                .as_ref()
-                .map_or("none".into(), |a| String::from_utf8_lossy(a));
-            lines.push((
-                "negotiated",
-                format!("{}, ALPN {alpn}", version_name(*version)),
-            ));
-        }
-        Outcome::HandshakeFailed { failure: f, detail } => {
-            failure = Some(format!("{}: {}", f.code(), f.explain()));
-            let (chain, name) = match f {
-                _ if skipped => {
-                    let not = "not checked (insecureSkipVerify)".to_owned();
-                    (not.clone(), not)
-                }
-                TlsFailure::UnknownCa
-                | TlsFailure::Expired
-                | TlsFailure::NotYetValid
-                | TlsFailure::BadCertificate => {
-                    let chain = format!("FAILED {}: {}", f.code(), f.explain());
-                    let alone = "checked on its own, as the chain failed first";
-                    let name = match (der, &leaf) {
-                        (Some(der), Some(Ok(_))) => {
-                            match names_match(der, expected, &p.server_name) {
-                                Some(true) => format!("ok (expected {want}; {alone})"),
-                                Some(false) => format!(
-                                    "FAILED: the certificate does not name {want} ({alone})"
-                                ),
-                                None => "not checked (the chain failed first)".to_owned(),
-                            }
-                        }
-                        _ => "not checked (the chain failed first)".to_owned(),
-                    };
-                    (chain, name)
-                }
-                // Every verifier egressd builds checks the chain before the name.
-                TlsFailure::NameMismatch => {
-                    let names = match &leaf {
-                        Some(Ok(leaf)) if !leaf.sans.is_empty() => leaf.sans.join(", "),
-                        Some(Ok(_)) => "no subject alternative name".to_owned(),
-                        _ => "(certificate not read)".to_owned(),
-                    };
-                    (
-                        "ok".to_owned(),
-                        format!(
-                            "FAILED {}: expected {want}, the certificate names {names}",
-                            f.code()
-                        ),
-                    )
-                }
-                _ => {
-                    let not = format!("not determined (the handshake failed: {})", f.code());
-                    (not.clone(), not)
-                }
-            };
-            lines.push(("chain", chain));
-            lines.push(("name", name));
-            lines.push(("handshake", format!("FAILED: {detail}")));
-        }
-    }
-
-    let client_cert = match &p.client_cert {
-        ClientCert::NotConfigured => "none configured".to_owned(),
-        ClientCert::RequestedButNotConfigured => {
-            "the server asked for one; none configured (tls.mode Mutual sends one)".to_owned()
-        }
-        ClientCert::NotRequested => {
-            "configured, but the server did not ask for it (not sent)".to_owned()
-        }
-        ClientCert::Accepted(how) => format!("presented and accepted ({how})"),
-        ClientCert::NoObjection => {
-            "presented; the server raised no objection within 1s of the handshake".to_owned()
-        }
-        ClientCert::Rejected {
-            failure: Some(f),
-            why,
-        } => format!("REJECTED {}: {why}", f.code()),
-        ClientCert::Rejected { failure: None, why } => format!("REJECTED: {why}"),
-        ClientCert::Unknown(why) => format!("outcome unknown: {why}"),
-    };
-    if let (ClientCert::Rejected { failure: f, .. }, None) = (&p.client_cert, &failure) {
-        failure = Some(match f {
-            Some(f) => format!("{}: {}", f.code(), f.explain()),
-            None => "client_cert_rejected: the server refused the client certificate".to_owned(),
-        });
-    }
-    lines.push(("client cert", client_cert));
-
-    let source = if p.chain_from_diagnostic {
-        " (read by a second handshake that accepts any certificate)"
-    } else {
-        ""
-    };
-    match leaf {
-        Some(Ok(leaf)) => {
-            let sans = if leaf.sans.is_empty() {
-                "no subject alternative name".to_owned()
-            } else {
-                leaf.sans.join(", ")
-            };
-            lines.push(("certificate", format!("{}; {sans}{source}", leaf.subject)));
-            let days = leaf.days_left(unix_now());
-            let when = if days >= 0 {
-                format!("{}, in {days} days", leaf.not_after_date)
-            } else {
-                format!("{}, EXPIRED {} days ago", leaf.not_after_date, -days)
-            };
-            lines.push(("expires", when));
-        }
-        Some(Err(e)) => lines.push(("certificate", format!("unreadable: {e}"))),
-        None => lines.push(("certificate", "not received".to_owned())),
-    }
-    EndpointReport {
-        addr,
-        failure,
-        lines,
-    }
-}
-
-fn version_name(v: Option<ProtocolVersion>) -> String {
-    match v {
-        Some(ProtocolVersion::TLSv1_3) => "TLS 1.3".to_owned(),
-        Some(ProtocolVersion::TLSv1_2) => "TLS 1.2".to_owned(),
-        Some(other) => format!("{other:?}"),
-        None => "unknown version".to_owned(),
-    }
-}
-
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 fn render_port(text: &mut String, plan: &PortPlan, report: &PortReport) {

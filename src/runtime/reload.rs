@@ -1,6 +1,6 @@
-//! The reload pipeline: read → parse → validate → compile → bind → swap, off the hot path.
-//! A config with any error never replaces the one serving; the failure is logged with
-//! positions, shown in `/status` and counted.
+//! The reload pipeline: read → parse → validate → compile → bind → swap, off the hot path
+//! ([`Reloader::reload`] is those six steps). A config with any error never replaces the one
+//! serving; the failure is logged with positions, shown in `/status` and counted.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,18 +11,23 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::Mutex;
 
 use super::background;
-use super::compile::{compile_reusing, CompiledBackends};
+use super::compile::{check, Checked, Compiled, CompiledBackends, OutlierGroup};
 use crate::admin::{self, AdminHandle};
+use crate::config::load::Loaded;
 use crate::config::yaml::Pos;
-use crate::config::{load_paths_cached, Diagnostic, LoadCache, LoadLimits};
+use crate::config::{parse_files, read_paths, Diagnostic, LoadCache, LoadLimits, ReadFiles};
 use crate::listener::ListenerManager;
-use crate::runtime::compile::Compiled;
 use crate::runtime::watch::ConfigWatcher;
 use crate::snapshot::shared::{ReloadStatus, Shared};
+use crate::snapshot::Snapshot;
 use crate::telemetry::time::rfc3339;
 use crate::telemetry::trace::Tracing;
+use crate::telemetry::trace::TracingSettings;
 use crate::upstream::dns::refresh_loop;
+use crate::upstream::dns::RefreshPlan;
+use crate::upstream::health_check::CheckPlan;
 use crate::upstream::registry::StateRegistry;
+use crate::upstream::EndpointGroup;
 
 /// Why a reload did not take effect.
 #[derive(Debug, thiserror::Error)]
@@ -94,95 +99,168 @@ impl Reloader {
     }
 
     /// Loads the config and, if it is valid, makes it the one serving. `force` reloads even
-    /// when no file changed (SIGHUP).
+    /// when no file changed (SIGHUP). One step each: read → parse → validate → compile → bind →
+    /// swap; a step that fails leaves the last good config serving.
     pub async fn reload(&self, cause: &str, force: bool) -> Result<u64, ReloadError> {
         let mut inner = self.inner.lock().await;
-        let started = std::time::Instant::now();
-        // The YAML and the files the serving config refers to: rotating a certificate is a
-        // change even when no YAML changed.
-        let serving_files = self.shared.snapshot.load().referenced_files.clone();
-        let unchanged = (!force).then_some(inner.last_fingerprint).flatten();
-        let generation = self.generation.load(Ordering::Acquire) + 1;
-        let (paths, registry) = (self.paths.clone(), self.registry.clone());
-        let mut cache = std::mem::take(&mut inner.load_cache);
-        let previous = std::mem::take(&mut inner.compiled_backends);
-        // Loading and compiling take a while for a large config (10,000 Backends: a hundred
-        // milliseconds and more): never on a worker, and below the workers' priority.
-        let prepared = background::run(move || {
-            let loaded = load_paths_cached(&paths, &LoadLimits::current(), &mut cache);
-            let fingerprint = combined_fingerprint(loaded.set.fingerprint, &serving_files);
-            if unchanged == Some(fingerprint) {
-                return (cache, previous, None);
-            }
-            let load_took = started.elapsed();
-            let yaml_fingerprint = loaded.set.fingerprint;
-            let compiled = compile_reusing(
-                Arc::new(loaded.set),
-                loaded.diagnostics,
-                &registry,
-                generation,
-                Some(&previous),
-            );
-            let prepared = (compiled, yaml_fingerprint, load_took, started.elapsed());
-            (cache, previous, Some(prepared))
-        })
-        .await
-        .map_err(|e| ReloadError::Apply(format!("config loader failed: {e}")))?;
-        let (cache, previous, prepared) = prepared;
-        inner.load_cache = cache;
-        // Until a new config is accepted, the serving one's Backends are the ones to reuse.
-        inner.compiled_backends = previous;
-        let Some((mut compiled, yaml_fingerprint, load_took, compiled_at)) = prepared else {
+        let mut attempt = Attempt::new(cause, self.generation.load(Ordering::Acquire) + 1);
+        let Some(read) = self.read(&inner, force).await? else {
             tracing::debug!(cause, "config files unchanged; nothing to reload");
             return Ok(self.generation.load(Ordering::Acquire));
         };
-        refuse_without_listeners(&mut compiled, &self.paths);
+        let loaded = self.parse(&mut inner, &mut attempt, read).await?;
+        let checked = self.validate(&mut inner, &attempt, loaded).await?;
+        let compiled = self.compile(&inner, &mut attempt, checked).await?;
+        let bound = self.bind(&mut inner, cause, &compiled.snapshot).await?;
+        Ok(self.swap(&mut inner, &attempt, compiled, bound).await)
+    }
 
-        if compiled.has_errors() {
+    /// Read: the config files, and the state of the files the serving config refers to
+    /// (rotating a certificate is a change even when no YAML changed). `None` when neither
+    /// changed since the last accepted config, unless `force`d.
+    async fn read(&self, inner: &Inner, force: bool) -> Result<Option<ReadConfig>, ReloadError> {
+        let serving_files = self.shared.snapshot.load().referenced_files.clone();
+        let unchanged = (!force).then_some(inner.last_fingerprint).flatten();
+        let paths = self.paths.clone();
+        // Reading, parsing and compiling take a while for a large config (10,000 Backends: a
+        // hundred milliseconds and more): never on a worker, and below the workers' priority.
+        background::run(move || {
+            let limits = LoadLimits::current();
+            let files = read_paths(&paths, &limits);
+            let fingerprint = combined_fingerprint(files.fingerprint, &serving_files);
+            (unchanged != Some(fingerprint)).then_some(ReadConfig { files, limits })
+        })
+        .await
+        .map_err(loader_failed)
+    }
+
+    /// Parse: the YAML of the files read into typed objects; the files whose bytes did not
+    /// change since the last load are not parsed again (their objects are reused).
+    async fn parse(
+        &self,
+        inner: &mut Inner,
+        attempt: &mut Attempt<'_>,
+        read: ReadConfig,
+    ) -> Result<Loaded, ReloadError> {
+        let mut cache = std::mem::take(&mut inner.load_cache);
+        let started = attempt.started;
+        let (cache, loaded, load_took) = background::run(move || {
+            let loaded = parse_files(read.files, &read.limits, &mut cache);
+            (cache, loaded, started.elapsed())
+        })
+        .await
+        .map_err(loader_failed)?;
+        inner.load_cache = cache;
+        attempt.load_took = load_took;
+        Ok(loaded)
+    }
+
+    /// Validate: the compiler checks every object, reference and precedence rule (what
+    /// `egressd validate` runs), compiling the Backends that changed on the way. A config with
+    /// any error, or with no listener, is refused: logged, shown in `/status` and counted.
+    async fn validate(
+        &self,
+        inner: &mut Inner,
+        attempt: &Attempt<'_>,
+        loaded: Loaded,
+    ) -> Result<Checked, ReloadError> {
+        let registry = self.registry.clone();
+        let previous = std::mem::take(&mut inner.compiled_backends);
+        let (previous, mut checked) = background::run(move || {
+            let set = Arc::new(loaded.set);
+            let checked = check(set, loaded.diagnostics, &registry, Some(&previous));
+            (previous, checked)
+        })
+        .await
+        .map_err(loader_failed)?;
+        // Until a new config is accepted, the serving one's Backends are the ones to reuse.
+        inner.compiled_backends = previous;
+        let serves_nothing = checked.serves_nothing();
+        refuse_serving_nothing(serves_nothing, &mut checked.diagnostics, &self.paths);
+        if checked.has_errors() {
             // Forget the last good fingerprint, so that reverting the files to it reloads (and
             // clears the failure from /status) instead of being skipped as "unchanged".
             inner.last_fingerprint = None;
-            let errors = compiled.errors().count();
-            for d in compiled.errors() {
+            let errors = checked.errors().count();
+            for d in checked.errors() {
                 tracing::error!(target: "egressd::config", "{d}");
             }
-            let rejected = compiled.status().objects;
-            self.record_failure(cause, compiled.diagnostics, rejected);
+            let rejected = checked.status().objects;
+            self.record_failure(attempt.cause, checked.diagnostics, rejected);
             return Err(ReloadError::Invalid(errors));
         }
-        for d in compiled.diagnostics.iter().filter(|d| !d.is_error()) {
+        for d in checked.diagnostics.iter().filter(|d| !d.is_error()) {
             tracing::warn!(target: "egressd::config", "{d}");
         }
-        let mut snapshot = compiled.snapshot;
-        snapshot.tracing = match &snapshot.settings.tracing {
-            None => None,
-            Some(wanted) => match &inner.tracing {
-                Some(current) if current.settings() == wanted => Some(current.clone()),
-                _ => {
-                    // Building the exporter starts threads and joins one: off the workers.
-                    let wanted = wanted.clone();
-                    let started = tokio::task::spawn_blocking(move || Tracing::start(&wanted))
-                        .await
-                        .unwrap_or_else(|e| Err(format!("starting the span exporter: {e}")));
-                    match started {
-                        Ok(tracing) => Some(Arc::new(tracing)),
-                        Err(e) => return Err(self.fail_apply(cause, e)),
-                    }
-                }
-            },
-        };
-        let settings = &snapshot.settings;
+        Ok(checked)
+    }
 
-        // Everything that can fail happens before the swap.
+    /// Compile: the snapshot of this generation assembled from the checked parts, with the
+    /// span exporter its settings ask for (the serving one when they are unchanged).
+    async fn compile(
+        &self,
+        inner: &Inner,
+        attempt: &mut Attempt<'_>,
+        checked: Checked,
+    ) -> Result<Compiled, ReloadError> {
+        let (generation, started) = (attempt.generation, attempt.started);
+        // Reads every referenced certificate for its expiry: off the workers too.
+        let (mut compiled, compiled_at) = background::run(move || {
+            let compiled = checked.assemble(generation);
+            (compiled, started.elapsed())
+        })
+        .await
+        .map_err(loader_failed)?;
+        attempt.compiled_at = compiled_at;
+        let wanted = compiled.snapshot.settings.tracing.clone();
+        compiled.snapshot.tracing = self.span_exporter(inner, attempt.cause, wanted).await?;
+        Ok(compiled)
+    }
+
+    /// The span exporter for the `tracing` settings `wanted`: the serving one when they are
+    /// the same, else a new one.
+    async fn span_exporter(
+        &self,
+        inner: &Inner,
+        cause: &str,
+        wanted: Option<TracingSettings>,
+    ) -> Result<Option<Arc<Tracing>>, ReloadError> {
+        let Some(wanted) = wanted else {
+            return Ok(None);
+        };
+        match &inner.tracing {
+            Some(current) if current.settings() == &wanted => Ok(Some(current.clone())),
+            _ => {
+                // Building the exporter starts threads and joins one: off the workers.
+                let started = tokio::task::spawn_blocking(move || Tracing::start(&wanted))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("starting the span exporter: {e}")));
+                match started {
+                    Ok(tracing) => Ok(Some(Arc::new(tracing))),
+                    Err(e) => Err(self.fail_apply(cause, e)),
+                }
+            }
+        }
+    }
+
+    /// Bind: everything that can fail happens before the swap. The DNS nameservers, the
+    /// listeners' sockets, the admin server (when its address changed) and the access log.
+    async fn bind(
+        &self,
+        inner: &mut Inner,
+        cause: &str,
+        snapshot: &Snapshot,
+    ) -> Result<Bound, ReloadError> {
+        let settings = &snapshot.settings;
         if let Err(e) = self.registry.set_nameservers(&settings.nameservers) {
             return Err(self.fail_apply(cause, e.to_string()));
         }
-        let bound = match inner.listeners.bind(&snapshot.listeners) {
+        let listeners = match inner.listeners.bind(&snapshot.listeners) {
             Ok(bound) => bound,
             Err(e) => return Err(self.fail_apply(cause, e.to_string())),
         };
         let admin_addr = self.admin_override.unwrap_or(settings.admin_addr);
-        let new_admin = if inner.admin.is_some() && inner.admin_requested == Some(admin_addr) {
+        let admin = if inner.admin.is_some() && inner.admin_requested == Some(admin_addr) {
             None
         } else {
             match admin::start(admin_addr, self.shared.clone()).await {
@@ -201,19 +279,66 @@ impl Reloader {
                 format!("cannot open access log {}: {e}", settings.access_log.path),
             ));
         }
+        Ok(Bound {
+            listeners,
+            admin,
+            admin_addr,
+        })
+    }
 
-        // New FQDN groups start resolving now; give them a moment so the first requests find
-        // addresses ready.
-        let groups: Vec<_> = compiled
-            .refreshers
+    /// Swap: the new config's background work starts (DNS refreshes, outlier ticks, health
+    /// checks), its new names get a moment to resolve, then it replaces the serving one and
+    /// the reload is recorded as a success.
+    async fn swap(
+        &self,
+        inner: &mut Inner,
+        attempt: &Attempt<'_>,
+        compiled: Compiled,
+        bound: Bound,
+    ) -> u64 {
+        let Compiled {
+            snapshot,
+            diagnostics,
+            refreshers,
+            outlier_groups,
+            health_checks,
+            static_lists,
+            backends,
+        } = compiled;
+        let resolving = self.start_resolving(refreshers);
+        self.report_wildcard_hosts(&snapshot);
+        self.tick_outlier_groups(outlier_groups);
+        self.start_health_checks(health_checks);
+        wait_first_resolution(resolving).await;
+        // Kept static groups take this config's addresses now, just before the swap.
+        for (group, endpoints) in static_lists {
+            group.publish(crate::balance::EndpointList::resolved(endpoints));
+        }
+        let yaml_fingerprint = snapshot.config.fingerprint;
+        let referenced = self.install(inner, snapshot, backends, bound, attempt.generation);
+        inner.last_fingerprint = Some(combined_fingerprint(yaml_fingerprint, &referenced));
+        if let Some(watcher) = &inner.watcher {
+            watcher.set_extra_files(referenced);
+        }
+        self.record_success(attempt, diagnostics);
+        attempt.generation
+    }
+
+    /// Starts resolving the new FQDN groups; returns them, to wait for their first answers.
+    fn start_resolving(&self, refreshers: Vec<RefreshPlan>) -> Vec<Arc<EndpointGroup>> {
+        let groups = refreshers
             .iter()
             .filter_map(|r| r.group.upgrade())
             .collect();
-        for plan in compiled.refreshers {
+        for plan in refreshers {
             tokio::spawn(refresh_loop(plan, self.registry.clone()));
         }
-        // A wildcard Backend's hosts are made on demand, each with its detector and checker:
-        // they count as the Backend.
+        groups
+    }
+
+    /// A wildcard Backend's hosts are made on demand, each with its detector and checker:
+    /// they count as the Backend.
+    fn report_wildcard_hosts(&self, snapshot: &Snapshot) {
         for backend in &snapshot.backends {
             for hosts in backend.ports.iter().filter_map(|p| p.wildcard.as_ref()) {
                 let (shared, label) = (self.shared.clone(), backend.label.clone());
@@ -225,17 +350,24 @@ impl Reloader {
                 });
             }
         }
-        for (group, backend) in compiled.outlier_groups {
+    }
+
+    /// Gives each new group's outlier detector its interval tick, counting its ejections.
+    fn tick_outlier_groups(&self, outlier_groups: Vec<OutlierGroup>) {
+        for (group, backend) in outlier_groups {
             let shared = self.shared.clone();
             let sink = Box::new(move |d: crate::balance::outlier::Detection| {
                 shared.metrics.outlier_detection(&backend, d.into())
             });
             self.registry.outlier_clock().add(group, sink);
         }
-        // Every group with active checks gets a checker of this config (kept DNS groups too, so
-        // that the checks use this config's TLS material); the previous ones stop.
+    }
+
+    /// Every group with active checks gets a checker of this config (kept DNS groups too, so
+    /// that the checks use this config's TLS material); the previous ones stop.
+    fn start_health_checks(&self, health_checks: Vec<CheckPlan>) {
         self.health_epoch.send_modify(|epoch| *epoch += 1);
-        for plan in compiled.health_checks {
+        for plan in health_checks {
             let counters = self.shared.metrics.health_check_counters(&plan.backend);
             tokio::spawn(crate::upstream::health_check::run(
                 plan,
@@ -243,25 +375,24 @@ impl Reloader {
                 counters,
             ));
         }
-        let _ = tokio::time::timeout(FIRST_RESOLUTION_WAIT, async {
-            for g in &groups {
-                g.wait_resolved(FIRST_RESOLUTION_WAIT).await;
-            }
-        })
-        .await;
-        drop(groups);
+    }
 
-        // Kept static groups take this config's addresses now, just before the swap.
-        for (group, endpoints) in compiled.static_lists {
-            group.publish(crate::balance::EndpointList::resolved(endpoints));
-        }
+    /// Makes `snapshot` the one serving, with its listeners, admin server and span exporter;
+    /// returns the files it refers to.
+    fn install(
+        &self,
+        inner: &mut Inner,
+        snapshot: Snapshot,
+        backends: CompiledBackends,
+        bound: Bound,
+        generation: u64,
+    ) -> Vec<PathBuf> {
         let plans = snapshot.listeners.clone();
         let http2 = snapshot.settings.downstream_http2;
         let referenced = snapshot.referenced_files.clone();
-        let diagnostics = compiled.diagnostics;
         let tracing = snapshot.tracing.clone();
         let old = self.shared.snapshot.swap(Arc::new(snapshot));
-        let old_backends = std::mem::replace(&mut inner.compiled_backends, compiled.backends);
+        let old_backends = std::mem::replace(&mut inner.compiled_backends, backends);
         // The last reference to a large config takes a while to free: not on a worker.
         background::detach(move || drop((old, old_backends)));
         let replaced = std::mem::replace(&mut inner.tracing, tracing);
@@ -276,16 +407,17 @@ impl Reloader {
             tokio::task::spawn_blocking(move || old.shutdown());
         }
         self.generation.store(generation, Ordering::Release);
-        inner.listeners.activate(bound, &plans, &http2);
-        if let Some(admin) = new_admin {
+        inner.listeners.activate(bound.listeners, &plans, &http2);
+        if let Some(admin) = bound.admin {
             inner.admin = Some(admin); // the old one (if any) stops when dropped
-            inner.admin_requested = Some(admin_addr);
+            inner.admin_requested = Some(bound.admin_addr);
         }
-        inner.last_fingerprint = Some(combined_fingerprint(yaml_fingerprint, &referenced));
-        if let Some(watcher) = &inner.watcher {
-            watcher.set_extra_files(referenced);
-        }
+        referenced
+    }
 
+    /// Counts the accepted reload, and shows it in `/status` and the log.
+    fn record_success(&self, attempt: &Attempt<'_>, diagnostics: Vec<Diagnostic>) {
+        let (cause, generation) = (attempt.cause, attempt.generation);
         let metrics = &self.shared.metrics;
         metrics
             .reloads
@@ -294,16 +426,11 @@ impl Reloader {
         metrics.generation.set(generation as i64);
         let insecure = diagnostics
             .iter()
-            .filter(|d| {
-                d.reason == Some(crate::config::Reason::Degraded)
-                    && d.object
-                        .as_ref()
-                        .is_some_and(|o| matches!(&*o.kind, "Backend" | "XBackend"))
-            })
+            .filter(|d| is_insecure_upstream(d))
             .count();
         metrics.insecure_upstreams.set(insecure as i64);
         let now = SystemTime::now();
-        let took = started.elapsed();
+        let took = attempt.started.elapsed();
         metrics.last_reload_success.set(
             now.duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64),
@@ -323,11 +450,10 @@ impl Reloader {
             generation,
             cause,
             took_ms = took.as_millis() as u64,
-            load_ms = load_took.as_millis() as u64,
-            compile_ms = (compiled_at - load_took).as_millis() as u64,
+            load_ms = attempt.load_took.as_millis() as u64,
+            compile_ms = (attempt.compiled_at - attempt.load_took).as_millis() as u64,
             "config loaded"
         );
-        Ok(generation)
     }
 
     /// Hands over the file watcher, so that files referenced by each loaded config (TLS
@@ -428,12 +554,85 @@ impl Reloader {
     }
 }
 
+/// One reload as it goes: what its outcome is recorded with.
+struct Attempt<'a> {
+    cause: &'a str,
+    started: std::time::Instant,
+    /// The generation the config gets if it is accepted.
+    generation: u64,
+    /// From `started` to the end of parsing.
+    load_took: Duration,
+    /// From `started` to the end of compiling.
+    compiled_at: Duration,
+}
+
+impl<'a> Attempt<'a> {
+    fn new(cause: &'a str, generation: u64) -> Self {
+        Attempt {
+            cause,
+            started: std::time::Instant::now(),
+            generation,
+            load_took: Duration::ZERO,
+            compiled_at: Duration::ZERO,
+        }
+    }
+}
+
+/// The config files as read, and the limits they were read within (parsing keeps to the same).
+struct ReadConfig {
+    files: ReadFiles,
+    limits: LoadLimits,
+}
+
+/// What binding made, installed by the swap.
+struct Bound {
+    listeners: crate::listener::Bound,
+    /// A new admin server, when the admin address changed (or none was running).
+    admin: Option<AdminHandle>,
+    /// The address the admin server was asked to bind.
+    admin_addr: SocketAddr,
+}
+
+/// The background thread could not load or compile the config.
+fn loader_failed(e: background::BackgroundError) -> ReloadError {
+    ReloadError::Apply(format!("config loader failed: {e}"))
+}
+
+/// Gives the new FQDN groups a moment so the first requests find addresses ready.
+async fn wait_first_resolution(groups: Vec<Arc<EndpointGroup>>) {
+    let _ = tokio::time::timeout(FIRST_RESOLUTION_WAIT, async {
+        for g in &groups {
+            g.wait_resolved(FIRST_RESOLUTION_WAIT).await;
+        }
+    })
+    .await;
+}
+
+/// Whether `d` is a Backend's Degraded warning (plaintext or unverified TLS), counted in
+/// `insecure_upstreams`.
+fn is_insecure_upstream(d: &Diagnostic) -> bool {
+    d.reason == Some(crate::config::Reason::Degraded)
+        && d.object
+            .as_ref()
+            .is_some_and(|o| matches!(&*o.kind, "Backend" | "XBackend"))
+}
+
 /// A config that would serve no listener is refused like an invalid one: an emptied or
 /// truncated file must not take every listener down while `/ready` stays 200, and at start a
 /// proxy that serves nothing must not report ready. Only added when nothing else is wrong
 /// (a broken Gateway already explains the missing listener).
 pub fn refuse_without_listeners(compiled: &mut Compiled, paths: &[PathBuf]) {
-    if !compiled.snapshot.listeners.is_empty() || compiled.has_errors() {
+    let serves_nothing = compiled.snapshot.listeners.is_empty();
+    refuse_serving_nothing(serves_nothing, &mut compiled.diagnostics, paths);
+}
+
+/// [`refuse_without_listeners`] for a config that `serves_nothing`, with these `diagnostics`.
+fn refuse_serving_nothing(
+    serves_nothing: bool,
+    diagnostics: &mut Vec<Diagnostic>,
+    paths: &[PathBuf],
+) {
+    if !serves_nothing || diagnostics.iter().any(Diagnostic::is_error) {
         return;
     }
     let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
@@ -447,7 +646,7 @@ pub fn refuse_without_listeners(compiled: &mut Compiled, paths: &[PathBuf]) {
     )
     .hint("add a Gateway with a listener; if a file was emptied or truncated, restore it");
     // Errors come first (compile's order).
-    compiled.diagnostics.insert(0, diagnostic);
+    diagnostics.insert(0, diagnostic);
 }
 
 /// The YAML fingerprint combined with the content of the referenced files (a missing or

@@ -182,51 +182,8 @@ impl UndeclaredDestinations {
             .and_then(|h| h.strip_suffix(']'))
             .unwrap_or(host);
         let literal = bare.parse::<IpAddr>().ok().map(canonical_ip);
-        match literal {
-            Some(ip) => {
-                if self.addresses.refuses(ip) {
-                    return Err(Refusal::DeniedAddress(ip));
-                }
-            }
-            None => {
-                if !is_valid_hostname(host) {
-                    return Err(Refusal::InvalidHost(host.to_owned()));
-                }
-                if self.declared.contains(host) {
-                    return Err(Refusal::Declared);
-                }
-                if let Some(p) = self
-                    .denied_hostnames
-                    .iter()
-                    .find(|p| hostname_matches(p, host))
-                {
-                    return Err(Refusal::DeniedHostname(p.clone()));
-                }
-            }
-        }
-
-        let (transport, wire, protocol) = match carriage {
-            Carriage::Http => (Transport::Plain, HttpWire::Http1, Protocol::Http),
-            Carriage::Tcp => (Transport::Plain, HttpWire::Http1, Protocol::Tcp),
-            Carriage::Https => {
-                let spec = TlsSpec {
-                    roots: Roots::System,
-                    names: NameCheck::ServerName,
-                    client_cert: None,
-                    versions: vec![TlsVersion::V1_2, TlsVersion::V1_3],
-                    alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
-                    // An IP literal is verified as an IP address, without SNI (RFC 6066 §3).
-                    sni: literal.is_none().then(|| host.to_owned()),
-                };
-                let origination =
-                    crate::upstream::tls::build(&spec).map_err(|e| Refusal::Tls(e.to_string()))?;
-                (
-                    Transport::Tls(Arc::new(origination)),
-                    HttpWire::Negotiated,
-                    Protocol::Http,
-                )
-            }
-        };
+        self.admit(host, literal)?;
+        let (transport, wire, protocol) = carriage_transport(host, literal, carriage)?;
         // Endpoints are identified by the host they were reached as and how: a pooled TLS
         // connection made for one host must not carry another host's requests.
         let id = ObjectId {
@@ -244,35 +201,7 @@ impl UndeclaredDestinations {
             weight: 1,
             priority: 0,
         };
-        let balancer = BalancerKind::default();
-        let mut refresh = None;
-        let group = match literal {
-            Some(ip) => Arc::new(EndpointGroup::new_static(
-                vec![self.registry.endpoint(&template, SocketAddr::new(ip, port))],
-                || balancer.build(),
-                GroupSettings::default(),
-            )),
-            None => {
-                let source = EndpointSource::Dns {
-                    hostname: host.to_owned(),
-                    port,
-                    refresh: Duration::from_secs(30),
-                    respect_ttl: true,
-                };
-                let group = Arc::new(EndpointGroup::new_dns(
-                    source,
-                    || balancer.build(),
-                    GroupSettings::default(),
-                ));
-                refresh = Some(RefreshPlan {
-                    group: Arc::downgrade(&group),
-                    template,
-                    family: LookupFamily::IPv4Preferred,
-                    check: AnswerCheck::Undeclared(self.addresses.clone()),
-                });
-                group
-            }
-        };
+        let (group, refresh) = self.endpoint_group(host, literal, port, template);
         let port = Arc::new(BackendPort {
             number: port,
             protocol,
@@ -303,4 +232,100 @@ impl UndeclaredDestinations {
         };
         Ok((target, refresh))
     }
+
+    /// Refuses an IP `literal` the address policy denies, or a hostname that is invalid,
+    /// declared by a Backend, or denied by `deniedHostnames`.
+    fn admit(&self, host: &str, literal: Option<IpAddr>) -> Result<(), Refusal> {
+        match literal {
+            Some(ip) => {
+                if self.addresses.refuses(ip) {
+                    return Err(Refusal::DeniedAddress(ip));
+                }
+            }
+            None => {
+                if !is_valid_hostname(host) {
+                    return Err(Refusal::InvalidHost(host.to_owned()));
+                }
+                if self.declared.contains(host) {
+                    return Err(Refusal::Declared);
+                }
+                if let Some(p) = self
+                    .denied_hostnames
+                    .iter()
+                    .find(|p| hostname_matches(p, host))
+                {
+                    return Err(Refusal::DeniedHostname(p.clone()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The endpoints of `host`: the one address of an IP `literal`, else a DNS group, and its
+    /// refresher (not started).
+    fn endpoint_group(
+        &self,
+        host: &str,
+        literal: Option<IpAddr>,
+        port: u16,
+        template: EndpointTemplate,
+    ) -> (Arc<EndpointGroup>, Option<RefreshPlan>) {
+        let balancer = BalancerKind::default();
+        if let Some(ip) = literal {
+            let group = Arc::new(EndpointGroup::new_static(
+                vec![self.registry.endpoint(&template, SocketAddr::new(ip, port))],
+                || balancer.build(),
+                GroupSettings::default(),
+            ));
+            return (group, None);
+        }
+        let source = EndpointSource::Dns {
+            hostname: host.to_owned(),
+            port,
+            refresh: Duration::from_secs(30),
+            respect_ttl: true,
+        };
+        let group = Arc::new(EndpointGroup::new_dns(
+            source,
+            || balancer.build(),
+            GroupSettings::default(),
+        ));
+        let refresh = RefreshPlan {
+            group: Arc::downgrade(&group),
+            template,
+            family: LookupFamily::IPv4Preferred,
+            check: AnswerCheck::Undeclared(self.addresses.clone()),
+        };
+        (group, Some(refresh))
+    }
+}
+
+/// How `carriage` reaches `host`: plaintext, or TLS verified against the system's roots.
+fn carriage_transport(
+    host: &str,
+    literal: Option<IpAddr>,
+    carriage: Carriage,
+) -> Result<(Transport, HttpWire, Protocol), Refusal> {
+    Ok(match carriage {
+        Carriage::Http => (Transport::Plain, HttpWire::Http1, Protocol::Http),
+        Carriage::Tcp => (Transport::Plain, HttpWire::Http1, Protocol::Tcp),
+        Carriage::Https => {
+            let spec = TlsSpec {
+                roots: Roots::System,
+                names: NameCheck::ServerName,
+                client_cert: None,
+                versions: vec![TlsVersion::V1_2, TlsVersion::V1_3],
+                alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+                // An IP literal is verified as an IP address, without SNI (RFC 6066 §3).
+                sni: literal.is_none().then(|| host.to_owned()),
+            };
+            let origination =
+                crate::upstream::tls::build(&spec).map_err(|e| Refusal::Tls(e.to_string()))?;
+            (
+                Transport::Tls(Arc::new(origination)),
+                HttpWire::Negotiated,
+                Protocol::Http,
+            )
+        }
+    })
 }

@@ -2,12 +2,13 @@
 
 use http::header::HeaderName;
 
-use super::{at, Cx};
+use super::{at, At, Cx};
 use crate::balance::maglev::{self, MAX_TABLE_SIZE};
 use crate::balance::ring_hash::{DEFAULT_MAX_RING_SIZE, DEFAULT_MIN_RING_SIZE, MAX_RING_SIZE};
 use crate::balance::{ConsistentHashSettings, HashKey, HashTable};
 use crate::config::wire::enums::{ConsistentHashType, LoadBalancerType};
 use crate::config::wire::policy::{ConsistentHashConfig, LoadBalancer};
+use crate::config::yaml::Pos;
 use crate::config::ObjectId;
 
 /// Checks the consistent-hash settings of `lb` (and that type and section go together).
@@ -43,27 +44,47 @@ pub(super) fn check(
         }
         (Some(ch), true) => ch,
     };
-    let c = &ch.value;
-    let field = |name: &str| format!("{prefix}.loadBalancer.consistentHash.{name}");
+    let section = Section { file, id, prefix };
+    check_key(cx, &section, &ch.value);
+    check_stray_keys(cx, &section, &ch.value);
+    check_table(cx, &section, &ch.value);
+}
 
-    // The key: exactly the sub-section the type names.
+/// A `consistentHash` section being checked, and where it is written.
+struct Section<'a> {
+    file: &'a std::path::Path,
+    id: &'a ObjectId,
+    /// The field path of the policy section holding `loadBalancer`.
+    prefix: &'a str,
+}
+
+impl<'a> Section<'a> {
+    /// Where a diagnostic about `consistentHash.{name}` points.
+    fn at(&self, pos: Pos, name: &str) -> At<'a> {
+        let field = format!("{}.loadBalancer.consistentHash.{name}", self.prefix);
+        at(self.file, self.id, pos, field)
+    }
+}
+
+/// The key: exactly the sub-section the type names, with a valid header or cookie name.
+fn check_key(cx: &mut Cx, s: &Section<'_>, c: &ConsistentHashConfig) {
     match (c.kind.value, &c.header, &c.cookie) {
         (ConsistentHashType::Header, None, _) => cx.error(
-            at(file, id, c.kind.pos, field("type")),
+            s.at(c.kind.pos, "type"),
             "type Header needs the header's name",
             "add `header: {name: x-user}`",
         ),
         (ConsistentHashType::Header, Some(h), _) => {
             if HeaderName::from_bytes(h.value.name.value.as_bytes()).is_err() {
                 cx.error(
-                    at(file, id, h.value.name.pos, field("header.name")),
+                    s.at(h.value.name.pos, "header.name"),
                     format!("{:?} is not a valid header name", h.value.name.value),
                     "a token such as x-user",
                 );
             }
         }
         (ConsistentHashType::Cookie, _, None) => cx.error(
-            at(file, id, c.kind.pos, field("type")),
+            s.at(c.kind.pos, "type"),
             "type Cookie needs the cookie's name",
             "add `cookie: {name: session}`",
         ),
@@ -71,7 +92,7 @@ pub(super) fn check(
             let name = &k.value.name;
             if name.value.is_empty() || name.value.bytes().any(|b| b"=; \t,\"".contains(&b)) {
                 cx.error(
-                    at(file, id, name.pos, field("cookie.name")),
+                    s.at(name.pos, "cookie.name"),
                     format!("{:?} is not a valid cookie name", name.value),
                     "a token such as session",
                 );
@@ -79,7 +100,7 @@ pub(super) fn check(
             for (what, v) in [("ttl", &k.value.ttl), ("attributes", &k.value.attributes)] {
                 if let Some(v) = v {
                     cx.not_yet(
-                        at(file, id, v.pos, field(&format!("cookie.{what}"))),
+                        s.at(v.pos, &format!("cookie.{what}")),
                         &format!("cookie.{what} (generating the cookie)"),
                         "",
                     );
@@ -88,6 +109,10 @@ pub(super) fn check(
         }
         (ConsistentHashType::SourceIp, _, _) => {}
     }
+}
+
+/// A `header` or `cookie` sub-section for a type that does not use it.
+fn check_stray_keys(cx: &mut Cx, s: &Section<'_>, c: &ConsistentHashConfig) {
     let stray = [
         (
             "header",
@@ -103,17 +128,19 @@ pub(super) fn check(
     for (name, pos, kind) in stray {
         if let Some(pos) = pos.filter(|_| c.kind.value != kind) {
             cx.error(
-                at(file, id, pos, field(name)),
+                s.at(pos, name),
                 format!("{name} does not apply to type {}", c.kind.value),
                 format!("remove {name}, or set type: {kind}"),
             );
         }
     }
+}
 
-    // The table: ring hash or Maglev, not both.
+/// The table: ring hash or Maglev, not both, each with sizes in range.
+fn check_table(cx: &mut Cx, s: &Section<'_>, c: &ConsistentHashConfig) {
     if let (Some(_), Some(m)) = (&c.ring_hash, &c.maglev) {
         cx.error(
-            at(file, id, m.pos, field("maglev")),
+            s.at(m.pos, "maglev"),
             "ringHash and maglev are exclusive",
             "keep one of them (ringHash is the default)",
         );
@@ -126,7 +153,7 @@ pub(super) fn check(
                 .filter(|v| !(1..=MAX_RING_SIZE).contains(&v.value))
             {
                 cx.error(
-                    at(file, id, v.pos, field(&format!("ringHash.{name}"))),
+                    s.at(v.pos, &format!("ringHash.{name}")),
                     format!("{name} {} is out of range (1 to {MAX_RING_SIZE})", v.value),
                     "the default minimum is 1024 points",
                 );
@@ -136,7 +163,7 @@ pub(super) fn check(
         let max_value = max.as_ref().map_or(DEFAULT_MAX_RING_SIZE, |v| v.value);
         if let Some(v) = min.as_ref().filter(|_| min_value > max_value) {
             cx.error(
-                at(file, id, v.pos, field("ringHash.minimumRingSize")),
+                s.at(v.pos, "ringHash.minimumRingSize"),
                 format!("minimumRingSize {min_value} is above maximumRingSize {max_value}"),
                 "lower minimumRingSize or raise maximumRingSize",
             );
@@ -157,11 +184,7 @@ pub(super) fn check(
         } else {
             return;
         };
-        cx.error(
-            at(file, id, size.pos, field("maglev.tableSize")),
-            message,
-            hint,
-        );
+        cx.error(s.at(size.pos, "maglev.tableSize"), message, hint);
     }
 }
 

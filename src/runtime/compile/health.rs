@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::{at, Cx};
 use crate::balance::health::{ActiveSettings, CheckKind, HttpCheck};
 use crate::config::wire::enums::HealthCheckType;
-use crate::config::wire::policy::ActiveHealthCheck;
+use crate::config::wire::policy::{ActiveHealthCheck, HttpHealthCheck};
 use crate::config::yaml::Spanned;
 use crate::config::ObjectId;
 
@@ -43,9 +43,22 @@ pub(super) fn check_active(
             );
         }
     }
-    let Some(http) = &active.http else {
-        return;
-    };
+    if let Some(http) = &active.http {
+        check_http(cx, file, id, active, http, prefix);
+    }
+}
+
+/// `healthCheck.active.http`: only for type HTTP, with an absolute path, a method that asks
+/// for a response, a valid Host and HTTP statuses.
+fn check_http(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    active: &ActiveHealthCheck,
+    http: &Spanned<HttpHealthCheck>,
+    prefix: &str,
+) {
+    let field = |name: &str| format!("{prefix}.healthCheck.active.{name}");
     if active.kind.value != HealthCheckType::Http {
         cx.error(
             at(file, id, http.pos, field("http")),
@@ -84,30 +97,31 @@ pub(super) fn check_active(
             );
         }
     }
-    if let Some(statuses) = &http.expected_statuses {
-        if statuses.is_empty() {
+    let Some(statuses) = &http.expected_statuses else {
+        return;
+    };
+    if statuses.is_empty() {
+        cx.error(
+            at(file, id, http_pos, field("http.expectedStatuses")),
+            "expectedStatuses is empty: no check could pass",
+            "list the statuses that mean healthy, e.g. [200]",
+        );
+    }
+    for (i, s) in statuses.iter().enumerate() {
+        if !(100..=599).contains(&s.value) {
             cx.error(
-                at(file, id, http_pos, field("http.expectedStatuses")),
-                "expectedStatuses is empty: no check could pass",
-                "list the statuses that mean healthy, e.g. [200]",
+                at(
+                    file,
+                    id,
+                    s.pos,
+                    field(&format!("http.expectedStatuses[{i}]")),
+                ),
+                format!(
+                    "expected status {} is not an HTTP status (100 to 599)",
+                    s.value
+                ),
+                "e.g. [200, 204]",
             );
-        }
-        for (i, s) in statuses.iter().enumerate() {
-            if !(100..=599).contains(&s.value) {
-                cx.error(
-                    at(
-                        file,
-                        id,
-                        s.pos,
-                        field(&format!("http.expectedStatuses[{i}]")),
-                    ),
-                    format!(
-                        "expected status {} is not an HTTP status (100 to 599)",
-                        s.value
-                    ),
-                    "e.g. [200, 204]",
-                );
-            }
         }
     }
 }

@@ -1,7 +1,10 @@
 //! Compiling a loaded config into a [`Snapshot`], checking everything that parsing cannot:
-//! references, semantics, unsupported features, precedence. Pure: no I/O, no tasks spawned;
-//! `egressd validate` runs exactly this.
+//! references, semantics, unsupported features, precedence; `egressd validate` runs exactly
+//! this. No network and no tasks spawned, but not pure: it reads the files the config refers
+//! to (certificates, keys and CA bundles, to check them and note their expiry; credential and
+//! users files) and finds or makes endpoint groups in the [`StateRegistry`].
 
+mod attachment;
 mod backends;
 mod client_policy;
 mod consistent_hash;
@@ -14,6 +17,7 @@ mod listeners;
 mod policy;
 mod policy_checks;
 mod reuse;
+mod route_filters;
 mod route_rules;
 mod routes;
 mod secret_refs;
@@ -101,20 +105,36 @@ pub fn compile_reusing(
     generation: u64,
     previous: Option<&CompiledBackends>,
 ) -> Compiled {
-    let mut cx = Cx {
-        errors: diagnostics.iter().filter(|d| d.is_error()).count(),
-        diagnostics,
-        refreshers: Vec::new(),
-        outlier_groups: Vec::new(),
-        health_checks: Vec::new(),
-        static_lists: Vec::new(),
-        referenced: Default::default(),
-        referred_by_backend: Vec::new(),
-        group_settings: Default::default(),
-        http2: Default::default(),
-        filters: Default::default(),
-        secrets: secret_refs::Secrets::new(&set),
-    };
+    check(set, diagnostics, registry, previous).assemble(generation)
+}
+
+/// A config the compiler has checked: every diagnostic, and the runtime parts each section
+/// compiled on the way, which [`Checked::assemble`] makes into a [`Snapshot`].
+pub struct Checked {
+    /// Errors first, then warnings; each group in file order.
+    pub diagnostics: Vec<Diagnostic>,
+    set: Arc<ConfigSet>,
+    settings: settings::Settings,
+    listeners: Vec<crate::snapshot::ListenerPlan>,
+    routers: std::collections::HashMap<Arc<str>, Arc<crate::snapshot::router::HttpRouter>>,
+    sni_routers: std::collections::HashMap<Arc<str>, Arc<crate::snapshot::router::SniRouter>>,
+    backends: Vec<Arc<crate::snapshot::Backend>>,
+    compiled_backends: CompiledBackends,
+    undeclared: Option<Arc<UndeclaredDestinations>>,
+    client_access: Option<Arc<crate::policy::ClientAccess>>,
+    /// What the context gathered: referenced files, and the plans to start on acceptance.
+    cx: Cx,
+}
+
+/// Checks every section of `set` (loading's `diagnostics` kept in front of the new ones),
+/// compiling each into its runtime parts, in the order later sections depend on them.
+pub fn check(
+    set: Arc<ConfigSet>,
+    diagnostics: Vec<Diagnostic>,
+    registry: &Arc<StateRegistry>,
+    previous: Option<&CompiledBackends>,
+) -> Checked {
+    let mut cx = Cx::new(&set, diagnostics);
     let settings = settings::compile(&mut cx, &set);
     let policies = policy::PolicyIndex::build(&mut cx, &set);
     let mut backends = backends::compile(&mut cx, &set, &policies, &settings, registry, previous);
@@ -125,62 +145,115 @@ pub fn compile_reusing(
         routes::compile_sni(&mut cx, &set, &listeners, &backends, &declared, &policies);
     let backend_labels = backends.all().iter().map(|b| b.label.to_string()).collect();
     let client_access = client_policy::compile(&mut cx, &set, &backend_labels);
-    let undeclared = (settings.outbound_policy != OutboundPolicy::RegistryOnly).then(|| {
-        let declared = backends
-            .all()
-            .iter()
-            .filter_map(|b| b.hostname.clone())
-            .collect();
-        Arc::new(UndeclaredDestinations::new(
-            settings.outbound_policy == OutboundPolicy::AuditOnly,
-            declared,
-            settings.denied_hostnames.clone(),
-            &settings.undeclared_addresses,
-            settings.undeclared_limits,
-            registry.clone(),
-        ))
-    });
-
+    let undeclared = undeclared_destinations(&settings, &backends, registry);
     let compiled_backends = std::mem::take(&mut backends.compiled);
-    let mut diagnostics = cx.diagnostics;
+    let backends = backends.all();
+    Checked {
+        diagnostics: in_report_order(std::mem::take(&mut cx.diagnostics)),
+        listeners: listeners.into_iter().map(|l| l.plan).collect(),
+        set,
+        settings,
+        routers,
+        sni_routers,
+        backends,
+        compiled_backends,
+        undeclared,
+        client_access,
+        cx,
+    }
+}
+
+/// Where traffic to undeclared destinations is let through (`outboundPolicy` other than
+/// `RegistryOnly`): the destinations no Backend declares.
+fn undeclared_destinations(
+    settings: &settings::Settings,
+    backends: &backends::Backends<'_>,
+    registry: &Arc<StateRegistry>,
+) -> Option<Arc<UndeclaredDestinations>> {
+    if settings.outbound_policy == OutboundPolicy::RegistryOnly {
+        return None;
+    }
+    let declared = backends
+        .all()
+        .iter()
+        .filter_map(|b| b.hostname.clone())
+        .collect();
+    Some(Arc::new(UndeclaredDestinations::new(
+        settings.outbound_policy == OutboundPolicy::AuditOnly,
+        declared,
+        settings.denied_hostnames.clone(),
+        &settings.undeclared_addresses,
+        settings.undeclared_limits,
+        registry.clone(),
+    )))
+}
+
+/// Errors first, then warnings; each group in file order.
+fn in_report_order(mut diagnostics: Vec<Diagnostic>) -> Vec<Diagnostic> {
     diagnostics.sort_by(|a, b| {
         (a.severity, &a.file, a.line, a.column).cmp(&(b.severity, &b.file, b.line, b.column))
     });
-    // Errors first, then warnings; each group in file order.
     diagnostics.sort_by_key(|d| std::cmp::Reverse(d.severity));
-    let secret_expiries = secret_refs::certificate_expiries(&set);
-    let snapshot = Snapshot {
-        generation,
-        settings: settings.proxy,
-        listeners: listeners.iter().map(|l| l.plan.clone()).collect(),
-        routers,
-        sni_routers,
-        backends: backends.all(),
-        undeclared,
-        client_access,
-        mcp_session_key: settings.mcp_session_key.clone(),
-        tracing: None,
-        config: set,
-        diagnostics: diagnostics.as_slice().into(),
-        certificate_expiries: cx
+    diagnostics
+}
+
+impl Checked {
+    /// The conditions of every object: `Programmed` when the config has no error.
+    pub fn status(&self) -> StatusReport {
+        StatusReport::build(&self.set, &self.diagnostics, !self.has_errors())
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics.iter().filter(|d| d.is_error())
+    }
+
+    /// Whether the config declares no listener at all.
+    pub fn serves_nothing(&self) -> bool {
+        self.listeners.is_empty()
+    }
+
+    /// The snapshot of generation `generation` made of the checked parts (the referenced
+    /// certificates read for their expiry), and the plans to start when it is accepted.
+    pub fn assemble(self, generation: u64) -> Compiled {
+        let cx = self.cx;
+        let certificate_expiries = cx
             .referenced
             .iter()
             .filter_map(|f| {
                 let expiry = crate::upstream::pem::earliest_expiry(&PemSource::file(f))?;
                 Some((f.display().to_string(), expiry))
             })
-            .chain(secret_expiries)
-            .collect(),
-        referenced_files: cx.referenced.into_iter().collect(),
-    };
-    Compiled {
-        snapshot,
-        diagnostics,
-        refreshers: cx.refreshers,
-        outlier_groups: cx.outlier_groups,
-        health_checks: cx.health_checks,
-        static_lists: cx.static_lists,
-        backends: compiled_backends,
+            .chain(secret_refs::certificate_expiries(&self.set))
+            .collect();
+        let snapshot = Snapshot {
+            generation,
+            settings: self.settings.proxy,
+            listeners: self.listeners,
+            routers: self.routers,
+            sni_routers: self.sni_routers,
+            backends: self.backends,
+            undeclared: self.undeclared,
+            client_access: self.client_access,
+            mcp_session_key: self.settings.mcp_session_key,
+            tracing: None,
+            config: self.set,
+            diagnostics: self.diagnostics.as_slice().into(),
+            certificate_expiries,
+            referenced_files: cx.referenced.into_iter().collect(),
+        };
+        Compiled {
+            snapshot,
+            diagnostics: self.diagnostics,
+            refreshers: cx.refreshers,
+            outlier_groups: cx.outlier_groups,
+            health_checks: cx.health_checks,
+            static_lists: cx.static_lists,
+            backends: self.compiled_backends,
+        }
     }
 }
 
@@ -242,6 +315,24 @@ pub(crate) struct At<'a> {
 }
 
 impl Cx {
+    /// A context for compiling `set`, holding loading's `diagnostics`.
+    fn new(set: &ConfigSet, diagnostics: Vec<Diagnostic>) -> Self {
+        Cx {
+            errors: diagnostics.iter().filter(|d| d.is_error()).count(),
+            diagnostics,
+            refreshers: Vec::new(),
+            outlier_groups: Vec::new(),
+            health_checks: Vec::new(),
+            static_lists: Vec::new(),
+            referenced: Default::default(),
+            referred_by_backend: Vec::new(),
+            group_settings: Default::default(),
+            http2: Default::default(),
+            filters: Default::default(),
+            secrets: secret_refs::Secrets::new(set),
+        }
+    }
+
     /// The shared HTTP/2 connection options made from `settings`.
     pub fn http2_options(&mut self, settings: &Http2Settings) -> Arc<Http2Options> {
         self.http2

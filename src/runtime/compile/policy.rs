@@ -13,8 +13,9 @@ use std::time::Duration;
 
 pub(crate) use super::policy_checks::check_sections;
 use super::{at, Cx, Interner};
-use crate::config::wire::policy::{TimeoutPolicy, TrafficPolicySpec};
-use crate::config::wire::{Kind, EGRESSD_GROUP, GATEWAY_GROUP, GATEWAY_X_GROUP};
+use crate::config::wire::common::PolicyTargetRef;
+use crate::config::wire::policy::{BackendTrafficPolicySpec, TimeoutPolicy, TrafficPolicySpec};
+use crate::config::wire::{Kind, Object, EGRESSD_GROUP, GATEWAY_GROUP, GATEWAY_X_GROUP};
 use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, ObjectId, Reason};
 use crate::snapshot::RequestPolicy;
@@ -37,6 +38,94 @@ pub(crate) struct PolicyIndex<'a> {
     request_policies: std::cell::RefCell<Interner<RequestPolicy>>,
 }
 
+/// The kind of the object `policy`'s target `i` names, when it can be targeted, is in the
+/// policy's namespace and exists; else `None`, reported. Warns about the sections an HTTPRoute
+/// target ignores.
+fn check_target(
+    cx: &mut Cx,
+    set: &ConfigSet,
+    policy: &Object<BackendTrafficPolicySpec>,
+    i: usize,
+    t: &Spanned<PolicyTargetRef>,
+) -> Option<Kind> {
+    let (file, id) = (&*policy.file, &policy.id);
+    let field = format!("spec.targetRefs[{i}]");
+    let kind = target_kind(cx, file, id, t, &field)?;
+    if let Some(ns) = &t.namespace {
+        if **ns != *id.namespace {
+            cx.error(
+                at(file, id, t.pos, field),
+                "a policy can only target objects in its own namespace",
+                "move the policy to the target's namespace",
+            );
+            return None;
+        }
+    }
+    if t.section_name.is_some() {
+        cx.not_yet(
+            at(file, id, t.pos, format!("{field}.sectionName")),
+            "targetRefs[].sectionName",
+            "",
+        );
+        return None;
+    }
+    let named = |o: &ObjectId| o.namespace == id.namespace && *o.name == *t.name;
+    let exists = match kind {
+        Kind::Backend => set.backends.iter().any(|o| named(&o.id)),
+        Kind::Gateway => set.gateways.iter().any(|o| named(&o.id)),
+        _ => set.http_routes.iter().any(|o| named(&o.id)),
+    };
+    if !exists {
+        cx.missing_ref(
+            at(file, id, t.pos, field),
+            format!(
+                "target {} {}/{} does not exist",
+                kind.name(),
+                id.namespace,
+                t.name
+            ),
+            "check the name and namespace, or add the object",
+        );
+        return None;
+    }
+    if kind == Kind::HttpRoute {
+        let spec = policy.spec.sections();
+        for name in CONNECTION_SECTIONS.iter().filter(|n| section_set(&spec, n)) {
+            cx.warn(
+                at(file, id, t.pos, format!("spec.{name}")),
+                Reason::Overridden,
+                format!("`{name}` configures the Backend's endpoint pool and is ignored on an HTTPRoute target"),
+                "attach it to the Backend instead",
+            );
+        }
+    }
+    Some(kind)
+}
+
+/// The kind a target's group and kind name: a Backend (or XBackend), a Gateway or an
+/// HTTPRoute; `None` (reported) for anything else.
+fn target_kind(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    t: &Spanned<PolicyTargetRef>,
+    field: &str,
+) -> Option<Kind> {
+    match (t.group.as_str(), t.kind.as_str()) {
+        (EGRESSD_GROUP, "Backend") | (GATEWAY_X_GROUP, "XBackend") => Some(Kind::Backend),
+        (GATEWAY_GROUP, "Gateway") => Some(Kind::Gateway),
+        (GATEWAY_GROUP, "HTTPRoute") => Some(Kind::HttpRoute),
+        (g, k) => {
+            cx.error(
+                at(file, id, t.pos, field),
+                format!("cannot target {k} in group `{g}`"),
+                "target `egressd.dev` Backend, or `gateway.networking.k8s.io` Gateway or HTTPRoute",
+            );
+            None
+        }
+    }
+}
+
 /// Sections that configure the endpoint pool, not a request.
 const CONNECTION_SECTIONS: [&str; 6] = [
     "loadBalancer",
@@ -48,6 +137,8 @@ const CONNECTION_SECTIONS: [&str; 6] = [
 ];
 
 impl<'a> PolicyIndex<'a> {
+    /// Checks every BackendTrafficPolicy (in `namespace/name` order) and indexes its valid
+    /// targets; reports policies at one rank that conflict.
     pub fn build(cx: &mut Cx, set: &'a ConfigSet) -> Self {
         let mut by_target: HashMap<Key, Vec<Source<'a>>> = HashMap::new();
         let mut policies: Vec<_> = set.policies.iter().collect();
@@ -63,76 +154,9 @@ impl<'a> PolicyIndex<'a> {
                 );
             }
             for (i, t) in p.spec.target_refs.iter().enumerate() {
-                let field = format!("spec.targetRefs[{i}]");
-                let kind = match (t.group.as_str(), t.kind.as_str()) {
-                    (EGRESSD_GROUP, "Backend") | (GATEWAY_X_GROUP, "XBackend") => Kind::Backend,
-                    (GATEWAY_GROUP, "Gateway") => Kind::Gateway,
-                    (GATEWAY_GROUP, "HTTPRoute") => Kind::HttpRoute,
-                    (g, k) => {
-                        cx.error(
-                            at(file, id, t.pos, field),
-                            format!("cannot target {k} in group `{g}`"),
-                            "target `egressd.dev` Backend, or `gateway.networking.k8s.io` Gateway or HTTPRoute",
-                        );
-                        continue;
-                    }
-                };
-                if let Some(ns) = &t.namespace {
-                    if **ns != *id.namespace {
-                        cx.error(
-                            at(file, id, t.pos, field),
-                            "a policy can only target objects in its own namespace",
-                            "move the policy to the target's namespace",
-                        );
-                        continue;
-                    }
-                }
-                if t.section_name.is_some() {
-                    cx.not_yet(
-                        at(file, id, t.pos, format!("{field}.sectionName")),
-                        "targetRefs[].sectionName",
-                        "",
-                    );
+                let Some(kind) = check_target(cx, set, p, i, t) else {
                     continue;
-                }
-                let exists = match kind {
-                    Kind::Backend => set
-                        .backends
-                        .iter()
-                        .any(|o| o.id.namespace == id.namespace && *o.id.name == *t.name),
-                    Kind::Gateway => set
-                        .gateways
-                        .iter()
-                        .any(|o| o.id.namespace == id.namespace && *o.id.name == *t.name),
-                    _ => set
-                        .http_routes
-                        .iter()
-                        .any(|o| o.id.namespace == id.namespace && *o.id.name == *t.name),
                 };
-                if !exists {
-                    cx.missing_ref(
-                        at(file, id, t.pos, field),
-                        format!(
-                            "target {} {}/{} does not exist",
-                            kind.name(),
-                            id.namespace,
-                            t.name
-                        ),
-                        "check the name and namespace, or add the object",
-                    );
-                    continue;
-                }
-                if kind == Kind::HttpRoute {
-                    let spec = p.spec.sections();
-                    for name in CONNECTION_SECTIONS.iter().filter(|n| section_set(&spec, n)) {
-                        cx.warn(
-                            at(file, id, t.pos, format!("spec.{name}")),
-                            Reason::Overridden,
-                            format!("`{name}` configures the Backend's endpoint pool and is ignored on an HTTPRoute target"),
-                            "attach it to the Backend instead",
-                        );
-                    }
-                }
                 let source = Source {
                     id,
                     spec: p.spec.sections(),

@@ -3,7 +3,7 @@
 //! positioned errors, parts of the model this build does not implement are "not supported yet".
 
 use super::{at, Cx};
-use crate::config::wire::policy::TrafficPolicySpec;
+use crate::config::wire::policy::{self, TrafficPolicySpec};
 use crate::config::ObjectId;
 
 /// Reports sections and values this build does not implement, wherever a policy is written.
@@ -15,102 +15,22 @@ pub(crate) fn check_sections(
     prefix: &str,
 ) {
     if let Some(k) = &spec.tcp_keepalive {
-        for (name, v) in [
-            ("idleTime", &k.value.idle_time),
-            ("interval", &k.value.interval),
-        ] {
-            if let Some(v) = v
-                .as_ref()
-                .filter(|v| v.value.0 < std::time::Duration::from_secs(1))
-            {
-                cx.error(
-                    at(file, id, v.pos, format!("{prefix}.tcpKeepalive.{name}")),
-                    format!(
-                        "{name} {} is below 1s (the kernel counts whole seconds)",
-                        v.value
-                    ),
-                    "e.g. 60s",
-                );
-            }
-        }
-        if let Some(p) = k.value.probes.as_ref().filter(|p| p.value == 0) {
-            cx.error(
-                at(file, id, p.pos, format!("{prefix}.tcpKeepalive.probes")),
-                "probes must be at least 1",
-                "e.g. 9",
-            );
-        }
+        check_tcp_keepalive(cx, file, id, &k.value, prefix);
     }
     if let Some(h2) = &spec.http2 {
         check_http2(cx, file, id, &h2.value, prefix);
     }
     if let Some(upgrades) = &spec.http_upgrade {
-        for (i, u) in upgrades.value.iter().enumerate() {
-            if !u.kind.value.eq_ignore_ascii_case("websocket") {
-                cx.not_yet(
-                    at(
-                        file,
-                        id,
-                        u.kind.pos,
-                        format!("{prefix}.httpUpgrade[{i}].type"),
-                    ),
-                    &format!(
-                        "upgrade type `{}` (this build relays websocket)",
-                        u.kind.value
-                    ),
-                    "[h2]",
-                );
-            }
-        }
+        check_http_upgrades(cx, file, id, &upgrades.value, prefix);
     }
     if let Some(lb) = &spec.load_balancer {
         check_load_balancer(cx, file, id, &lb.value, prefix);
     }
     if let Some(cb) = &spec.circuit_breaker {
-        let cb = &cb.value;
-        let field = |name: &str| format!("{prefix}.circuitBreaker.{name}");
-        for (name, v) in [
-            ("maxParallelRequests", &cb.max_parallel_requests),
-            ("maxConnections", &cb.max_connections),
-        ] {
-            if let Some(v) = v.as_ref().filter(|v| v.value == 0) {
-                cx.error(
-                    at(file, id, v.pos, field(name)),
-                    format!("{name} must be at least 1"),
-                    "e.g. 1024; a Backend that must take no traffic has no route to it",
-                );
-            }
-        }
-        if let Some(p) = cb
-            .retry_budget
-            .as_ref()
-            .and_then(|b| b.value.percent.as_ref())
-            .filter(|p| !(0.0..=100.0).contains(&p.value))
-        {
-            cx.error(
-                at(file, id, p.pos, field("retryBudget.percent")),
-                format!("percent {} is not between 0 and 100", p.value),
-                "a share of the requests in flight, e.g. 20",
-            );
-        }
+        check_circuit_breaker(cx, file, id, &cb.value, prefix);
     }
     if let Some(r) = &spec.retry {
-        if let Some(triggers) = r.value.retry_on.as_ref().and_then(|o| o.triggers.as_ref()) {
-            for (i, t) in triggers.iter().enumerate() {
-                if !RETRY_TRIGGERS.contains(&t.value.as_str()) {
-                    cx.error(
-                        at(
-                            file,
-                            id,
-                            t.pos,
-                            format!("{prefix}.retry.retryOn.triggers[{i}]"),
-                        ),
-                        format!("unknown retry trigger `{}`", t.value),
-                        format!("one of {}", RETRY_TRIGGERS.join(", ")),
-                    );
-                }
-            }
-        }
+        check_retry(cx, file, id, &r.value, prefix);
     }
     if let Some(hc) = &spec.health_check {
         check_health_check(cx, file, id, &hc.value, prefix);
@@ -130,6 +50,127 @@ pub(crate) fn check_sections(
                 ),
                 "connectTimeout must be greater than zero",
                 "e.g. 10s",
+            );
+        }
+    }
+}
+
+/// `tcpKeepalive`: whole seconds, and at least one probe.
+fn check_tcp_keepalive(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    k: &policy::TcpKeepaliveConfig,
+    prefix: &str,
+) {
+    for (name, v) in [("idleTime", &k.idle_time), ("interval", &k.interval)] {
+        if let Some(v) = v
+            .as_ref()
+            .filter(|v| v.value.0 < std::time::Duration::from_secs(1))
+        {
+            cx.error(
+                at(file, id, v.pos, format!("{prefix}.tcpKeepalive.{name}")),
+                format!(
+                    "{name} {} is below 1s (the kernel counts whole seconds)",
+                    v.value
+                ),
+                "e.g. 60s",
+            );
+        }
+    }
+    if let Some(p) = k.probes.as_ref().filter(|p| p.value == 0) {
+        cx.error(
+            at(file, id, p.pos, format!("{prefix}.tcpKeepalive.probes")),
+            "probes must be at least 1",
+            "e.g. 9",
+        );
+    }
+}
+
+/// `httpUpgrade`: websocket is the only upgrade this build relays.
+fn check_http_upgrades(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    upgrades: &[policy::HttpUpgrade],
+    prefix: &str,
+) {
+    for (i, u) in upgrades.iter().enumerate() {
+        if !u.kind.value.eq_ignore_ascii_case("websocket") {
+            cx.not_yet(
+                at(
+                    file,
+                    id,
+                    u.kind.pos,
+                    format!("{prefix}.httpUpgrade[{i}].type"),
+                ),
+                &format!(
+                    "upgrade type `{}` (this build relays websocket)",
+                    u.kind.value
+                ),
+                "[h2]",
+            );
+        }
+    }
+}
+
+/// `circuitBreaker`: limits of at least 1, a retry budget that is a percentage.
+fn check_circuit_breaker(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    cb: &policy::CircuitBreaker,
+    prefix: &str,
+) {
+    let field = |name: &str| format!("{prefix}.circuitBreaker.{name}");
+    for (name, v) in [
+        ("maxParallelRequests", &cb.max_parallel_requests),
+        ("maxConnections", &cb.max_connections),
+    ] {
+        if let Some(v) = v.as_ref().filter(|v| v.value == 0) {
+            cx.error(
+                at(file, id, v.pos, field(name)),
+                format!("{name} must be at least 1"),
+                "e.g. 1024; a Backend that must take no traffic has no route to it",
+            );
+        }
+    }
+    if let Some(p) = cb
+        .retry_budget
+        .as_ref()
+        .and_then(|b| b.value.percent.as_ref())
+        .filter(|p| !(0.0..=100.0).contains(&p.value))
+    {
+        cx.error(
+            at(file, id, p.pos, field("retryBudget.percent")),
+            format!("percent {} is not between 0 and 100", p.value),
+            "a share of the requests in flight, e.g. 20",
+        );
+    }
+}
+
+/// `retry.retryOn.triggers`: each one of [`RETRY_TRIGGERS`].
+fn check_retry(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    r: &policy::RetrySpec,
+    prefix: &str,
+) {
+    let Some(triggers) = r.retry_on.as_ref().and_then(|o| o.triggers.as_ref()) else {
+        return;
+    };
+    for (i, t) in triggers.iter().enumerate() {
+        if !RETRY_TRIGGERS.contains(&t.value.as_str()) {
+            cx.error(
+                at(
+                    file,
+                    id,
+                    t.pos,
+                    format!("{prefix}.retry.retryOn.triggers[{i}]"),
+                ),
+                format!("unknown retry trigger `{}`", t.value),
+                format!("one of {}", RETRY_TRIGGERS.join(", ")),
             );
         }
     }
@@ -311,35 +352,51 @@ fn check_slow_start(
     }
 }
 
+/// `healthCheck`: active checks, the panic threshold, then passive (outlier) detection.
 fn check_health_check(
     cx: &mut Cx,
     file: &std::path::Path,
     id: &ObjectId,
-    hc: &crate::config::wire::policy::HealthCheck,
+    hc: &policy::HealthCheck,
     prefix: &str,
 ) {
-    let field = |name: &str| format!("{prefix}.healthCheck.{name}");
     if let Some(a) = &hc.active {
         super::health::check_active(cx, file, id, &a.value, prefix);
     }
     if let Some(t) = hc.panic_threshold.as_ref().filter(|t| t.value > 100) {
         cx.error(
-            at(file, id, t.pos, field("panicThreshold")),
+            at(
+                file,
+                id,
+                t.pos,
+                format!("{prefix}.healthCheck.panicThreshold"),
+            ),
             format!("panicThreshold {} is above 100", t.value),
             "a percentage of healthy endpoints, 0 to 100 (0: never balance over unhealthy ones)",
         );
     }
-    let Some(p) = &hc.passive else {
-        return;
-    };
-    let p = &p.value;
+    if let Some(p) = &hc.passive {
+        check_passive(cx, file, id, &p.value, prefix);
+    }
+}
+
+/// `healthCheck.passive`: positive intervals, percentages up to 100, and local-origin
+/// failures counted only when split out.
+fn check_passive(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    p: &policy::PassiveHealthCheck,
+    prefix: &str,
+) {
+    let field = |name: &str| format!("{prefix}.healthCheck.passive.{name}");
     for (name, v) in [
         ("interval", &p.interval),
         ("baseEjectionTime", &p.base_ejection_time),
     ] {
         if let Some(v) = v.as_ref().filter(|v| v.value.0.is_zero()) {
             cx.error(
-                at(file, id, v.pos, field(&format!("passive.{name}"))),
+                at(file, id, v.pos, field(name)),
                 format!("{name} must be greater than zero"),
                 "e.g. 10s",
             );
@@ -348,7 +405,7 @@ fn check_health_check(
     if let (Some(base), Some(max)) = (&p.base_ejection_time, &p.max_ejection_time) {
         if max.value.0 < base.value.0 {
             cx.error(
-                at(file, id, max.pos, field("passive.maxEjectionTime")),
+                at(file, id, max.pos, field("maxEjectionTime")),
                 format!(
                     "maxEjectionTime {} is shorter than baseEjectionTime {}",
                     max.value, base.value
@@ -359,7 +416,7 @@ fn check_health_check(
     }
     if let Some(v) = p.max_ejection_percent.as_ref().filter(|v| v.value > 100) {
         cx.error(
-            at(file, id, v.pos, field("passive.maxEjectionPercent")),
+            at(file, id, v.pos, field("maxEjectionPercent")),
             format!("maxEjectionPercent {} is above 100", v.value),
             "a percentage of the Backend port's endpoints, 0 to 100",
         );
@@ -367,12 +424,7 @@ fn check_health_check(
     if let Some(v) = &p.consecutive_local_origin_failures {
         if p.split_external_local_origin_errors != Some(true) {
             cx.error(
-                at(
-                    file,
-                    id,
-                    v.pos,
-                    field("passive.consecutiveLocalOriginFailures"),
-                ),
+                at(file, id, v.pos, field("consecutiveLocalOriginFailures")),
                 "consecutiveLocalOriginFailures applies only when local-origin errors are split out",
                 "add `splitExternalLocalOriginErrors: true`, or remove it (connect failures, \
                  resets and timeouts then count as gateway errors)",
@@ -386,12 +438,7 @@ fn check_health_check(
         .filter(|t| t.value > 100)
     {
         cx.error(
-            at(
-                file,
-                id,
-                t.pos,
-                field("passive.failurePercentage.threshold"),
-            ),
+            at(file, id, t.pos, field("failurePercentage.threshold")),
             format!("threshold {} is above 100", t.value),
             "a percentage of an endpoint's requests that failed, 0 to 100",
         );

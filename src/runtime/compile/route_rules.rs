@@ -3,19 +3,20 @@
 
 use std::sync::Arc;
 
-use http::{HeaderName, HeaderValue, Method};
+use http::{HeaderName, Method};
 use regex::Regex;
 
 use super::backends::Backends;
+use super::route_filters::check_filters;
 use super::{at, Cx};
 use crate::config::wire::common::BackendRef;
-use crate::config::wire::enums::{FilterType, PathMatchType, PathModifierType, ValueMatchType};
-use crate::config::wire::route::{HeaderModifier, HttpRouteRule, HttpRouteSpec};
+use crate::config::wire::enums::{PathMatchType, ValueMatchType};
+use crate::config::wire::route::{HttpRouteRule, HttpRouteSpec};
 use crate::config::wire::{Object, EGRESSD_GROUP};
 use crate::config::yaml::Spanned;
 use crate::config::ObjectId;
 use crate::names::is_valid_hostname_pattern;
-use crate::snapshot::filters::{Filters, HeaderOps, PathRewrite};
+use crate::snapshot::filters::Filters;
 use crate::snapshot::router::{PathMatcher, RequestMatch, ValueMatcher};
 
 /// A rule that passed validation: its matches, filters and resolved backendRefs.
@@ -188,6 +189,8 @@ pub(super) fn resolve_backend_ref<'a>(
     Some((backend, *inline, port_index))
 }
 
+/// One entry of a rule's `matches`, as the router matches it; `None` when it has errors
+/// (reported).
 fn check_match(
     cx: &mut Cx,
     file: &std::path::Path,
@@ -198,45 +201,73 @@ fn check_match(
     let mut ok = true;
     let mut out = RequestMatch::default();
     if let Some(path) = &m.path {
-        let value = path
-            .value
-            .value
-            .as_ref()
-            .map_or_else(|| "/".to_owned(), |v| v.value.clone());
-        // Errors about the value point at the value (the match itself when it is omitted).
-        let value_pos = path.value.value.as_ref().map_or(path.pos, |v| v.pos);
-        let kind = path.value.kind.unwrap_or(PathMatchType::PathPrefix);
-        out.path = match kind {
-            PathMatchType::Exact | PathMatchType::PathPrefix if !value.starts_with('/') => {
-                cx.error(
-                    at(file, id, value_pos, format!("{field}.path.value")),
-                    format!("path `{value}` must start with `/`"),
-                    "e.g. /api",
-                );
-                ok = false;
-                PathMatcher::default()
-            }
-            PathMatchType::Exact => PathMatcher::Exact(value),
-            PathMatchType::PathPrefix => {
-                PathMatcher::Prefix(value.trim_end_matches('/').to_owned())
-            }
-            PathMatchType::RegularExpression => match full_regex(&value) {
-                Ok(re) => PathMatcher::Regex(re),
-                Err(e) => {
-                    cx.error(
-                        at(file, id, value_pos, format!("{field}.path.value")),
-                        format!("invalid regular expression `{value}`: {}", regex_error(&e)),
-                        "RE2 syntax; the expression must match the whole path",
-                    );
-                    ok = false;
-                    PathMatcher::default()
-                }
-            },
-        };
+        match path_matcher(cx, file, id, path, field) {
+            Some(matcher) => out.path = matcher,
+            None => ok = false,
+        }
     }
     if let Some(method) = m.method {
         out.method = Method::from_bytes(method.as_str().as_bytes()).ok();
     }
+    ok &= value_matchers(cx, file, id, m, field, &mut out);
+    ok.then_some(out)
+}
+
+/// The `path` of a match (a `/` prefix when its value is omitted); `None` when the value
+/// does not start with `/` or is not a valid regular expression (reported).
+fn path_matcher(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    path: &Spanned<crate::config::wire::route::PathMatch>,
+    field: &str,
+) -> Option<PathMatcher> {
+    let value = path
+        .value
+        .value
+        .as_ref()
+        .map_or_else(|| "/".to_owned(), |v| v.value.clone());
+    // Errors about the value point at the value (the match itself when it is omitted).
+    let value_pos = path.value.value.as_ref().map_or(path.pos, |v| v.pos);
+    let kind = path.value.kind.unwrap_or(PathMatchType::PathPrefix);
+    match kind {
+        PathMatchType::Exact | PathMatchType::PathPrefix if !value.starts_with('/') => {
+            cx.error(
+                at(file, id, value_pos, format!("{field}.path.value")),
+                format!("path `{value}` must start with `/`"),
+                "e.g. /api",
+            );
+            None
+        }
+        PathMatchType::Exact => Some(PathMatcher::Exact(value)),
+        PathMatchType::PathPrefix => {
+            Some(PathMatcher::Prefix(value.trim_end_matches('/').to_owned()))
+        }
+        PathMatchType::RegularExpression => match full_regex(&value) {
+            Ok(re) => Some(PathMatcher::Regex(re)),
+            Err(e) => {
+                cx.error(
+                    at(file, id, value_pos, format!("{field}.path.value")),
+                    format!("invalid regular expression `{value}`: {}", regex_error(&e)),
+                    "RE2 syntax; the expression must match the whole path",
+                );
+                None
+            }
+        },
+    }
+}
+
+/// Adds the `headers` and `queryParams` matchers of `m` to `out`; false when one has errors
+/// (reported).
+fn value_matchers(
+    cx: &mut Cx,
+    file: &std::path::Path,
+    id: &ObjectId,
+    m: &crate::config::wire::route::HttpRouteMatch,
+    field: &str,
+    out: &mut RequestMatch,
+) -> bool {
+    let mut ok = true;
     for (kind_name, list, is_header) in [
         ("headers", &m.headers, true),
         ("queryParams", &m.query_params, false),
@@ -263,24 +294,24 @@ fn check_match(
                     }
                 },
             };
-            if is_header {
-                match HeaderName::from_bytes(v.value.name.as_bytes()) {
-                    Ok(name) => out.headers.push((name, matcher)),
-                    Err(_) => {
-                        cx.error(
-                            at(file, id, v.pos, format!("{f}.name")),
-                            format!("invalid header name `{}`", v.value.name),
-                            "header names are tokens such as x-env",
-                        );
-                        ok = false;
-                    }
-                }
-            } else {
+            if !is_header {
                 out.query.push((v.value.name.clone(), matcher));
+                continue;
+            }
+            match HeaderName::from_bytes(v.value.name.as_bytes()) {
+                Ok(name) => out.headers.push((name, matcher)),
+                Err(_) => {
+                    cx.error(
+                        at(file, id, v.pos, format!("{f}.name")),
+                        format!("invalid header name `{}`", v.value.name),
+                        "header names are tokens such as x-env",
+                    );
+                    ok = false;
+                }
             }
         }
     }
-    ok.then_some(out)
+    ok
 }
 
 /// Compiles a regex that must match the whole input.
@@ -299,183 +330,4 @@ fn regex_error(e: &regex::Error) -> String {
         .unwrap_or_else(|| text.lines().last().unwrap_or_default())
         .trim()
         .to_owned()
-}
-
-fn check_filters(
-    cx: &mut Cx,
-    file: &std::path::Path,
-    id: &ObjectId,
-    rule: &HttpRouteRule,
-    matches: &[RequestMatch],
-    field: &str,
-) -> Filters {
-    let mut filters = Filters::default();
-    for (i, f) in rule.filters.iter().enumerate() {
-        let ff = format!("{field}.filters[{i}]");
-        let v = &f.value;
-        let set_fields = [
-            (
-                FilterType::RequestHeaderModifier,
-                v.request_header_modifier.is_some(),
-            ),
-            (
-                FilterType::ResponseHeaderModifier,
-                v.response_header_modifier.is_some(),
-            ),
-            (FilterType::UrlRewrite, v.url_rewrite.is_some()),
-            (FilterType::RequestRedirect, v.request_redirect.is_some()),
-            (FilterType::RequestMirror, v.request_mirror.is_some()),
-            (FilterType::ExtensionRef, v.extension_ref.is_some()),
-            (FilterType::Cors, v.cors.is_some()),
-        ];
-        for (t, present) in set_fields {
-            if present && t != v.kind {
-                cx.error(
-                    at(file, id, f.pos, ff.clone()),
-                    format!(
-                        "filter of type {} has a `{}` field",
-                        v.kind,
-                        lower_first(t.as_str())
-                    ),
-                    "each filter sets only the field named by its type",
-                );
-            }
-        }
-        match v.kind {
-            FilterType::RequestHeaderModifier | FilterType::ResponseHeaderModifier => {
-                let request = v.kind == FilterType::RequestHeaderModifier;
-                let m = if request {
-                    &v.request_header_modifier
-                } else {
-                    &v.response_header_modifier
-                };
-                let Some(m) = m else {
-                    cx.error(
-                        at(file, id, f.pos, ff),
-                        format!(
-                            "filter {} needs its `{}` field",
-                            v.kind,
-                            lower_first(v.kind.as_str())
-                        ),
-                        "",
-                    );
-                    continue;
-                };
-                let ops = header_ops(cx, file, id, f, m, &ff);
-                if request {
-                    filters.request_headers = ops;
-                } else {
-                    filters.response_headers = ops;
-                }
-            }
-            FilterType::UrlRewrite => {
-                let Some(rw) = &v.url_rewrite else {
-                    cx.error(
-                        at(file, id, f.pos, ff),
-                        "filter URLRewrite needs its `urlRewrite` field",
-                        "",
-                    );
-                    continue;
-                };
-                if let Some(h) = &rw.hostname {
-                    match HeaderValue::from_str(h) {
-                        Ok(v)
-                            if is_valid_hostname_pattern(&h.to_ascii_lowercase())
-                                && !h.starts_with('*') =>
-                        {
-                            filters.rewrite_host = Some(v)
-                        }
-                        _ => cx.error(
-                            at(file, id, f.pos, format!("{ff}.urlRewrite.hostname")),
-                            format!("invalid hostname `{h}`"),
-                            "a DNS name such as api.example.com",
-                        ),
-                    }
-                }
-                if let Some(p) = &rw.path {
-                    match (p.kind, &p.replace_full_path, &p.replace_prefix_match) {
-                        (PathModifierType::ReplaceFullPath, Some(full), None) if full.starts_with('/') => filters.rewrite_path = Some(PathRewrite::Full(full.clone())),
-                        (PathModifierType::ReplacePrefixMatch, None, Some(prefix)) if prefix.starts_with('/') => {
-                            if matches.iter().all(|m| matches!(m.path, PathMatcher::Prefix(_))) {
-                                filters.rewrite_path = Some(PathRewrite::Prefix(prefix.clone()));
-                            } else {
-                                cx.error(at(file, id, f.pos, format!("{ff}.urlRewrite.path")), "ReplacePrefixMatch needs every match of the rule to be a PathPrefix match", "use ReplaceFullPath, or PathPrefix matches");
-                            }
-                        }
-                        _ => cx.error(
-                            at(file, id, f.pos, format!("{ff}.urlRewrite.path")),
-                            "path rewrite needs exactly the field named by its type, starting with `/`",
-                            "{type: ReplaceFullPath, replaceFullPath: /x} or {type: ReplacePrefixMatch, replacePrefixMatch: /x}",
-                        ),
-                    }
-                }
-            }
-            other => cx.not_yet(at(file, id, f.pos, ff), &format!("filter {other}"), ""),
-        }
-    }
-    filters
-}
-
-fn lower_first(s: &str) -> String {
-    match s {
-        "URLRewrite" => "urlRewrite".to_owned(),
-        "CORS" => "cors".to_owned(),
-        _ => {
-            let mut c = s.chars();
-            c.next()
-                .map(|f| f.to_ascii_lowercase().to_string() + c.as_str())
-                .unwrap_or_default()
-        }
-    }
-}
-
-fn header_ops(
-    cx: &mut Cx,
-    file: &std::path::Path,
-    id: &ObjectId,
-    f: &Spanned<crate::config::wire::route::HttpRouteFilter>,
-    m: &HeaderModifier,
-    field: &str,
-) -> HeaderOps {
-    let mut ops = HeaderOps::default();
-    let header = |cx: &mut Cx, name: &str, value: &str| -> Option<(HeaderName, HeaderValue)> {
-        let n = HeaderName::from_bytes(name.as_bytes());
-        let v = HeaderValue::from_str(value);
-        match (n, v) {
-            (Ok(n), Ok(v)) => Some((n, v)),
-            // The value may be a secret (a bearer token): never quoted, only its name.
-            (Err(_), _) => {
-                cx.error(
-                    at(file, id, f.pos, field.to_owned()),
-                    format!("invalid header name `{name}`"),
-                    "header names are tokens such as x-env",
-                );
-                None
-            }
-            (Ok(_), Err(_)) => {
-                cx.error(
-                    at(file, id, f.pos, field.to_owned()),
-                    format!("invalid value for header `{name}` (not shown)"),
-                    "header values are visible ASCII: no control characters or line breaks",
-                );
-                None
-            }
-        }
-    };
-    for h in &m.set {
-        if let Some(p) = header(cx, &h.name, &h.value) {
-            ops.set.push(p);
-        }
-    }
-    for h in &m.add {
-        if let Some(p) = header(cx, &h.name, &h.value) {
-            ops.add.push(p);
-        }
-    }
-    for name in &m.remove {
-        if let Some((n, _)) = header(cx, name, "") {
-            ops.remove.push(n);
-        }
-    }
-    ops
 }

@@ -1,20 +1,18 @@
 //! `HTTPRoute`s and implicit routes → one [`HttpRouter`] per HTTP listener.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 
+use super::attachment::{attach, effective_hostnames};
 use super::backends::{BackendEntry, Backends};
 use super::listeners::CompiledListener;
 use super::policy::PolicyIndex;
 use super::policy::RouteSettings;
 use super::route_rules::{check_route, CheckedRule};
 use super::{at, Cx};
-use crate::config::wire::common::ParentRef;
 use crate::config::wire::enums::Protocol;
 use crate::config::wire::route::HttpRouteSpec;
-use crate::config::wire::{Object, GATEWAY_GROUP};
-use crate::config::yaml::Spanned;
+use crate::config::wire::Object;
 use crate::config::{ConfigSet, ObjectId, Reason};
 use crate::names::hostname_matches;
 use crate::snapshot::router::{
@@ -22,6 +20,8 @@ use crate::snapshot::router::{
 };
 use crate::snapshot::Target;
 
+/// One router per HTTP listener: the HTTPRoutes attached to it by precedence, then the
+/// implicit routes to the ports FQDN Backends declare.
 pub(crate) fn compile(
     cx: &mut Cx,
     set: &ConfigSet,
@@ -30,83 +30,13 @@ pub(crate) fn compile(
     declared: &DeclaredPorts<'_>,
     policies: &PolicyIndex<'_>,
 ) -> HashMap<Arc<str>, Arc<HttpRouter>> {
-    // Which listeners each route attaches to (validated once, not per listener).
-    let attachments: Vec<Vec<usize>> = set
-        .http_routes
-        .iter()
-        .map(|r| {
-            attach(
-                cx,
-                set,
-                &r.file,
-                &r.id,
-                &r.spec.parent_refs,
-                listeners,
-                false,
-            )
-        })
-        .collect();
-    // Rules are validated once; their targets are resolved per Gateway (policies may differ).
-    let mut validated: Vec<Option<Vec<CheckedRule<'_>>>> = Vec::new();
-    for route in &set.http_routes {
-        validated.push(check_route(cx, route, backends));
-    }
+    let routes = CheckedRoutes::check(cx, set, listeners, backends);
     let mut routers = HashMap::new();
     for (li, listener) in listeners.iter().enumerate() {
         if listener.is_passthrough() {
             continue;
         }
-        let mut tiers = Tiers::default();
-        // Alphabetical namespace/name is the tie-breaker between routes (Gateway API uses
-        // creation time first; files have none).
-        let mut order: Vec<usize> = (0..set.http_routes.len()).collect();
-        order.sort_by(|a, b| set.http_routes[*a].id.cmp(&set.http_routes[*b].id));
-        for (rank, ri) in order.into_iter().enumerate() {
-            if !attachments[ri].contains(&li) {
-                continue;
-            }
-            let Some(rules) = &validated[ri] else {
-                continue;
-            };
-            let route = &set.http_routes[ri];
-            let hostnames =
-                effective_hostnames(&route.spec.hostnames, listener.hostname.as_deref());
-            if hostnames.as_ref().is_some_and(Vec::is_empty) {
-                continue; // no hostname in common with the listener
-            }
-            for (rule_index, rule) in rules.iter().enumerate() {
-                let action = Arc::new(build_action(
-                    route,
-                    rule_index,
-                    rule,
-                    policies,
-                    &listener.gateway,
-                ));
-                for (match_index, m) in rule.matches.iter().enumerate() {
-                    let entry = RouteEntry {
-                        matcher: m.clone(),
-                        action: action.clone(),
-                    };
-                    let key = SortKey::new(m, rank, rule_index, match_index);
-                    match &hostnames {
-                        None => tiers.any.push((key, entry)),
-                        Some(hosts) => {
-                            for h in hosts {
-                                // Most hosts have one entry: a first push would
-                                // reserve four (freed again, but it sets the peak).
-                                let entries = match h.strip_prefix('*') {
-                                    Some(suffix) => tiers.wildcard.entry(suffix.to_owned()),
-                                    None => tiers.exact.entry(h.clone()),
-                                };
-                                entries
-                                    .or_insert_with(|| Vec::with_capacity(1))
-                                    .push((key.clone(), entry.clone()));
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        let tiers = routes.tiers(li, listener, policies);
         // HTTP requests reach the HTTP-speaking ports; `CONNECT host:port` the TCP ones.
         let implicit = implicit_routes(
             declared,
@@ -126,6 +56,88 @@ pub(crate) fn compile(
         );
     }
     routers
+}
+
+/// The config's HTTPRoutes, each checked once: the listeners it attaches to and its rules
+/// (`None` when it has errors). Targets are resolved per Gateway (policies may differ).
+struct CheckedRoutes<'a> {
+    set: &'a ConfigSet,
+    /// By route, the indices of the listeners it attaches to.
+    attachments: Vec<Vec<usize>>,
+    rules: Vec<Option<Vec<CheckedRule<'a>>>>,
+    /// Route indices by alphabetical namespace/name, the tie-breaker between routes (Gateway
+    /// API uses creation time first; files have none).
+    ranked: Vec<usize>,
+}
+
+impl<'a> CheckedRoutes<'a> {
+    /// Attaches and checks every HTTPRoute of `set` (attachments first, then rules).
+    fn check(
+        cx: &mut Cx,
+        set: &'a ConfigSet,
+        listeners: &[CompiledListener],
+        backends: &'a Backends<'_>,
+    ) -> Self {
+        let attachments: Vec<Vec<usize>> = set
+            .http_routes
+            .iter()
+            .map(|r| {
+                attach(
+                    cx,
+                    set,
+                    &r.file,
+                    &r.id,
+                    &r.spec.parent_refs,
+                    listeners,
+                    false,
+                )
+            })
+            .collect();
+        let mut rules: Vec<Option<Vec<CheckedRule<'_>>>> = Vec::new();
+        for route in &set.http_routes {
+            rules.push(check_route(cx, route, backends));
+        }
+        let mut ranked: Vec<usize> = (0..set.http_routes.len()).collect();
+        ranked.sort_by(|a, b| set.http_routes[*a].id.cmp(&set.http_routes[*b].id));
+        CheckedRoutes {
+            set,
+            attachments,
+            rules,
+            ranked,
+        }
+    }
+
+    /// The entries of every valid route attached to listener `li`, by host tier, each with
+    /// its precedence.
+    fn tiers(&self, li: usize, listener: &CompiledListener, policies: &PolicyIndex<'_>) -> Tiers {
+        let mut tiers = Tiers::default();
+        for (rank, &ri) in self.ranked.iter().enumerate() {
+            if !self.attachments[ri].contains(&li) {
+                continue;
+            }
+            let Some(rules) = &self.rules[ri] else {
+                continue;
+            };
+            let route = &self.set.http_routes[ri];
+            let hostnames =
+                effective_hostnames(&route.spec.hostnames, listener.hostname.as_deref());
+            if hostnames.as_ref().is_some_and(Vec::is_empty) {
+                continue; // no hostname in common with the listener
+            }
+            for (rule_index, rule) in rules.iter().enumerate() {
+                let action = Arc::new(build_action(
+                    route,
+                    rule_index,
+                    rule,
+                    policies,
+                    &listener.gateway,
+                ));
+                let at = (rank, rule_index);
+                tiers.add_rule(&rule.matches, &action, at, hostnames.as_deref());
+            }
+        }
+        tiers
+    }
 }
 
 /// Every (hostname, port) that FQDN Backends declare, by lower-case hostname: the Backend
@@ -222,158 +234,8 @@ fn implicit_routes(
     out
 }
 
-/// The route's hostnames intersected with the listener's (None: any host).
-pub(super) fn effective_hostnames(
-    hostnames: &[Spanned<String>],
-    listener: Option<&str>,
-) -> Option<Vec<String>> {
-    let route: Vec<String> = hostnames
-        .iter()
-        .map(|h| h.value.to_ascii_lowercase())
-        .collect();
-    match (route.is_empty(), listener) {
-        (true, None) => None,
-        (true, Some(l)) => Some(vec![l.to_owned()]),
-        (false, None) => Some(route),
-        (false, Some(l)) => Some(
-            route
-                .into_iter()
-                .filter_map(|h| {
-                    // The narrower of the two names survives: a route host inside the
-                    // listener's wildcard, or the listener's host inside the route's wildcard.
-                    if hostname_matches(l, &h) || h == l {
-                        Some(h)
-                    } else if hostname_matches(&h, l) {
-                        Some(l.to_owned())
-                    } else {
-                        None
-                    }
-                })
-                .collect(),
-        ),
-    }
-}
-
-/// Indices of the listeners a route attaches to: HTTP and HTTPS listeners for an HTTPRoute,
-/// TLS Passthrough listeners for a TLSRoute (`passthrough`).
-pub(super) fn attach(
-    cx: &mut Cx,
-    set: &ConfigSet,
-    file: &Path,
-    id: &ObjectId,
-    parent_refs: &[Spanned<ParentRef>],
-    listeners: &[CompiledListener],
-    passthrough: bool,
-) -> Vec<usize> {
-    let allowed =
-        |l: &CompiledListener| l.routes_from_all_namespaces || l.gateway.namespace == id.namespace;
-    if parent_refs.is_empty() {
-        // egressd extension: a route without parentRefs attaches to every listener of its
-        // kind that admits its namespace (the common single-Gateway sidecar case needs no
-        // wiring).
-        return listeners
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| l.is_passthrough() == passthrough && allowed(l))
-            .map(|(i, _)| i)
-            .collect();
-    }
-    let mut out = Vec::new();
-    for (pi, parent) in parent_refs.iter().enumerate() {
-        let field = format!("spec.parentRefs[{pi}]");
-        let group = parent.group.as_deref().unwrap_or(GATEWAY_GROUP);
-        let kind = parent.kind.as_deref().unwrap_or("Gateway");
-        if group != GATEWAY_GROUP || kind != "Gateway" {
-            cx.error(
-                at(file, id, parent.pos, field),
-                format!("parentRef to {kind} in group `{group}` is not supported"),
-                "attach routes to a Gateway",
-            );
-            continue;
-        }
-        let ns = parent.namespace.as_deref().unwrap_or(&id.namespace);
-        let Some(gw) = set
-            .gateways
-            .iter()
-            .find(|g| &*g.id.namespace == ns && *g.id.name == *parent.name)
-        else {
-            cx.missing_ref(
-                at(file, id, parent.pos, field),
-                format!("Gateway {ns}/{} does not exist", parent.name),
-                "check the name and namespace, or add the Gateway",
-            );
-            continue;
-        };
-        if let Some(section) = &parent.section_name {
-            if !gw.spec.listeners.iter().any(|l| *l.name == **section) {
-                cx.missing_ref(
-                    at(file, id, parent.pos, format!("{field}.sectionName")),
-                    format!("Gateway {ns}/{} has no listener `{section}`", parent.name),
-                    "use one of the Gateway's listener names",
-                );
-                continue;
-            }
-        }
-        let mut attached = false;
-        for (i, l) in listeners.iter().enumerate() {
-            if l.gateway != gw.id
-                || parent.section_name.as_ref().is_some_and(|s| **s != *l.name)
-                || parent.port.is_some_and(|p| p != l.port)
-            {
-                continue;
-            }
-            if l.is_passthrough() != passthrough {
-                // Only a listener named explicitly is a mistake; a whole-Gateway parentRef
-                // simply skips the listeners of the other kind.
-                if parent.section_name.is_some() {
-                    let (message, hint) = if passthrough {
-                        (
-                            format!(
-                                "listener `{}` is not a TLS Passthrough listener and cannot carry a TLSRoute",
-                                l.name
-                            ),
-                            "attach the route to a listener with `protocol: TLS` and `tls: {mode: Passthrough}`",
-                        )
-                    } else {
-                        (
-                            format!(
-                                "listener `{}` passes TLS through and cannot carry an HTTPRoute",
-                                l.name
-                            ),
-                            "attach the route to an HTTP or HTTPS listener",
-                        )
-                    };
-                    cx.error(at(file, id, parent.pos, field.clone()), message, hint);
-                }
-                continue;
-            }
-            if !allowed(l) {
-                cx.error(
-                    at(file, id, parent.pos, field.clone()),
-                    format!(
-                        "listener `{}` of Gateway {} does not admit routes from namespace `{}`",
-                        l.name, gw.id, id.namespace
-                    ),
-                    "set allowedRoutes.namespaces.from: All on the listener, or move the route",
-                );
-                continue;
-            }
-            if !out.contains(&i) {
-                out.push(i);
-            }
-            attached = true;
-        }
-        if !attached && parent.port.is_some() {
-            cx.missing_ref(
-                at(file, id, parent.pos, format!("{field}.port")),
-                "no listener of the Gateway has this port",
-                "check the port",
-            );
-        }
-    }
-    out
-}
-
+/// The action of one rule of `route` as it serves `gateway`'s listeners: its targets, each
+/// with its request policy, split into primaries and fallbacks.
 fn build_action(
     route: &Object<HttpRouteSpec>,
     rule_index: usize,
@@ -475,6 +337,41 @@ struct Tiers {
 }
 
 impl Tiers {
+    /// Adds an entry per match of one rule (`at`: the route's rank and the rule's index)
+    /// under each of `hostnames`, or under any host.
+    fn add_rule(
+        &mut self,
+        matches: &[RequestMatch],
+        action: &Arc<RouteAction>,
+        at: (usize, usize),
+        hostnames: Option<&[String]>,
+    ) {
+        let (rank, rule_index) = at;
+        for (match_index, m) in matches.iter().enumerate() {
+            let entry = RouteEntry {
+                matcher: m.clone(),
+                action: action.clone(),
+            };
+            let key = SortKey::new(m, rank, rule_index, match_index);
+            let Some(hosts) = hostnames else {
+                self.any.push((key, entry));
+                continue;
+            };
+            for h in hosts {
+                // Most hosts have one entry: a first push would reserve four (freed again,
+                // but it sets the peak).
+                let entries = match h.strip_prefix('*') {
+                    Some(suffix) => self.wildcard.entry(suffix.to_owned()),
+                    None => self.exact.entry(h.clone()),
+                };
+                entries
+                    .or_insert_with(|| Vec::with_capacity(1))
+                    .push((key.clone(), entry.clone()));
+            }
+        }
+    }
+
+    /// The router: each tier's entries sorted by precedence.
     fn into_router(
         self,
         implicit: HashMap<String, ImplicitRoute>,

@@ -1,11 +1,14 @@
 //! `ProxyConfig` → [`ProxySettings`].
 
 use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{at, Cx};
 use crate::config::wire::enums::{AccessLogFormat, OutboundPolicy};
-use crate::config::{ConfigSet, Reason};
+use crate::config::wire::proxy::ProxyConfigSpec;
+use crate::config::{ConfigSet, ObjectId, Reason};
 use crate::names::is_valid_hostname_pattern;
 use crate::snapshot::{AccessLogSettings, ProxySettings};
 use crate::telemetry::trace::TracingSettings;
@@ -38,6 +41,8 @@ impl std::ops::Deref for Settings {
     }
 }
 
+/// The settings of the config's one `ProxyConfig` (the defaults without one), each section
+/// checked in turn.
 pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
     let mut settings = Settings {
         proxy: ProxySettings::default(),
@@ -56,9 +61,39 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
     let Some(pc) = set.proxy_configs.first() else {
         return settings;
     };
-    let (file, id, spec) = (&*pc.file, &pc.id, &pc.spec);
+    let pc = Source {
+        file: &pc.file,
+        id: &pc.id,
+        spec: &pc.spec,
+    };
+    pc.admin_address(cx, &mut settings.proxy);
+    pc.outbound_policy(cx, &mut settings.proxy);
+    pc.traffic_sections(cx, &mut settings.proxy);
+    pc.denied_hostnames(cx, &mut settings.denied_hostnames);
+    pc.nameservers(cx, &mut settings.proxy);
+    settings.platform_identity = pc.platform_identity();
+    pc.downstream_and_admin(cx, &mut settings.proxy);
+    if let Some(tracing) = &pc.spec.tracing {
+        settings.proxy.tracing = compile_tracing(cx, pc.file, pc.id, tracing);
+    }
+    pc.mcp_session_key(cx, &mut settings.mcp_session_key);
+    settings
+}
 
-    if let Some(addr) = spec.admin.as_ref().and_then(|a| a.address.as_ref()) {
+/// The ProxyConfig being compiled, and where it is written.
+struct Source<'a> {
+    file: &'a Path,
+    id: &'a ObjectId,
+    spec: &'a ProxyConfigSpec,
+}
+
+impl Source<'_> {
+    /// `admin.address`: an ip:port (warned about when not loopback).
+    fn admin_address(&self, cx: &mut Cx, proxy: &mut ProxySettings) {
+        let (file, id) = (self.file, self.id);
+        let Some(addr) = self.spec.admin.as_ref().and_then(|a| a.address.as_ref()) else {
+            return;
+        };
         match addr.value.parse::<SocketAddr>() {
             Ok(parsed) => {
                 if !parsed.ip().is_loopback() {
@@ -69,7 +104,7 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
                         "bind it to 127.0.0.1 unless something outside the host must reach it",
                     );
                 }
-                settings.proxy.admin_addr = parsed;
+                proxy.admin_addr = parsed;
             }
             Err(_) => cx.error(
                 at(file, id, addr.pos, "spec.admin.address"),
@@ -78,87 +113,115 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
             ),
         }
     }
-    if let Some(policy) = &spec.outbound_policy {
-        settings.proxy.outbound_policy = policy.value;
+
+    /// `outboundPolicy` (AllowAny warned about).
+    fn outbound_policy(&self, cx: &mut Cx, proxy: &mut ProxySettings) {
+        let Some(policy) = &self.spec.outbound_policy else {
+            return;
+        };
+        proxy.outbound_policy = policy.value;
         if policy.value == OutboundPolicy::AllowAny {
             cx.warn(
-                at(file, id, policy.pos, "spec.outboundPolicy"),
+                at(self.file, self.id, policy.pos, "spec.outboundPolicy"),
                 Reason::Degraded,
                 "outboundPolicy AllowAny lets clients reach any destination, and records nothing of it",
                 "use AuditOnly to see what RegistryOnly would refuse (admin /blocked) while migrating",
             );
         }
     }
-    if let Some(undeclared) = &spec.undeclared_destinations {
-        super::undeclared::compile_undeclared(cx, file, id, undeclared, &mut settings.proxy);
-    }
-    if let Some(audit) = &spec.blocked_audit {
-        super::undeclared::compile_blocked_audit(cx, file, id, audit, &mut settings.proxy);
-    }
-    if let Some(buffers) = &spec.buffered_bodies {
-        super::undeclared::compile_buffered_bodies(cx, file, id, buffers, &mut settings.proxy);
-    }
-    if let Some(timeout) = spec.drain.as_ref().and_then(|d| d.timeout) {
-        settings.proxy.drain_timeout = Duration::from(timeout);
-    }
-    if let Some(log) = &spec.access_log {
-        settings.proxy.access_log = AccessLogSettings {
-            enabled: log.enabled.unwrap_or(true),
-            format: log.format.unwrap_or(AccessLogFormat::Json),
-            path: log.path.clone().unwrap_or_else(|| "stdout".to_owned()),
-        };
-    }
-    for pattern in &spec.denied_hostnames {
-        let lower = pattern.value.to_ascii_lowercase();
-        if is_valid_hostname_pattern(&lower) {
-            settings.denied_hostnames.push(lower);
-        } else {
-            cx.error(
-                at(file, id, pattern.pos, "spec.deniedHostnames"),
-                format!("invalid hostname pattern `{}`", pattern.value),
-                "use a hostname or `*.suffix`",
-            );
+
+    /// `undeclaredDestinations`, `blockedAudit`, `bufferedBodies`, `drain` and `accessLog`.
+    fn traffic_sections(&self, cx: &mut Cx, proxy: &mut ProxySettings) {
+        let (file, id, spec) = (self.file, self.id, self.spec);
+        if let Some(undeclared) = &spec.undeclared_destinations {
+            super::undeclared::compile_undeclared(cx, file, id, undeclared, proxy);
+        }
+        if let Some(audit) = &spec.blocked_audit {
+            super::undeclared::compile_blocked_audit(cx, file, id, audit, proxy);
+        }
+        if let Some(buffers) = &spec.buffered_bodies {
+            super::undeclared::compile_buffered_bodies(cx, file, id, buffers, proxy);
+        }
+        if let Some(timeout) = spec.drain.as_ref().and_then(|d| d.timeout) {
+            proxy.drain_timeout = Duration::from(timeout);
+        }
+        if let Some(log) = &spec.access_log {
+            proxy.access_log = AccessLogSettings {
+                enabled: log.enabled.unwrap_or(true),
+                format: log.format.unwrap_or(AccessLogFormat::Json),
+                path: log.path.clone().unwrap_or_else(|| "stdout".to_owned()),
+            };
         }
     }
-    if let Some(dns) = &spec.dns {
+
+    /// `deniedHostnames`, lower-case, each a hostname or `*.suffix`.
+    fn denied_hostnames(&self, cx: &mut Cx, denied: &mut Vec<String>) {
+        for pattern in &self.spec.denied_hostnames {
+            let lower = pattern.value.to_ascii_lowercase();
+            if is_valid_hostname_pattern(&lower) {
+                denied.push(lower);
+            } else {
+                cx.error(
+                    at(self.file, self.id, pattern.pos, "spec.deniedHostnames"),
+                    format!("invalid hostname pattern `{}`", pattern.value),
+                    "use a hostname or `*.suffix`",
+                );
+            }
+        }
+    }
+
+    /// `dns.nameservers`, each an ip:port.
+    fn nameservers(&self, cx: &mut Cx, proxy: &mut ProxySettings) {
+        let Some(dns) = &self.spec.dns else {
+            return;
+        };
         for ns in &dns.nameservers {
             match ns.value.parse::<SocketAddr>() {
-                Ok(addr) => settings.proxy.nameservers.push(addr),
+                Ok(addr) => proxy.nameservers.push(addr),
                 Err(_) => cx.error(
-                    at(file, id, ns.pos, "spec.dns.nameservers"),
+                    at(self.file, self.id, ns.pos, "spec.dns.nameservers"),
                     format!("invalid name server `{}`", ns.value),
                     "use ip:port, e.g. 10.0.0.10:53",
                 ),
             }
         }
     }
-    if let Some(identity) = &spec.platform_identity {
-        // Relative paths are relative to the ProxyConfig's file, like every other file path.
-        let path = |p: &str| super::tls::resolve(file, p);
-        settings.platform_identity = Some(PlatformFiles {
+
+    /// `platformIdentity`'s files, relative to the ProxyConfig's file like every other path.
+    fn platform_identity(&self) -> Option<PlatformFiles> {
+        let identity = self.spec.platform_identity.as_ref()?;
+        let path = |p: &str| super::tls::resolve(self.file, p);
+        Some(PlatformFiles {
             certificate: path(&identity.certificate_file),
             private_key: path(&identity.private_key_file),
             ca: identity.ca_certificate_file.as_deref().map(path),
-        });
+        })
     }
-    if let Some(downstream) = &spec.downstream {
-        if let Some(http2) = &downstream.http2 {
-            settings.proxy.downstream_http2 = super::downstream::compile_http2(cx, file, id, http2);
+
+    /// `downstream` (HTTP/2 and connection limits), then the admin server's connection limit
+    /// and allowed hosts.
+    fn downstream_and_admin(&self, cx: &mut Cx, proxy: &mut ProxySettings) {
+        let (file, id) = (self.file, self.id);
+        if let Some(downstream) = &self.spec.downstream {
+            if let Some(http2) = &downstream.http2 {
+                proxy.downstream_http2 = super::downstream::compile_http2(cx, file, id, http2);
+            }
+            proxy.downstream = super::downstream::compile_limits(cx, file, id, downstream);
         }
-        settings.proxy.downstream = super::downstream::compile_limits(cx, file, id, downstream);
-    }
-    if let Some(admin) = &spec.admin {
-        settings.proxy.admin_max_connections = super::downstream::compile_admin_max_connections(
+        let Some(admin) = &self.spec.admin else {
+            return;
+        };
+        proxy.admin_max_connections = super::downstream::compile_admin_max_connections(
             cx,
             file,
             id,
             admin.max_connections.as_ref(),
-            settings.proxy.admin_max_connections,
+            proxy.admin_max_connections,
         );
         for pattern in &admin.allowed_hosts {
             let lower = pattern.value.to_ascii_lowercase();
             if lower == "*" || is_valid_hostname_pattern(&lower) {
-                settings.proxy.admin_allowed_hosts.push(lower);
+                proxy.admin_allowed_hosts.push(lower);
             } else {
                 cx.error(
                     at(file, id, pattern.pos, "spec.admin.allowedHosts"),
@@ -168,19 +231,22 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
             }
         }
     }
-    if let Some(tracing) = &spec.tracing {
-        settings.proxy.tracing = compile_tracing(cx, file, id, tracing);
-    }
-    if let Some(key_file) = spec
-        .mcp
-        .as_ref()
-        .and_then(|m| m.value.session_key_file.as_ref())
-    {
-        let path = super::tls::resolve(file, &key_file.value);
+
+    /// `mcp.sessionKeyFile`: read now, and watched.
+    fn mcp_session_key(&self, cx: &mut Cx, key: &mut Arc<crate::mcp::session::SessionKey>) {
+        let Some(key_file) = self
+            .spec
+            .mcp
+            .as_ref()
+            .and_then(|m| m.value.session_key_file.as_ref())
+        else {
+            return;
+        };
+        let path = super::tls::resolve(self.file, &key_file.value);
         match crate::mcp::session::SessionKey::from_file(&path) {
-            Ok(key) => settings.mcp_session_key = std::sync::Arc::new(key),
+            Ok(read) => *key = Arc::new(read),
             Err(e) => cx.error(
-                at(file, id, key_file.pos, "spec.mcp.sessionKeyFile"),
+                at(self.file, self.id, key_file.pos, "spec.mcp.sessionKeyFile"),
                 e.to_string(),
                 "write at least 32 random bytes to it, e.g. `openssl rand -base64 48 > FILE`, \
                  and give every replica the same file",
@@ -190,7 +256,6 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
         // re-initialize).
         cx.refer(&path);
     }
-    settings
 }
 
 /// `spec.tracing` → [`TracingSettings`]; an error in builds without the `otel` feature.

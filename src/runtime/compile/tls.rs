@@ -199,34 +199,7 @@ fn client_certificate(cx: &mut Cx, b: &Block<'_>) -> Option<(PemSource, PemSourc
             );
             None
         }
-        (TlsMode::Mutual, None) => match b.site.gateway_default {
-            GatewayClientCertificate::One(pair) => Some(pair.clone()),
-            // Reported at the Gateway's reference.
-            GatewayClientCertificate::Broken => None,
-            GatewayClientCertificate::Conflict(named) => {
-                let named: Vec<String> = named
-                    .iter()
-                    .map(|(gateway, secret)| format!("Gateway {gateway}: {secret}"))
-                    .collect();
-                cx.error(
-                    b.at(b.mode_pos, "mode"),
-                    format!(
-                        "tls.mode Mutual without a client certificate of its own takes the Gateways' default, and they name different ones ({})",
-                        named.join("; ")
-                    ),
-                    "set clientCertificateRef on this Backend, or make the Gateways' spec.tls.backend.clientCertificateRef agree",
-                );
-                None
-            }
-            GatewayClientCertificate::None => {
-                cx.error(
-                    b.at(b.mode_pos, "mode"),
-                    "tls.mode Mutual needs a client certificate",
-                    "add clientCertificate: {certificateFile: ..., privateKeyFile: ...}, or clientCertificateRef: {name: <a kubernetes.io/tls Secret>}, or a default in Gateway spec.tls.backend.clientCertificateRef",
-                );
-                None
-            }
-        },
+        (TlsMode::Mutual, None) => gateway_default_certificate(cx, b),
         _ => match (&tls.client_certificate, reference) {
             (Some(c), _) => Some((
                 PemSource::file(resolve(b.site.file, &c.certificate_file)),
@@ -240,6 +213,39 @@ fn client_certificate(cx: &mut Cx, b: &Block<'_>) -> Option<(PemSource, PemSourc
             ),
             (None, None) => None,
         },
+    }
+}
+
+/// The client certificate of a Mutual Backend that names none: the Gateways' default, when
+/// there is exactly one.
+fn gateway_default_certificate(cx: &mut Cx, b: &Block<'_>) -> Option<(PemSource, PemSource)> {
+    match b.site.gateway_default {
+        GatewayClientCertificate::One(pair) => Some(pair.clone()),
+        // Reported at the Gateway's reference.
+        GatewayClientCertificate::Broken => None,
+        GatewayClientCertificate::Conflict(named) => {
+            let named: Vec<String> = named
+                .iter()
+                .map(|(gateway, secret)| format!("Gateway {gateway}: {secret}"))
+                .collect();
+            cx.error(
+                b.at(b.mode_pos, "mode"),
+                format!(
+                    "tls.mode Mutual without a client certificate of its own takes the Gateways' default, and they name different ones ({})",
+                    named.join("; ")
+                ),
+                "set clientCertificateRef on this Backend, or make the Gateways' spec.tls.backend.clientCertificateRef agree",
+            );
+            None
+        }
+        GatewayClientCertificate::None => {
+            cx.error(
+                b.at(b.mode_pos, "mode"),
+                "tls.mode Mutual needs a client certificate",
+                "add clientCertificate: {certificateFile: ..., privateKeyFile: ...}, or clientCertificateRef: {name: <a kubernetes.io/tls Secret>}, or a default in Gateway spec.tls.backend.clientCertificateRef",
+            );
+            None
+        }
     }
 }
 

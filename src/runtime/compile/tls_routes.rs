@@ -7,11 +7,11 @@
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
+use super::attachment::{attach, effective_hostnames};
 use super::backends::Backends;
 use super::listeners::CompiledListener;
 use super::policy::PolicyIndex;
 use super::route_rules::{check_hostnames, resolve_backend_ref};
-use super::routes::{attach, effective_hostnames};
 use super::{at, Cx};
 use crate::config::wire::policy::TrafficPolicySpec;
 use crate::config::wire::tls_route::TlsRouteSpec;

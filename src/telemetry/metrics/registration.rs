@@ -1,0 +1,239 @@
+//! Every metric egressd exports, made and registered (name and help) in the order `/metrics`
+//! lists them.
+
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use super::{latency_histogram, Metrics};
+
+impl Default for Metrics {
+    /// Every metric made, then registered group by group (the order `/metrics` lists them).
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("egressd");
+        let metrics = Metrics::unregistered();
+        metrics.register_config_and_connections(&mut registry);
+        metrics.register_tls_websockets_and_outliers(&mut registry);
+        metrics.register_mcp_and_destinations(&mut registry);
+        metrics.register_responses(&mut registry);
+        metrics.register_upstream_state(&mut registry);
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
+}
+
+impl Metrics {
+    /// Every handle made, none registered yet (and an empty registry).
+    fn unregistered() -> Self {
+        Metrics {
+            registry: Registry::default(),
+            reloads: Default::default(),
+            generation: Default::default(),
+            last_reload_success: Default::default(),
+            requests: Default::default(),
+            local_replies: Default::default(),
+            downstream_connections: Default::default(),
+            downstream_connections_refused: Default::default(),
+            downstream_accept_errors: Default::default(),
+            downstream_connection_timeouts: Default::default(),
+            access_log_dropped: Default::default(),
+            upstream_tls_failures: Default::default(),
+            insecure_upstreams: Default::default(),
+            downstream_tls_handshake_failures: Default::default(),
+            tls_passthrough_rejected: Default::default(),
+            websockets_active: Default::default(),
+            websocket_bytes: Default::default(),
+            outlier_ejections: Default::default(),
+            outlier_detections: Default::default(),
+            overflows: Default::default(),
+            mcp_requests: Default::default(),
+            mcp_tools_denied: Default::default(),
+            mcp_tool_calls: Default::default(),
+            mcp_tool_names: Default::default(),
+            blocked: Default::default(),
+            blocked_hosts: Default::default(),
+            audited: Default::default(),
+            audited_hosts: Default::default(),
+            client_policy: Default::default(),
+            policy_clients: Default::default(),
+            downstream_responses: Default::default(),
+            downstream_latency: Family::new_with_constructor(latency_histogram),
+            route_responses: Default::default(),
+            route_latency: Family::new_with_constructor(latency_histogram),
+            upstream_responses: Default::default(),
+            upstream_latency: Family::new_with_constructor(latency_histogram),
+            upstream_connect_failures: Default::default(),
+            upstream_failures: Default::default(),
+            upstream_requests_active: Default::default(),
+            upstream_connections_open: Default::default(),
+            upstream_connections_opened: Default::default(),
+            upstream_endpoints: Default::default(),
+            certificate_expiry: Default::default(),
+            undeclared_destinations: Default::default(),
+            buffered_body_bytes: Default::default(),
+            buffered_body_overflows: Default::default(),
+            retries: Default::default(),
+            health_checks: Default::default(),
+        }
+    }
+
+    /// The config's reloads and the client connections.
+    fn register_config_and_connections(&self, registry: &mut Registry) {
+        registry.register(
+            "config_reloads",
+            "Config reloads by result (success, failure)",
+            self.reloads.clone(),
+        );
+        registry.register(
+            "config_generation",
+            "Generation of the config serving now",
+            self.generation.clone(),
+        );
+        registry.register(
+            "config_last_reload_success_timestamp_seconds",
+            "Unix time of the last successful config load",
+            self.last_reload_success.clone(),
+        );
+        registry.register(
+            "downstream_requests",
+            "Requests received",
+            self.requests.clone(),
+        );
+        registry.register(
+            "local_replies",
+            "Replies egressd made itself, by x-egressd-error code",
+            self.local_replies.clone(),
+        );
+        registry.register(
+            "downstream_connections_active",
+            "Open client connections",
+            self.downstream_connections.clone(),
+        );
+        registry.register("downstream_connections_refused", "Client connections closed as soon as they were accepted, by reason (max_connections, admin_max_connections)", self.downstream_connections_refused.clone());
+        registry.register("downstream_accept_errors", "Failed accepts on listeners and the admin port (e.g. out of file descriptors); accepting backs off meanwhile", self.downstream_accept_errors.clone());
+        registry.register("downstream_connection_timeouts", "Client connections egressd closed because a timer ran out, by reason (header_read_timeout: no complete request head, TLS handshake or ClientHello in time; idle_timeout: no request for that long)", self.downstream_connection_timeouts.clone());
+        registry.register(
+            "access_log_dropped",
+            "Access log lines dropped because the writer fell behind",
+            self.access_log_dropped.clone(),
+        );
+    }
+
+    /// TLS failures, websockets, outlier detection and circuit breakers.
+    fn register_tls_websockets_and_outliers(&self, registry: &mut Registry) {
+        registry.register(
+            "upstream_tls_failures",
+            "Failed TLS handshakes with upstreams, by cause",
+            self.upstream_tls_failures.clone(),
+        );
+        registry.register("insecure_upstream_ports", "Backend ports of the serving config that send plaintext to a non-loopback destination or skip certificate verification", self.insecure_upstreams.clone());
+        registry.register(
+            "downstream_tls_handshake_failures",
+            "Failed or timed out TLS handshakes with clients on HTTPS listeners",
+            self.downstream_tls_handshake_failures.clone(),
+        );
+        registry.register("tls_passthrough_rejected", "Connections to TLS Passthrough listeners closed without a tunnel, by cause (not_tls, no_sni, destination_not_allowed, ...)", self.tls_passthrough_rejected.clone());
+        registry.register(
+            "websockets_active",
+            "Open websockets, by Backend",
+            self.websockets_active.clone(),
+        );
+        registry.register(
+            "websocket_bytes",
+            "Bytes relayed by closed websockets, by Backend and direction",
+            self.websocket_bytes.clone(),
+        );
+        registry.register(
+            "outlier_ejections",
+            "Endpoints ejected by outlier detection, by Backend and reason",
+            self.outlier_ejections.clone(),
+        );
+        registry.register("outlier_detections", "Outlier detectors that fired, by Backend, reason and what was done (ejected, or why not)", self.outlier_detections.clone());
+        registry.register(
+            "circuit_breaker_overflows",
+            "Requests (or retries) turned away by a circuit breaker, by Backend and limit",
+            self.overflows.clone(),
+        );
+    }
+
+    /// MCP inspection, and the destinations and clients refused or audited.
+    fn register_mcp_and_destinations(&self, registry: &mut Registry) {
+        registry.register(
+            "mcp_requests",
+            "MCP requests egressd inspected, by Backend and JSON-RPC method (reason)",
+            self.mcp_requests.clone(),
+        );
+        registry.register(
+            "mcp_tool_calls_denied",
+            "tools/call requests refused by a Backend's tool policy",
+            self.mcp_tools_denied.clone(),
+        );
+        registry.register("mcp_tool_calls", "tools/call requests egressd inspected, by Backend and tool (the first 256 tool names; later ones as other)", self.mcp_tool_calls.clone());
+        registry.register("blocked_requests", "Requests and connections refused because no Backend declares the destination, by host (the first 256 hosts; later ones as other)", self.blocked.clone());
+        registry.register("audited_requests", "Requests and connections to undeclared destinations let through by outboundPolicy AuditOnly (what RegistryOnly would refuse), by host (the first 256 hosts; later ones as other)", self.audited.clone());
+        registry.register("client_policy_decisions", "Requests and connections an EgressPolicy refused (client_denied) or, in Report mode, would refuse (would_deny), by policy and client (the first 256 clients; later ones as other)", self.client_policy.clone());
+    }
+
+    /// Responses and their latency, per listener, HTTPRoute rule and Backend.
+    fn register_responses(&self, registry: &mut Registry) {
+        registry.register(
+            "downstream_responses",
+            "Responses to clients by listener and status class (local replies included)",
+            self.downstream_responses.clone(),
+        );
+        registry.register(
+            "downstream_response_seconds",
+            "From a request's arrival until its response headers went to the client, by listener",
+            self.downstream_latency.clone(),
+        );
+        registry.register(
+            "route_responses",
+            "Responses to requests an HTTPRoute rule matched, by rule and status class",
+            self.route_responses.clone(),
+        );
+        registry.register(
+            "route_response_seconds",
+            "From a request's arrival until its response headers, by HTTPRoute rule",
+            self.route_latency.clone(),
+        );
+        registry.register("upstream_responses", "Responses from upstreams by Backend and status class (every attempt, retries included)", self.upstream_responses.clone());
+        registry.register("upstream_response_seconds", "From sending a request upstream (connecting included) until its response headers, by Backend", self.upstream_latency.clone());
+    }
+
+    /// Upstream failures and state, buffered bodies, retries and health checks.
+    fn register_upstream_state(&self, registry: &mut Registry) {
+        registry.register("upstream_connect_failures", "Upstream connections that could not be made, by Backend and reason (the x-egressd-error code)", self.upstream_connect_failures.clone());
+        registry.register("upstream_failures", "Upstream attempts that failed after connecting, before a response head (reset, timeout, protocol error), by Backend and reason (the x-egressd-error code)", self.upstream_failures.clone());
+        registry.register(
+            "upstream_requests_active",
+            "Requests in flight to each Backend (all ports and endpoints)",
+            self.upstream_requests_active.clone(),
+        );
+        registry.register(
+            "upstream_connections_open",
+            "Open upstream connections of each Backend (HTTP/1.1 and HTTP/2)",
+            self.upstream_connections_open.clone(),
+        );
+        registry.register("upstream_connections_opened", "Upstream connections opened for traffic since start, per Backend (summed over its current endpoints, so it drops when endpoints leave the config)", self.upstream_connections_opened.clone());
+        registry.register(
+            "upstream_endpoints",
+            "Endpoints of each Backend by health (healthy, ejected, unhealthy)",
+            self.upstream_endpoints.clone(),
+        );
+        registry.register("certificate_expiry_seconds", "Seconds until the first certificate of each certificate file the config uses expires (negative once expired)", self.certificate_expiry.clone());
+        registry.register("buffered_body_bytes", "Bytes of bodies egressd holds whole now (MCP inspection, tools/list filtering, retry read-ahead); at most bufferedBodies.budget", self.buffered_body_bytes.clone());
+        registry.register("buffered_body_overflows", "Bodies the bufferedBodies budget had no room for: no_room (a declared length that did not fit: streamed on if the request can go without, else 503 overflow), refused (503 overflow part-way)", self.buffered_body_overflows.clone());
+        registry.register("undeclared_destinations", "Undeclared destinations (AllowAny, AuditOnly) kept now, each with its pool and DNS refresher; at most undeclaredDestinations.maxDestinations", self.undeclared_destinations.clone());
+        registry.register(
+            "upstream_retries",
+            "Requests sent again by the retry policy, by Backend",
+            self.retries.clone(),
+        );
+        registry.register(
+            "health_checks",
+            "Active health checks, by Backend and result (pass, fail)",
+            self.health_checks.clone(),
+        );
+    }
+}
