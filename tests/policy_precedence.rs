@@ -1,4 +1,4 @@
-//! BackendTrafficPolicy attachment and section precedence (CONFIG.md "Precedence"), checked on
+//! BackendTrafficPolicy attachment and section precedence (docs/configuration.md "Precedence"), checked on
 //! the compiled snapshot: which timeout applies to which route target, and the
 //! `Conflicted`/`Overridden` conditions.
 

@@ -358,7 +358,7 @@ async fn validation_hostname_is_the_name_verified_while_the_configured_sni_is_se
 
 #[tokio::test]
 async fn validation_hostname_is_also_the_default_sni() {
-    // CONFIG.md: `sni` defaults to validation.hostname, then the FQDN hostname.
+    // docs/configuration.md: `sni` defaults to validation.hostname, then the FQDN hostname.
     let env = Env::new().await;
     let upstream = env
         .upstream(env.ca.server_cert(&[San::dns("verify.test")]))

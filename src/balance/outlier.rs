@@ -3,7 +3,7 @@
 //! ejected again soon after.
 //!
 //! Semantics follow Envoy's outlier detector (`docs/balancing-and-health.md`) with egressd's
-//! defaults (CONFIG.md): consecutive gateway errors (502/503/504, connect failures, resets,
+//! defaults (docs/configuration.md): consecutive gateway errors (502/503/504, connect failures, resets,
 //! timeouts) eject at 5 and are enforced by default; consecutive 5xx count every 5xx, are
 //! always detected at their threshold and eject only when configured; with
 //! `splitExternalLocalOriginErrors`, failures egressd saw itself (connect failures, resets,

@@ -2,7 +2,7 @@
 //! and connection draining.
 //!
 //! Each worker is a current-thread runtime on its own thread (measured faster than a
-//! multi-thread runtime for this workload, see DESIGN.md). A listening socket is shared by all
+//! multi-thread runtime for this workload, see docs/design.md). A listening socket is shared by all
 //! workers (one `dup` per worker); each worker accepts on its own copy and serves the
 //! connections it accepted.
 

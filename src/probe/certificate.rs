@@ -8,7 +8,7 @@ use x509_parser::extensions::GeneralName;
 
 use crate::upstream::verify::names_any_identity;
 
-/// What a port's certificate must name, as configured (CONFIG.md, "TLS modes").
+/// What a port's certificate must name, as configured (docs/configuration.md, "TLS modes").
 #[derive(Clone, Debug)]
 pub(super) enum Expected {
     /// `insecureSkipVerify`: nothing is checked.

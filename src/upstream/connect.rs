@@ -66,7 +66,7 @@ pub struct TcpKeepalive {
 }
 
 impl Default for TcpKeepalive {
-    /// Linux's defaults (CONFIG.md): 7200s idle, 75s between probes, 9 probes.
+    /// Linux's defaults (docs/configuration.md): 7200s idle, 75s between probes, 9 probes.
     fn default() -> Self {
         TcpKeepalive {
             idle: Duration::from_secs(7200),

@@ -1,4 +1,4 @@
-//! String enums of the config, with the aliases CONFIG.md accepts.
+//! String enums of the config, with the aliases docs/configuration.md accepts.
 //!
 //! Every enum takes its canonical PascalCase (or upstream SCREAMING) value, plus listed aliases;
 //! SCREAMING_CASE forms also match case-insensitively. Using an alias works but is reported as a
@@ -220,7 +220,7 @@ wire_enum! {
 }
 
 wire_enum! {
-    /// How egressd connects to a Backend (see CONFIG.md, TLS modes).
+    /// How egressd connects to a Backend (see docs/configuration.md, TLS modes).
     pub enum TlsMode {
         Simple = "Simple" | "SIMPLE" | "ServerOnly",
         Mutual = "Mutual" | "MUTUAL" | "ClientAndServer",

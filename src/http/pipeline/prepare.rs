@@ -72,8 +72,7 @@ fn rewrite(
     // HTTP/2 clients always take trailers; HTTP/1.1 clients say so with `TE: trailers`.
     // gRPC needs them whatever the client says.
     let te_trailers = strip_hop_by_hop(headers);
-    let trailers =
-        te_trailers || client_version == Version::HTTP_2 || target.port.speaks_grpc();
+    let trailers = te_trailers || client_version == Version::HTTP_2 || target.port.speaks_grpc();
     if trailers {
         headers.insert(header::TE, trailers_te());
     }

@@ -659,7 +659,7 @@ fn port_wire(
     }
     match protocol.value {
         Protocol::Http2 | Protocol::H2c | Protocol::Grpc => HttpWire::Http2,
-        // MCP is HTTP plus MCP handling (CONFIG.md).
+        // MCP is HTTP plus MCP handling (docs/configuration.md).
         Protocol::Http | Protocol::Mcp if !plaintext => HttpWire::Negotiated,
         _ => HttpWire::Http1,
     }

@@ -1,4 +1,4 @@
-//! BackendTrafficPolicy attachment and section precedence (CONFIG.md, "Precedence").
+//! BackendTrafficPolicy attachment and section precedence (docs/configuration.md, "Precedence").
 //!
 //! Each top-level section is taken whole from the most specific source that sets it:
 //! HTTPRoute rule fields > policy targeting the HTTPRoute > `Backend.spec.trafficPolicy` >

@@ -1,4 +1,4 @@
-//! A Backend's `tls` block → how its ports connect (CONFIG.md, "TLS modes").
+//! A Backend's `tls` block → how its ports connect (docs/configuration.md, "TLS modes").
 
 use std::path::{Path, PathBuf};
 
@@ -378,7 +378,7 @@ fn versions(cx: &mut Cx, b: &Block<'_>) -> Vec<TlsVersion> {
         .collect()
 }
 
-/// ALPN: offered by protocol (CONFIG.md, Protocols); an explicit list may only narrow it.
+/// ALPN: offered by protocol (docs/configuration.md, Protocols); an explicit list may only narrow it.
 fn alpn(cx: &mut Cx, b: &Block<'_>) -> Vec<Vec<u8>> {
     let protocol = b.site.protocol;
     let speaks: &[&str] = match protocol {
