@@ -162,10 +162,25 @@ impl<'a> RequestCtx<'a> {
             authority: request_authority(req).to_owned(),
             path: req.uri().path().to_owned(),
         });
-        let mut ctx = RequestCtx::bare(shared, snapshot, conn, started, logged);
-        ctx.grpc = crate::http::grpc::call(req.headers());
-        ctx.span = span;
-        ctx
+        // Written out rather than through `bare`: built once per request, in place.
+        RequestCtx {
+            shared,
+            snapshot,
+            conn,
+            started,
+            grpc: crate::http::grpc::call(req.headers()),
+            logged,
+            span,
+            route: None,
+            backend: None,
+            user: None,
+            upstream: UpstreamFacts::default(),
+            mcp_method: None,
+            mcp_tool: None,
+            local_error: None,
+            bytes_in: None,
+            relay_end: None,
+        }
     }
 
     /// A TLS passthrough connection that has just been accepted: no HTTP request, so no span

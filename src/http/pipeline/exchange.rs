@@ -73,16 +73,22 @@ impl HeadersLimit {
     fn first(target: &Target, deadline: Option<Deadline>) -> Option<HeadersLimit> {
         let policy = &target.policy;
         let now = Instant::now();
-        let after = |t| Deadline::after(now, t);
-        [
-            deadline.map(|deadline| (deadline, false)),
-            policy.backend_request_timeout.map(|t| (after(t), false)),
-            policy.stream_idle_timeout.map(|t| (after(t), true)),
-        ]
-        .into_iter()
-        .flatten()
-        .min_by_key(|(deadline, _)| deadline.at)
-        .map(|(deadline, idle)| HeadersLimit { deadline, idle })
+        let mut first = deadline.map(|deadline| HeadersLimit {
+            deadline,
+            idle: false,
+        });
+        let later = [
+            (policy.backend_request_timeout, false),
+            (policy.stream_idle_timeout, true),
+        ];
+        for (timeout, idle) in later {
+            let Some(timeout) = timeout else { continue };
+            let deadline = Deadline::after(now, timeout);
+            if first.as_ref().is_none_or(|f| deadline.at < f.deadline.at) {
+                first = Some(HeadersLimit { deadline, idle });
+            }
+        }
+        first
     }
 
     fn error(&self, target: &Target, endpoint: &Endpoint) -> ProxyError {
