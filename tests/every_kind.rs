@@ -302,3 +302,34 @@ async fn a_passthrough_connection_over_max_connections_is_refused_like_a_connect
     assert_eq!(tunnel["backend"], "default/tunnel");
     drop(held);
 }
+
+/// A websocket's upstream that answers the handshake with bytes that are no HTTP response is
+/// named for what it did, as an HTTP request's would be (`upstream_protocol_error`, not a
+/// reset), and it is the endpoint's last failure.
+#[tokio::test]
+async fn a_websocket_upstream_answering_garbage_is_a_protocol_error_like_a_requests() {
+    use common::upstream::{read_request_head, RawUpstream};
+    let liar = RawUpstream::start(|mut stream| async move {
+        read_request_head(&mut stream).await;
+        let _ = stream.write_all(b"SSH-2.0-OpenSSH_9.6\r\n\r\n").await;
+        let mut rest = [0u8; 64];
+        let _ = stream.read(&mut rest).await;
+    })
+    .await;
+    let yaml = preamble(None) + &ip_backend("liar", liar.addr, "") + &route_to(WS_HOST, "liar");
+    let proxy = TestProxy::start(&yaml).await;
+    let (status, code) = ws_status(proxy.http(), WS_HOST).await;
+    assert_eq!(
+        (status, code.as_deref()),
+        (502, Some("upstream_protocol_error"))
+    );
+    let plain = get(proxy.http(), WS_HOST, "/").await;
+    assert_eq!(
+        plain.error_code(),
+        Some("upstream_protocol_error"),
+        "{}",
+        plain.text()
+    );
+    let series = r#"egressd_upstream_failures_total{backend="default/liar",reason="upstream_protocol_error"}"#;
+    assert_eq!(metric(&proxy, series).await, 2.0);
+}
