@@ -333,3 +333,50 @@ async fn a_websocket_upstream_answering_garbage_is_a_protocol_error_like_a_reque
     let series = r#"egressd_upstream_failures_total{backend="default/liar",reason="upstream_protocol_error"}"#;
     assert_eq!(metric(&proxy, series).await, 2.0);
 }
+
+/// A websocket's access log line is written when it closes, like a tunnel's: with the bytes
+/// each way and its one attempt.
+#[tokio::test]
+async fn a_websockets_access_log_line_is_written_when_it_closes_with_its_bytes() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let echo = common::websocket::EchoServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let yaml = (preamble(None) + &ip_backend("echo", echo.addr, "") + &route_to(WS_HOST, "echo"))
+        .replace(
+            "  accessLog:\n    enabled: false\n",
+            &format!("  accessLog: {{path: \"{}\"}}\n", log.display()),
+        );
+    assert!(yaml.contains("access.log"));
+    let proxy = TestProxy::start(&yaml).await;
+    let stream = TcpStream::connect(proxy.http()).await.unwrap();
+    let request =
+        tungstenite::client::IntoClientRequest::into_client_request(format!("ws://{WS_HOST}/chat"))
+            .unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(request, stream)
+        .await
+        .unwrap();
+    ws.send(Message::text("hello through egressd"))
+        .await
+        .unwrap();
+    let echoed = ws.next().await.unwrap().unwrap();
+    assert_eq!(echoed, Message::text("hello through egressd"));
+    // Open: no line yet (it is written at the close, with the bytes).
+    assert!(json_lines(&log).is_empty(), "{:?}", json_lines(&log));
+    ws.close(None).await.unwrap();
+    while ws.next().await.is_some() {}
+    drop(ws);
+    let line = eventually(
+        "a line once the websocket closed",
+        Duration::from_secs(5),
+        || async { json_lines(&log).into_iter().next() },
+    )
+    .await;
+    assert_eq!(line["method"], "GET", "{line}");
+    assert_eq!(line["status"], 101, "{line}");
+    assert_eq!(line["attempts"], 1, "{line}");
+    assert_eq!(line["endpoint"], echo.addr.to_string(), "{line}");
+    assert!(line["bytes_in"].as_u64().unwrap() > 20, "{line}");
+    assert!(line["bytes_out"].as_u64().unwrap() > 20, "{line}");
+}

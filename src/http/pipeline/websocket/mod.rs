@@ -21,7 +21,7 @@ use hyper_util::rt::TokioIo;
 use super::admit::Admitted;
 use super::answer::clean_response_headers;
 use super::attempt::{connect_error, pick, Attempt, Outcome};
-use super::ctx::RequestCtx;
+use super::ctx::{RelayBytes, RequestCtx};
 use super::destination::Destination;
 use super::kind::Upgrade;
 use super::prepare::Prepared;
@@ -99,6 +99,8 @@ pub(super) async fn phase(
         active,
         admitted,
         open: ctx.conn.tracker.clone().map(|t| t.hold()),
+        // Like a tunnel's, the log line waits for the websocket to close, with its bytes.
+        report: ctx.report_relay_end(),
     };
     tokio::spawn(relay.run(downstream, upstream));
     Ok(Response::from_parts(parts, ProxyBody::empty()))
@@ -203,6 +205,8 @@ struct Relay {
     admitted: Admitted,
     /// Holds the drain tracker: SIGTERM waits for open websockets (up to the drain timeout).
     open: Option<super::ctx::Held>,
+    /// Where the end is reported, for the access log line.
+    report: Option<tokio::sync::oneshot::Sender<Option<RelayBytes>>>,
 }
 
 impl Relay {
@@ -216,7 +220,9 @@ impl Relay {
             active,
             admitted,
             open,
+            report,
         } = self;
+        let mut bytes = None;
         match tokio::try_join!(downstream, upstream) {
             Ok((client, server)) => {
                 let metrics = &shared.metrics;
@@ -242,6 +248,11 @@ impl Relay {
                         .inc_by(bytes);
                 }
                 tracing::debug!(%backend, endpoint = %active.endpoint().addr, ?end, "websocket closed");
+                bytes = Some(RelayBytes {
+                    up: end.up,
+                    down: end.down,
+                    complete: end.complete(),
+                });
             }
             Err(e) => tracing::debug!(%backend, error = %e, "websocket upgrade failed"),
         }
@@ -249,5 +260,8 @@ impl Relay {
         drop(active);
         drop(admitted);
         drop(open);
+        if let Some(report) = report {
+            let _ = report.send(bytes);
+        }
     }
 }
