@@ -46,6 +46,7 @@ pub(super) enum Outcome<'e> {
 
 impl<'e> Outcome<'e> {
     /// An HTTP exchange's outcome; `mcp_post`: its 200 is judged later.
+    #[inline]
     pub(super) fn of_exchange(
         sent: &'e Result<(Response<Incoming>, Lease), ProxyError>,
         mcp_post: bool,
@@ -62,6 +63,7 @@ impl<'e> Outcome<'e> {
 
 impl Attempt {
     /// An attempt at `endpoint` starts now.
+    #[inline]
     pub(super) fn start(ctx: &mut RequestCtx<'_>, endpoint: &Arc<Endpoint>) -> Self {
         ctx.upstream.endpoint = Some(endpoint.addr);
         ctx.upstream.attempts += 1;

@@ -126,8 +126,7 @@ pub(super) struct LoggedRequest {
     pub(super) time: std::time::SystemTime,
     /// The request's method; `TLS` for a passthrough connection.
     pub(super) method: Method,
-    /// `HTTP/1.1`, `HTTP/2`, …; `passthrough` for a passthrough connection.
-    pub(super) protocol: &'static str,
+    pub(super) protocol: LoggedProtocol,
     pub(super) authority: String,
     pub(super) path: String,
     pub(super) bytes_in: Option<u64>,
@@ -158,7 +157,7 @@ impl<'a> RequestCtx<'a> {
             time: std::time::SystemTime::now(),
             bytes_in: req.body().size_hint().exact(),
             method: req.method().clone(),
-            protocol: version_str(req.version()),
+            protocol: LoggedProtocol::Http(req.version()),
             authority: request_authority(req).to_owned(),
             path: req.uri().path().to_owned(),
         });
@@ -199,7 +198,7 @@ impl<'a> RequestCtx<'a> {
         let logged = shared.access_log.enabled().then(|| LoggedRequest {
             time: accepted,
             method: TLS.clone(),
-            protocol: "passthrough",
+            protocol: LoggedProtocol::Passthrough,
             authority: String::new(),
             path: String::new(),
             bytes_in: None,
@@ -251,13 +250,24 @@ impl<'a> RequestCtx<'a> {
     }
 }
 
-fn version_str(v: Version) -> &'static str {
-    match v {
-        Version::HTTP_09 => "HTTP/0.9",
-        Version::HTTP_10 => "HTTP/1.0",
-        Version::HTTP_2 => "HTTP/2",
-        Version::HTTP_3 => "HTTP/3",
-        _ => "HTTP/1.1",
+/// What the access log's `protocol` says: the request's HTTP version, or `passthrough`. One
+/// byte or two, so that a request's context stays small.
+#[derive(Clone, Copy)]
+pub(super) enum LoggedProtocol {
+    Http(Version),
+    Passthrough,
+}
+
+impl LoggedProtocol {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            LoggedProtocol::Http(Version::HTTP_09) => "HTTP/0.9",
+            LoggedProtocol::Http(Version::HTTP_10) => "HTTP/1.0",
+            LoggedProtocol::Http(Version::HTTP_2) => "HTTP/2",
+            LoggedProtocol::Http(Version::HTTP_3) => "HTTP/3",
+            LoggedProtocol::Http(_) => "HTTP/1.1",
+            LoggedProtocol::Passthrough => "passthrough",
+        }
     }
 }
 

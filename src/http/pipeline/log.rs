@@ -102,7 +102,7 @@ fn access_record(
         method: logged.method.as_str().to_owned(),
         authority: logged.authority,
         path: logged.path,
-        protocol: logged.protocol,
+        protocol: logged.protocol.as_str(),
         status,
         error: failure.code.or(ctx.local_error),
         error_cause: failure.cause,
