@@ -47,7 +47,10 @@ pub(super) fn phase<'s>(
             return Err(ProxyError::InvalidRequest("no request to route".into()))
         }
     };
-    ctx.backend = Some(routed.target.backend.label.clone());
+    if ctx.timed() {
+        // For the access log line and the span only.
+        ctx.backend = Some(routed.target.backend.label.clone());
+    }
     Ok(routed)
 }
 
