@@ -30,6 +30,9 @@ pub(super) fn phase(
     if let Some(action) = &ctx.route {
         action.stats(&ctx.shared.metrics).record(status, elapsed);
     }
+    if !ctx.timed() {
+        return response;
+    }
     let Some(record) = access_record(&mut ctx, status, failure, elapsed) else {
         return response;
     };

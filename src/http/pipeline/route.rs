@@ -55,6 +55,7 @@ pub(super) fn phase<'s>(
 }
 
 /// The routes of the listener the request came on.
+#[inline]
 fn http_router<'s>(ctx: &RequestCtx<'s>) -> Result<&'s HttpRouter, ProxyError> {
     ctx.snapshot
         .routers
