@@ -31,7 +31,7 @@ pub struct Options {
 }
 
 impl Options {
-    pub fn new(config: impl Into<PathBuf>) -> Self {
+    pub(crate) fn new(config: impl Into<PathBuf>) -> Self {
         Options {
             config: vec![config.into()],
             workers: 1,

@@ -22,17 +22,17 @@
 
 #![forbid(unsafe_code)]
 
-pub mod admin;
-pub mod app;
+pub(crate) mod admin;
+pub(crate) mod app;
 pub mod balance;
-pub mod bounded;
+pub(crate) mod bounded;
 pub mod commands;
 pub mod config;
-pub mod http;
+pub(crate) mod http;
 pub mod listener;
 pub mod mcp;
-pub mod names;
-pub mod policy;
+pub(crate) mod names;
+pub(crate) mod policy;
 pub mod probe;
 pub mod runtime;
 pub mod snapshot;

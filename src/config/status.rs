@@ -15,9 +15,9 @@ pub struct Condition {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub status: &'static str,
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
     #[serde(skip_serializing_if = "String::is_empty")]
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// Conditions of one object.
@@ -27,7 +27,7 @@ pub struct ObjectStatus {
     pub object: ObjectId,
     /// Shared with the object (10,000 objects made 10,000 copies of ten file names).
     #[serde(serialize_with = "display_path")]
-    pub file: Arc<Path>,
+    pub(crate) file: Arc<Path>,
     pub conditions: Vec<Condition>,
 }
 
@@ -44,7 +44,7 @@ pub struct StatusReport {
 impl StatusReport {
     /// Derives every object's conditions. `programmed` says whether this config is the one
     /// serving (false when it was rejected because some object has errors).
-    pub fn build(set: &ConfigSet, diagnostics: &[Diagnostic], programmed: bool) -> Self {
+    pub(crate) fn build(set: &ConfigSet, diagnostics: &[Diagnostic], programmed: bool) -> Self {
         // Each object's diagnostics, found in one pass (a scan per object made a config of
         // 10,000 Backends with a warning each take seconds).
         let mut by_object: HashMap<&ObjectId, Vec<&Diagnostic>> = HashMap::new();

@@ -15,7 +15,7 @@ pub const MESSAGE_LIMIT: usize = 1 << 20;
 /// (internal error): MCP gives the implementation-defined range (-32000..-32099) meanings
 /// caused by clients too (`-32002` resource not found, `-32020` header mismatch, `-32042`
 /// URL elicitation required), and tool failures are results (`isError`), not errors.
-pub fn is_server_error(code: i64) -> bool {
+pub(crate) fn is_server_error(code: i64) -> bool {
     code == -32603
 }
 
@@ -35,7 +35,7 @@ pub struct ErrorScan {
 }
 
 impl ErrorScan {
-    pub fn new(event_stream: bool) -> Self {
+    pub(crate) fn new(event_stream: bool) -> Self {
         ErrorScan {
             event_stream,
             message: Vec::new(),
@@ -47,12 +47,12 @@ impl ErrorScan {
     }
 
     /// Whether a server error was seen so far.
-    pub fn found(&self) -> bool {
+    pub(crate) fn found(&self) -> bool {
         self.found
     }
 
     /// The next bytes of the answer.
-    pub fn feed(&mut self, bytes: &[u8]) {
+    pub(crate) fn feed(&mut self, bytes: &[u8]) {
         if self.found {
             return;
         }
@@ -91,7 +91,7 @@ impl ErrorScan {
     }
 
     /// The answer ended: a JSON body is judged now.
-    pub fn finish(&mut self) -> bool {
+    pub(crate) fn finish(&mut self) -> bool {
         if !self.event_stream && !self.skipping {
             self.judge();
         }

@@ -9,7 +9,7 @@ use serde_json::Value;
 /// MCP request bodies up to this size are read before forwarding and inspected (the size MCP
 /// asks intermediaries to accept). Larger ones stream uninspected — unless a tool policy must
 /// see them, then they are refused (413).
-pub const BODY_LIMIT: u64 = 4 << 20;
+pub(crate) const BODY_LIMIT: u64 = 4 << 20;
 
 /// `Mcp-Method`: the JSON-RPC method, mirrored by 2026-07-28 clients.
 pub const METHOD_HEADER: http::HeaderName = http::HeaderName::from_static("mcp-method");
@@ -19,14 +19,14 @@ pub const NAME_HEADER: http::HeaderName = http::HeaderName::from_static("mcp-nam
 /// One JSON-RPC request of a message (a batch holds several).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Call {
-    pub method: Option<String>,
+    pub(crate) method: Option<String>,
     /// `params.name` of a `tools/call`.
-    pub tool: Option<String>,
+    pub(crate) tool: Option<String>,
     /// What `Mcp-Name` mirrors: `params.name` (tools, prompts), `params.uri` (resources) or
     /// `params.taskId` (tasks).
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// The request's id (absent for notifications).
-    pub id: Option<Value>,
+    pub(crate) id: Option<Value>,
 }
 
 /// The calls in a JSON-RPC message body (empty if it is not JSON).
@@ -70,15 +70,15 @@ fn name_field(method: &str) -> Option<&'static str> {
 /// What a request's `Mcp-Method` / `Mcp-Name` headers say.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Mirrored {
-    pub method: Option<String>,
+    pub(crate) method: Option<String>,
     /// Decoded (`=?base64?…?=` values are Base64).
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
 }
 
 impl Mirrored {
     /// Reads the headers; an error names a header that is repeated or cannot be read (these
     /// are singletons: two values would let intermediaries disagree about the request).
-    pub fn from_headers(headers: &http::HeaderMap) -> Result<Mirrored, String> {
+    pub(crate) fn from_headers(headers: &http::HeaderMap) -> Result<Mirrored, String> {
         let single = |name: &http::HeaderName| -> Result<Option<&str>, String> {
             let mut values = headers.get_all(name).iter();
             let Some(value) = values.next() else {
@@ -102,13 +102,13 @@ impl Mirrored {
         })
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.method.is_none() && self.name.is_none()
     }
 
     /// How the headers contradict the body's (single) call, if they do. A header the client
     /// left out is not a contradiction: only 2026-07-28 clients send them.
-    pub fn contradiction(&self, call: &Call) -> Option<String> {
+    pub(crate) fn contradiction(&self, call: &Call) -> Option<String> {
         if let Some(method) = &self.method {
             if call.method.as_deref() != Some(method) {
                 return Some(format!(
@@ -129,7 +129,7 @@ impl Mirrored {
     }
 
     /// The call the headers describe, for a body egressd did not read.
-    pub fn as_call(&self) -> Option<Call> {
+    pub(crate) fn as_call(&self) -> Option<Call> {
         let method = self.method.clone()?;
         let tool = self.name.clone().filter(|_| method == "tools/call");
         Some(Call {
@@ -206,14 +206,14 @@ pub fn method_label(method: &str) -> &'static str {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ToolPolicy {
     /// When set, only these tools.
-    pub allow: Option<Vec<String>>,
+    pub(crate) allow: Option<Vec<String>>,
     /// Never these (checked after `allow`).
-    pub deny: Vec<String>,
+    pub(crate) deny: Vec<String>,
 }
 
 impl ToolPolicy {
     /// Whether `tool` may be called. Names match exactly, or by prefix with a trailing `*`.
-    pub fn permits(&self, tool: &str) -> bool {
+    pub(crate) fn permits(&self, tool: &str) -> bool {
         let matches = |pattern: &String| match pattern.strip_suffix('*') {
             Some(prefix) => tool.starts_with(prefix),
             None => pattern == tool,
@@ -332,7 +332,7 @@ mod tests {
 }
 
 /// Responses to `tools/list` up to this size are read whole to be filtered.
-pub const FILTER_LIMIT: usize = 4 << 20;
+pub(crate) const FILTER_LIMIT: usize = 4 << 20;
 
 impl ToolPolicy {
     /// `result.tools` of a JSON-RPC response without the tools the policy denies; `None` when
@@ -350,7 +350,7 @@ impl ToolPolicy {
 
     /// A `tools/list` response body without denied tools: a JSON message, or an event stream
     /// whose `data:` lines carry messages (other lines are kept byte for byte).
-    pub fn filter_tools_list(&self, body: &[u8], event_stream: bool) -> Option<Vec<u8>> {
+    pub(crate) fn filter_tools_list(&self, body: &[u8], event_stream: bool) -> Option<Vec<u8>> {
         let text = std::str::from_utf8(body).ok()?;
         if !event_stream {
             return self.filter_message(text).map(String::into_bytes);

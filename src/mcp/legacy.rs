@@ -17,7 +17,7 @@ use super::session::{SessionHome, SessionKey};
 const SESSION_PARAMS: [&str; 2] = ["sessionId", "session_id"];
 
 /// The default path of the event stream.
-pub const DEFAULT_PATH: &str = "/sse";
+pub(crate) const DEFAULT_PATH: &str = "/sse";
 
 /// Where a session parameter's value lies in a query.
 fn session_value(query: &str) -> Option<std::ops::Range<usize>> {
@@ -137,9 +137,9 @@ pub struct EndpointEvent<F> {
 impl<F: FnOnce(&str) -> String> EndpointEvent<F> {
     /// Bytes looked at for the endpoint event before giving up on finding it: it must end
     /// within the stream's first `HOLD_LIMIT` bytes.
-    pub const HOLD_LIMIT: usize = 64 << 10;
+    pub(crate) const HOLD_LIMIT: usize = 64 << 10;
 
-    pub fn new(rewrite: F) -> Self {
+    pub(crate) fn new(rewrite: F) -> Self {
         EndpointEvent {
             rewrite: Some(rewrite),
             held: Vec::new(),
@@ -148,12 +148,12 @@ impl<F: FnOnce(&str) -> String> EndpointEvent<F> {
     }
 
     /// Whether the rewrite is over (everything passes untouched from now on).
-    pub fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.rewrite.is_none()
     }
 
     /// The bytes to send on for `chunk`.
-    pub fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
         if self.rewrite.is_none() {
             return chunk.to_vec();
         }
@@ -198,7 +198,7 @@ impl<F: FnOnce(&str) -> String> EndpointEvent<F> {
     }
 
     /// The held bytes, when the stream ends.
-    pub fn finish(&mut self) -> Vec<u8> {
+    pub(crate) fn finish(&mut self) -> Vec<u8> {
         self.rewrite = None;
         std::mem::take(&mut self.held)
     }
