@@ -15,9 +15,9 @@ pub struct Condition {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub status: &'static str,
-    pub(crate) reason: &'static str,
+    pub reason: &'static str,
     #[serde(skip_serializing_if = "String::is_empty")]
-    pub(crate) message: String,
+    pub message: String,
 }
 
 /// Conditions of one object.
@@ -27,7 +27,7 @@ pub struct ObjectStatus {
     pub object: ObjectId,
     /// Shared with the object (10,000 objects made 10,000 copies of ten file names).
     #[serde(serialize_with = "display_path")]
-    pub(crate) file: Arc<Path>,
+    pub file: Arc<Path>,
     pub conditions: Vec<Condition>,
 }
 

@@ -35,7 +35,7 @@ pub struct ErrorScan {
 }
 
 impl ErrorScan {
-    pub(crate) fn new(event_stream: bool) -> Self {
+    pub fn new(event_stream: bool) -> Self {
         ErrorScan {
             event_stream,
             message: Vec::new(),
@@ -52,7 +52,7 @@ impl ErrorScan {
     }
 
     /// The next bytes of the answer.
-    pub(crate) fn feed(&mut self, bytes: &[u8]) {
+    pub fn feed(&mut self, bytes: &[u8]) {
         if self.found {
             return;
         }
@@ -91,7 +91,7 @@ impl ErrorScan {
     }
 
     /// The answer ended: a JSON body is judged now.
-    pub(crate) fn finish(&mut self) -> bool {
+    pub fn finish(&mut self) -> bool {
         if !self.event_stream && !self.skipping {
             self.judge();
         }

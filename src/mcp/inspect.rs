@@ -19,14 +19,14 @@ pub const NAME_HEADER: http::HeaderName = http::HeaderName::from_static("mcp-nam
 /// One JSON-RPC request of a message (a batch holds several).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Call {
-    pub(crate) method: Option<String>,
+    pub method: Option<String>,
     /// `params.name` of a `tools/call`.
-    pub(crate) tool: Option<String>,
+    pub tool: Option<String>,
     /// What `Mcp-Name` mirrors: `params.name` (tools, prompts), `params.uri` (resources) or
     /// `params.taskId` (tasks).
-    pub(crate) name: Option<String>,
+    pub name: Option<String>,
     /// The request's id (absent for notifications).
-    pub(crate) id: Option<Value>,
+    pub id: Option<Value>,
 }
 
 /// The calls in a JSON-RPC message body (empty if it is not JSON).
@@ -78,7 +78,7 @@ pub struct Mirrored {
 impl Mirrored {
     /// Reads the headers; an error names a header that is repeated or cannot be read (these
     /// are singletons: two values would let intermediaries disagree about the request).
-    pub(crate) fn from_headers(headers: &http::HeaderMap) -> Result<Mirrored, String> {
+    pub fn from_headers(headers: &http::HeaderMap) -> Result<Mirrored, String> {
         let single = |name: &http::HeaderName| -> Result<Option<&str>, String> {
             let mut values = headers.get_all(name).iter();
             let Some(value) = values.next() else {
@@ -108,7 +108,7 @@ impl Mirrored {
 
     /// How the headers contradict the body's (single) call, if they do. A header the client
     /// left out is not a contradiction: only 2026-07-28 clients send them.
-    pub(crate) fn contradiction(&self, call: &Call) -> Option<String> {
+    pub fn contradiction(&self, call: &Call) -> Option<String> {
         if let Some(method) = &self.method {
             if call.method.as_deref() != Some(method) {
                 return Some(format!(
@@ -129,7 +129,7 @@ impl Mirrored {
     }
 
     /// The call the headers describe, for a body egressd did not read.
-    pub(crate) fn as_call(&self) -> Option<Call> {
+    pub fn as_call(&self) -> Option<Call> {
         let method = self.method.clone()?;
         let tool = self.name.clone().filter(|_| method == "tools/call");
         Some(Call {
@@ -206,14 +206,14 @@ pub fn method_label(method: &str) -> &'static str {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ToolPolicy {
     /// When set, only these tools.
-    pub(crate) allow: Option<Vec<String>>,
+    pub allow: Option<Vec<String>>,
     /// Never these (checked after `allow`).
-    pub(crate) deny: Vec<String>,
+    pub deny: Vec<String>,
 }
 
 impl ToolPolicy {
     /// Whether `tool` may be called. Names match exactly, or by prefix with a trailing `*`.
-    pub(crate) fn permits(&self, tool: &str) -> bool {
+    pub fn permits(&self, tool: &str) -> bool {
         let matches = |pattern: &String| match pattern.strip_suffix('*') {
             Some(prefix) => tool.starts_with(prefix),
             None => pattern == tool,
@@ -350,7 +350,7 @@ impl ToolPolicy {
 
     /// A `tools/list` response body without denied tools: a JSON message, or an event stream
     /// whose `data:` lines carry messages (other lines are kept byte for byte).
-    pub(crate) fn filter_tools_list(&self, body: &[u8], event_stream: bool) -> Option<Vec<u8>> {
+    pub fn filter_tools_list(&self, body: &[u8], event_stream: bool) -> Option<Vec<u8>> {
         let text = std::str::from_utf8(body).ok()?;
         if !event_stream {
             return self.filter_message(text).map(String::into_bytes);

@@ -137,9 +137,9 @@ pub struct EndpointEvent<F> {
 impl<F: FnOnce(&str) -> String> EndpointEvent<F> {
     /// Bytes looked at for the endpoint event before giving up on finding it: it must end
     /// within the stream's first `HOLD_LIMIT` bytes.
-    pub(crate) const HOLD_LIMIT: usize = 64 << 10;
+    pub const HOLD_LIMIT: usize = 64 << 10;
 
-    pub(crate) fn new(rewrite: F) -> Self {
+    pub fn new(rewrite: F) -> Self {
         EndpointEvent {
             rewrite: Some(rewrite),
             held: Vec::new(),
@@ -148,12 +148,12 @@ impl<F: FnOnce(&str) -> String> EndpointEvent<F> {
     }
 
     /// Whether the rewrite is over (everything passes untouched from now on).
-    pub(crate) fn done(&self) -> bool {
+    pub fn done(&self) -> bool {
         self.rewrite.is_none()
     }
 
     /// The bytes to send on for `chunk`.
-    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
         if self.rewrite.is_none() {
             return chunk.to_vec();
         }
@@ -198,7 +198,7 @@ impl<F: FnOnce(&str) -> String> EndpointEvent<F> {
     }
 
     /// The held bytes, when the stream ends.
-    pub(crate) fn finish(&mut self) -> Vec<u8> {
+    pub fn finish(&mut self) -> Vec<u8> {
         self.rewrite = None;
         std::mem::take(&mut self.held)
     }

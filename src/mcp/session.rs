@@ -36,9 +36,9 @@ pub(crate) fn mentions_wrapped(query: &str) -> bool {
 /// Where a session was issued: the Backend (`namespace/name`), its port and the endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionHome {
-    pub(crate) backend: String,
-    pub(crate) port: u16,
-    pub(crate) endpoint: SocketAddr,
+    pub backend: String,
+    pub port: u16,
+    pub endpoint: SocketAddr,
 }
 /// MAC bytes kept (128 bits: forging one takes 2^128 tries).
 const MAC_LEN: usize = 16;
@@ -80,7 +80,7 @@ pub(crate) enum KeyError {
 
 impl SessionKey {
     /// A random key for this process.
-    pub(crate) fn generate() -> SessionKey {
+    pub fn generate() -> SessionKey {
         let rng = aws_lc_rs::rand::SystemRandom::new();
         let key = hmac::Key::generate(hmac::HMAC_SHA256, &rng)
             // aws-lc's RNG failing means the process cannot do TLS either.

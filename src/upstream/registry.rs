@@ -169,7 +169,7 @@ impl StateRegistry {
 
     /// Closes expired and surplus idle connections (`H1Pool::sweep`) and forgets dropped
     /// entries. Called every 5 s.
-    pub(crate) fn sweep(&self) {
+    pub fn sweep(&self) {
         let live: Vec<Arc<Endpoint>> = {
             let mut endpoints = lock(&self.endpoints);
             endpoints.retain(|_, weak| weak.strong_count() > 0);
