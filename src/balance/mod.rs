@@ -30,7 +30,6 @@ pub use hash_key::HashKey;
 pub(crate) use least_request::MAX_CHOICES;
 pub use least_request::{LeastRequest, LeastRequestSettings};
 pub use list::EndpointList;
-pub(crate) use list::Weights;
 pub use random::Random;
 pub use round_robin::RoundRobin;
 

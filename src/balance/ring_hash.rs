@@ -92,7 +92,7 @@ impl Ring {
         self.hashes.len()
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.hashes.is_empty()
     }
 }

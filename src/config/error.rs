@@ -157,8 +157,3 @@ impl fmt::Display for Diagnostic {
         Ok(())
     }
 }
-
-/// All diagnostics of a failed load, in file/position order.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{} error(s) in config", .0.iter().filter(|d| d.is_error()).count())]
-pub(crate) struct ConfigErrors(pub(crate) Vec<Diagnostic>);

@@ -221,8 +221,6 @@ pub(crate) fn parse_files(read: ReadFiles, limits: &LoadLimits, cache: &mut Load
     loaded
 }
 
-pub(crate) use files::is_config_file;
-
 /// Loads one file's `text` as [`load_paths_with`] loads each file it reads, without touching
 /// the file system: the fuzz targets (`fuzz/`) drive the loader and the compiler with it.
 pub fn load_text(file: &Path, text: &str, limits: &LoadLimits) -> Loaded {

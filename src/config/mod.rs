@@ -14,11 +14,9 @@ pub mod wire;
 pub(crate) mod xbackend;
 pub(crate) mod yaml;
 
-pub(crate) use error::{ConfigErrors, ObjectId};
+pub(crate) use error::ObjectId;
 pub use error::{Diagnostic, Reason, Severity};
 pub(crate) use files::{hash_file_state, read_regular_file};
 pub use limits::LoadLimits;
 pub use load::{load_paths, load_paths_with};
-pub(crate) use load::{
-    load_paths_cached, parse_files, read_paths, ConfigSet, LoadCache, ReadFiles,
-};
+pub(crate) use load::{parse_files, read_paths, ConfigSet, LoadCache, ReadFiles};

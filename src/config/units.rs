@@ -78,6 +78,7 @@ pub(crate) struct GwDuration(pub(crate) std::time::Duration);
 impl GwDuration {
     /// A duration of whole seconds, usable in `const` defaults.
     #[must_use]
+    #[cfg(test)]
     pub(crate) const fn from_secs(secs: u64) -> Self {
         Self(Duration::from_secs(secs))
     }

@@ -25,6 +25,10 @@ pub(crate) struct TunnelEnd {
 
 /// Why a tunnel ended.
 #[derive(Debug)]
+#[expect(
+    dead_code,
+    reason = "the idle time and the error are read through Debug: the debug line of a closed tunnel"
+)]
 pub(crate) enum TunnelClose {
     /// Both directions finished.
     Closed,

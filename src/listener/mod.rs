@@ -19,7 +19,7 @@ pub(crate) mod watchdog;
 
 pub(crate) use conn::{count_parse_error, drive, refused, OnExpiry, Timers};
 pub(crate) use http::http1_server;
-pub(crate) use tracker::{ConnGuard, ConnTracker};
+pub(crate) use tracker::ConnTracker;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

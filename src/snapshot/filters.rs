@@ -23,10 +23,6 @@ pub struct HeaderOps {
 }
 
 impl HeaderOps {
-    pub(crate) fn is_empty(&self) -> bool {
-        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
-    }
-
     /// Applies remove, then set, then add — the order Gateway API implementations use, so a
     /// header can be both removed and re-added by `set`.
     pub(crate) fn apply(&self, headers: &mut HeaderMap) {

@@ -316,25 +316,6 @@ impl Backend {
     }
 }
 
-impl Backend {
-    /// The port a request naming `port` goes to. A request that names no port, or names the
-    /// scheme's default port that the Backend does not declare, goes to the first port.
-    pub(crate) fn port_for(
-        &self,
-        port: Option<u16>,
-        scheme_default: u16,
-    ) -> Option<&Arc<BackendPort>> {
-        match port {
-            None => self.ports.first(),
-            Some(p) => self
-                .ports
-                .iter()
-                .find(|bp| bp.number == p)
-                .or_else(|| (p == scheme_default).then(|| self.ports.first()).flatten()),
-        }
-    }
-}
-
 /// One port of a Backend: where its endpoints are and how to talk to them.
 #[derive(Debug)]
 pub struct BackendPort {

@@ -67,10 +67,6 @@ impl<K: Eq + Hash + Clone + Debug + Send + Sync + 'static> OnDemand<K> {
         self.lock().len()
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Every key and target kept now (for the admin server: a copy, so the lock is held only
     /// while the `Arc`s are cloned).
     pub(crate) fn entries(&self) -> Vec<(K, Arc<Target>)> {

@@ -79,8 +79,6 @@ pub(crate) enum Carriage {
 /// Why an undeclared destination is refused even though the policy allows undeclared ones.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Refusal {
-    #[error("no Backend or route declares it")]
-    NotAllowed,
     #[error("a Backend declares this host; requests follow its ports and protocol")]
     Declared,
     #[error("the host matches ProxyConfig deniedHostnames `{0}`")]
@@ -143,11 +141,6 @@ impl UndeclaredDestinations {
     /// Undeclared destinations kept now (for `/metrics`).
     pub(crate) fn len(&self) -> usize {
         self.targets.len()
-    }
-
-    /// Whether none is kept.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Whether uses are recorded as audited (`AuditOnly`).

@@ -177,11 +177,6 @@ impl WildcardHosts {
         ));
     }
 
-    /// Concrete hosts kept now.
-    pub(crate) fn hosts(&self) -> usize {
-        self.table.len()
-    }
-
     /// The concrete hosts kept now for `port`, sorted, with their ports.
     pub(crate) fn hosts_of_port(&self, port: u16) -> Vec<(String, Arc<BackendPort>)> {
         let mut hosts: Vec<_> = self

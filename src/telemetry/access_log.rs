@@ -1,13 +1,11 @@
 //! The access log: one line per request, written by a background thread so the hot path never
 //! blocks on a slow terminal or disk. If the writer falls behind by more than a bounded queue,
-//! lines are dropped and counted rather than slowing traffic.
+//! lines are dropped rather than slowing traffic.
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use arc_swap::ArcSwapOption;
 use serde::Serialize;
@@ -114,7 +112,6 @@ struct Sink {
 pub(crate) struct AccessLog {
     sink: ArcSwapOption<Sink>,
     settings: std::sync::Mutex<Option<AccessLogSettings>>,
-    dropped: AtomicU64,
 }
 
 impl std::fmt::Debug for AccessLog {
@@ -128,7 +125,6 @@ impl Default for AccessLog {
         AccessLog {
             sink: ArcSwapOption::empty(),
             settings: std::sync::Mutex::new(None),
-            dropped: AtomicU64::new(0),
         }
     }
 }
@@ -198,14 +194,8 @@ impl AccessLog {
             AccessLogFormat::Text => text_line(record).into_bytes(),
         };
         line.push(b'\n');
-        if let Err(TrySendError::Full(_)) = sink.tx.try_send(line) {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Lines dropped because the writer could not keep up.
-    pub(crate) fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        // A full queue drops the line: the hot path never waits for the writer.
+        let _ = sink.tx.try_send(line);
     }
 }
 
@@ -260,11 +250,6 @@ impl std::fmt::Display for Escaped<'_> {
         }
         Ok(())
     }
-}
-
-/// Now, formatted for the log.
-pub(crate) fn now() -> String {
-    super::time::rfc3339(SystemTime::now())
 }
 
 /// `ProxyConfig.spec.accessLog`, resolved.

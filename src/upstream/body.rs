@@ -133,6 +133,10 @@ impl Body for RequestBody {
 /// What an upstream response holds on to while it streams: the HTTP/1.1 connection to give
 /// back to the pool at the end, or the HTTP/2 stream slot to release.
 #[derive(Debug)]
+#[expect(
+    dead_code,
+    reason = "held, never read: dropping the lease gives the connection or stream slot back"
+)]
 pub(crate) enum Lease {
     Http1(H1Conn),
     Http2(H2Stream),

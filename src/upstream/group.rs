@@ -183,12 +183,6 @@ impl EndpointGroup {
         group
     }
 
-    /// How many priority levels the group was built for (a static list with another number
-    /// needs a group of its own).
-    pub(crate) fn levels(&self) -> usize {
-        self.balancers.len()
-    }
-
     /// Whether the current list is exactly `endpoints`, in order.
     pub(crate) fn holds(&self, endpoints: &[Arc<Endpoint>]) -> bool {
         let list = self.list.load();
@@ -198,10 +192,6 @@ impl EndpointGroup {
                 .iter()
                 .zip(endpoints)
                 .all(|(a, b)| Arc::ptr_eq(a, b))
-    }
-
-    pub(crate) fn outlier_settings(&self) -> &OutlierSettings {
-        &self.settings.outlier
     }
 
     pub(crate) fn active_settings(&self) -> Option<&ActiveSettings> {

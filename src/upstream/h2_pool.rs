@@ -100,10 +100,6 @@ impl H2Stream {
     pub(crate) fn sender(&self) -> SendRequest<RequestBody> {
         self.0.sender.clone()
     }
-
-    pub(crate) fn connection(&self) -> &Arc<H2Conn> {
-        &self.0
-    }
 }
 
 impl Drop for H2Stream {

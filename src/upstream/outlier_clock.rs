@@ -55,15 +55,12 @@ impl OutlierClock {
     }
 
     /// How many groups are ticked (those dropped since the last tick included).
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         lock(&self.by_interval)
             .values()
             .map(|list| lock(list).len())
             .sum()
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

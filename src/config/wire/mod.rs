@@ -86,15 +86,6 @@ impl Kind {
         }
     }
 
-    pub(crate) fn group(self) -> &'static str {
-        match self {
-            Kind::Gateway | Kind::HttpRoute | Kind::TlsRoute => GATEWAY_GROUP,
-            Kind::XBackend => GATEWAY_X_GROUP,
-            Kind::Secret | Kind::ConfigMap => "",
-            _ => EGRESSD_GROUP,
-        }
-    }
-
     /// The accepted `apiVersion` values; the first is canonical.
     pub fn api_versions(self) -> &'static [&'static str] {
         match self {
@@ -159,10 +150,7 @@ impl<S> Object<S> {
         }
     }
 
-    pub(crate) fn namespace(&self) -> &str {
-        &self.id.namespace
-    }
-
+    #[cfg(test)]
     pub(crate) fn name(&self) -> &str {
         &self.id.name
     }

@@ -32,6 +32,7 @@ pub(crate) struct DeError {
 ///
 /// # Errors
 /// Any mismatch between the YAML and `T`, as a [`DeError`].
+#[cfg(test)]
 pub(crate) fn from_node<T: de::DeserializeOwned>(node: &Node) -> Result<T, DeError> {
     attempt(node, &Pruned::new()).map_err(|e| e.positioned(node))
 }

@@ -24,8 +24,12 @@ mod tests;
 use std::borrow::Cow;
 use std::fmt::{self, Display};
 
-pub(crate) use deserializer::{from_node, from_node_all, DeError};
-pub(crate) use parse::{parse_documents, parse_documents_with, Limit, ParseLimits, SyntaxError};
+pub(crate) use deserializer::from_node_all;
+#[cfg(test)]
+pub(crate) use deserializer::{from_node, DeError};
+#[cfg(test)]
+pub(crate) use parse::parse_documents;
+pub(crate) use parse::{parse_documents_with, Limit, ParseLimits};
 pub(crate) use spanned::Spanned;
 
 /// Longest string shown verbatim in an error message before it is shortened.
@@ -126,6 +130,7 @@ impl Node {
 
     /// The items of a sequence.
     #[must_use]
+    #[cfg(test)]
     pub(crate) fn as_seq(&self) -> Option<&[Node]> {
         match &self.value {
             Value::Seq(items) => Some(items),

@@ -109,6 +109,7 @@ impl From<ScanError> for SyntaxError {
 /// # Errors
 /// Malformed YAML, duplicate keys, undefined aliases, nesting deeper than 128 levels, or
 /// anchors and aliases copying more than the default [`ParseLimits`].
+#[cfg(test)]
 pub(crate) fn parse_documents(text: &str) -> Result<Vec<Node>, SyntaxError> {
     parse_documents_with(text, ParseLimits::default())
 }

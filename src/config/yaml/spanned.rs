@@ -43,6 +43,7 @@ impl<T> Spanned<T> {
     }
 
     /// Drops the position.
+    #[cfg(test)]
     pub(crate) fn into_inner(self) -> T {
         self.value
     }

@@ -116,10 +116,12 @@ impl CompiledBackends {
                 .is_none_or(|g| same_objects(g, &set.gateways))
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -259,7 +261,8 @@ fn status_change(path: &Path) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{load_paths_cached, LoadCache, LoadLimits};
+    use crate::config::load::load_paths_cached;
+    use crate::config::{LoadCache, LoadLimits};
     use crate::runtime::compile::{compile_reusing, Compiled};
     use crate::upstream::dns::DnsResolver;
     use crate::upstream::registry::StateRegistry;
