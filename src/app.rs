@@ -30,17 +30,6 @@ pub struct Options {
     pub watch: Option<WatchOptions>,
 }
 
-impl Options {
-    pub fn new(config: impl Into<PathBuf>) -> Self {
-        Options {
-            config: vec![config.into()],
-            workers: 1,
-            admin_address: None,
-            watch: Some(WatchOptions::default()),
-        }
-    }
-}
-
 /// Why a proxy could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

@@ -19,20 +19,27 @@
 //! | | [`config`] | wire types as people write them, YAML loading with positions, JSON Schema, status conditions |
 //! | | [`mcp`] | MCP: JSON-RPC inspection, session ids, SSE rewriting |
 //! | | [`names`], [`bounded`] | host-name rules; size-capped maps and the body budget |
+//!
+//! The library is public only for its four users: the CLI (`src/main.rs`), the integration
+//! tests in `tests/` (which start a whole [`Proxy`] in-process and read a few internals: the
+//! serving snapshot, config loading and compiling, validation), the criterion benches
+//! (`benches/balance.rs`: balancers and endpoint groups) and the fuzz targets
+//! (`fuzz/fuzz_targets/`: the config loader, ClientHello and host parsers, MCP inspection and
+//! stream rewriting). Everything else is crate-private: `pub(crate)` or narrower. The `[lints]`
+//! of Cargo.toml flag a `pub` that outside code cannot reach (`unreachable_pub`) and forbid
+//! `unsafe` code in every target.
 
-#![forbid(unsafe_code)]
-
-pub mod admin;
-pub mod app;
+pub(crate) mod admin;
+pub(crate) mod app;
 pub mod balance;
-pub mod bounded;
+pub(crate) mod bounded;
 pub mod commands;
 pub mod config;
-pub mod http;
+pub(crate) mod http;
 pub mod listener;
 pub mod mcp;
-pub mod names;
-pub mod policy;
+pub(crate) mod names;
+pub(crate) mod policy;
 pub mod probe;
 pub mod runtime;
 pub mod snapshot;

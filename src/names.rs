@@ -7,7 +7,7 @@ pub const MAX_HOST_LEN: usize = 253;
 /// RFC 1123 subdomain: lower-case labels of letters, digits and `-`, each at most 63
 /// characters, not starting or ending with `-`, at most 253 in all. Kubernetes requires it of
 /// object names and namespaces; hostnames follow the same grammar.
-pub fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('.').all(|label| {
@@ -22,12 +22,12 @@ pub fn is_dns_subdomain(s: &str) -> bool {
 }
 
 /// A DNS name (RFC 1123), lower-case, not an IP literal, no wildcard.
-pub fn is_valid_hostname(host: &str) -> bool {
+pub(crate) fn is_valid_hostname(host: &str) -> bool {
     is_dns_subdomain(host) && host.parse::<std::net::IpAddr>().is_err()
 }
 
 /// `host` or `*.host`.
-pub fn is_valid_hostname_pattern(pattern: &str) -> bool {
+pub(crate) fn is_valid_hostname_pattern(pattern: &str) -> bool {
     match pattern.strip_prefix("*.") {
         Some(rest) => is_valid_hostname(rest),
         None => is_valid_hostname(pattern),
@@ -35,7 +35,7 @@ pub fn is_valid_hostname_pattern(pattern: &str) -> bool {
 }
 
 /// Whether `host` matches `pattern` (`*.suffix` matches one or more labels before the suffix).
-pub fn hostname_matches(pattern: &str, host: &str) -> bool {
+pub(crate) fn hostname_matches(pattern: &str, host: &str) -> bool {
     match pattern.strip_prefix('*') {
         Some(suffix) => host.len() > suffix.len() && host.ends_with(suffix),
         None => pattern == host,

@@ -40,13 +40,13 @@ use crate::snapshot::DownstreamSettings;
 use crate::telemetry::log_limit::limited;
 
 /// A running admin server; dropping the handle (or `stop`) closes it.
-pub struct AdminHandle {
-    pub addr: SocketAddr,
+pub(crate) struct AdminHandle {
+    pub(crate) addr: SocketAddr,
     stop: watch::Sender<bool>,
 }
 
 impl AdminHandle {
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         let _ = self.stop.send(true);
     }
 }
@@ -61,7 +61,7 @@ impl Drop for AdminHandle {
 /// (`admin.maxConnections`) and get the proxy's `downstream.headerReadTimeout` and
 /// `downstream.idleTimeout`, both read at each accept: a stuck prober or a flood of silent
 /// sockets cannot take the readiness endpoint's descriptors.
-pub async fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<AdminHandle> {
+pub(crate) async fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<AdminHandle> {
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let (stop, mut stopped) = watch::channel(false);

@@ -11,7 +11,7 @@ const REDACTED: &str = "<redacted>";
 
 /// Every object of the config, as written, with the values that may be secrets replaced by
 /// `<redacted>` (see [`redact`]); names, paths and hostnames stay visible.
-pub fn config_dump(set: &ConfigSet) -> Value {
+pub(crate) fn config_dump(set: &ConfigSet) -> Value {
     let mut objects = Vec::new();
     let mut push = |kind: Kind, meta: Value, spec: Value| {
         let mut doc = json!({

@@ -22,7 +22,7 @@ impl Entry {
 
 /// An EDF schedule over entries `0..n`: a binary min-heap on `due`.
 #[derive(Debug)]
-pub struct Edf {
+pub(crate) struct Edf {
     heap: Vec<Entry>,
     now: f64,
     order: u64,
@@ -34,7 +34,7 @@ const EPSILON: f64 = 1e-13;
 
 impl Edf {
     /// A schedule with entry `i` at weight `weight(i)`.
-    pub fn new(n: usize, weight: impl Fn(usize) -> f64) -> Self {
+    pub(crate) fn new(n: usize, weight: impl Fn(usize) -> f64) -> Self {
         let mut edf = Edf {
             heap: Vec::with_capacity(n),
             now: 0.0,
@@ -60,7 +60,7 @@ impl Edf {
     }
 
     /// The next entry; it is put back with `weight(index)` as computed now.
-    pub fn pick_and_add(&mut self, weight: impl Fn(usize) -> f64) -> Option<usize> {
+    pub(crate) fn pick_and_add(&mut self, weight: impl Fn(usize) -> f64) -> Option<usize> {
         // The earliest entry is rescheduled where it stands (one sift down) rather than popped
         // and pushed again: the same order, half the heap work.
         let top = *self.heap.first()?;

@@ -33,7 +33,7 @@ impl HashKey {
 
     /// The hash of a connection that has no HTTP request (CONNECT tunnels, TLS passthrough):
     /// only `SourceIp` has a key there.
-    pub fn hash_connection(&self, client: IpAddr) -> Option<u64> {
+    pub(crate) fn hash_connection(&self, client: IpAddr) -> Option<u64> {
         match self {
             HashKey::SourceIp => Some(hash_ip(client)),
             HashKey::Header(_) | HashKey::Cookie(_) => None,
@@ -42,7 +42,7 @@ impl HashKey {
 }
 
 /// xxHash64 with seed 0, Envoy's `HashUtil::xxHash64`.
-pub fn hash_bytes(bytes: &[u8]) -> u64 {
+pub(crate) fn hash_bytes(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh64::xxh64(bytes, 0)
 }
 

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 /// What an active check does.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum CheckKind {
+pub(crate) enum CheckKind {
     /// A TCP connect succeeds.
     Tcp,
     /// An HTTP request answered with one of the expected statuses.
@@ -30,36 +30,36 @@ pub enum CheckKind {
 
 /// `healthCheck.active.http`, resolved.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct HttpCheck {
-    pub path: String,
-    pub method: http::Method,
+pub(crate) struct HttpCheck {
+    pub(crate) path: String,
+    pub(crate) method: http::Method,
     /// `Host` to send; `None`: the Backend's hostname (the endpoint address for IP Backends).
-    pub host: Option<String>,
-    pub expected_statuses: Vec<u16>,
+    pub(crate) host: Option<String>,
+    pub(crate) expected_statuses: Vec<u16>,
 }
 
 /// `healthCheck.active`, resolved.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ActiveSettings {
-    pub kind: CheckKind,
-    pub interval: Duration,
-    pub interval_jitter: Duration,
-    pub timeout: Duration,
-    pub unhealthy_threshold: u32,
-    pub healthy_threshold: u32,
+    pub(crate) kind: CheckKind,
+    pub(crate) interval: Duration,
+    pub(crate) interval_jitter: Duration,
+    pub(crate) timeout: Duration,
+    pub(crate) unhealthy_threshold: u32,
+    pub(crate) healthy_threshold: u32,
     /// A pass ends an outlier ejection at once (Envoy's
     /// `successful_active_health_check_uneject_host`).
-    pub uneject_on_pass: bool,
+    pub(crate) uneject_on_pass: bool,
 }
 
 impl ActiveSettings {
-    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
-    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
-    pub const DEFAULT_UNHEALTHY_THRESHOLD: u32 = 3;
-    pub const DEFAULT_HEALTHY_THRESHOLD: u32 = 1;
+    pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+    pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+    pub(crate) const DEFAULT_UNHEALTHY_THRESHOLD: u32 = 3;
+    pub(crate) const DEFAULT_HEALTHY_THRESHOLD: u32 = 1;
 
     /// The time to the next check of an endpoint: the interval plus a random jitter.
-    pub fn next_interval(&self) -> Duration {
+    pub(crate) fn next_interval(&self) -> Duration {
         if self.interval_jitter.is_zero() {
             return self.interval;
         }
@@ -70,7 +70,7 @@ impl ActiveSettings {
 
 /// How one check went.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CheckResult {
+pub(crate) enum CheckResult {
     Pass,
     /// Why it failed, for `/endpoints` and the logs.
     Fail(String),
@@ -78,30 +78,30 @@ pub enum CheckResult {
 
 /// A change of an endpoint's health, which makes its group rebuild its pickable list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transition {
+pub(crate) enum Transition {
     BecameHealthy,
     BecameUnhealthy,
 }
 
 /// What `/endpoints` shows of an endpoint's active health.
 #[derive(Clone, Debug, Default)]
-pub struct HealthDetail {
+pub(crate) struct HealthDetail {
     /// Passed checks in a row (counted while unhealthy, towards `healthyThreshold`).
-    pub consecutive_passes: u32,
+    pub(crate) consecutive_passes: u32,
     /// Failed checks in a row (counted while healthy, towards `unhealthyThreshold`).
-    pub consecutive_failures: u32,
-    pub last_check: Option<SystemTime>,
-    pub last_pass: Option<bool>,
-    pub last_failure: Option<String>,
+    pub(crate) consecutive_failures: u32,
+    pub(crate) last_check: Option<SystemTime>,
+    pub(crate) last_pass: Option<bool>,
+    pub(crate) last_failure: Option<String>,
     /// When the checker runs the next check (scheduling state that survives a reload, so that
     /// frequent reloads do not postpone checks).
-    pub next_due: Option<Instant>,
+    pub(crate) next_due: Option<Instant>,
 }
 
 /// Per-endpoint active health; lives in the `Endpoint`, so it survives reloads and DNS
 /// refreshes that keep the address.
 #[derive(Debug, Default)]
-pub struct HealthState {
+pub(crate) struct HealthState {
     unhealthy: AtomicBool,
     /// Boxed: `Endpoint` stays as small as before for the counters picks read. Made by the
     /// first check: most endpoints are never checked (10,000 Backends: 1.6 MB).
@@ -109,12 +109,12 @@ pub struct HealthState {
 }
 
 impl HealthState {
-    pub fn is_unhealthy(&self) -> bool {
+    pub(crate) fn is_unhealthy(&self) -> bool {
         self.unhealthy.load(Ordering::Relaxed)
     }
 
     /// A copy of the details (for `/endpoints`).
-    pub fn detail(&self) -> HealthDetail {
+    pub(crate) fn detail(&self) -> HealthDetail {
         self.detail
             .get()
             .map_or_else(HealthDetail::default, |detail| unpoisoned(detail).clone())
@@ -177,7 +177,7 @@ fn unpoisoned(detail: &Mutex<HealthDetail>) -> std::sync::MutexGuard<'_, HealthD
 /// The first check of the `i`-th of `n` endpoints: the group's checks are spread evenly over
 /// one interval from a random `phase` (so that many groups started together do not check at
 /// the same instants either), never fired all at once.
-pub fn start_offset(i: usize, n: usize, interval: Duration, phase: Duration) -> Duration {
+pub(crate) fn start_offset(i: usize, n: usize, interval: Duration, phase: Duration) -> Duration {
     if n == 0 || interval.is_zero() {
         return Duration::ZERO;
     }

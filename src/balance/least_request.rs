@@ -21,22 +21,22 @@ use super::slow_start::{now_ms, ramp_until_ms, SlowStartSettings};
 use super::{Balancer, Candidate, EndpointList};
 
 /// The largest `choiceCount` accepted.
-pub const MAX_CHOICES: usize = 16;
+pub(crate) const MAX_CHOICES: usize = 16;
 
 /// `loadBalancer.leastRequest`, resolved.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LeastRequestSettings {
     /// Endpoints sampled per pick (≥ 2).
-    pub choice_count: u32,
+    pub(crate) choice_count: u32,
     /// Exponent of `active + 1` in the weighted schedule.
-    pub active_request_bias: f64,
+    pub(crate) active_request_bias: f64,
     /// Whether the bias was set explicitly (then the weighted schedule is used even with equal
     /// weights, as in current Envoy).
-    pub bias_explicit: bool,
+    pub(crate) bias_explicit: bool,
     /// Sample distinct endpoints (egressd) or with replacement (Envoy).
-    pub distinct_choices: bool,
+    pub(crate) distinct_choices: bool,
     /// `loadBalancer.slowStart`.
-    pub slow_start: Option<SlowStartSettings>,
+    pub(crate) slow_start: Option<SlowStartSettings>,
 }
 
 impl Default for LeastRequestSettings {

@@ -9,16 +9,16 @@ use super::Candidate;
 /// pickable ones. Immutable once published; a change is a new list.
 #[derive(Debug)]
 pub struct EndpointList<E> {
-    pub endpoints: Vec<Arc<E>>,
+    pub(crate) endpoints: Vec<Arc<E>>,
     /// Summary of the endpoints' weights, computed once per list so picks need not scan it.
-    pub weights: Weights,
+    pub(crate) weights: Weights,
     /// Set once a DNS group has resolved at least once (always true for static groups).
-    pub resolved: bool,
+    pub(crate) resolved: bool,
     /// Last resolution error, kept while the last good addresses keep serving.
-    pub last_error: Option<String>,
+    pub(crate) last_error: Option<String>,
     /// The last resolution's answers were all refused by the destination's address policy
     /// (`last_error` says which): a request that finds no endpoint is refused, not failed.
-    pub address_denied: bool,
+    pub(crate) address_denied: bool,
     /// What the list's balancer built for it (see [`Prepared`]): set when the list is
     /// published, so picks only read it.
     prepared: OnceLock<Prepared>,
@@ -58,7 +58,7 @@ impl<E: Candidate> EndpointList<E> {
     /// True the first time only: a group's list can itself be what picks choose from while
     /// every endpoint takes load, but only once; a later rebuild makes a new list, so what
     /// its balancer prepares (schedules, slow start) starts over.
-    pub fn publish_once(&self) -> bool {
+    pub(crate) fn publish_once(&self) -> bool {
         !self.published.swap(true, Ordering::Relaxed)
     }
 
@@ -79,14 +79,14 @@ pub(super) enum Prepared {
 
 /// What balancers need to know about a list's weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Weights {
+pub(crate) struct Weights {
     /// Every endpoint has the same weight.
-    pub uniform: bool,
-    pub total: u64,
+    pub(crate) uniform: bool,
+    pub(crate) total: u64,
 }
 
 impl Weights {
-    pub fn of<E: Candidate>(endpoints: &[Arc<E>]) -> Self {
+    pub(crate) fn of<E: Candidate>(endpoints: &[Arc<E>]) -> Self {
         Weights {
             uniform: endpoints.windows(2).all(|w| w[0].weight() == w[1].weight()),
             total: endpoints.iter().map(|e| u64::from(e.weight())).sum(),

@@ -13,9 +13,9 @@ use super::hash_key::hash_bytes;
 use super::Candidate;
 
 /// Envoy's default table size (a prime).
-pub const DEFAULT_TABLE_SIZE: u64 = 65537;
+pub(crate) const DEFAULT_TABLE_SIZE: u64 = 65537;
 /// The largest table accepted (the bound Istio documents for Envoy; 20 MiB of slots).
-pub const MAX_TABLE_SIZE: u64 = 5_000_011;
+pub(crate) const MAX_TABLE_SIZE: u64 = 5_000_011;
 
 /// A filled Maglev table of endpoint indices.
 #[derive(Debug)]
@@ -119,7 +119,7 @@ impl Maglev {
 
 /// Whether `n` is prime (trial division: table sizes are at most a few million, checked once
 /// per config).
-pub fn is_prime(n: u64) -> bool {
+pub(crate) fn is_prime(n: u64) -> bool {
     if n < 2 {
         return false;
     }

@@ -12,8 +12,8 @@
 
 mod consistent_hash;
 mod edf;
-pub mod hash_key;
-pub mod health;
+pub(crate) mod hash_key;
+pub(crate) mod health;
 mod least_request;
 mod list;
 pub mod maglev;
@@ -21,14 +21,15 @@ pub mod outlier;
 mod random;
 pub mod ring_hash;
 mod round_robin;
-pub mod slow_start;
+pub(crate) mod slow_start;
 #[cfg(test)]
 pub(crate) mod test_support;
 
 pub use consistent_hash::{ConsistentHash, ConsistentHashSettings, HashTable};
 pub use hash_key::HashKey;
-pub use least_request::{LeastRequest, LeastRequestSettings, MAX_CHOICES};
-pub use list::{EndpointList, Weights};
+pub(crate) use least_request::MAX_CHOICES;
+pub use least_request::{LeastRequest, LeastRequestSettings};
+pub use list::EndpointList;
 pub use random::Random;
 pub use round_robin::RoundRobin;
 
@@ -76,7 +77,7 @@ pub trait Balancer<E: Candidate>: Send + Sync + Debug {
 /// Which balancer a Backend port uses (`loadBalancer`), comparable so that an unchanged setting
 /// keeps its endpoint group across reloads.
 #[derive(Clone, Debug, PartialEq)]
-pub enum BalancerKind {
+pub(crate) enum BalancerKind {
     LeastRequest(LeastRequestSettings),
     RoundRobin,
     Random,
@@ -90,7 +91,7 @@ impl Default for BalancerKind {
 }
 
 impl BalancerKind {
-    pub fn build<E: Candidate>(&self) -> Box<dyn Balancer<E>> {
+    pub(crate) fn build<E: Candidate>(&self) -> Box<dyn Balancer<E>> {
         match self {
             BalancerKind::LeastRequest(settings) => Box::new(LeastRequest::new(*settings)),
             BalancerKind::RoundRobin => Box::new(RoundRobin::new()),
@@ -102,7 +103,7 @@ impl BalancerKind {
     }
 
     /// A key for identity comparisons (the bias is a float: compared by its bits).
-    pub fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         format!("{self:?}")
     }
 }

@@ -74,7 +74,7 @@ impl Default for OutlierSettings {
 
 impl OutlierSettings {
     /// Whether requests must be counted per interval (rate-based detection is on).
-    pub fn counts_rates(&self) -> bool {
+    pub(crate) fn counts_rates(&self) -> bool {
         self.success_rate.is_some() || self.failure_percentage.is_some()
     }
 }
@@ -83,9 +83,9 @@ impl OutlierSettings {
 /// standard deviations below the mean of the group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SuccessRateSettings {
-    pub stdev_factor: u32,
-    pub minimum_hosts: u32,
-    pub request_volume: u32,
+    pub(crate) stdev_factor: u32,
+    pub(crate) minimum_hosts: u32,
+    pub(crate) request_volume: u32,
 }
 
 impl Default for SuccessRateSettings {
@@ -101,9 +101,9 @@ impl Default for SuccessRateSettings {
 /// `failurePercentage`: eject endpoints failing at least `threshold` percent of requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FailurePercentageSettings {
-    pub threshold: u32,
-    pub minimum_hosts: u32,
-    pub request_volume: u32,
+    pub(crate) threshold: u32,
+    pub(crate) minimum_hosts: u32,
+    pub(crate) request_volume: u32,
 }
 
 impl Default for FailurePercentageSettings {
@@ -131,7 +131,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn of_status(status: u16) -> Outcome {
+    pub(crate) fn of_status(status: u16) -> Outcome {
         match status {
             502..=504 => Outcome::GatewayError,
             500..=599 => Outcome::ServerError,
@@ -146,7 +146,7 @@ impl Outcome {
 
 /// Why an endpoint was ejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EjectReason {
+pub(crate) enum EjectReason {
     ConsecutiveGatewayErrors,
     Consecutive5xx,
     ConsecutiveLocalOriginFailures,
@@ -155,7 +155,7 @@ pub enum EjectReason {
 }
 
 impl EjectReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             EjectReason::ConsecutiveGatewayErrors => "consecutive_gateway_errors",
             EjectReason::Consecutive5xx => "consecutive_5xx",
@@ -166,7 +166,7 @@ impl EjectReason {
     }
 
     /// Whether this detector ejects under `settings` (the others are detected and counted).
-    pub fn enforced(self, settings: &OutlierSettings) -> bool {
+    pub(crate) fn enforced(self, settings: &OutlierSettings) -> bool {
         match self {
             EjectReason::Consecutive5xx => settings.enforce_5xx,
             _ => true,
@@ -176,7 +176,7 @@ impl EjectReason {
 
 /// What became of a detection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Ejected,
     /// The detector is not enforced (consecutive 5xx without `consecutive5XxErrors`).
     NotEnforced,
@@ -187,7 +187,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Verdict::Ejected => "ejected",
             Verdict::NotEnforced => "not_enforced",
@@ -200,8 +200,8 @@ impl Verdict {
 /// A detector fired for an endpoint, and what was done about it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Detection {
-    pub reason: EjectReason,
-    pub verdict: Verdict,
+    pub(crate) reason: EjectReason,
+    pub(crate) verdict: Verdict,
 }
 
 impl From<Detection> for crate::telemetry::metrics::DetectionEvent {
@@ -216,7 +216,7 @@ impl From<Detection> for crate::telemetry::metrics::DetectionEvent {
 
 /// Per-endpoint outlier state; lives in the `Endpoint`, so it survives reloads.
 #[derive(Debug, Default)]
-pub struct OutlierState {
+pub(crate) struct OutlierState {
     consecutive_gateway: AtomicU32,
     consecutive_5xx: AtomicU32,
     consecutive_local: AtomicU32,
@@ -231,15 +231,15 @@ pub struct OutlierState {
 
 /// The slow-changing part of an endpoint's outlier state.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Ejection {
-    pub ejected_at: Option<Instant>,
+pub(crate) struct Ejection {
+    pub(crate) ejected_at: Option<Instant>,
     /// How long the current (or last) ejection lasts.
-    pub duration: Duration,
+    pub(crate) duration: Duration,
     /// Ejections back to back make each one longer: `base × multiplier`.
-    pub multiplier: u32,
-    pub last_unejected: Option<Instant>,
-    pub reason: Option<EjectReason>,
-    pub ejections: u64,
+    pub(crate) multiplier: u32,
+    pub(crate) last_unejected: Option<Instant>,
+    pub(crate) reason: Option<EjectReason>,
+    pub(crate) ejections: u64,
 }
 
 /// Plain load first: the common case (nothing to reset) writes nothing.
@@ -254,14 +254,18 @@ fn bump(counter: &AtomicU32) -> u32 {
 }
 
 impl OutlierState {
-    pub fn is_ejected(&self) -> bool {
+    pub(crate) fn is_ejected(&self) -> bool {
         self.ejected.load(Ordering::Relaxed)
     }
 
     /// Counts a result; returns the detector whose threshold was just reached. Detection uses
     /// equality, as in Envoy, so a detector that could not eject fires again only after
     /// another full run (its counter is also reset in `try_eject`).
-    pub fn record(&self, outcome: Outcome, settings: &OutlierSettings) -> Option<EjectReason> {
+    pub(crate) fn record(
+        &self,
+        outcome: Outcome,
+        settings: &OutlierSettings,
+    ) -> Option<EjectReason> {
         let split = settings.split_local_origin;
         if settings.counts_rates() && !(split && outcome == Outcome::LocalOriginFailure) {
             self.interval_requests.fetch_add(1, Ordering::Relaxed);
@@ -332,12 +336,12 @@ impl OutlierState {
     }
 
     /// A copy of the ejection details (for `/endpoints`).
-    pub fn ejection(&self) -> Ejection {
+    pub(crate) fn ejection(&self) -> Ejection {
         lock(&self.detail).as_deref().copied().unwrap_or_default()
     }
 
     /// Current runs: (gateway errors, 5xx, local-origin failures).
-    pub fn consecutive(&self) -> (u32, u32, u32) {
+    pub(crate) fn consecutive(&self) -> (u32, u32, u32) {
         (
             self.consecutive_gateway.load(Ordering::Relaxed),
             self.consecutive_5xx.load(Ordering::Relaxed),
@@ -441,9 +445,9 @@ fn lock(m: &Mutex<Option<Box<Ejection>>>) -> std::sync::MutexGuard<'_, Option<Bo
 
 /// One endpoint's requests and failures over the last interval.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct IntervalCounts {
-    pub requests: u32,
-    pub failures: u32,
+pub(crate) struct IntervalCounts {
+    pub(crate) requests: u32,
+    pub(crate) failures: u32,
 }
 
 impl IntervalCounts {
@@ -457,7 +461,7 @@ impl IntervalCounts {
 /// `counts[i]` is `None` for endpoints that are ejected (they take no part); returns the
 /// indices found to be outliers, success-rate outliers first. An endpoint found by both
 /// detectors is listed once.
-pub fn rate_outliers(
+pub(crate) fn rate_outliers(
     counts: &[Option<IntervalCounts>],
     settings: &OutlierSettings,
 ) -> Vec<(usize, EjectReason)> {

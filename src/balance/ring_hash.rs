@@ -13,9 +13,9 @@ use super::hash_key::hash_bytes;
 use super::Candidate;
 
 /// Envoy's defaults and bounds.
-pub const DEFAULT_MIN_RING_SIZE: u64 = 1024;
-pub const DEFAULT_MAX_RING_SIZE: u64 = 8 * 1024 * 1024;
-pub const MAX_RING_SIZE: u64 = 8 * 1024 * 1024;
+pub(crate) const DEFAULT_MIN_RING_SIZE: u64 = 1024;
+pub(crate) const DEFAULT_MAX_RING_SIZE: u64 = 8 * 1024 * 1024;
+pub(crate) const MAX_RING_SIZE: u64 = 8 * 1024 * 1024;
 
 /// A built ring: point hashes sorted, and the endpoint index of each point beside them (two
 /// arrays, so the binary search walks packed `u64`s).
@@ -81,7 +81,7 @@ impl Ring {
     }
 
     /// The endpoint index for `hash`: the first point at or after it, else the first point.
-    pub fn pick(&self, hash: u64) -> Option<usize> {
+    pub(crate) fn pick(&self, hash: u64) -> Option<usize> {
         let at = self.hashes.partition_point(|&h| h < hash);
         let at = if at == self.hashes.len() { 0 } else { at };
         self.endpoints.get(at).map(|&i| i as usize)

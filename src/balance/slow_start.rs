@@ -16,12 +16,12 @@ use super::Candidate;
 
 /// `loadBalancer.slowStart`, resolved.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SlowStartSettings {
-    pub window: Duration,
+pub(crate) struct SlowStartSettings {
+    pub(crate) window: Duration,
     /// 1.0 grows linearly; larger values ramp up faster at first.
-    pub aggression: f64,
+    pub(crate) aggression: f64,
     /// The smallest factor, as a fraction (minWeightPercent / 100).
-    pub min_factor: f64,
+    pub(crate) min_factor: f64,
 }
 
 impl Default for SlowStartSettings {
@@ -36,7 +36,7 @@ impl Default for SlowStartSettings {
 
 /// Milliseconds since this process's first call: the clock endpoints' ready times use (fits
 /// an atomic, unlike `Instant`).
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
@@ -44,7 +44,7 @@ pub fn now_ms() -> u64 {
 impl SlowStartSettings {
     /// The weight factor of an endpoint ready since `ready_ms`, at `now_ms`; 1.0 once the
     /// window has passed.
-    pub fn factor(&self, ready_ms: u64, now_ms: u64) -> f64 {
+    pub(crate) fn factor(&self, ready_ms: u64, now_ms: u64) -> f64 {
         let window = self.window.as_millis() as u64;
         let t = now_ms.saturating_sub(ready_ms).max(1);
         if window == 0 || t >= window {
@@ -68,7 +68,10 @@ impl SlowStartSettings {
 /// Until when some endpoint of `endpoints` is in slow start (in [`now_ms`] milliseconds; 0
 /// for an empty list). Computed once per list: lists are rebuilt whenever an endpoint joins or
 /// comes back, which is when slow start begins.
-pub fn ramp_until_ms<E: Candidate>(settings: &SlowStartSettings, endpoints: &[Arc<E>]) -> u64 {
+pub(crate) fn ramp_until_ms<E: Candidate>(
+    settings: &SlowStartSettings,
+    endpoints: &[Arc<E>],
+) -> u64 {
     let newest = endpoints.iter().map(|e| e.ready_since_ms()).max();
     newest.map_or(0, |n| n + settings.window.as_millis() as u64)
 }

@@ -8,9 +8,9 @@ use super::{Balancer, Candidate, EndpointList};
 
 /// A bare endpoint: what balancers see of one, and nothing else.
 #[derive(Debug)]
-pub struct Endpoint {
-    pub addr: SocketAddr,
-    pub weight: u32,
+pub(crate) struct Endpoint {
+    pub(crate) addr: SocketAddr,
+    pub(crate) weight: u32,
     active: AtomicU64,
     ready_since_ms: AtomicU64,
 }
@@ -32,18 +32,18 @@ impl Candidate for Endpoint {
 
 impl Endpoint {
     /// A request in flight until the guard is dropped.
-    pub fn start_request(self: &Arc<Self>) -> InFlight {
+    pub(crate) fn start_request(self: &Arc<Self>) -> InFlight {
         self.active.fetch_add(1, Ordering::Relaxed);
         InFlight(self.clone())
     }
 
-    pub fn set_ready_since_ms(&self, ms: u64) {
+    pub(crate) fn set_ready_since_ms(&self, ms: u64) {
         self.ready_since_ms.store(ms, Ordering::Relaxed);
     }
 }
 
 /// See [`Endpoint::start_request`].
-pub struct InFlight(Arc<Endpoint>);
+pub(crate) struct InFlight(Arc<Endpoint>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -52,7 +52,7 @@ impl Drop for InFlight {
 }
 
 /// An endpoint 127.0.0.1:`port` with `weight` (ports 1.. index the results of [`shares`]).
-pub fn endpoint(port: u16, weight: u32) -> Arc<Endpoint> {
+pub(crate) fn endpoint(port: u16, weight: u32) -> Arc<Endpoint> {
     Arc::new(Endpoint {
         addr: ([127, 0, 0, 1], port).into(),
         weight,
@@ -62,12 +62,12 @@ pub fn endpoint(port: u16, weight: u32) -> Arc<Endpoint> {
 }
 
 /// An endpoint list as a group publishes it (unprepared: the first pick prepares it).
-pub fn list(endpoints: Vec<Arc<Endpoint>>) -> Arc<EndpointList<Endpoint>> {
+pub(crate) fn list(endpoints: Vec<Arc<Endpoint>>) -> Arc<EndpointList<Endpoint>> {
     Arc::new(EndpointList::resolved(endpoints))
 }
 
 /// The share of `picks` picks each endpoint got, in endpoint order.
-pub fn shares(
+pub(crate) fn shares(
     balancer: &dyn Balancer<Endpoint>,
     endpoints: &[Arc<Endpoint>],
     picks: usize,
@@ -86,7 +86,7 @@ pub fn shares(
 }
 
 /// Asserts each share is within `tolerance` (absolute, e.g. 0.02 for ±2 points) of `expected`.
-pub fn assert_shares(got: &[f64], expected: &[f64], tolerance: f64) {
+pub(crate) fn assert_shares(got: &[f64], expected: &[f64], tolerance: f64) {
     assert_eq!(got.len(), expected.len());
     for (i, (g, e)) in got.iter().zip(expected).enumerate() {
         assert!(
@@ -99,7 +99,7 @@ pub fn assert_shares(got: &[f64], expected: &[f64], tolerance: f64) {
 /// The share of `picks` picks each endpoint got while `concurrency` requests are in flight:
 /// each pick starts a request, and once `concurrency` are open the oldest ends before the next
 /// pick (so at 1 every pick sees idle endpoints, as sequential clients do).
-pub fn shares_under_load(
+pub(crate) fn shares_under_load(
     balancer: &dyn Balancer<Endpoint>,
     endpoints: &[Arc<Endpoint>],
     concurrency: usize,
@@ -124,12 +124,12 @@ pub fn shares_under_load(
 }
 
 /// Weights for property tests: `n` equal ones, or `n` unequal ones (1, 2, 3, 1, 2, 3, …).
-pub fn weight_sets(n: usize) -> [Vec<u32>; 2] {
+pub(crate) fn weight_sets(n: usize) -> [Vec<u32>; 2] {
     [vec![1; n], (0..n).map(|i| (i % 3) as u32 + 1).collect()]
 }
 
 /// Each weight's share of the total.
-pub fn proportional(weights: &[u32]) -> Vec<f64> {
+pub(crate) fn proportional(weights: &[u32]) -> Vec<f64> {
     let total: u32 = weights.iter().sum();
     weights
         .iter()

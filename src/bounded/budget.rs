@@ -8,11 +8,11 @@ use std::time::Duration;
 
 /// `ProxyConfig.spec.bufferedBodies`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BufferSettings {
+pub(crate) struct BufferSettings {
     /// Bytes all buffered bodies together may hold.
-    pub budget: u64,
+    pub(crate) budget: u64,
     /// How long a body egressd buffers may take to arrive whole.
-    pub read_timeout: Duration,
+    pub(crate) read_timeout: Duration,
 }
 
 impl Default for BufferSettings {
@@ -26,18 +26,18 @@ impl Default for BufferSettings {
 
 /// Bytes reserved now, process-wide.
 #[derive(Debug, Default)]
-pub struct BufferBudget {
+pub(crate) struct BufferBudget {
     used: AtomicU64,
 }
 
 impl BufferBudget {
     /// Bytes held by buffered bodies now (for `/metrics`).
-    pub fn used(&self) -> u64 {
+    pub(crate) fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
     }
 
     /// An empty reservation that can grow up to `budget` in all.
-    pub fn reservation(self: &Arc<Self>, budget: u64) -> Reservation {
+    pub(crate) fn reservation(self: &Arc<Self>, budget: u64) -> Reservation {
         Reservation {
             pool: self.clone(),
             budget,
@@ -48,7 +48,7 @@ impl BufferBudget {
 
 /// Bytes of the budget held for one buffered body; given back when dropped.
 #[derive(Debug)]
-pub struct Reservation {
+pub(crate) struct Reservation {
     pool: Arc<BufferBudget>,
     budget: u64,
     held: u64,
@@ -56,7 +56,7 @@ pub struct Reservation {
 
 impl Reservation {
     /// Takes `n` more bytes of the budget; false (and nothing taken) when they do not fit.
-    pub fn grow(&mut self, n: u64) -> bool {
+    pub(crate) fn grow(&mut self, n: u64) -> bool {
         let fitted = self
             .pool
             .used
@@ -71,7 +71,7 @@ impl Reservation {
     }
 
     /// Bytes this reservation holds.
-    pub fn held(&self) -> u64 {
+    pub(crate) fn held(&self) -> u64 {
         self.held
     }
 }

@@ -5,14 +5,14 @@
 //!   makes room by evicting the entry used least recently.
 //! - [`budget`]: the process-wide byte budget of bodies held whole.
 
-pub mod budget;
+pub(crate) mod budget;
 
 use std::collections::HashMap;
 use std::hash::Hash;
 
 /// Inserts `key` → `value`; when `map` already holds `capacity` entries, first removes the one
 /// whose `last_used` is oldest. O(n) only when a new key arrives at a full map.
-pub fn insert_bounded<K, V, T>(
+pub(crate) fn insert_bounded<K, V, T>(
     map: &mut HashMap<K, V>,
     capacity: usize,
     key: K,

@@ -19,8 +19,8 @@ pub enum Severity {
 /// The object a diagnostic is about, as `Kind namespace/name`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct ObjectId {
-    pub kind: Arc<str>,
-    pub namespace: Arc<str>,
+    pub(crate) kind: Arc<str>,
+    pub(crate) namespace: Arc<str>,
     pub name: Arc<str>,
 }
 
@@ -68,7 +68,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Reason::UnsupportedValue => "UnsupportedValue",
             Reason::RefNotFound => "RefNotFound",
@@ -80,7 +80,7 @@ impl Reason {
 }
 
 impl Diagnostic {
-    pub fn error(file: impl Into<PathBuf>, pos: Pos, message: impl Into<String>) -> Self {
+    pub(crate) fn error(file: impl Into<PathBuf>, pos: Pos, message: impl Into<String>) -> Self {
         Diagnostic {
             severity: Severity::Error,
             file: file.into(),
@@ -94,29 +94,29 @@ impl Diagnostic {
         }
     }
 
-    pub fn warning(file: impl Into<PathBuf>, pos: Pos, message: impl Into<String>) -> Self {
+    pub(crate) fn warning(file: impl Into<PathBuf>, pos: Pos, message: impl Into<String>) -> Self {
         Diagnostic {
             severity: Severity::Warning,
             ..Self::error(file, pos, message)
         }
     }
 
-    pub fn object(mut self, object: &ObjectId) -> Self {
+    pub(crate) fn object(mut self, object: &ObjectId) -> Self {
         self.object = Some(object.clone());
         self
     }
 
-    pub fn field(mut self, field: impl Into<String>) -> Self {
+    pub(crate) fn field(mut self, field: impl Into<String>) -> Self {
         self.field = field.into();
         self
     }
 
-    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+    pub(crate) fn hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
         self
     }
 
-    pub fn reason(mut self, reason: Reason) -> Self {
+    pub(crate) fn reason(mut self, reason: Reason) -> Self {
         self.reason = Some(reason);
         self
     }
@@ -157,8 +157,3 @@ impl fmt::Display for Diagnostic {
         Ok(())
     }
 }
-
-/// All diagnostics of a failed load, in file/position order.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{} error(s) in config", .0.iter().filter(|d| d.is_error()).count())]
-pub struct ConfigErrors(pub Vec<Diagnostic>);

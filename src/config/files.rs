@@ -83,7 +83,7 @@ pub(super) fn list(path: &Path, diagnostics: &mut Vec<Diagnostic>) -> Vec<PathBu
 /// `*.yaml`/`*.yml`, not hidden. Hidden entries include the `..data`/`..<timestamp>`
 /// machinery of Kubernetes ConfigMap volumes, whose files are reached through the visible
 /// per-key symlinks.
-pub fn is_config_file(path: &Path) -> bool {
+pub(crate) fn is_config_file(path: &Path) -> bool {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return false;
     };
@@ -161,13 +161,13 @@ fn not_a_file(meta: &Metadata) -> &'static str {
 /// anything is read.
 pub(super) struct Opened {
     file: File,
-    pub size: u64,
+    pub(crate) size: u64,
 }
 
 /// Hashes what a referenced file holds now into `hasher`: its bytes (within the config file
 /// size limit), or the error reading it, so that a missing, unreadable or oversized file is a
 /// state of its own and its appearing later is a change.
-pub fn hash_file_state(path: &Path, hasher: &mut impl std::hash::Hasher) {
+pub(crate) fn hash_file_state(path: &Path, hasher: &mut impl std::hash::Hasher) {
     use std::hash::Hash;
     read_regular_file(path, crate::config::LoadLimits::current().max_file_bytes)
         .map_err(|e| e.to_string())
@@ -179,7 +179,7 @@ pub fn hash_file_state(path: &Path, hasher: &mut impl std::hash::Hasher) {
 ///
 /// # Errors
 /// The file cannot be opened or read, is not a regular file, or holds more than `max` bytes.
-pub fn read_regular_file(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+pub(crate) fn read_regular_file(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = OpenOptions::new()
         .read(true)

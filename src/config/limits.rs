@@ -21,14 +21,14 @@ pub struct LoadLimits {
 impl LoadLimits {
     /// 1 MiB: a Kubernetes ConfigMap holds at most 1 MiB, and a hand-written file is far
     /// smaller. A file's tree takes at most a few dozen times its size in memory.
-    pub const DEFAULT_MAX_FILE_BYTES: u64 = 1 << 20;
+    pub(crate) const DEFAULT_MAX_FILE_BYTES: u64 = 1 << 20;
     /// 16 MiB: sixteen files at the per-file bound.
-    pub const DEFAULT_MAX_TOTAL_BYTES: u64 = 16 << 20;
+    pub(crate) const DEFAULT_MAX_TOTAL_BYTES: u64 = 16 << 20;
     /// 4 MiB (see [`ParseLimits::DEFAULT_MAX_COPY_BYTES`]).
-    pub const DEFAULT_MAX_ALIAS_BYTES: usize = ParseLimits::DEFAULT_MAX_COPY_BYTES;
+    pub(crate) const DEFAULT_MAX_ALIAS_BYTES: usize = ParseLimits::DEFAULT_MAX_COPY_BYTES;
 
     /// The bounds of this process: those given to [`LoadLimits::install`], else the defaults.
-    pub fn current() -> Self {
+    pub(crate) fn current() -> Self {
         PROCESS_LIMITS.get().copied().unwrap_or_default()
     }
 
@@ -40,7 +40,7 @@ impl LoadLimits {
     }
 
     /// What the YAML parser needs to know.
-    pub fn parse(&self) -> ParseLimits {
+    pub(crate) fn parse(&self) -> ParseLimits {
         ParseLimits {
             max_copy_bytes: self.max_alias_bytes,
         }

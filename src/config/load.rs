@@ -33,20 +33,20 @@ use super::yaml::{self, Pos};
 /// change (see [`LoadCache`]) instead of parsing it again.
 pub struct ConfigSet {
     pub gateways: Vec<Arc<Object<GatewaySpec>>>,
-    pub http_routes: Vec<Arc<Object<HttpRouteSpec>>>,
-    pub tls_routes: Vec<Arc<Object<TlsRouteSpec>>>,
+    pub(crate) http_routes: Vec<Arc<Object<HttpRouteSpec>>>,
+    pub(crate) tls_routes: Vec<Arc<Object<TlsRouteSpec>>>,
     pub backends: Vec<Arc<Object<BackendSpec>>>,
-    pub policies: Vec<Arc<Object<BackendTrafficPolicySpec>>>,
-    pub proxy_configs: Vec<Arc<Object<ProxyConfigSpec>>>,
-    pub egress_policies: Vec<Arc<Object<EgressPolicySpec>>>,
+    pub(crate) policies: Vec<Arc<Object<BackendTrafficPolicySpec>>>,
+    pub(crate) proxy_configs: Vec<Arc<Object<ProxyConfigSpec>>>,
+    pub(crate) egress_policies: Vec<Arc<Object<EgressPolicySpec>>>,
     /// The XBackends as written (for `/config`); each is in `backends` too, mapped.
-    pub xbackends: Vec<Arc<Object<XBackendSpec>>>,
+    pub(crate) xbackends: Vec<Arc<Object<XBackendSpec>>>,
     /// The Secrets and ConfigMaps (`id.kind` tells them apart).
-    pub secrets: Vec<Arc<Object<KeyedData>>>,
+    pub(crate) secrets: Vec<Arc<Object<KeyedData>>>,
     /// The YAML files that were read.
     pub files: Vec<PathBuf>,
     /// Hash of every file's path and content: equal fingerprints mean nothing changed.
-    pub fingerprint: u64,
+    pub(crate) fingerprint: u64,
 }
 
 /// The outcome of reading config paths: the objects that parsed, and every diagnostic.
@@ -78,7 +78,7 @@ impl Loaded {
 /// bytes changed, and shares the objects of the others (a SIGHUP over 10,000 Backends in ten
 /// unchanged files parses nothing). Entries of files no longer read are dropped.
 #[derive(Debug, Default)]
-pub struct LoadCache {
+pub(crate) struct LoadCache {
     files: HashMap<PathBuf, (u64, Arc<Loaded>)>,
 }
 
@@ -99,17 +99,21 @@ pub fn load_paths_with(paths: &[PathBuf], limits: &LoadLimits) -> Loaded {
 
 /// [`load_paths_with`], reusing what `cache` holds for files whose bytes did not change, and
 /// leaving in it what this load read.
-pub fn load_paths_cached(paths: &[PathBuf], limits: &LoadLimits, cache: &mut LoadCache) -> Loaded {
+pub(crate) fn load_paths_cached(
+    paths: &[PathBuf],
+    limits: &LoadLimits,
+    cache: &mut LoadCache,
+) -> Loaded {
     parse_files(read_paths(paths, limits), limits, cache)
 }
 
 /// The config files of some paths, read but not parsed: each file's bytes, and the problems
 /// met listing and reading them, in the order they came.
 #[derive(Debug, Default)]
-pub struct ReadFiles {
+pub(crate) struct ReadFiles {
     entries: Vec<ReadEntry>,
     /// Hash of every file's path and content (what [`ConfigSet::fingerprint`] becomes).
-    pub fingerprint: u64,
+    pub(crate) fingerprint: u64,
 }
 
 #[derive(Debug)]
@@ -126,7 +130,7 @@ enum ReadEntry {
 
 /// Reads every config file of `paths` as [`load_paths`] describes, within `limits`, parsing
 /// nothing: the bytes and the fingerprint tell whether anything changed before any parsing.
-pub fn read_paths(paths: &[PathBuf], limits: &LoadLimits) -> ReadFiles {
+pub(crate) fn read_paths(paths: &[PathBuf], limits: &LoadLimits) -> ReadFiles {
     let mut read = ReadFiles::default();
     let mut hasher = DefaultHasher::new();
     let mut total: u64 = 0;
@@ -189,7 +193,7 @@ fn over_total(file: &Path, skipped: usize, limits: &LoadLimits) -> Diagnostic {
 
 /// Parses what [`read_paths`] read into typed objects, reusing what `cache` holds for files
 /// whose bytes did not change, and leaving in it what this load parsed or reused.
-pub fn parse_files(read: ReadFiles, limits: &LoadLimits, cache: &mut LoadCache) -> Loaded {
+pub(crate) fn parse_files(read: ReadFiles, limits: &LoadLimits, cache: &mut LoadCache) -> Loaded {
     let mut previous = std::mem::take(&mut cache.files);
     let mut loaded = Loaded::default();
     for entry in read.entries {
@@ -216,8 +220,6 @@ pub fn parse_files(read: ReadFiles, limits: &LoadLimits, cache: &mut LoadCache) 
     check_duplicates(&mut loaded);
     loaded
 }
-
-pub use files::is_config_file;
 
 /// Loads one file's `text` as [`load_paths_with`] loads each file it reads, without touching
 /// the file system: the fuzz targets (`fuzz/`) drive the loader and the compiler with it.

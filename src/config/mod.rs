@@ -2,22 +2,21 @@
 //! the status conditions each object gets.
 
 mod document;
-pub mod error;
+pub(crate) mod error;
 mod files;
-pub mod limits;
+pub(crate) mod limits;
 pub mod load;
 pub mod schema;
 mod secrets;
-pub mod status;
+pub(crate) mod status;
 pub mod units;
 pub mod wire;
-pub mod xbackend;
-pub mod yaml;
+pub(crate) mod xbackend;
+pub(crate) mod yaml;
 
-pub use error::{ConfigErrors, Diagnostic, ObjectId, Reason, Severity};
-pub use files::{hash_file_state, read_regular_file};
+pub(crate) use error::ObjectId;
+pub use error::{Diagnostic, Reason, Severity};
+pub(crate) use files::{hash_file_state, read_regular_file};
 pub use limits::LoadLimits;
-pub use load::{
-    load_paths, load_paths_cached, load_paths_with, parse_files, read_paths, ConfigSet, LoadCache,
-    ReadFiles,
-};
+pub use load::{load_paths, load_paths_with};
+pub(crate) use load::{parse_files, read_paths, ConfigSet, LoadCache, ReadFiles};

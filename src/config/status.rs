@@ -44,7 +44,7 @@ pub struct StatusReport {
 impl StatusReport {
     /// Derives every object's conditions. `programmed` says whether this config is the one
     /// serving (false when it was rejected because some object has errors).
-    pub fn build(set: &ConfigSet, diagnostics: &[Diagnostic], programmed: bool) -> Self {
+    pub(crate) fn build(set: &ConfigSet, diagnostics: &[Diagnostic], programmed: bool) -> Self {
         // Each object's diagnostics, found in one pass (a scan per object made a config of
         // 10,000 Backends with a warning each take seconds).
         let mut by_object: HashMap<&ObjectId, Vec<&Diagnostic>> = HashMap::new();

@@ -73,18 +73,19 @@ impl ParseUnitError {
 /// Displays (and serializes) in the canonical shortest form, e.g. 90s as "1m30s". Precision
 /// below a millisecond is not representable in the grammar and is dropped when displaying.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct GwDuration(pub std::time::Duration);
+pub(crate) struct GwDuration(pub(crate) std::time::Duration);
 
 impl GwDuration {
     /// A duration of whole seconds, usable in `const` defaults.
     #[must_use]
-    pub const fn from_secs(secs: u64) -> Self {
+    #[cfg(test)]
+    pub(crate) const fn from_secs(secs: u64) -> Self {
         Self(Duration::from_secs(secs))
     }
 
     /// A duration of whole milliseconds, usable in `const` defaults.
     #[must_use]
-    pub const fn from_millis(millis: u64) -> Self {
+    pub(crate) const fn from_millis(millis: u64) -> Self {
         Self(Duration::from_millis(millis))
     }
 }
@@ -223,7 +224,7 @@ impl JsonSchema for GwDuration {
 /// only when the result is a whole number of bytes. Displays (and serializes, as a string) with
 /// the largest binary suffix that divides the value exactly, else as plain bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Quantity(pub u64);
+pub struct Quantity(pub(crate) u64);
 
 impl From<Quantity> for u64 {
     fn from(q: Quantity) -> Self {

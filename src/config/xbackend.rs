@@ -355,7 +355,7 @@ fn check_client_certificate(tls: &XBackendTls, error: &mut ErrorSink<'_>) {
 }
 
 /// The XBackend field a diagnostic about the mapped Backend's `field` is about.
-pub fn field_path(field: &str) -> String {
+pub(crate) fn field_path(field: &str) -> String {
     const MAP: [(&str, &str); 4] = [
         (
             "spec.destination.fqdn.hostname",

@@ -19,10 +19,10 @@ use crate::upstream::endpoint::ActiveRequest;
 use crate::upstream::Endpoint;
 
 /// Errors while streaming a response body downstream.
-pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A response body egressd sends downstream: its own reply, or an upstream response.
-pub enum ProxyBody {
+pub(crate) enum ProxyBody {
     Local(Option<Bytes>),
     Upstream(Box<UpstreamBody>),
     /// Any other body streamed as is (e.g. the answer to a declined upgrade, whose connection
@@ -41,11 +41,11 @@ impl std::fmt::Debug for ProxyBody {
 }
 
 impl ProxyBody {
-    pub fn local(bytes: Bytes) -> Self {
+    pub(crate) fn local(bytes: Bytes) -> Self {
         ProxyBody::Local(Some(bytes))
     }
 
-    pub fn empty() -> Self {
+    pub(crate) fn empty() -> Self {
         ProxyBody::Local(None)
     }
 }
@@ -85,7 +85,7 @@ impl Body for ProxyBody {
 
 /// Why streaming an upstream response stopped early.
 #[derive(Debug, thiserror::Error)]
-pub enum StreamError {
+pub(crate) enum StreamError {
     #[error("request timeout of {0:?} reached while streaming the response")]
     Deadline(Duration),
     #[error("upstream sent nothing for {0:?} while streaming the response")]
@@ -96,7 +96,7 @@ pub enum StreamError {
 /// connection goes back to the endpoint's pool; if it is dropped early (client gone, timeout,
 /// error) the connection is closed instead, because its state is unknown.
 #[derive(Debug)]
-pub struct UpstreamBody {
+pub(crate) struct UpstreamBody {
     inner: Incoming,
     /// The connection to give back (HTTP/1.1) or stream slot to release (HTTP/2) at the end
     /// of the body. Dropped early, an HTTP/1.1 connection is closed; an HTTP/2 stream is
@@ -173,7 +173,7 @@ impl StreamTimers {
 
 impl UpstreamBody {
     /// `deadline` is when the request's timeout expires.
-    pub fn new(
+    pub(crate) fn new(
         inner: Incoming,
         lease: Lease,
         active: ActiveRequest,
@@ -201,7 +201,7 @@ impl UpstreamBody {
     }
 
     /// For gRPC calls: end with status trailers when a limit cuts the response.
-    pub fn ending_grpc_calls_with_status(mut self, grpc: bool) -> Self {
+    pub(crate) fn ending_grpc_calls_with_status(mut self, grpc: bool) -> Self {
         self.grpc = grpc;
         self
     }

@@ -25,7 +25,7 @@ use crate::upstream::body::{ClientBodyError, RequestBody};
 
 /// Why a body could not be buffered.
 #[derive(Debug, thiserror::Error)]
-pub enum BufferError<E> {
+pub(crate) enum BufferError<E> {
     #[error("the body is over {0} bytes")]
     TooLarge(u64),
     #[error("the budget for buffered bodies is spent")]
@@ -38,7 +38,7 @@ pub enum BufferError<E> {
 
 /// Reads `body` whole, at most `limit` bytes, each byte reserved in `reservation` as it
 /// arrives, within `timeout`.
-pub async fn collect<B>(
+pub(crate) async fn collect<B>(
     body: B,
     limit: u64,
     reservation: &mut Reservation,
@@ -82,7 +82,7 @@ where
 }
 
 /// What [`buffer_request_body`] did.
-pub enum Buffered {
+pub(crate) enum Buffered {
     /// Read whole: a `RequestBody::Buffered` holding its reservation.
     Whole(RequestBody),
     /// The budget had no room for the declared length: the body is untouched, to stream on
@@ -93,7 +93,7 @@ pub enum Buffered {
 /// Reads a client's request body whole, at most `limit` bytes, within
 /// `bufferedBodies.readTimeout`, reserving its bytes in the process-wide budget: a declared
 /// length up front (nothing read when it does not fit), an unknown one as bytes arrive.
-pub async fn buffer_request_body(
+pub(crate) async fn buffer_request_body(
     shared: &Shared,
     body: RequestBody,
     limit: u64,
@@ -125,7 +125,7 @@ pub async fn buffer_request_body(
 impl BufferError<ClientBodyError> {
     /// The local reply for a body that could not be buffered (`TooLarge` is the caller's to
     /// word: what the limit is for).
-    pub fn into_proxy_error(self, shared: &Shared) -> ProxyError {
+    pub(crate) fn into_proxy_error(self, shared: &Shared) -> ProxyError {
         match self {
             BufferError::Overflow => ProxyError::BufferOverflow {
                 budget: shared.snapshot.load().settings.buffered_bodies.budget,

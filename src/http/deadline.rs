@@ -7,14 +7,14 @@ use tokio::time::Instant;
 
 /// A point in time an exchange must be over by, and the timeout it came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Deadline {
-    pub at: Instant,
-    pub timeout: Duration,
+pub(crate) struct Deadline {
+    pub(crate) at: Instant,
+    pub(crate) timeout: Duration,
 }
 
 impl Deadline {
     /// `timeout` from `start`.
-    pub fn after(start: Instant, timeout: Duration) -> Self {
+    pub(crate) fn after(start: Instant, timeout: Duration) -> Self {
         Deadline {
             at: start + timeout,
             timeout,
@@ -22,7 +22,7 @@ impl Deadline {
     }
 
     /// Whichever of `self` and `other` comes first (`self` when they are at the same time).
-    pub fn earlier(self, other: Option<Deadline>) -> Deadline {
+    pub(crate) fn earlier(self, other: Option<Deadline>) -> Deadline {
         match other {
             Some(other) if other.at < self.at => other,
             _ => self,
@@ -30,7 +30,7 @@ impl Deadline {
     }
 
     /// Whether the time is up.
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         Instant::now() >= self.at
     }
 }

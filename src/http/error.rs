@@ -13,7 +13,7 @@ use super::grpc::GrpcStatus;
 use crate::upstream::tls::TlsFailure;
 
 /// The response header that carries the short error code of a local reply.
-pub const ERROR_HEADER: &str = "x-egressd-error";
+pub(crate) const ERROR_HEADER: &str = "x-egressd-error";
 
 /// The status logged for a request whose client left before it was sent (nginx's 499): no
 /// one receives it.
@@ -24,7 +24,7 @@ const CLIENT_CLOSED_REQUEST: StatusCode = match StatusCode::from_u16(499) {
 
 /// Why egressd answered a request itself.
 #[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
+pub(crate) enum ProxyError {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     #[error("{0}")]
@@ -175,7 +175,7 @@ pub enum ProxyError {
 
 /// Why a passthrough connection's ClientHello gives nothing to route by: the client's doing.
 #[derive(Debug, thiserror::Error)]
-pub enum HelloRejection {
+pub(crate) enum HelloRejection {
     #[error("no ClientHello within headerReadTimeout")]
     Timeout,
     #[error("no usable ClientHello: {0}")]
@@ -207,7 +207,7 @@ fn shown_port(via: crate::telemetry::blocked::Via, port: u16) -> String {
 
 /// Who a failure is about, which decides what learns from it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Origin<'e> {
+pub(crate) enum Origin<'e> {
     /// The client's request (malformed, oversized, abandoned).
     Downstream,
     /// egressd's own decision: routing, the outbound policy, a limit, its configuration.
@@ -222,7 +222,7 @@ pub enum Origin<'e> {
 
 /// Which retry policy condition (`retryOn`) may send the request again after the failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RetryOn {
+pub(crate) enum RetryOn {
     /// No condition: the failure is final.
     Never,
     /// `connect-failure`: nothing reached the upstream, whatever the method.
@@ -235,15 +235,15 @@ pub enum RetryOn {
 
 /// One row of the table of failures: the reply and how the failure counts.
 #[derive(Clone, Copy, Debug)]
-pub struct Class {
-    pub status: StatusCode,
+pub(crate) struct Class {
+    pub(crate) status: StatusCode,
     /// The short code in `x-egressd-error` and the access log.
-    pub code: &'static str,
+    pub(crate) code: &'static str,
     /// The status of a gRPC call's trailers-only reply.
-    pub grpc: GrpcStatus,
-    pub retry: RetryOn,
+    pub(crate) grpc: GrpcStatus,
+    pub(crate) retry: RetryOn,
     /// Opening the connection failed (`egressd_upstream_connect_failures_total`).
-    pub connect_failure: bool,
+    pub(crate) connect_failure: bool,
 }
 
 /// The rows of [`ProxyError::class`]'s table: the reply to each kind of failure and how it
@@ -278,45 +278,45 @@ mod row {
 
     // One row per code: status, code, gRPC status (connect failures: UNAVAILABLE), retry
     // condition.
-    pub const INVALID_REQUEST:          Class = local(S::BAD_REQUEST, "invalid_request", G::InvalidArgument, R::Never);
+    pub(crate) const INVALID_REQUEST:          Class = local(S::BAD_REQUEST, "invalid_request", G::InvalidArgument, R::Never);
     /// Status and code come from the rejection (431, 414, 400).
-    pub const HEAD_REJECTED:            Class = local(S::BAD_REQUEST, "", G::InvalidArgument, R::Never);
-    pub const CLIENT_HELLO_TIMEOUT:     Class = local(S::REQUEST_TIMEOUT, "client_hello_timeout", G::DeadlineExceeded, R::Never);
-    pub const NOT_TLS:                  Class = local(S::BAD_REQUEST, "not_tls", G::InvalidArgument, R::Never);
-    pub const NO_SNI:                   Class = local(S::BAD_REQUEST, "no_sni", G::InvalidArgument, R::Never);
-    pub const INVALID_SNI:              Class = local(S::BAD_REQUEST, "invalid_sni", G::InvalidArgument, R::Never);
-    pub const CLIENT_CLOSED:            Class = local(CLIENT_CLOSED_REQUEST, "client_closed", G::InvalidArgument, R::Never);
-    pub const OVERFLOW:                 Class = local(S::SERVICE_UNAVAILABLE, "overflow", G::Unavailable, R::Never);
-    pub const REQUEST_BODY_TIMEOUT:     Class = local(S::REQUEST_TIMEOUT, "request_body_timeout", G::DeadlineExceeded, R::Never);
-    pub const DESTINATION_NOT_ALLOWED:  Class = local(S::FORBIDDEN, "destination_not_allowed", G::PermissionDenied, R::Never);
-    pub const NO_ROUTE:                 Class = local(S::NOT_FOUND, "no_route", G::Unimplemented, R::Never);
-    pub const NO_BACKEND:               Class = local(S::INTERNAL_SERVER_ERROR, "no_backend", G::Internal, R::Never);
-    pub const DESTINATION_ADDRESS_DENIED: Class = local(S::BAD_GATEWAY, "destination_address_denied", G::PermissionDenied, R::Never);
-    pub const NO_HEALTHY_UPSTREAM:      Class = local(S::SERVICE_UNAVAILABLE, "no_healthy_upstream", G::Unavailable, R::Never);
-    pub const UPSTREAM_CONNECT_FAILURE: Class = connect(S::SERVICE_UNAVAILABLE, "upstream_connect_failure", R::ConnectFailure);
-    pub const UPSTREAM_CONNECT_TIMEOUT: Class = connect(S::GATEWAY_TIMEOUT, "upstream_connect_timeout", R::ConnectFailure);
-    pub const UPSTREAM_TLS_FAILURE:     Class = connect(S::BAD_GATEWAY, "upstream_tls_failure", R::Never);
-    pub const UPSTREAM_TIMEOUT:         Class = local(S::GATEWAY_TIMEOUT, "upstream_timeout", G::DeadlineExceeded, R::Timeout);
-    pub const STREAM_IDLE_TIMEOUT:      Class = local(S::GATEWAY_TIMEOUT, "stream_idle_timeout", G::Unavailable, R::Never);
-    pub const UPSTREAM_RESET:           Class = local(S::BAD_GATEWAY, "upstream_reset", G::Unavailable, R::Reset);
-    pub const UPSTREAM_PROTOCOL_ERROR:  Class = local(S::BAD_GATEWAY, "upstream_protocol_error", G::Internal, R::Never);
-    pub const UPGRADE_NOT_ALLOWED:      Class = local(S::FORBIDDEN, "upgrade_not_allowed", G::PermissionDenied, R::Never);
-    pub const MCP_SESSION_NOT_FOUND:    Class = local(S::NOT_FOUND, "mcp_session_not_found", G::InvalidArgument, R::Never);
-    pub const MCP_PROTOCOL_VERSION:     Class = local(S::BAD_REQUEST, "mcp_protocol_version", G::InvalidArgument, R::Never);
-    pub const MCP_HEADER_MISMATCH:      Class = local(S::BAD_REQUEST, "mcp_header_mismatch", G::InvalidArgument, R::Never);
-    pub const MCP_BODY_TOO_LARGE:       Class = local(S::PAYLOAD_TOO_LARGE, "mcp_body_too_large", G::InvalidArgument, R::Never);
-    pub const CREDENTIAL_UNAVAILABLE:   Class = local(S::SERVICE_UNAVAILABLE, "credential_unavailable", G::Unavailable, R::Never);
-    pub const CLIENT_NOT_ALLOWED:       Class = local(S::FORBIDDEN, "client_not_allowed", G::PermissionDenied, R::Never);
-    pub const PROXY_AUTH_REQUIRED:      Class = local(S::PROXY_AUTHENTICATION_REQUIRED, "proxy_auth_required", G::PermissionDenied, R::Never);
-    pub const LOOP_DETECTED:            Class = local(S::LOOP_DETECTED, "loop_detected", G::Internal, R::Never);
-    pub const NOT_SUPPORTED:            Class = local(S::NOT_IMPLEMENTED, "not_supported", G::Unimplemented, R::Never);
-    pub const LISTENER_DRAINING:        Class = local(S::SERVICE_UNAVAILABLE, "listener_draining", G::Unavailable, R::Never);
+    pub(crate) const HEAD_REJECTED:            Class = local(S::BAD_REQUEST, "", G::InvalidArgument, R::Never);
+    pub(crate) const CLIENT_HELLO_TIMEOUT:     Class = local(S::REQUEST_TIMEOUT, "client_hello_timeout", G::DeadlineExceeded, R::Never);
+    pub(crate) const NOT_TLS:                  Class = local(S::BAD_REQUEST, "not_tls", G::InvalidArgument, R::Never);
+    pub(crate) const NO_SNI:                   Class = local(S::BAD_REQUEST, "no_sni", G::InvalidArgument, R::Never);
+    pub(crate) const INVALID_SNI:              Class = local(S::BAD_REQUEST, "invalid_sni", G::InvalidArgument, R::Never);
+    pub(crate) const CLIENT_CLOSED:            Class = local(CLIENT_CLOSED_REQUEST, "client_closed", G::InvalidArgument, R::Never);
+    pub(crate) const OVERFLOW:                 Class = local(S::SERVICE_UNAVAILABLE, "overflow", G::Unavailable, R::Never);
+    pub(crate) const REQUEST_BODY_TIMEOUT:     Class = local(S::REQUEST_TIMEOUT, "request_body_timeout", G::DeadlineExceeded, R::Never);
+    pub(crate) const DESTINATION_NOT_ALLOWED:  Class = local(S::FORBIDDEN, "destination_not_allowed", G::PermissionDenied, R::Never);
+    pub(crate) const NO_ROUTE:                 Class = local(S::NOT_FOUND, "no_route", G::Unimplemented, R::Never);
+    pub(crate) const NO_BACKEND:               Class = local(S::INTERNAL_SERVER_ERROR, "no_backend", G::Internal, R::Never);
+    pub(crate) const DESTINATION_ADDRESS_DENIED: Class = local(S::BAD_GATEWAY, "destination_address_denied", G::PermissionDenied, R::Never);
+    pub(crate) const NO_HEALTHY_UPSTREAM:      Class = local(S::SERVICE_UNAVAILABLE, "no_healthy_upstream", G::Unavailable, R::Never);
+    pub(crate) const UPSTREAM_CONNECT_FAILURE: Class = connect(S::SERVICE_UNAVAILABLE, "upstream_connect_failure", R::ConnectFailure);
+    pub(crate) const UPSTREAM_CONNECT_TIMEOUT: Class = connect(S::GATEWAY_TIMEOUT, "upstream_connect_timeout", R::ConnectFailure);
+    pub(crate) const UPSTREAM_TLS_FAILURE:     Class = connect(S::BAD_GATEWAY, "upstream_tls_failure", R::Never);
+    pub(crate) const UPSTREAM_TIMEOUT:         Class = local(S::GATEWAY_TIMEOUT, "upstream_timeout", G::DeadlineExceeded, R::Timeout);
+    pub(crate) const STREAM_IDLE_TIMEOUT:      Class = local(S::GATEWAY_TIMEOUT, "stream_idle_timeout", G::Unavailable, R::Never);
+    pub(crate) const UPSTREAM_RESET:           Class = local(S::BAD_GATEWAY, "upstream_reset", G::Unavailable, R::Reset);
+    pub(crate) const UPSTREAM_PROTOCOL_ERROR:  Class = local(S::BAD_GATEWAY, "upstream_protocol_error", G::Internal, R::Never);
+    pub(crate) const UPGRADE_NOT_ALLOWED:      Class = local(S::FORBIDDEN, "upgrade_not_allowed", G::PermissionDenied, R::Never);
+    pub(crate) const MCP_SESSION_NOT_FOUND:    Class = local(S::NOT_FOUND, "mcp_session_not_found", G::InvalidArgument, R::Never);
+    pub(crate) const MCP_PROTOCOL_VERSION:     Class = local(S::BAD_REQUEST, "mcp_protocol_version", G::InvalidArgument, R::Never);
+    pub(crate) const MCP_HEADER_MISMATCH:      Class = local(S::BAD_REQUEST, "mcp_header_mismatch", G::InvalidArgument, R::Never);
+    pub(crate) const MCP_BODY_TOO_LARGE:       Class = local(S::PAYLOAD_TOO_LARGE, "mcp_body_too_large", G::InvalidArgument, R::Never);
+    pub(crate) const CREDENTIAL_UNAVAILABLE:   Class = local(S::SERVICE_UNAVAILABLE, "credential_unavailable", G::Unavailable, R::Never);
+    pub(crate) const CLIENT_NOT_ALLOWED:       Class = local(S::FORBIDDEN, "client_not_allowed", G::PermissionDenied, R::Never);
+    pub(crate) const PROXY_AUTH_REQUIRED:      Class = local(S::PROXY_AUTHENTICATION_REQUIRED, "proxy_auth_required", G::PermissionDenied, R::Never);
+    pub(crate) const LOOP_DETECTED:            Class = local(S::LOOP_DETECTED, "loop_detected", G::Internal, R::Never);
+    pub(crate) const NOT_SUPPORTED:            Class = local(S::NOT_IMPLEMENTED, "not_supported", G::Unimplemented, R::Never);
+    pub(crate) const LISTENER_DRAINING:        Class = local(S::SERVICE_UNAVAILABLE, "listener_draining", G::Unavailable, R::Never);
 }
 
 impl ProxyError {
     /// The table: every kind of failure and its row (see [`row`]). Adding a kind means a
     /// variant above, a row, and a line here.
-    pub fn class(&self) -> Class {
+    pub(crate) fn class(&self) -> Class {
         match self {
             ProxyError::InvalidRequest(_) | ProxyError::MalformedBody { .. } => {
                 row::INVALID_REQUEST
@@ -360,7 +360,7 @@ impl ProxyError {
     }
 
     /// Who the failure is about.
-    pub fn origin(&self) -> Origin<'_> {
+    pub(crate) fn origin(&self) -> Origin<'_> {
         match self {
             ProxyError::InvalidRequest(_)
             | ProxyError::HeadRejected(_)
@@ -402,17 +402,17 @@ impl ProxyError {
     }
 
     /// The short code in `x-egressd-error` and the access log.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         self.class().code
     }
 
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         self.class().status
     }
 
     /// The failure of a request whose body the client broke or abandoned, when `err` (from
     /// sending upstream or reading the body ahead) comes from the client's body.
-    pub fn from_client_body(err: &(dyn std::error::Error + 'static)) -> Option<ProxyError> {
+    pub(crate) fn from_client_body(err: &(dyn std::error::Error + 'static)) -> Option<ProxyError> {
         let mut source = Some(err);
         while let Some(e) = source {
             if let Some(body) = e.downcast_ref::<crate::upstream::body::ClientBodyError>() {
@@ -429,7 +429,7 @@ impl ProxyError {
     }
 
     /// The finer cause, where the code alone is not enough (TLS failures).
-    pub fn cause(&self) -> Option<&'static str> {
+    pub(crate) fn cause(&self) -> Option<&'static str> {
         match self {
             ProxyError::UpstreamTls { failure, .. } => Some(failure.code()),
             _ => None,
@@ -439,13 +439,13 @@ impl ProxyError {
     /// How this failure counts for outlier detection: failures of an endpoint itself (no
     /// connection, no answer, a broken answer) are local-origin failures (gateway errors unless
     /// split out); failures egressd decided on its own (routing, policy) do not count.
-    pub fn outlier_outcome(&self) -> Option<crate::balance::outlier::Outcome> {
+    pub(crate) fn outlier_outcome(&self) -> Option<crate::balance::outlier::Outcome> {
         self.endpoint()
             .map(|_| crate::balance::outlier::Outcome::LocalOriginFailure)
     }
 
     /// The upstream address involved, if any (for the access log).
-    pub fn endpoint(&self) -> Option<SocketAddr> {
+    pub(crate) fn endpoint(&self) -> Option<SocketAddr> {
         match self.origin() {
             Origin::Upstream { endpoint, .. } => endpoint,
             _ => None,
@@ -454,7 +454,7 @@ impl ProxyError {
 }
 
 /// The reply for a failure: status, `x-egressd-error`, and a one-line body a person can act on.
-pub fn local_reply(err: &ProxyError) -> Response<ProxyBody> {
+pub(crate) fn local_reply(err: &ProxyError) -> Response<ProxyBody> {
     let body = Bytes::from(format!("egressd: {err}\n"));
     let mut response = Response::new(ProxyBody::local(body));
     *response.status_mut() = err.status();

@@ -16,7 +16,7 @@ use super::error::{ProxyError, ERROR_HEADER};
 /// gRPC status codes egressd answers with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum GrpcStatus {
+pub(crate) enum GrpcStatus {
     InvalidArgument = 3,
     DeadlineExceeded = 4,
     PermissionDenied = 7,
@@ -33,13 +33,13 @@ impl GrpcStatus {
 
 /// A gRPC call's properties that change how egressd treats it.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct GrpcCall {
+pub(crate) struct GrpcCall {
     /// `grpc-timeout`: the client's deadline, which bounds the whole call here too.
-    pub timeout: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
 }
 
 /// `Some` when the request is a gRPC call (`content-type: application/grpc[+proto|;…]`).
-pub fn call(headers: &HeaderMap) -> Option<GrpcCall> {
+pub(crate) fn call(headers: &HeaderMap) -> Option<GrpcCall> {
     let content_type = headers.get(CONTENT_TYPE)?.as_bytes();
     let grpc = content_type
         .get(..16)
@@ -54,7 +54,7 @@ pub fn call(headers: &HeaderMap) -> Option<GrpcCall> {
 
 /// `grpc-timeout`: at most 8 digits and a unit (H, M, S, m, u, n). Anything else is ignored,
 /// as if no deadline had been sent.
-pub fn parse_timeout(value: &[u8]) -> Option<Duration> {
+pub(crate) fn parse_timeout(value: &[u8]) -> Option<Duration> {
     let (&unit, digits) = value.split_last()?;
     if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
@@ -74,7 +74,7 @@ pub fn parse_timeout(value: &[u8]) -> Option<Duration> {
 /// The reply to a gRPC call that failed here: HTTP 200 with the status in the headers and no
 /// body ("trailers-only", which gRPC clients read as the call's final status), plus the usual
 /// `x-egressd-error`.
-pub fn local_reply(err: &ProxyError) -> Response<ProxyBody> {
+pub(crate) fn local_reply(err: &ProxyError) -> Response<ProxyBody> {
     let mut response = Response::new(ProxyBody::empty());
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
@@ -88,7 +88,7 @@ pub fn local_reply(err: &ProxyError) -> Response<ProxyBody> {
 
 /// Trailers that end a gRPC response egressd had to cut short (the deadline passed while the
 /// response streamed): the client gets a status, not a reset stream.
-pub fn ending_trailers(status: GrpcStatus, code: &'static str, text: &str) -> HeaderMap {
+pub(crate) fn ending_trailers(status: GrpcStatus, code: &'static str, text: &str) -> HeaderMap {
     let mut trailers = HeaderMap::new();
     trailers.insert("grpc-status", status.value());
     trailers.insert("grpc-message", message(text));

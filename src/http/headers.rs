@@ -28,7 +28,7 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 ///
 /// Returns whether the removed `TE` accepted trailers (`TE: trailers`), so the caller can say
 /// the same for itself upstream.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) -> bool {
     // Most messages carry none of these: one pass over the names (cheap comparisons of
     // standard headers) avoids ten hash lookups per message.
     if !headers.keys().any(is_hop_by_hop) {
@@ -86,7 +86,7 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 }
 
 /// The `Via` entry this proxy adds for a message of `version`.
-pub fn via_value(version: Version) -> HeaderValue {
+pub(crate) fn via_value(version: Version) -> HeaderValue {
     HeaderValue::from_static(match version {
         Version::HTTP_09 => "0.9 egressd",
         Version::HTTP_10 => "1.0 egressd",
@@ -99,11 +99,11 @@ pub fn via_value(version: Version) -> HeaderValue {
 /// How many egressd hops a request may have passed before egressd refuses it as a loop: a
 /// sidecar in front of a gateway is two; a Backend or undeclared destination that points back
 /// at egressd adds one per pass.
-pub const MAX_EGRESSD_HOPS: usize = 8;
+pub(crate) const MAX_EGRESSD_HOPS: usize = 8;
 
 /// How many times egressd is named in the request's `Via` (entries `<version> egressd`, the
 /// pseudonym this proxy uses).
-pub fn egressd_hops(headers: &HeaderMap) -> usize {
+pub(crate) fn egressd_hops(headers: &HeaderMap) -> usize {
     headers
         .get_all(header::VIA)
         .iter()
@@ -120,13 +120,13 @@ pub fn egressd_hops(headers: &HeaderMap) -> usize {
 }
 
 /// Appends this proxy to `Via` (one header line, comma-joined, as RFC 9110 allows).
-pub fn append_via(headers: &mut HeaderMap, version: Version) {
+pub(crate) fn append_via(headers: &mut HeaderMap, version: Version) {
     let ours = via_value(version);
     append_list(headers, header::VIA, ours);
 }
 
 /// The client address as an `X-Forwarded-For` entry (made once per connection).
-pub fn client_address_value(client: IpAddr) -> HeaderValue {
+pub(crate) fn client_address_value(client: IpAddr) -> HeaderValue {
     HeaderValue::from_str(&client.to_string()).unwrap_or(HeaderValue::from_static("unknown"))
 }
 
@@ -136,7 +136,11 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 
 /// Appends the client address to `X-Forwarded-For` and sets `X-Forwarded-Proto` when the
 /// client did not.
-pub fn add_forwarded_for(headers: &mut HeaderMap, client: &HeaderValue, proto: &'static str) {
+pub(crate) fn add_forwarded_for(
+    headers: &mut HeaderMap,
+    client: &HeaderValue,
+    proto: &'static str,
+) {
     append_list(headers, X_FORWARDED_FOR, client.clone());
     headers
         .entry(X_FORWARDED_PROTO)

@@ -13,7 +13,7 @@ use crate::snapshot::RequestHeadLimits;
 
 /// A request head over one of the limits, or malformed in a way RFC 9112 says to refuse.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum HeadRejection {
+pub(crate) enum HeadRejection {
     #[error("request headers are {size} bytes, over the {max}-byte limit (downstream.maxRequestHeadersBytes)")]
     HeadersTooLarge { size: usize, max: usize },
     #[error(
@@ -32,7 +32,7 @@ pub enum HeadRejection {
 
 impl HeadRejection {
     /// The short code of the local reply (`x-egressd-error`).
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             HeadRejection::HeadersTooLarge { .. } | HeadRejection::TooManyHeaders { .. } => {
                 "request_header_too_large"
@@ -43,7 +43,7 @@ impl HeadRejection {
         }
     }
 
-    pub fn status(&self) -> http::StatusCode {
+    pub(crate) fn status(&self) -> http::StatusCode {
         match self {
             HeadRejection::HeadersTooLarge { .. } | HeadRejection::TooManyHeaders { .. } => {
                 http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
@@ -58,7 +58,10 @@ impl HeadRejection {
 
 /// Checks `req`'s head. Cheap on the common path: lengths already known, one lookup for
 /// `Host`, and a pass over the headers for HTTP/2 only.
-pub fn check_head<B>(req: &Request<B>, limits: &RequestHeadLimits) -> Result<(), HeadRejection> {
+pub(crate) fn check_head<B>(
+    req: &Request<B>,
+    limits: &RequestHeadLimits,
+) -> Result<(), HeadRejection> {
     let method = req.method().as_str().len();
     if method > limits.max_method_bytes {
         return Err(HeadRejection::MethodTooLong {

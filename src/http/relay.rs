@@ -15,17 +15,21 @@ use tokio::time::Instant;
 /// How a tunnel ended, with the bytes it carried each way (counted as they passed, so a
 /// tunnel cut by a reset or the idle timeout still reports them).
 #[derive(Debug)]
-pub struct TunnelEnd {
-    pub how: TunnelClose,
+pub(crate) struct TunnelEnd {
+    pub(crate) how: TunnelClose,
     /// Bytes written to the upstream (client → upstream).
-    pub up: u64,
+    pub(crate) up: u64,
     /// Bytes written to the client (upstream → client).
-    pub down: u64,
+    pub(crate) down: u64,
 }
 
 /// Why a tunnel ended.
 #[derive(Debug)]
-pub enum TunnelClose {
+#[expect(
+    dead_code,
+    reason = "the idle time and the error are read through Debug: the debug line of a closed tunnel"
+)]
+pub(crate) enum TunnelClose {
     /// Both directions finished.
     Closed,
     /// No byte in either direction for this long.
@@ -35,14 +39,14 @@ pub enum TunnelClose {
 
 impl TunnelEnd {
     /// Whether both sides closed in order.
-    pub fn complete(&self) -> bool {
+    pub(crate) fn complete(&self) -> bool {
         matches!(self.how, TunnelClose::Closed)
     }
 }
 
 /// Relays between `client` and `upstream` until both directions close, an error, or `idle`
 /// passes without a byte either way.
-pub async fn relay<C, U>(client: C, upstream: U, idle: Option<Duration>) -> TunnelEnd
+pub(crate) async fn relay<C, U>(client: C, upstream: U, idle: Option<Duration>) -> TunnelEnd
 where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// How many connections are open against one cap.
 #[derive(Debug, Default)]
-pub struct ConnectionCap {
+pub(crate) struct ConnectionCap {
     open: AtomicUsize,
 }
 
@@ -16,12 +16,12 @@ pub struct ConnectionCap {
 /// (inside the IO that hyper owns), so an HTTP/1.1 connection upgraded to a websocket or a
 /// CONNECT tunnel keeps counting until the socket itself is closed.
 #[derive(Debug)]
-pub struct Slot(Arc<ConnectionCap>);
+pub(crate) struct Slot(Arc<ConnectionCap>);
 
 impl ConnectionCap {
     /// A slot if fewer than `max` connections are open; `None` means the new connection is
     /// to be closed at once.
-    pub fn try_take(self: &Arc<Self>, max: usize) -> Option<Slot> {
+    pub(crate) fn try_take(self: &Arc<Self>, max: usize) -> Option<Slot> {
         // Taken optimistically and given back when over: one atomic operation on the common
         // path, and the count never exceeds `max` for long enough to matter.
         if self.open.fetch_add(1, Ordering::AcqRel) >= max {

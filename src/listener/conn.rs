@@ -38,12 +38,12 @@ use crate::telemetry::log_limit::limited;
 use crate::telemetry::metrics::{CodeLabel, ReasonLabel};
 
 pub(super) struct AcceptCtx {
-    pub key: Arc<str>,
-    pub shared: Arc<Shared>,
-    pub tracker: Arc<ConnTracker>,
-    pub stop: watch::Receiver<bool>,
+    pub(crate) key: Arc<str>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) tracker: Arc<ConnTracker>,
+    pub(crate) stop: watch::Receiver<bool>,
     /// How the listener handles connections now, see `Running::accept`.
-    pub accept: Arc<ArcSwap<Accept>>,
+    pub(crate) accept: Arc<ArcSwap<Accept>>,
 }
 
 /// How long a client told to go away (HTTP/2 GOAWAY after `idleTimeout`) may take to let the
@@ -343,9 +343,9 @@ impl Served<'_> {
 
 /// The timeouts a connection's watchdog applies.
 pub(crate) struct Timers<'a> {
-    pub activity: &'a Activity,
-    pub head_deadline: Option<Instant>,
-    pub idle: Option<Duration>,
+    pub(crate) activity: &'a Activity,
+    pub(crate) head_deadline: Option<Instant>,
+    pub(crate) idle: Option<Duration>,
 }
 
 impl<'a> Timers<'a> {

@@ -40,9 +40,9 @@ use crate::snapshot::{DownstreamSettings, Http2ServerSettings};
 /// connection settings they were built with.
 #[derive(Debug)]
 pub(crate) struct HttpServer {
-    pub h1: http1::Builder,
-    pub h2: http2::Builder<TokioExecutor>,
-    pub settings: DownstreamSettings,
+    pub(crate) h1: http1::Builder,
+    pub(crate) h2: http2::Builder<TokioExecutor>,
+    pub(crate) settings: DownstreamSettings,
 }
 
 /// The servers for connections accepted under `http2` and `settings`.

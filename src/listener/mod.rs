@@ -13,13 +13,13 @@ mod gate;
 mod http;
 mod passthrough;
 pub mod sni;
-pub mod tls;
+pub(crate) mod tls;
 mod tracker;
 pub(crate) mod watchdog;
 
 pub(crate) use conn::{count_parse_error, drive, refused, OnExpiry, Timers};
 pub(crate) use http::http1_server;
-pub use tracker::{ConnGuard, ConnTracker};
+pub(crate) use tracker::ConnTracker;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -36,11 +36,11 @@ use crate::snapshot::{AcceptMode, DownstreamSettings, Http2ServerSettings, Liste
 /// A listener that could not be bound.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {addr} (listener {key}): {source}")]
-pub struct BindError {
-    pub key: Arc<str>,
-    pub addr: SocketAddr,
+pub(crate) struct BindError {
+    pub(crate) key: Arc<str>,
+    pub(crate) addr: SocketAddr,
     #[source]
-    pub source: std::io::Error,
+    pub(crate) source: std::io::Error,
 }
 
 struct Running {
@@ -67,12 +67,12 @@ struct Accept {
 }
 
 /// Sockets bound for a config that is not serving yet.
-pub struct Bound {
+pub(crate) struct Bound {
     new: Vec<(ListenerPlan, std::net::TcpListener, SocketAddr)>,
 }
 
 /// Owns the listeners and reconciles them with each new config.
-pub struct ListenerManager {
+pub(crate) struct ListenerManager {
     workers: Vec<Handle>,
     running: HashMap<Arc<str>, Running>,
     shared: Arc<Shared>,
@@ -84,7 +84,11 @@ pub struct ListenerManager {
 }
 
 impl ListenerManager {
-    pub fn new(workers: Vec<Handle>, shared: Arc<Shared>, tracker: Arc<ConnTracker>) -> Self {
+    pub(crate) fn new(
+        workers: Vec<Handle>,
+        shared: Arc<Shared>,
+        tracker: Arc<ConnTracker>,
+    ) -> Self {
         let http2 = Http2ServerSettings::default();
         ListenerManager {
             workers,
@@ -98,7 +102,7 @@ impl ListenerManager {
 
     /// Binds the listeners of `plans` that are not running yet (or whose address changed).
     /// Nothing accepts on them until [`ListenerManager::activate`]; on error nothing changes.
-    pub fn bind(&self, plans: &[ListenerPlan]) -> Result<Bound, BindError> {
+    pub(crate) fn bind(&self, plans: &[ListenerPlan]) -> Result<Bound, BindError> {
         let mut new = Vec::new();
         for plan in plans {
             if self
@@ -127,7 +131,12 @@ impl ListenerManager {
     /// connections accepted from now on get `http2` and the snapshot's downstream settings
     /// (limits, timeouts). Called right after the new snapshot is published, so new
     /// listeners route with it.
-    pub fn activate(&mut self, bound: Bound, plans: &[ListenerPlan], http2: &Http2ServerSettings) {
+    pub(crate) fn activate(
+        &mut self,
+        bound: Bound,
+        plans: &[ListenerPlan],
+        http2: &Http2ServerSettings,
+    ) {
         let downstream = self.shared.snapshot.load().settings.downstream;
         if *http2 != self.http2 || downstream != self.http.settings {
             self.http = Arc::new(http::server(http2, &downstream));
@@ -192,7 +201,7 @@ impl ListenerManager {
     }
 
     /// Stops accepting everywhere (SIGTERM); open connections are drained separately.
-    pub fn stop_all(&mut self) {
+    pub(crate) fn stop_all(&mut self) {
         for (_, running) in self.running.drain() {
             let _ = running.stop.send(true);
         }

@@ -18,7 +18,7 @@ pub enum Peek {
 
 /// A ClientHello larger than this is refused (real ones are a few hundred bytes to a few KiB;
 /// post-quantum key shares keep them well under this).
-pub const MAX_HELLO: usize = 64 * 1024;
+pub(crate) const MAX_HELLO: usize = 64 * 1024;
 
 const RECORD_HANDSHAKE: u8 = 22;
 const HANDSHAKE_CLIENT_HELLO: u8 = 1;

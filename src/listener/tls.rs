@@ -14,7 +14,7 @@ use rustls::ServerConfig;
 
 /// A certificate file and its key file that cannot be served.
 #[derive(Debug, thiserror::Error)]
-pub enum ServerCertError {
+pub(crate) enum ServerCertError {
     #[error(transparent)]
     Pem(#[from] PemError),
     #[error("certificate {cert} with key {key} is unusable: {message}")]
@@ -27,7 +27,7 @@ pub enum ServerCertError {
 
 /// One served certificate: the chain with its key, and the DNS names it is chosen for.
 #[derive(Debug)]
-pub struct ServerCertificate {
+pub(crate) struct ServerCertificate {
     key: Arc<CertifiedKey>,
     /// Lower-case DNS SANs of the leaf, wildcards (`*.example.com`) included.
     names: Vec<String>,
@@ -36,7 +36,10 @@ pub struct ServerCertificate {
 impl ServerCertificate {
     /// Reads and checks a PEM certificate chain (leaf first) and its PEM private key: both
     /// parse, the key is one the crypto provider can sign with, and it belongs to the leaf.
-    pub fn load(cert: &PemSource, key: &PemSource) -> Result<ServerCertificate, ServerCertError> {
+    pub(crate) fn load(
+        cert: &PemSource,
+        key: &PemSource,
+    ) -> Result<ServerCertificate, ServerCertError> {
         let chain = read_certs(cert)?;
         let private_key = read_key(key)?;
         let unusable = |message: String| ServerCertError::Unusable {
@@ -67,7 +70,7 @@ const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
 /// The server config of an HTTPS listener. `certificates` is non-empty; the first one is
 /// served when the client sends no SNI or a name no certificate covers.
-pub fn server_config(
+pub(crate) fn server_config(
     certificates: Vec<ServerCertificate>,
     clients: Option<Arc<dyn ClientCertVerifier>>,
 ) -> Arc<ServerConfig> {
@@ -107,7 +110,7 @@ pub fn server_config(
 
 /// Verifies client certificates against the CAs in `ca_files` (`tls.frontendValidation`);
 /// `allow_missing`: a client without a certificate is let in (an invalid one never is).
-pub fn client_verifier(
+pub(crate) fn client_verifier(
     ca_files: &[PathBuf],
     allow_missing: bool,
 ) -> Result<Arc<dyn ClientCertVerifier>, String> {

@@ -18,7 +18,7 @@ use super::watchdog::{Activity, InFlight};
 /// drain, and also keeps that connection busy for its watchdog, so that an HTTP/2 connection
 /// whose only streams are tunnels or websockets is not idle.
 #[derive(Debug)]
-pub struct ConnTracker {
+pub(crate) struct ConnTracker {
     scope: Scope,
 }
 
@@ -57,7 +57,7 @@ impl Default for ConnTracker {
 
 /// One open connection, tunnel or websocket; dropping it updates the count.
 #[derive(Debug)]
-pub struct ConnGuard {
+pub(crate) struct ConnGuard {
     /// The process's tracker.
     process: Arc<ConnTracker>,
     /// For a tunnel or websocket: its connection is busy meanwhile.
@@ -92,7 +92,7 @@ impl ConnTracker {
     }
 
     /// Registers an open connection (or tunnel, or websocket) until the guard is dropped.
-    pub fn enter(self: &Arc<Self>) -> ConnGuard {
+    pub(crate) fn enter(self: &Arc<Self>) -> ConnGuard {
         match &self.scope {
             Scope::Process(process) => {
                 process.open.fetch_add(1, Ordering::AcqRel);
@@ -109,17 +109,17 @@ impl ConnTracker {
         }
     }
 
-    pub fn open_connections(&self) -> usize {
+    pub(crate) fn open_connections(&self) -> usize {
         self.process().open.load(Ordering::Acquire)
     }
 
     /// Asks every connection to finish its in-flight requests and close.
-    pub fn start_drain(&self) {
+    pub(crate) fn start_drain(&self) {
         self.process().drain.send_replace(true);
     }
 
     /// Waits until no connection is open, for at most `limit`. True if all closed.
-    pub async fn wait_closed(&self, limit: Duration) -> bool {
+    pub(crate) async fn wait_closed(&self, limit: Duration) -> bool {
         let process = self.process();
         let wait = async {
             loop {

@@ -15,7 +15,7 @@ pub const MESSAGE_LIMIT: usize = 1 << 20;
 /// (internal error): MCP gives the implementation-defined range (-32000..-32099) meanings
 /// caused by clients too (`-32002` resource not found, `-32020` header mismatch, `-32042`
 /// URL elicitation required), and tool failures are results (`isError`), not errors.
-pub fn is_server_error(code: i64) -> bool {
+pub(crate) fn is_server_error(code: i64) -> bool {
     code == -32603
 }
 
@@ -47,7 +47,7 @@ impl ErrorScan {
     }
 
     /// Whether a server error was seen so far.
-    pub fn found(&self) -> bool {
+    pub(crate) fn found(&self) -> bool {
         self.found
     }
 

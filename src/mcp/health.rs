@@ -6,14 +6,14 @@ use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
 /// The newest protocol version with an `initialize` handshake; later ones are stateless.
-pub const LATEST_WITH_INITIALIZE: &str = "2025-11-25";
+pub(crate) const LATEST_WITH_INITIALIZE: &str = "2025-11-25";
 
 /// An answer bigger than this is not read further (1 MiB, the SSE event size MCP asks for).
 const ANSWER_LIMIT: usize = 1 << 20;
 
 /// Whether `version` is the stateless protocol (2026-07-28 or later): no session, each
 /// request carries its own context. Versions are dates, so they compare as strings.
-pub fn is_stateless(version: &str) -> bool {
+pub(crate) fn is_stateless(version: &str) -> bool {
     version >= "2026-07-28"
 }
 
@@ -22,7 +22,7 @@ fn client_info() -> Value {
 }
 
 /// `initialize` with `version` (else [`LATEST_WITH_INITIALIZE`]; the server may answer another).
-pub fn initialize(id: u64, version: Option<&str>) -> Value {
+pub(crate) fn initialize(id: u64, version: Option<&str>) -> Value {
     json!({
         "jsonrpc": "2.0",
         "id": id,
@@ -35,12 +35,12 @@ pub fn initialize(id: u64, version: Option<&str>) -> Value {
     })
 }
 
-pub fn initialized() -> Value {
+pub(crate) fn initialized() -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
 }
 
 /// `ping`; for the stateless protocol with the per-request context it requires in `_meta`.
-pub fn ping(id: u64, stateless_version: Option<&str>) -> Value {
+pub(crate) fn ping(id: u64, stateless_version: Option<&str>) -> Value {
     match stateless_version {
         Some(version) => json!({
             "jsonrpc": "2.0",
@@ -58,7 +58,7 @@ pub fn ping(id: u64, stateless_version: Option<&str>) -> Value {
 
 /// The headers of a request after `initialize`: the session, the negotiated version, and the
 /// `Mcp-Method` mirror 2026-07-28 servers require.
-pub fn headers(
+pub(crate) fn headers(
     session: Option<HeaderValue>,
     version: &str,
     method: &'static str,
@@ -83,15 +83,15 @@ const STREAM_END_GRACE: std::time::Duration = std::time::Duration::from_millis(2
 
 /// An answer read: the JSON-RPC result, and whether its body was read to the end (over
 /// HTTP/1.1 a connection carries the next request only then).
-pub struct Answer {
-    pub result: Result<Value, String>,
-    pub finished: bool,
+pub(crate) struct Answer {
+    pub(crate) result: Result<Value, String>,
+    pub(crate) finished: bool,
 }
 
 /// The `result` of the JSON-RPC response `id` in `answer` (JSON, or the event stream a POST
 /// may be answered with, read until that response arrives and, briefly, to its end); an error
 /// says what came instead.
-pub async fn read_result(answer: http::Response<hyper::body::Incoming>, id: u64) -> Answer {
+pub(crate) async fn read_result(answer: http::Response<hyper::body::Incoming>, id: u64) -> Answer {
     let status = answer.status();
     if status != http::StatusCode::OK {
         return Answer {

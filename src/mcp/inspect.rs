@@ -9,7 +9,7 @@ use serde_json::Value;
 /// MCP request bodies up to this size are read before forwarding and inspected (the size MCP
 /// asks intermediaries to accept). Larger ones stream uninspected — unless a tool policy must
 /// see them, then they are refused (413).
-pub const BODY_LIMIT: u64 = 4 << 20;
+pub(crate) const BODY_LIMIT: u64 = 4 << 20;
 
 /// `Mcp-Method`: the JSON-RPC method, mirrored by 2026-07-28 clients.
 pub const METHOD_HEADER: http::HeaderName = http::HeaderName::from_static("mcp-method");
@@ -70,9 +70,9 @@ fn name_field(method: &str) -> Option<&'static str> {
 /// What a request's `Mcp-Method` / `Mcp-Name` headers say.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Mirrored {
-    pub method: Option<String>,
+    pub(crate) method: Option<String>,
     /// Decoded (`=?base64?…?=` values are Base64).
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
 }
 
 impl Mirrored {
@@ -102,7 +102,7 @@ impl Mirrored {
         })
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.method.is_none() && self.name.is_none()
     }
 
@@ -332,7 +332,7 @@ mod tests {
 }
 
 /// Responses to `tools/list` up to this size are read whole to be filtered.
-pub const FILTER_LIMIT: usize = 4 << 20;
+pub(crate) const FILTER_LIMIT: usize = 4 << 20;
 
 impl ToolPolicy {
     /// `result.tools` of a JSON-RPC response without the tools the policy denies; `None` when

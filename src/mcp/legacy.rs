@@ -17,7 +17,7 @@ use super::session::{SessionHome, SessionKey};
 const SESSION_PARAMS: [&str; 2] = ["sessionId", "session_id"];
 
 /// The default path of the event stream.
-pub const DEFAULT_PATH: &str = "/sse";
+pub(crate) const DEFAULT_PATH: &str = "/sse";
 
 /// Where a session parameter's value lies in a query.
 fn session_value(query: &str) -> Option<std::ops::Range<usize>> {

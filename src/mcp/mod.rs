@@ -2,7 +2,7 @@
 //! stream handling for `protocol: MCP` (see docs/mcp.md).
 
 pub mod errors;
-pub mod health;
+pub(crate) mod health;
 pub mod inspect;
 pub mod legacy;
 pub mod session;
@@ -13,39 +13,39 @@ use session::SessionKey;
 
 /// `protocolOptions.mcp` of one Backend port, resolved.
 #[derive(Debug)]
-pub struct McpPort {
+pub(crate) struct McpPort {
     /// The MCP endpoint's path; requests to other paths are plain HTTP.
-    pub path: String,
+    pub(crate) path: String,
     /// `MCP-Protocol-Version` the server speaks (None: any).
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
     /// `sessionRouting: Stateful`: sessions stay on the endpoint that issued them.
-    pub stateful: bool,
-    pub key: Arc<SessionKey>,
+    pub(crate) stateful: bool,
+    pub(crate) key: Arc<SessionKey>,
     /// `tools`: which tools clients may call (None: all).
-    pub tools: Option<inspect::ToolPolicy>,
+    pub(crate) tools: Option<inspect::ToolPolicy>,
     /// `transport: SSE`: the legacy HTTP+SSE transport (2024-11-05); `path` is the event
     /// stream's, messages go to the URL it announces (see `legacy.rs`).
-    pub legacy_sse: bool,
+    pub(crate) legacy_sse: bool,
 }
 
 impl McpPort {
     /// Whether a request to `uri` is MCP traffic: the MCP endpoint's path, or for the legacy
     /// transport also a message URL egressd announced (a wrapped session in the query).
-    pub fn applies_to(&self, uri: &http::Uri) -> bool {
+    pub(crate) fn applies_to(&self, uri: &http::Uri) -> bool {
         uri.path() == self.path
             || (self.legacy_sse && uri.query().is_some_and(session::mentions_wrapped))
     }
 }
 
 /// `Mcp-Session-Id` (case-insensitive, as every header name).
-pub const SESSION_ID: http::HeaderName = http::HeaderName::from_static("mcp-session-id");
+pub(crate) const SESSION_ID: http::HeaderName = http::HeaderName::from_static("mcp-session-id");
 /// `MCP-Protocol-Version`.
-pub const PROTOCOL_VERSION: http::HeaderName =
+pub(crate) const PROTOCOL_VERSION: http::HeaderName =
     http::HeaderName::from_static("mcp-protocol-version");
 
 /// Why an MCP request is answered by egressd itself.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// 404: the client must initialize a new session.
     SessionNotFound(String),
     /// 400: the request's protocol version is not the Backend's.
@@ -58,7 +58,7 @@ impl McpPort {
     /// pinned to (None: a request without a session, e.g. `initialize`, is balanced). The
     /// session must have been issued by this Backend (`backend`) and `port`: routing sends it
     /// there whatever the route's weights.
-    pub fn inbound(
+    pub(crate) fn inbound(
         &self,
         backend: &str,
         port: u16,
@@ -94,7 +94,7 @@ impl McpPort {
 
     /// Phase "mcp" on the way out: a session id the server issued is wrapped with where it was
     /// issued; SSE streams are marked not to be buffered by proxies in front.
-    pub fn outbound(&self, home: &session::SessionHome, headers: &mut http::HeaderMap) {
+    pub(crate) fn outbound(&self, home: &session::SessionHome, headers: &mut http::HeaderMap) {
         if self.stateful {
             if let Some(upstream) = headers.get(&SESSION_ID).and_then(|v| v.to_str().ok()) {
                 let wrapped = self.key.wrap(home, upstream);
@@ -115,7 +115,7 @@ impl McpPort {
 impl session::SessionHome {
     /// Whether this session belongs to `backend`'s `port` (a request reaches another one only
     /// when its Backend left the route, or the client sent it elsewhere).
-    pub fn issued_by(&self, backend: &str, port: u16) -> Result<(), Refusal> {
+    pub(crate) fn issued_by(&self, backend: &str, port: u16) -> Result<(), Refusal> {
         if self.backend == backend && self.port == port {
             Ok(())
         } else {
@@ -128,7 +128,7 @@ impl session::SessionHome {
 }
 
 /// Whether a response is an SSE stream (`text/event-stream`).
-pub fn is_event_stream(headers: &http::HeaderMap) -> bool {
+pub(crate) fn is_event_stream(headers: &http::HeaderMap) -> bool {
     headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -19,17 +19,17 @@ use aws_lc_rs::hmac;
 use data_encoding::BASE64URL_NOPAD;
 
 /// What every id egressd wraps starts with.
-pub const PREFIX: &str = "egd2.";
+pub(crate) const PREFIX: &str = "egd2.";
 /// What ids wrapped by egressd before the Backend was part of them start with.
 const EARLIER_PREFIX: &str = "egd1.";
 
 /// Whether `value` is a session id egressd wrapped (of this form or an earlier one).
-pub fn is_wrapped(value: &str) -> bool {
+pub(crate) fn is_wrapped(value: &str) -> bool {
     value.starts_with(PREFIX) || value.starts_with(EARLIER_PREFIX)
 }
 
 /// Whether a query string carries a session id egressd wrapped.
-pub fn mentions_wrapped(query: &str) -> bool {
+pub(crate) fn mentions_wrapped(query: &str) -> bool {
     query.contains(PREFIX) || query.contains(EARLIER_PREFIX)
 }
 
@@ -47,7 +47,7 @@ const MAC_LEN: usize = 16;
 pub struct SessionKey {
     key: hmac::Key,
     /// Where it came from, for logs and `/status` (never the key itself).
-    pub source: KeySource,
+    pub(crate) source: KeySource,
 }
 
 impl std::fmt::Debug for SessionKey {
@@ -59,7 +59,7 @@ impl std::fmt::Debug for SessionKey {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum KeySource {
+pub(crate) enum KeySource {
     /// Read from `ProxyConfig.spec.mcp.sessionKeyFile`: shared by replicas, survives restarts.
     File(std::path::PathBuf),
     /// Made at start: sessions stay valid for this process only.
@@ -67,7 +67,7 @@ pub enum KeySource {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum KeyError {
+pub(crate) enum KeyError {
     #[error("cannot read MCP session key file {path}: {source}")]
     Read {
         path: String,
@@ -93,7 +93,7 @@ impl SessionKey {
 
     /// The key in `path`: its bytes (at least 32; surrounding whitespace of a text key is
     /// ignored), so `openssl rand -base64 48 > key` makes a good one.
-    pub fn from_file(path: &Path) -> Result<SessionKey, KeyError> {
+    pub(crate) fn from_file(path: &Path) -> Result<SessionKey, KeyError> {
         let bytes = std::fs::read(path).map_err(|source| KeyError::Read {
             path: path.display().to_string(),
             source,
@@ -113,7 +113,7 @@ impl SessionKey {
 
     /// The key of this process when no `sessionKeyFile` is configured: made once, kept across
     /// reloads (a reload must not end every MCP session).
-    pub fn of_this_process() -> std::sync::Arc<SessionKey> {
+    pub(crate) fn of_this_process() -> std::sync::Arc<SessionKey> {
         static KEY: std::sync::OnceLock<std::sync::Arc<SessionKey>> = std::sync::OnceLock::new();
         KEY.get_or_init(|| std::sync::Arc::new(SessionKey::generate()))
             .clone()
@@ -127,7 +127,7 @@ impl SessionKey {
     }
 
     /// The session id the client gets for `upstream`, issued at `home`.
-    pub fn wrap(&self, home: &SessionHome, upstream: &str) -> String {
+    pub(crate) fn wrap(&self, home: &SessionHome, upstream: &str) -> String {
         let payload = format!(
             "{}\n{}\n{}\n{upstream}",
             home.backend, home.port, home.endpoint
@@ -142,7 +142,7 @@ impl SessionKey {
 
     /// Where `wrapped` was issued and the upstream session id inside it, if it is one of ours
     /// (the MAC is compared in constant time).
-    pub fn unwrap(&self, wrapped: &str) -> Result<(SessionHome, String), Invalid> {
+    pub(crate) fn unwrap(&self, wrapped: &str) -> Result<(SessionHome, String), Invalid> {
         let Some(rest) = wrapped.strip_prefix(PREFIX) else {
             return Err(if wrapped.starts_with(EARLIER_PREFIX) {
                 Invalid::Earlier
@@ -189,7 +189,7 @@ pub enum Invalid {
 }
 
 impl Invalid {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Invalid::NotOurs => "not issued by egressd",
             Invalid::Earlier => "issued by an earlier egressd version",

@@ -13,7 +13,7 @@ const MAX_COMMON_NAME: usize = 64;
 
 /// What a verified client certificate says its holder is.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TlsIdentity {
+pub(crate) enum TlsIdentity {
     /// The certificate's `spiffe://` URI SAN (an X.509-SVID).
     Spiffe(Box<str>),
     /// The subject's common name, for certificates without a SPIFFE ID.
@@ -23,7 +23,7 @@ pub enum TlsIdentity {
 impl TlsIdentity {
     /// The identity of a (verified) leaf certificate: its first `spiffe://` URI SAN, else
     /// its subject CN; `None` when it has neither (or one too long to be real).
-    pub fn of_certificate(der: &[u8]) -> Option<TlsIdentity> {
+    pub(crate) fn of_certificate(der: &[u8]) -> Option<TlsIdentity> {
         let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
         if let Ok(Some(san)) = cert.subject_alternative_name() {
             let spiffe = san.value.general_names.iter().find_map(|name| match name {
@@ -39,7 +39,7 @@ impl TlsIdentity {
     }
 
     /// The identity as the access log and `/blocked` show it: the SPIFFE ID, or `CN=name`.
-    pub fn shown(&self) -> String {
+    pub(crate) fn shown(&self) -> String {
         match self {
             TlsIdentity::Spiffe(id) => id.to_string(),
             TlsIdentity::Subject(cn) => format!("CN={cn}"),
@@ -49,17 +49,17 @@ impl TlsIdentity {
 
 /// Everything known about the client of one request.
 #[derive(Clone, Copy, Debug)]
-pub struct Client<'a> {
+pub(crate) struct Client<'a> {
     /// The source address, canonical.
-    pub addr: IpAddr,
-    pub tls: Option<&'a TlsIdentity>,
+    pub(crate) addr: IpAddr,
+    pub(crate) tls: Option<&'a TlsIdentity>,
     /// The user `Proxy-Authorization` authenticated.
-    pub user: Option<&'a str>,
+    pub(crate) user: Option<&'a str>,
 }
 
 impl Client<'_> {
     /// The client as a metric label: its identity, else its address.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match (self.tls, self.user) {
             (Some(tls), _) => tls.shown(),
             (None, Some(user)) => format!("user {user}"),

@@ -4,17 +4,17 @@
 //! Nothing here runs for a config without `EgressPolicy` objects or `clientPolicy`: the
 //! snapshot then holds no [`rules::ClientPolicy`] and the request path checks one `Option`.
 
-pub mod identity;
-pub mod rules;
-pub mod users;
+pub(crate) mod identity;
+pub(crate) mod rules;
+pub(crate) mod users;
 
 use std::sync::Arc;
 
 /// What the request path checks about clients, when anything is configured.
 #[derive(Debug)]
-pub struct ClientAccess {
+pub(crate) struct ClientAccess {
     /// `EgressPolicy` objects and `clientPolicy.default`.
-    pub rules: rules::ClientPolicy,
+    pub(crate) rules: rules::ClientPolicy,
     /// `clientPolicy.proxyUsers`.
-    pub users: Option<Arc<users::ProxyUsers>>,
+    pub(crate) users: Option<Arc<users::ProxyUsers>>,
 }

@@ -20,14 +20,14 @@ use crate::upstream::address::canonical_ip;
 
 /// Names of one kind of identity a policy lists: exact, or by prefix (`ns/payments/*`).
 #[derive(Debug, Default)]
-pub struct Names {
+pub(crate) struct Names {
     exact: HashSet<Box<str>>,
     prefixes: Vec<Box<str>>,
 }
 
 impl Names {
     /// Adds `pattern`: a prefix when it ends in `*`, else an exact name.
-    pub fn add(&mut self, pattern: &str) {
+    pub(crate) fn add(&mut self, pattern: &str) {
         match pattern.strip_suffix('*') {
             Some(prefix) => self.prefixes.push(prefix.into()),
             None => {
@@ -43,17 +43,17 @@ impl Names {
 
 /// The clients one policy lets through.
 #[derive(Debug, Default)]
-pub struct ClientSet {
-    pub spiffe_ids: Names,
-    pub subject_names: Names,
-    pub proxy_users: Names,
+pub(crate) struct ClientSet {
+    pub(crate) spiffe_ids: Names,
+    pub(crate) subject_names: Names,
+    pub(crate) proxy_users: Names,
     /// Canonical networks.
-    pub cidrs: Vec<IpNet>,
+    pub(crate) cidrs: Vec<IpNet>,
 }
 
 impl ClientSet {
     /// Whether `client` matches any entry.
-    pub fn contains(&self, client: &Client<'_>) -> bool {
+    pub(crate) fn contains(&self, client: &Client<'_>) -> bool {
         let tls = match client.tls {
             Some(TlsIdentity::Spiffe(id)) => self.spiffe_ids.matches(id),
             Some(TlsIdentity::Subject(cn)) => self.subject_names.matches(cn),
@@ -69,26 +69,26 @@ impl ClientSet {
 
 /// One `EgressPolicy`.
 #[derive(Debug)]
-pub struct Rule {
+pub(crate) struct Rule {
     /// `namespace/name`.
-    pub name: Arc<str>,
+    pub(crate) name: Arc<str>,
     /// `mode: Report`.
-    pub report: bool,
-    pub clients: ClientSet,
+    pub(crate) report: bool,
+    pub(crate) clients: ClientSet,
 }
 
 /// What a request's destination is, as policies name it.
 #[derive(Clone, Copy, Debug)]
-pub struct Destination<'a> {
+pub(crate) struct Destination<'a> {
     /// The Backend's `namespace/name`, when a Backend serves it.
-    pub backend: Option<&'a str>,
+    pub(crate) backend: Option<&'a str>,
     /// The destination hostname: the Backend's `fqdn.hostname`, or the undeclared host.
-    pub host: Option<&'a str>,
+    pub(crate) host: Option<&'a str>,
 }
 
 /// The decision for one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict<'p> {
+pub(crate) enum Verdict<'p> {
     Allow,
     /// Refused by the `Enforce` policy named (`None`: by `clientPolicy.default: Deny`).
     Deny {
@@ -102,9 +102,9 @@ pub enum Verdict<'p> {
 
 /// Every `EgressPolicy` and the default, indexed by what they cover.
 #[derive(Debug, Default)]
-pub struct ClientPolicy {
+pub(crate) struct ClientPolicy {
     /// `clientPolicy.default: Deny`.
-    pub default_deny: bool,
+    pub(crate) default_deny: bool,
     /// Sorted by name: the first covering policy is the one a refusal names.
     rules: Vec<Rule>,
     // Looked up per request: a fast hash (keys come from the config, not from clients).
@@ -116,16 +116,16 @@ pub struct ClientPolicy {
 
 /// What one policy covers, as compiled.
 #[derive(Debug, Default)]
-pub struct Covers {
+pub(crate) struct Covers {
     /// Backends' `namespace/name`.
-    pub backends: Vec<String>,
+    pub(crate) backends: Vec<String>,
     /// Hostnames, lower case, exact or `*.suffix`.
-    pub hostnames: Vec<String>,
+    pub(crate) hostnames: Vec<String>,
 }
 
 impl ClientPolicy {
     /// The policy set of `rules` (each with what it covers) and the default.
-    pub fn new(default_deny: bool, mut rules: Vec<(Rule, Covers)>) -> ClientPolicy {
+    pub(crate) fn new(default_deny: bool, mut rules: Vec<(Rule, Covers)>) -> ClientPolicy {
         rules.sort_by(|a, b| a.0.name.cmp(&b.0.name));
         let mut policy = ClientPolicy {
             default_deny,
@@ -190,7 +190,7 @@ impl ClientPolicy {
     }
 
     /// Whether `client` may reach `dest`.
-    pub fn decide(&self, dest: Destination<'_>, client: &Client<'_>) -> Verdict<'_> {
+    pub(crate) fn decide(&self, dest: Destination<'_>, client: &Client<'_>) -> Verdict<'_> {
         let covering = self.covering(dest);
         let rule = |i: &u32| &self.rules[*i as usize];
         let listed = |i: &&u32| rule(i).clients.contains(client);

@@ -17,13 +17,13 @@ use http::HeaderValue;
 use tokio::sync::Semaphore;
 
 /// Password checks running at once; more wait.
-pub const MAX_CONCURRENT_CHECKS: usize = 2;
+pub(crate) const MAX_CONCURRENT_CHECKS: usize = 2;
 /// Credentials remembered as checked; when full, the memory starts over.
-pub const MAX_REMEMBERED: usize = 1024;
+pub(crate) const MAX_REMEMBERED: usize = 1024;
 /// The longest `Proxy-Authorization` value looked at (a user and password of 1 KiB each).
 const MAX_HEADER: usize = 2800;
 /// Lines of the users file at most.
-pub const MAX_USERS: usize = 10_000;
+pub(crate) const MAX_USERS: usize = 10_000;
 
 /// A hash from the users file.
 #[derive(Clone)]
@@ -59,14 +59,14 @@ impl Hash {
 /// A line of the users file that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {message}")]
-pub struct UsersFileError {
-    pub line: usize,
-    pub message: String,
+pub(crate) struct UsersFileError {
+    pub(crate) line: usize,
+    pub(crate) message: String,
 }
 
 /// Why a request's credentials were not accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rejected {
+pub(crate) enum Rejected {
     /// No `Proxy-Authorization`, and `required: true`.
     Missing,
     /// Not `Basic` with base64 `user:password`.
@@ -76,7 +76,7 @@ pub enum Rejected {
 }
 
 impl Rejected {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Rejected::Missing => "no Proxy-Authorization credentials",
             Rejected::Malformed => "Proxy-Authorization is not Basic base64(user:password)",
@@ -86,11 +86,11 @@ impl Rejected {
 }
 
 /// The users of one version of the file.
-pub struct ProxyUsers {
+pub(crate) struct ProxyUsers {
     users: HashMap<Box<str>, Hash>,
-    pub required: bool,
+    pub(crate) required: bool,
     /// `Basic realm="…"`, for 407 replies.
-    pub challenge: HeaderValue,
+    pub(crate) challenge: HeaderValue,
     remembered: Mutex<HashSet<[u8; 32]>>,
     checks: Arc<Semaphore>,
 }
@@ -107,7 +107,7 @@ impl std::fmt::Debug for ProxyUsers {
 
 impl ProxyUsers {
     /// Parses the file's text. Every bad line is reported; none is used then.
-    pub fn parse(
+    pub(crate) fn parse(
         text: &str,
         required: bool,
         realm: &str,
@@ -169,7 +169,7 @@ impl ProxyUsers {
 
     /// The user a request authenticated as: `Ok(None)` without credentials when they are
     /// not required.
-    pub async fn authenticate(
+    pub(crate) async fn authenticate(
         self: &Arc<Self>,
         header: Option<&HeaderValue>,
     ) -> Result<Option<Box<str>>, Rejected> {

@@ -24,7 +24,7 @@ pub(super) enum Expected {
 
 impl Expected {
     /// The names to print, for an endpoint whose handshake uses `server_name`.
-    pub fn describe(&self, server_name: &ServerName<'_>) -> String {
+    pub(crate) fn describe(&self, server_name: &ServerName<'_>) -> String {
         match self {
             Expected::Nothing => "nothing (insecureSkipVerify)".to_owned(),
             Expected::ServerName => server_name.to_str().into_owned(),
@@ -44,18 +44,18 @@ impl Expected {
 #[derive(Debug)]
 pub(super) struct Leaf {
     /// The subject, e.g. `CN=api.example.com`.
-    pub subject: String,
+    pub(crate) subject: String,
     /// Subject alternative names as `DNS:…`, `IP:…`, `URI:…`.
-    pub sans: Vec<String>,
+    pub(crate) sans: Vec<String>,
     /// notAfter, seconds since the Unix epoch.
-    pub not_after: i64,
+    pub(crate) not_after: i64,
     /// notAfter as `YYYY-MM-DD`.
-    pub not_after_date: String,
+    pub(crate) not_after_date: String,
 }
 
 impl Leaf {
     /// Whole days from `now` (Unix seconds) until the certificate expires; negative once it has.
-    pub fn days_left(&self, now: i64) -> i64 {
+    pub(crate) fn days_left(&self, now: i64) -> i64 {
         (self.not_after - now).div_euclid(86_400)
     }
 }

@@ -39,15 +39,15 @@ const VERDICT_WINDOW: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(super) struct TlsProbe {
     /// The SNI sent (`None`: none, the endpoint is an IP address).
-    pub sni: Option<String>,
+    pub(crate) sni: Option<String>,
     /// The name the certificate was checked against by default (SNI, or the endpoint IP).
-    pub server_name: ServerName<'static>,
-    pub outcome: Outcome,
+    pub(crate) server_name: ServerName<'static>,
+    pub(crate) outcome: Outcome,
     /// The chain the server presented (leaf first), when the probe got to see it.
-    pub chain: Option<Vec<CertificateDer<'static>>>,
+    pub(crate) chain: Option<Vec<CertificateDer<'static>>>,
     /// Whether `chain` comes from the diagnostic handshake (the real one failed).
-    pub chain_from_diagnostic: bool,
-    pub client_cert: ClientCert,
+    pub(crate) chain_from_diagnostic: bool,
+    pub(crate) client_cert: ClientCert,
 }
 
 /// How far the real connection got.

@@ -15,13 +15,13 @@ use std::sync::{Mutex, OnceLock};
 
 /// The nice value added to the thread (Linux keeps one per thread; raising it needs no
 /// privilege).
-pub const NICENESS: i32 = 10;
+pub(crate) const NICENESS: i32 = 10;
 
 type Job = Box<dyn FnOnce() + Send>;
 
 /// Why background work gave no result.
 #[derive(Debug, thiserror::Error)]
-pub enum BackgroundError {
+pub(crate) enum BackgroundError {
     #[error("the background thread could not be started: {0}")]
     Spawn(std::io::Error),
     #[error("the background work panicked")]
@@ -29,7 +29,7 @@ pub enum BackgroundError {
 }
 
 /// Runs `work` on the background thread and waits for its result without blocking a worker.
-pub async fn run<T: Send + 'static>(
+pub(crate) async fn run<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, BackgroundError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -41,7 +41,7 @@ pub async fn run<T: Send + 'static>(
 }
 
 /// Runs `work` on the background thread without waiting for it (freeing a replaced config).
-pub fn detach(work: impl FnOnce() + Send + 'static) {
+pub(crate) fn detach(work: impl FnOnce() + Send + 'static) {
     if let Err(e) = submit(Box::new(work)) {
         tracing::warn!("{e}");
     }

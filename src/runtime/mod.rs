@@ -1,6 +1,6 @@
 //! Runtime: compiling config into snapshots, and the reload loop that swaps them in.
 
-pub mod background;
+pub(crate) mod background;
 pub mod compile;
-pub mod reload;
+pub(crate) mod reload;
 pub mod watch;

@@ -43,7 +43,7 @@ pub enum ReloadError {
 const FIRST_RESOLUTION_WAIT: Duration = Duration::from_secs(2);
 
 /// Runs reloads one at a time.
-pub struct Reloader {
+pub(crate) struct Reloader {
     paths: Vec<PathBuf>,
     shared: Arc<Shared>,
     registry: Arc<StateRegistry>,
@@ -71,7 +71,7 @@ struct Inner {
 }
 
 impl Reloader {
-    pub fn new(
+    pub(crate) fn new(
         paths: Vec<PathBuf>,
         shared: Arc<Shared>,
         registry: Arc<StateRegistry>,
@@ -101,7 +101,7 @@ impl Reloader {
     /// Loads the config and, if it is valid, makes it the one serving. `force` reloads even
     /// when no file changed (SIGHUP). One step each: read → parse → validate → compile → bind →
     /// swap; a step that fails leaves the last good config serving.
-    pub async fn reload(&self, cause: &str, force: bool) -> Result<u64, ReloadError> {
+    pub(crate) async fn reload(&self, cause: &str, force: bool) -> Result<u64, ReloadError> {
         let mut inner = self.inner.lock().await;
         let mut attempt = Attempt::new(cause, self.generation.load(Ordering::Acquire) + 1);
         let Some(read) = self.read(&inner, force).await? else {
@@ -458,7 +458,7 @@ impl Reloader {
 
     /// Hands over the file watcher, so that files referenced by each loaded config (TLS
     /// material) are watched too.
-    pub async fn set_watcher(&self, watcher: Arc<ConfigWatcher>) {
+    pub(crate) async fn set_watcher(&self, watcher: Arc<ConfigWatcher>) {
         let mut inner = self.inner.lock().await;
         let files = self.shared.snapshot.load().referenced_files.clone();
         watcher.set_extra_files(files);
@@ -466,13 +466,13 @@ impl Reloader {
     }
 
     /// The admin address, once bound.
-    pub async fn admin_addr(&self) -> Option<SocketAddr> {
+    pub(crate) async fn admin_addr(&self) -> Option<SocketAddr> {
         self.inner.lock().await.admin.as_ref().map(|a| a.addr)
     }
 
     /// Binds the admin server when no config could be loaded at start, so `/status` can say
     /// why.
-    pub async fn ensure_admin(&self) -> std::io::Result<()> {
+    pub(crate) async fn ensure_admin(&self) -> std::io::Result<()> {
         let mut inner = self.inner.lock().await;
         if inner.admin.is_none() {
             let addr = self
@@ -485,12 +485,12 @@ impl Reloader {
     }
 
     /// Stops accepting on every listener (drain).
-    pub async fn stop_listeners(&self) {
+    pub(crate) async fn stop_listeners(&self) {
         self.inner.lock().await.listeners.stop_all();
     }
 
     /// Exports the spans still batched and stops the exporter (at the end of a drain).
-    pub async fn flush_tracing(&self) {
+    pub(crate) async fn flush_tracing(&self) {
         if let Some(tracing) = self.inner.lock().await.tracing.take() {
             let _ = tokio::task::spawn_blocking(move || tracing.shutdown()).await;
         }
@@ -621,7 +621,7 @@ fn is_insecure_upstream(d: &Diagnostic) -> bool {
 /// truncated file must not take every listener down while `/ready` stays 200, and at start a
 /// proxy that serves nothing must not report ready. Only added when nothing else is wrong
 /// (a broken Gateway already explains the missing listener).
-pub fn refuse_without_listeners(compiled: &mut Compiled, paths: &[PathBuf]) {
+pub(crate) fn refuse_without_listeners(compiled: &mut Compiled, paths: &[PathBuf]) {
     let serves_nothing = compiled.snapshot.listeners.is_empty();
     refuse_serving_nothing(serves_nothing, &mut compiled.diagnostics, paths);
 }

@@ -5,17 +5,17 @@
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 /// One `CredentialInjector`, resolved.
-pub struct CredentialInjection {
+pub(crate) struct CredentialInjection {
     /// The extension's `name`.
-    pub name: String,
-    pub header: HeaderName,
+    pub(crate) name: String,
+    pub(crate) header: HeaderName,
     /// `prefix` + the credential, marked sensitive (HPACK never indexes it); or why it could
     /// not be read.
-    pub value: Result<HeaderValue, String>,
+    pub(crate) value: Result<HeaderValue, String>,
     /// Replace a value the client sent.
-    pub overwrite: bool,
+    pub(crate) overwrite: bool,
     /// Without a credential, send the request anyway (else 503).
-    pub fail_open: bool,
+    pub(crate) fail_open: bool,
 }
 
 impl std::fmt::Debug for CredentialInjection {
@@ -41,7 +41,7 @@ impl std::fmt::Debug for CredentialInjection {
 impl CredentialInjection {
     /// Sets the header on a request's way upstream; `Err` (the reason) when the credential
     /// is unavailable and the extension fails closed.
-    pub fn apply(&self, headers: &mut HeaderMap) -> Result<(), &str> {
+    pub(crate) fn apply(&self, headers: &mut HeaderMap) -> Result<(), &str> {
         match &self.value {
             Ok(value) => {
                 if self.overwrite || !headers.contains_key(&self.header) {

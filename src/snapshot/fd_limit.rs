@@ -17,7 +17,7 @@ const MIN_CONNECTIONS: usize = 16;
 /// The default of `downstream.maxConnections`: half of the descriptors left after
 /// [`RESERVED`], since each proxied client connection usually holds one upstream socket too
 /// (pooled HTTP/1.1, a tunnel, a passthrough relay). Read once per process.
-pub fn default_max_connections() -> usize {
+pub(crate) fn default_max_connections() -> usize {
     static DEFAULT: OnceLock<usize> = OnceLock::new();
     *DEFAULT.get_or_init(|| from_limit(open_files_limit().unwrap_or(ASSUMED_LIMIT)))
 }

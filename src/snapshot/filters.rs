@@ -8,28 +8,24 @@ use super::router::PathMatcher;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Filters {
     pub request_headers: HeaderOps,
-    pub response_headers: HeaderOps,
+    pub(crate) response_headers: HeaderOps,
     /// `URLRewrite.hostname`: the `Host` sent upstream.
-    pub rewrite_host: Option<HeaderValue>,
-    pub rewrite_path: Option<PathRewrite>,
+    pub(crate) rewrite_host: Option<HeaderValue>,
+    pub(crate) rewrite_path: Option<PathRewrite>,
 }
 
 /// RequestHeaderModifier / ResponseHeaderModifier.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct HeaderOps {
     pub set: Vec<(HeaderName, HeaderValue)>,
-    pub add: Vec<(HeaderName, HeaderValue)>,
-    pub remove: Vec<HeaderName>,
+    pub(crate) add: Vec<(HeaderName, HeaderValue)>,
+    pub(crate) remove: Vec<HeaderName>,
 }
 
 impl HeaderOps {
-    pub fn is_empty(&self) -> bool {
-        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
-    }
-
     /// Applies remove, then set, then add — the order Gateway API implementations use, so a
     /// header can be both removed and re-added by `set`.
-    pub fn apply(&self, headers: &mut HeaderMap) {
+    pub(crate) fn apply(&self, headers: &mut HeaderMap) {
         for name in &self.remove {
             headers.remove(name);
         }
@@ -44,7 +40,7 @@ impl HeaderOps {
 
 /// URLRewrite path modifiers.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum PathRewrite {
+pub(crate) enum PathRewrite {
     /// Replace the whole path.
     Full(String),
     /// Replace the matched path prefix.
@@ -53,7 +49,7 @@ pub enum PathRewrite {
 
 impl PathRewrite {
     /// The rewritten path, given the path matcher that selected the rule.
-    pub fn apply(&self, path: &str, matched: &PathMatcher) -> String {
+    pub(crate) fn apply(&self, path: &str, matched: &PathMatcher) -> String {
         match self {
             PathRewrite::Full(p) => p.clone(),
             PathRewrite::Prefix(replacement) => {

@@ -7,14 +7,14 @@
 //! snapshot behind one `ArcSwap`, metrics, the access log). It sits below `http/`,
 //! `listener/`, `admin/` and `runtime/` and imports none of them.
 
-pub mod credentials;
-pub mod fd_limit;
-pub mod filters;
-pub mod on_demand;
+pub(crate) mod credentials;
+pub(crate) mod fd_limit;
+pub(crate) mod filters;
+pub(crate) mod on_demand;
 pub mod router;
-pub mod shared;
-pub mod undeclared;
-pub mod wildcard;
+pub(crate) mod shared;
+pub(crate) mod undeclared;
+pub(crate) mod wildcard;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -27,7 +27,7 @@ use crate::config::status::StatusReport;
 use crate::config::wire::enums::{OutboundPolicy, Protocol};
 use crate::config::{ConfigSet, ObjectId};
 use crate::snapshot::router::HttpRouter;
-pub use crate::telemetry::access_log::AccessLogSettings;
+pub(crate) use crate::telemetry::access_log::AccessLogSettings;
 use crate::upstream::EndpointGroup;
 
 /// One compiled config generation.
@@ -35,48 +35,48 @@ use crate::upstream::EndpointGroup;
 pub struct Snapshot {
     /// Increases by one with every accepted config.
     pub generation: u64,
-    pub settings: ProxySettings,
+    pub(crate) settings: ProxySettings,
     /// The listeners this config wants bound.
     pub listeners: Vec<ListenerPlan>,
     /// Request routing, per listener key.
     pub routers: HashMap<Arc<str>, Arc<HttpRouter>>,
     /// SNI routing of Passthrough listeners, per listener key.
-    pub sni_routers: HashMap<Arc<str>, Arc<crate::snapshot::router::SniRouter>>,
+    pub(crate) sni_routers: HashMap<Arc<str>, Arc<crate::snapshot::router::SniRouter>>,
     pub backends: Vec<Arc<Backend>>,
     /// The span exporter of `settings.tracing`, attached when the config is applied (the
     /// same one across reloads while the settings do not change).
-    pub tracing: Option<Arc<crate::telemetry::trace::Tracing>>,
+    pub(crate) tracing: Option<Arc<crate::telemetry::trace::Tracing>>,
     /// Under `AllowAny` and `AuditOnly`: how destinations nothing declares are reached.
-    pub undeclared: Option<Arc<crate::snapshot::undeclared::UndeclaredDestinations>>,
+    pub(crate) undeclared: Option<Arc<crate::snapshot::undeclared::UndeclaredDestinations>>,
     /// `EgressPolicy` objects, `clientPolicy`: who may reach what (none when neither is
     /// configured, and the request path checks nothing).
-    pub client_access: Option<Arc<crate::policy::ClientAccess>>,
+    pub(crate) client_access: Option<Arc<crate::policy::ClientAccess>>,
     /// The key MCP session ids are authenticated with (read before a route picks: a session
     /// goes to the backendRef that issued it).
-    pub mcp_session_key: Arc<crate::mcp::session::SessionKey>,
+    pub(crate) mcp_session_key: Arc<crate::mcp::session::SessionKey>,
     /// The config as written (for `/config`, redacted there).
-    pub config: Arc<ConfigSet>,
+    pub(crate) config: Arc<ConfigSet>,
     /// What compiling this config reported (warnings only, for a config that serves): each
     /// object's conditions are derived from them on request ([`Snapshot::status`]); kept for
     /// 10,000 objects, they were 12 MB).
-    pub diagnostics: Arc<[crate::config::Diagnostic]>,
+    pub(crate) diagnostics: Arc<[crate::config::Diagnostic]>,
     /// Files the config refers to (certificates, keys, CA bundles): watched, and part of the
     /// "did anything change" fingerprint, so rotating one reloads.
-    pub referenced_files: Vec<std::path::PathBuf>,
+    pub(crate) referenced_files: Vec<std::path::PathBuf>,
     /// Of the referenced files holding certificates (by path) and of the certificates the
     /// config's Secrets and ConfigMaps hold (`Secret ns/name tls.crt`): when each expires
     /// first (Unix seconds), for `egressd_certificate_expiry_seconds`.
-    pub certificate_expiries: Vec<(String, i64)>,
+    pub(crate) certificate_expiries: Vec<(String, i64)>,
 }
 
 impl Snapshot {
     /// The conditions of every object of this config, which is the one serving.
-    pub fn status(&self) -> StatusReport {
+    pub(crate) fn status(&self) -> StatusReport {
         StatusReport::build(&self.config, &self.diagnostics, true)
     }
 
     /// A snapshot that serves nothing: used before the first config is accepted.
-    pub fn empty() -> Self {
+    pub(crate) fn empty() -> Self {
         Snapshot {
             generation: 0,
             settings: ProxySettings::default(),
@@ -98,32 +98,32 @@ impl Snapshot {
 
 /// Process-wide settings from `ProxyConfig`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ProxySettings {
-    pub admin_addr: SocketAddr,
-    pub outbound_policy: OutboundPolicy,
+pub(crate) struct ProxySettings {
+    pub(crate) admin_addr: SocketAddr,
+    pub(crate) outbound_policy: OutboundPolicy,
     /// Addresses undeclared destinations (`AllowAny`, `AuditOnly`) may be or resolve to.
-    pub undeclared_addresses: crate::upstream::address::AddressPolicy,
+    pub(crate) undeclared_addresses: crate::upstream::address::AddressPolicy,
     /// How many undeclared destinations are kept, and for how long unused.
-    pub undeclared_limits: crate::snapshot::undeclared::UndeclaredLimits,
+    pub(crate) undeclared_limits: crate::snapshot::undeclared::UndeclaredLimits,
     /// How much the blocked-egress audit (admin `/blocked`) remembers.
-    pub blocked_audit: crate::telemetry::blocked::AuditLimits,
+    pub(crate) blocked_audit: crate::telemetry::blocked::AuditLimits,
     /// The budget for bodies egressd holds whole, and how long they may take to arrive.
-    pub buffered_bodies: crate::bounded::budget::BufferSettings,
-    pub drain_timeout: Duration,
-    pub access_log: AccessLogSettings,
+    pub(crate) buffered_bodies: crate::bounded::budget::BufferSettings,
+    pub(crate) drain_timeout: Duration,
+    pub(crate) access_log: AccessLogSettings,
     /// Name servers for FQDN destinations (empty: the system's).
-    pub nameservers: Vec<SocketAddr>,
+    pub(crate) nameservers: Vec<SocketAddr>,
     /// HTTP/2 server settings of downstream connections.
-    pub downstream_http2: Http2ServerSettings,
+    pub(crate) downstream_http2: Http2ServerSettings,
     /// Connection limits, timeouts and request head bounds of downstream connections.
-    pub downstream: DownstreamSettings,
+    pub(crate) downstream: DownstreamSettings,
     /// Admin connections open at once; more are closed at accept.
-    pub admin_max_connections: usize,
+    pub(crate) admin_max_connections: usize,
     /// Host names (exact, `*.suffix`, or `*`), lower-case, the admin server answers besides IP
     /// literals and `localhost` (`admin/guard.rs`).
-    pub admin_allowed_hosts: Vec<String>,
+    pub(crate) admin_allowed_hosts: Vec<String>,
     /// egressd's own spans (`tracing`), when configured.
-    pub tracing: Option<crate::telemetry::trace::TracingSettings>,
+    pub(crate) tracing: Option<crate::telemetry::trace::TracingSettings>,
 }
 
 impl Default for ProxySettings {
@@ -156,18 +156,18 @@ impl Default for ProxySettings {
 /// How client connections are served (`ProxyConfig.spec.downstream`, besides `http2`),
 /// validated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DownstreamSettings {
+pub(crate) struct DownstreamSettings {
     /// Client connections open at once over every listener (TLS passthrough and tunnels
     /// included); more are closed as soon as they are accepted.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// From accept until the first request head is complete: TLS handshake, protocol
     /// detection, HTTP/2 preface, TLS passthrough ClientHello. `None`: no limit.
-    pub header_read_timeout: Option<Duration>,
+    pub(crate) header_read_timeout: Option<Duration>,
     /// How long a connection with no request in flight stays open (HTTP/1.1 keep-alive,
     /// HTTP/2 without streams). `None`: no limit.
-    pub idle_timeout: Option<Duration>,
+    pub(crate) idle_timeout: Option<Duration>,
     /// Bounds of a request head.
-    pub head: RequestHeadLimits,
+    pub(crate) head: RequestHeadLimits,
 }
 
 impl Default for DownstreamSettings {
@@ -187,22 +187,22 @@ impl Default for DownstreamSettings {
 
 /// What a request head may hold (HTTP/1.1 and HTTP/2 alike).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RequestHeadLimits {
+pub(crate) struct RequestHeadLimits {
     /// The head's size: request line and header lines as HTTP/1.1 writes them.
-    pub max_bytes: usize,
+    pub(crate) max_bytes: usize,
     /// Header fields.
-    pub max_headers: usize,
+    pub(crate) max_headers: usize,
     /// The request target (path and query, or the absolute URI).
-    pub max_uri_bytes: usize,
-    pub max_method_bytes: usize,
+    pub(crate) max_uri_bytes: usize,
+    pub(crate) max_method_bytes: usize,
 }
 
 impl RequestHeadLimits {
     /// hyper's own bound on header fields, which it keeps on the stack: a different one costs
     /// a heap allocation per request.
-    pub const HYPER_MAX_HEADERS: usize = 100;
+    pub(crate) const HYPER_MAX_HEADERS: usize = 100;
     /// The smallest head limit hyper's HTTP/1.1 server accepts.
-    pub const MIN_BYTES: usize = 1024;
+    pub(crate) const MIN_BYTES: usize = 1024;
 }
 
 impl Default for RequestHeadLimits {
@@ -223,21 +223,21 @@ impl Default for RequestHeadLimits {
 /// The HTTP/2 server side of downstream connections (`ProxyConfig.spec.downstream.http2`),
 /// validated: every value is in the range HTTP/2 and h2 accept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Http2ServerSettings {
-    pub max_concurrent_streams: u32,
-    pub max_header_list_size: u32,
-    pub initial_stream_window_size: u32,
-    pub initial_connection_window_size: u32,
-    pub max_pending_accept_reset_streams: usize,
-    pub max_local_error_reset_streams: usize,
+pub(crate) struct Http2ServerSettings {
+    pub(crate) max_concurrent_streams: u32,
+    pub(crate) max_header_list_size: u32,
+    pub(crate) initial_stream_window_size: u32,
+    pub(crate) initial_connection_window_size: u32,
+    pub(crate) max_pending_accept_reset_streams: usize,
+    pub(crate) max_local_error_reset_streams: usize,
 }
 
 impl Http2ServerSettings {
     /// The largest flow-control window HTTP/2 allows (RFC 9113 §6.9.1).
-    pub const MAX_WINDOW_SIZE: u32 = (1 << 31) - 1;
+    pub(crate) const MAX_WINDOW_SIZE: u32 = (1 << 31) - 1;
     /// The connection window every HTTP/2 connection starts with (RFC 9113 §6.9.2). SETTINGS
     /// cannot lower it; egressd can only raise it with a WINDOW_UPDATE.
-    pub const SPEC_CONNECTION_WINDOW_SIZE: u32 = 65_535;
+    pub(crate) const SPEC_CONNECTION_WINDOW_SIZE: u32 = 65_535;
 }
 
 impl Default for Http2ServerSettings {
@@ -269,12 +269,12 @@ pub struct ListenerPlan {
     pub addr: SocketAddr,
     /// How connections are accepted. Changing it (a rotated certificate, HTTP ↔ HTTPS ↔
     /// Passthrough) keeps the socket; new connections use the new value.
-    pub mode: AcceptMode,
+    pub(crate) mode: AcceptMode,
 }
 
 /// What a listener does with a new connection.
 #[derive(Clone, Debug)]
-pub enum AcceptMode {
+pub(crate) enum AcceptMode {
     /// Plaintext HTTP/1.1 or h2c (protocol HTTP).
     Http,
     /// Terminate TLS with this config, then HTTP (protocol HTTPS).
@@ -289,25 +289,25 @@ pub enum AcceptMode {
 pub struct Backend {
     pub id: ObjectId,
     /// `namespace/name`, for logs and replies.
-    pub label: Arc<str>,
+    pub(crate) label: Arc<str>,
     /// The FQDN destination, if any.
-    pub hostname: Option<String>,
+    pub(crate) hostname: Option<String>,
     pub ports: Vec<Arc<BackendPort>>,
     /// `spec.fallback`: in a route's backendRefs, used only when the others are unhealthy.
-    pub fallback: bool,
+    pub(crate) fallback: bool,
     /// `spec.extensions` of type `CredentialInjector`, applied to every request.
-    pub credentials: Vec<crate::snapshot::credentials::CredentialInjection>,
+    pub(crate) credentials: Vec<crate::snapshot::credentials::CredentialInjection>,
     /// Metric handles (responses, latency, retries, connect failures), resolved by the
     /// Backend's first request of this config generation: later requests cost atomic
     /// increments. Not at compile time: with 10,000 Backends that would put ~100,000 series
     /// of never-used Backends in `/metrics`. The series outlive reloads.
     /// Boxed: most Backends of a large config never see a request.
-    pub stats: std::sync::OnceLock<Box<crate::telemetry::metrics::BackendStats>>,
+    pub(crate) stats: std::sync::OnceLock<Box<crate::telemetry::metrics::BackendStats>>,
 }
 
 impl Backend {
     /// The request metrics of this Backend.
-    pub fn stats(
+    pub(crate) fn stats(
         &self,
         metrics: &crate::telemetry::metrics::Metrics,
     ) -> &crate::telemetry::metrics::BackendStats {
@@ -316,49 +316,34 @@ impl Backend {
     }
 }
 
-impl Backend {
-    /// The port a request naming `port` goes to. A request that names no port, or names the
-    /// scheme's default port that the Backend does not declare, goes to the first port.
-    pub fn port_for(&self, port: Option<u16>, scheme_default: u16) -> Option<&Arc<BackendPort>> {
-        match port {
-            None => self.ports.first(),
-            Some(p) => self
-                .ports
-                .iter()
-                .find(|bp| bp.number == p)
-                .or_else(|| (p == scheme_default).then(|| self.ports.first()).flatten()),
-        }
-    }
-}
-
 /// One port of a Backend: where its endpoints are and how to talk to them.
 #[derive(Debug)]
 pub struct BackendPort {
-    pub number: u16,
-    pub protocol: Protocol,
+    pub(crate) number: u16,
+    pub(crate) protocol: Protocol,
     /// `tls.mode: Passthrough`: reachable by SNI on TLS listeners and by CONNECT.
-    pub passthrough: bool,
+    pub(crate) passthrough: bool,
     /// How connections are made (plaintext or TLS with a prebuilt client config).
-    pub transport: crate::upstream::connect::Transport,
+    pub(crate) transport: crate::upstream::connect::Transport,
     /// Which HTTP version requests travel on.
-    pub wire: crate::upstream::connect::HttpWire,
+    pub(crate) wire: crate::upstream::connect::HttpWire,
     /// How HTTP/2 connections are set up (window sizes, PINGs, stream cap).
-    pub http2: Arc<crate::upstream::connect::Http2Options>,
+    pub(crate) http2: Arc<crate::upstream::connect::Http2Options>,
     /// `protocol: MCP`: what egressd does on the MCP endpoint's path.
-    pub mcp: Option<Arc<crate::mcp::McpPort>>,
+    pub(crate) mcp: Option<Arc<crate::mcp::McpPort>>,
     /// `tcpKeepalive` on upstream connections (none unless configured).
-    pub tcp_keepalive: Option<crate::upstream::connect::TcpKeepalive>,
+    pub(crate) tcp_keepalive: Option<crate::upstream::connect::TcpKeepalive>,
     pub endpoints: Arc<EndpointGroup>,
     /// `Host` to send when the authority is rewritten to the backend's hostname.
-    pub authority: Option<HeaderValue>,
+    pub(crate) authority: Option<HeaderValue>,
     /// A wildcard Backend's port: a template, made concrete per host (see
     /// [`wildcard`](crate::snapshot::wildcard)); its own `endpoints` stay empty.
-    pub wildcard: Option<Arc<crate::snapshot::wildcard::WildcardHosts>>,
+    pub(crate) wildcard: Option<Arc<crate::snapshot::wildcard::WildcardHosts>>,
 }
 
 impl BackendPort {
     /// Whether the port speaks gRPC (`protocol: GRPC`): its requests ask for trailers.
-    pub fn speaks_grpc(&self) -> bool {
+    pub(crate) fn speaks_grpc(&self) -> bool {
         self.protocol == Protocol::Grpc
     }
 }
@@ -370,35 +355,35 @@ pub struct RequestPolicy {
     /// The whole exchange, until the end of the response.
     pub request_timeout: Option<Duration>,
     /// One attempt to a backend, until the end of its response.
-    pub backend_request_timeout: Option<Duration>,
+    pub(crate) backend_request_timeout: Option<Duration>,
     /// Longest silence while waiting for or reading the response.
-    pub stream_idle_timeout: Option<Duration>,
+    pub(crate) stream_idle_timeout: Option<Duration>,
     /// Whether websocket upgrades are relayed (`httpUpgrade`); refused upgrades reach the
     /// upstream as plain HTTP requests.
-    pub websocket: bool,
+    pub(crate) websocket: bool,
     /// `retry`, when set.
-    pub retry: Option<RetryPolicy>,
+    pub(crate) retry: Option<RetryPolicy>,
 }
 
 /// `retry`, resolved.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct RetryPolicy {
-    pub num_retries: u32,
-    pub connect_failure: bool,
-    pub refused_stream: bool,
-    pub reset: bool,
-    pub gateway_error: bool,
+pub(crate) struct RetryPolicy {
+    pub(crate) num_retries: u32,
+    pub(crate) connect_failure: bool,
+    pub(crate) refused_stream: bool,
+    pub(crate) reset: bool,
+    pub(crate) gateway_error: bool,
     /// `retriable-status-codes`: these statuses.
-    pub status_codes: Vec<u16>,
+    pub(crate) status_codes: Vec<u16>,
     /// gRPC statuses retried (`cancelled`, `deadline-exceeded`, `internal`,
     /// `resource-exhausted`, `unavailable`): read from a trailers-only response's headers.
-    pub grpc_statuses: Vec<u32>,
-    pub per_try_timeout: Option<Duration>,
-    pub backoff_base: Duration,
-    pub backoff_max: Duration,
+    pub(crate) grpc_statuses: Vec<u32>,
+    pub(crate) per_try_timeout: Option<Duration>,
+    pub(crate) backoff_base: Duration,
+    pub(crate) backoff_max: Duration,
     /// Request bodies up to this size (with a known length) are read ahead so they can be
     /// sent again; larger or streamed ones are sent once.
-    pub replay_body_limit: u64,
+    pub(crate) replay_body_limit: u64,
 }
 
 impl Default for RetryPolicy {
@@ -434,7 +419,7 @@ impl Default for RequestPolicy {
 
 impl RequestPolicy {
     /// The deadline that applies to one attempt: the shorter of the two timeouts.
-    pub fn attempt_timeout(&self) -> Option<Duration> {
+    pub(crate) fn attempt_timeout(&self) -> Option<Duration> {
         match (self.request_timeout, self.backend_request_timeout) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -445,10 +430,10 @@ impl RequestPolicy {
 /// Where a routed request goes: a Backend port with the policy that applies on this path.
 #[derive(Debug)]
 pub struct Target {
-    pub backend: Arc<Backend>,
-    pub port: Arc<BackendPort>,
+    pub(crate) backend: Arc<Backend>,
+    pub(crate) port: Arc<BackendPort>,
     /// Shared by the targets with the same policy (most of a config's).
     pub policy: Arc<RequestPolicy>,
     /// Whether to send the Backend's hostname as `Host`.
-    pub rewrite_authority: bool,
+    pub(crate) rewrite_authority: bool,
 }

@@ -17,7 +17,7 @@ use crate::upstream::registry::StateRegistry;
 use crate::upstream::EndpointGroup;
 
 /// One table of targets made on demand.
-pub struct OnDemand<K> {
+pub(crate) struct OnDemand<K> {
     /// What the table holds, for log lines (`undeclared destination`, `wildcard host`).
     what: &'static str,
     max: usize,
@@ -46,7 +46,7 @@ impl<K> Debug for OnDemand<K> {
 }
 
 impl<K: Eq + Hash + Clone + Debug + Send + Sync + 'static> OnDemand<K> {
-    pub fn new(
+    pub(crate) fn new(
         what: &'static str,
         max: usize,
         idle: Duration,
@@ -63,17 +63,13 @@ impl<K: Eq + Hash + Clone + Debug + Send + Sync + 'static> OnDemand<K> {
     }
 
     /// Targets kept now.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Every key and target kept now (for the admin server: a copy, so the lock is held only
     /// while the `Arc`s are cloned).
-    pub fn entries(&self) -> Vec<(K, Arc<Target>)> {
+    pub(crate) fn entries(&self) -> Vec<(K, Arc<Target>)> {
         self.lock()
             .iter()
             .map(|(k, used)| (k.clone(), used.target.clone()))
@@ -93,7 +89,7 @@ impl<K: Eq + Hash + Clone + Debug + Send + Sync + 'static> OnDemand<K> {
     /// The target of `key`, made by `make` on first use (with the DNS refresher it needs, not
     /// started yet: only the target that makes it into the table gets one). Must run inside
     /// the runtime: a new target starts the task that forgets it when idle.
-    pub fn get_or_make<E>(
+    pub(crate) fn get_or_make<E>(
         self: &Arc<Self>,
         key: K,
         make: impl FnOnce() -> Result<(Target, Option<RefreshPlan>), E>,

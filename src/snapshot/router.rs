@@ -23,45 +23,45 @@ pub struct HttpRouter {
     pub exact: HashMap<String, Vec<RouteEntry>>,
     /// Rules of routes with `*.suffix` hostnames: (suffix including the leading dot, rules),
     /// longest suffix first.
-    pub wildcard: Vec<(String, Vec<RouteEntry>)>,
+    pub(crate) wildcard: Vec<(String, Vec<RouteEntry>)>,
     /// Rules of routes without hostnames.
-    pub any: Vec<RouteEntry>,
+    pub(crate) any: Vec<RouteEntry>,
     /// HTTP ports of FQDN Backends, reachable by their hostname, by lower-case host.
-    pub implicit: HashMap<String, ImplicitRoute>,
+    pub(crate) implicit: HashMap<String, ImplicitRoute>,
     /// TCP ports of FQDN Backends (Passthrough or plain TCP), reachable by `CONNECT
     /// host:port`, by lower-case host.
-    pub tunnels: HashMap<String, ImplicitRoute>,
+    pub(crate) tunnels: HashMap<String, ImplicitRoute>,
 }
 
 /// Routing on a TLS Passthrough listener: by the SNI of the client's ClientHello. TLSRoutes
 /// come first (exact hostnames, then `*.suffix` wildcards longest first, then routes without
 /// hostnames, as HTTPRoutes do), then the implicit route to the Backend of that hostname.
 #[derive(Debug, Default)]
-pub struct SniRouter {
+pub(crate) struct SniRouter {
     /// TLSRoutes naming the SNI exactly, by lower-case host.
-    pub routes_exact: HashMap<String, Arc<SniRoute>>,
+    pub(crate) routes_exact: HashMap<String, Arc<SniRoute>>,
     /// TLSRoutes with `*.suffix` hostnames: (suffix including the leading dot, route), longest
     /// suffix first.
-    pub routes_wildcard: Vec<(String, Arc<SniRoute>)>,
+    pub(crate) routes_wildcard: Vec<(String, Arc<SniRoute>)>,
     /// The TLSRoute without hostnames (any SNI), if one is attached.
-    pub routes_any: Option<Arc<SniRoute>>,
+    pub(crate) routes_any: Option<Arc<SniRoute>>,
     /// The Passthrough port for each lower-case hostname (the implicit route).
-    pub exact: HashMap<String, Arc<Target>>,
+    pub(crate) exact: HashMap<String, Arc<Target>>,
 }
 
 /// A TLSRoute's backends on one listener.
 #[derive(Debug)]
-pub struct SniRoute {
+pub(crate) struct SniRoute {
     /// `TLSRoute namespace/name`, for logs.
-    pub name: Arc<str>,
-    pub backends: Vec<WeightedTarget>,
+    pub(crate) name: Arc<str>,
+    pub(crate) backends: Vec<WeightedTarget>,
     /// Sum of the backends' weights (0: the route has no usable backend).
-    pub total_weight: u64,
+    pub(crate) total_weight: u64,
 }
 
 /// What the SNI of a ClientHello leads to.
 #[derive(Debug)]
-pub enum SniDecision<'a> {
+pub(crate) enum SniDecision<'a> {
     Target(&'a Arc<Target>),
     /// A TLSRoute claims the SNI but none of its backends may receive traffic (all weigh 0).
     NoBackend(&'a SniRoute),
@@ -70,7 +70,7 @@ pub enum SniDecision<'a> {
 }
 
 impl SniRouter {
-    pub fn route(&self, sni: &str) -> SniDecision<'_> {
+    pub(crate) fn route(&self, sni: &str) -> SniDecision<'_> {
         let route = self.routes_exact.get(sni).or_else(|| {
             self.routes_wildcard
                 .iter()
@@ -103,23 +103,23 @@ pub struct RouteEntry {
 #[derive(Debug)]
 pub struct RouteAction {
     /// `HTTPRoute namespace/name` and rule index, for logs.
-    pub name: Arc<str>,
+    pub(crate) name: Arc<str>,
     /// Shared by the rules with the same filters (most have none).
     pub filters: Arc<Filters>,
     pub backends: Vec<WeightedTarget>,
     /// Sum of the backends' weights (0: the rule has no usable backend).
-    pub total_weight: u64,
+    pub(crate) total_weight: u64,
     /// backendRefs to Backends with `fallback: true`: used only while no primary Backend has
     /// a healthy endpoint.
-    pub fallbacks: Vec<WeightedTarget>,
+    pub(crate) fallbacks: Vec<WeightedTarget>,
     /// Metric handles, looked up on the first request (the series outlive reloads).
     /// Boxed: most rules of a large config never see a request.
-    pub stats: std::sync::OnceLock<Box<crate::telemetry::metrics::RequestStats>>,
+    pub(crate) stats: std::sync::OnceLock<Box<crate::telemetry::metrics::RequestStats>>,
 }
 
 impl RouteAction {
     /// The request metrics of this route rule.
-    pub fn stats(
+    pub(crate) fn stats(
         &self,
         metrics: &crate::telemetry::metrics::Metrics,
     ) -> &crate::telemetry::metrics::RequestStats {
@@ -130,7 +130,7 @@ impl RouteAction {
     /// Picks a backend by weight. With fallbacks: among the primaries that have a healthy
     /// endpoint; when none has, among the fallbacks that have one; when those have none
     /// either, among all primaries (whose panic mode then applies).
-    pub fn pick(&self) -> Option<&Arc<Target>> {
+    pub(crate) fn pick(&self) -> Option<&Arc<Target>> {
         if self.fallbacks.is_empty() {
             return pick_weighted(&self.backends, self.total_weight);
         }
@@ -144,7 +144,7 @@ impl RouteAction {
 impl RouteAction {
     /// The backendRef (primary or fallback, whatever its weight) that is `backend`'s `port`:
     /// where a request of an MCP session that port issued goes.
-    pub fn target_of(&self, backend: &str, port: u16) -> Option<&Arc<Target>> {
+    pub(crate) fn target_of(&self, backend: &str, port: u16) -> Option<&Arc<Target>> {
         self.backends
             .iter()
             .chain(&self.fallbacks)
@@ -198,22 +198,26 @@ fn pick_weighted(backends: &[WeightedTarget], total: u64) -> Option<&Arc<Target>
 #[derive(Debug)]
 pub struct WeightedTarget {
     pub target: Arc<Target>,
-    pub weight: u32,
+    pub(crate) weight: u32,
 }
 
 /// An FQDN Backend reachable without a route, with one target per port (same order as
 /// `backend.ports`).
 #[derive(Debug)]
-pub struct ImplicitRoute {
+pub(crate) struct ImplicitRoute {
     /// One per declared port of the hostname (of the kind this table holds), in the Backends'
     /// `namespace/name` order, then port order; port numbers are distinct.
-    pub targets: Vec<Arc<Target>>,
+    pub(crate) targets: Vec<Arc<Target>>,
 }
 
 impl ImplicitRoute {
     /// The target of a request naming `port`. A request that names no port, or names the
     /// scheme's default port when no Backend declares it, goes to the first port.
-    pub fn target_for(&self, port: Option<u16>, scheme_default: u16) -> Option<&Arc<Target>> {
+    pub(crate) fn target_for(
+        &self,
+        port: Option<u16>,
+        scheme_default: u16,
+    ) -> Option<&Arc<Target>> {
         match port {
             None => self.targets.first(),
             Some(p) => self
@@ -229,7 +233,7 @@ impl ImplicitRoute {
     }
 
     /// The declared ports and their Backends, for errors: `80 (Backend a/b), 443 (Backend a/c)`.
-    pub fn declared_ports(&self) -> String {
+    pub(crate) fn declared_ports(&self) -> String {
         self.targets
             .iter()
             .map(|t| format!("{} (Backend {})", t.port.number, t.backend.label))
@@ -241,14 +245,14 @@ impl ImplicitRoute {
 /// Conditions a request must meet (all of them).
 #[derive(Debug, Clone, Default)]
 pub struct RequestMatch {
-    pub path: PathMatcher,
-    pub method: Option<Method>,
-    pub headers: Vec<(HeaderName, ValueMatcher)>,
-    pub query: Vec<(String, ValueMatcher)>,
+    pub(crate) path: PathMatcher,
+    pub(crate) method: Option<Method>,
+    pub(crate) headers: Vec<(HeaderName, ValueMatcher)>,
+    pub(crate) query: Vec<(String, ValueMatcher)>,
 }
 
 #[derive(Debug, Clone)]
-pub enum PathMatcher {
+pub(crate) enum PathMatcher {
     Exact(String),
     /// Path-element prefix without its trailing slash: `/foo` matches `/foo`, `/foo/` and
     /// `/foo/bar`, not `/foobar`. An empty prefix matches everything.
@@ -264,7 +268,7 @@ impl Default for PathMatcher {
 }
 
 #[derive(Debug, Clone)]
-pub enum ValueMatcher {
+pub(crate) enum ValueMatcher {
     Exact(String),
     /// Must match the whole value.
     Regex(Regex),
@@ -354,7 +358,7 @@ impl RequestMatch {
 
 impl HttpRouter {
     /// The first matching route rule for the request, by precedence.
-    pub fn route(&self, input: &RouteInput<'_>) -> Option<&RouteEntry> {
+    pub(crate) fn route(&self, input: &RouteInput<'_>) -> Option<&RouteEntry> {
         if let Some(entries) = self.exact.get(input.host) {
             if let Some(action) = first_match(entries, input) {
                 return Some(action);
@@ -374,12 +378,12 @@ impl HttpRouter {
     /// The implicit route to the HTTP ports of FQDN Backends with this exact hostname.
     /// A wildcard Backend (`*.example.com`) serves the hosts no Backend names exactly, the
     /// longest matching suffix first.
-    pub fn implicit(&self, host: &str) -> Option<&ImplicitRoute> {
+    pub(crate) fn implicit(&self, host: &str) -> Option<&ImplicitRoute> {
         exact_or_wildcard(&self.implicit, host)
     }
 
     /// The Backend a `CONNECT host:port` may tunnel to: declared, with `port` a TCP port.
-    pub fn tunnel(&self, host: &str, port: u16) -> Option<&Arc<Target>> {
+    pub(crate) fn tunnel(&self, host: &str, port: u16) -> Option<&Arc<Target>> {
         exact_or_wildcard(&self.tunnels, host)?
             .targets
             .iter()
@@ -388,7 +392,7 @@ impl HttpRouter {
 
     /// Whether an HTTPRoute names this host (exactly or by wildcard): a request for it that
     /// matches no rule is then 404 `no_route`, not an undeclared destination.
-    pub fn declares_host(&self, host: &str) -> bool {
+    pub(crate) fn declares_host(&self, host: &str) -> bool {
         self.exact.contains_key(host)
             || self
                 .wildcard

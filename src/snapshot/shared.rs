@@ -21,41 +21,41 @@ use crate::telemetry::metrics::Metrics;
 #[serde(rename_all = "camelCase")]
 pub struct ReloadStatus {
     /// `success`, `failure` or `pending` (nothing loaded yet).
-    pub result: &'static str,
-    pub time: String,
-    pub cause: String,
+    pub(crate) result: &'static str,
+    pub(crate) time: String,
+    pub(crate) cause: String,
     /// Generation serving now (0: none).
-    pub generation: u64,
-    pub succeeded: u64,
-    pub failed: u64,
+    pub(crate) generation: u64,
+    pub(crate) succeeded: u64,
+    pub(crate) failed: u64,
     /// Errors and warnings of the last attempt.
-    pub diagnostics: Vec<Diagnostic>,
+    pub(crate) diagnostics: Vec<Diagnostic>,
     /// Errors rendered one per line, as `egressd validate` prints them.
     pub messages: Vec<String>,
     /// When the last attempt failed: the conditions of every object of the rejected config
     /// (e.g. `ResolvedRefs=False` for a certificate file that no longer parses).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub rejected_objects: Vec<crate::config::status::ObjectStatus>,
+    pub(crate) rejected_objects: Vec<crate::config::status::ObjectStatus>,
     /// How long the last successful reload took, from reading the files to the new config
     /// serving (`durationMs`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub duration_ms: Option<u64>,
+    pub(crate) duration_ms: Option<u64>,
 }
 
 /// Shared state. The snapshot is the only thing the hot path reads about config.
 #[derive(Debug)]
 pub struct Shared {
     pub snapshot: ArcSwap<Snapshot>,
-    pub access_log: AccessLog,
+    pub(crate) access_log: AccessLog,
     pub metrics: Metrics,
     /// Destinations refused because nothing declares them (admin `/blocked`).
-    pub blocked_destinations: crate::telemetry::blocked::BlockedDestinations,
+    pub(crate) blocked_destinations: crate::telemetry::blocked::BlockedDestinations,
     /// Bytes of bodies egressd holds whole now (`bufferedBodies.budget` bounds them).
-    pub buffered_bodies: Arc<crate::bounded::budget::BufferBudget>,
+    pub(crate) buffered_bodies: Arc<crate::bounded::budget::BufferBudget>,
     draining: AtomicBool,
-    pub reload_status: Mutex<ReloadStatus>,
+    pub(crate) reload_status: Mutex<ReloadStatus>,
     /// Bound listener addresses by key (ports may be ephemeral), for `/status` and tests.
-    pub bound: Mutex<Vec<(Arc<str>, SocketAddr)>>,
+    pub(crate) bound: Mutex<Vec<(Arc<str>, SocketAddr)>>,
 }
 
 impl Default for Shared {
@@ -78,27 +78,27 @@ impl Default for Shared {
 
 /// A client an `EgressPolicy` (or `clientPolicy.default`) refused.
 #[derive(Debug)]
-pub struct ClientRefused {
+pub(crate) struct ClientRefused {
     /// The client, as logs show it.
-    pub client: String,
+    pub(crate) client: String,
     /// Which policy refused it, and why.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 impl Shared {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(Shared::default())
     }
 
     /// Records a destination refused because nothing declares it: the audit list, the
     /// metric (host labels capped), and a log line naming it.
-    pub fn blocked(&self, host: &str, port: u16, via: Via) {
+    pub(crate) fn blocked(&self, host: &str, port: u16, via: Via) {
         self.undeclared_seen(host, port, via, Action::Blocked);
     }
 
     /// Records a use of an undeclared destination under `outboundPolicy: AuditOnly`: what
     /// `RegistryOnly` would have refused, listed in `/blocked` as `audited`.
-    pub fn audited(&self, host: &str, port: u16, via: Via) {
+    pub(crate) fn audited(&self, host: &str, port: u16, via: Via) {
         self.undeclared_seen(host, port, via, Action::Audited);
     }
 
@@ -124,7 +124,7 @@ impl Shared {
     /// refusal, and a client a `Report` policy would refuse, is recorded: `/blocked` with
     /// the client, the metric (client labels capped), and one log line with the decision and
     /// its reason. `host` and `port` are the destination as the client named it.
-    pub fn judge_client(
+    pub(crate) fn judge_client(
         &self,
         access: &ClientAccess,
         target: &Target,
@@ -183,15 +183,15 @@ impl Shared {
     }
 
     /// Ready: a config serves and we are not draining.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.snapshot.load().generation > 0 && !self.is_draining()
     }
 
-    pub fn is_draining(&self) -> bool {
+    pub(crate) fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
     }
 
-    pub fn start_draining(&self) {
+    pub(crate) fn start_draining(&self) {
         self.draining.store(true, Ordering::Release);
     }
 

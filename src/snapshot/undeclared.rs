@@ -44,9 +44,9 @@ use crate::upstream::{EndpointGroup, EndpointSource, GroupSettings};
 /// How many undeclared destinations one config generation keeps, and for how long unused
 /// (`undeclaredDestinations.maxDestinations`, `.idleTimeout`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UndeclaredLimits {
-    pub max_destinations: usize,
-    pub idle_timeout: Duration,
+pub(crate) struct UndeclaredLimits {
+    pub(crate) max_destinations: usize,
+    pub(crate) idle_timeout: Duration,
 }
 
 impl Default for UndeclaredLimits {
@@ -62,11 +62,11 @@ type Key = (String, u16, Carriage);
 
 /// The Backend label undeclared destinations share in logs and metrics (one series, not one
 /// per host: clients choose the hosts).
-pub const LABEL: &str = "undeclared";
+pub(crate) const LABEL: &str = "undeclared";
 
 /// How a request's bytes travel to an undeclared destination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Carriage {
+pub(crate) enum Carriage {
     /// HTTP in plaintext: the client asked for `http://` on a plaintext listener.
     Http,
     /// HTTP over TLS verified against the system's roots, with SNI: the client asked for
@@ -78,9 +78,7 @@ pub enum Carriage {
 
 /// Why an undeclared destination is refused even though the policy allows undeclared ones.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
-    #[error("no Backend or route declares it")]
-    NotAllowed,
+pub(crate) enum Refusal {
     #[error("a Backend declares this host; requests follow its ports and protocol")]
     Declared,
     #[error("the host matches ProxyConfig deniedHostnames `{0}`")]
@@ -96,7 +94,7 @@ pub enum Refusal {
 }
 
 /// The undeclared destinations of one config generation.
-pub struct UndeclaredDestinations {
+pub(crate) struct UndeclaredDestinations {
     /// `AuditOnly`: every use is recorded as what `RegistryOnly` would have refused.
     audit: bool,
     /// Hostnames of FQDN Backends (lower-case).
@@ -117,7 +115,7 @@ impl std::fmt::Debug for UndeclaredDestinations {
 }
 
 impl UndeclaredDestinations {
-    pub fn new(
+    pub(crate) fn new(
         audit: bool,
         declared: HashSet<String>,
         denied_hostnames: Vec<String>,
@@ -141,24 +139,19 @@ impl UndeclaredDestinations {
     }
 
     /// Undeclared destinations kept now (for `/metrics`).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.targets.len()
     }
 
-    /// Whether none is kept.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Whether uses are recorded as audited (`AuditOnly`).
-    pub fn audits(&self) -> bool {
+    pub(crate) fn audits(&self) -> bool {
         self.audit
     }
 
     /// The target for `host` (canonical, as `upstream::address::canonical_host` makes it) on
     /// `port`, made on first use. Must run inside the runtime: a new target starts the task
     /// that forgets it when idle (and, for a hostname, its DNS refresher).
-    pub fn target(
+    pub(crate) fn target(
         self: &Arc<Self>,
         host: &str,
         port: u16,

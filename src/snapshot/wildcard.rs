@@ -33,9 +33,9 @@ use crate::upstream::{EndpointGroup, EndpointSource, GroupSettings};
 
 /// How many concrete hosts a wildcard Backend keeps, and for how long unused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HostLimits {
-    pub max_hosts: usize,
-    pub idle_timeout: Duration,
+pub(crate) struct HostLimits {
+    pub(crate) max_hosts: usize,
+    pub(crate) idle_timeout: Duration,
 }
 
 impl Default for HostLimits {
@@ -49,15 +49,15 @@ impl Default for HostLimits {
 
 /// How a wildcard Backend's hosts are resolved.
 #[derive(Clone, Copy, Debug)]
-pub struct HostDns {
-    pub refresh: Duration,
-    pub respect_ttl: bool,
-    pub family: LookupFamily,
+pub(crate) struct HostDns {
+    pub(crate) refresh: Duration,
+    pub(crate) respect_ttl: bool,
+    pub(crate) family: LookupFamily,
 }
 
 /// A concrete host a wildcard Backend cannot serve.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum HostRefused {
+pub(crate) enum HostRefused {
     #[error("the host matches ProxyConfig deniedHostnames `{0}`")]
     DeniedHostname(String),
     #[error("`{host}` is not under `{pattern}`")]
@@ -66,16 +66,16 @@ pub enum HostRefused {
 
 /// Where a wildcard Backend's outlier detections are reported (the Backend's metrics: one
 /// series for the Backend, whichever host).
-pub type SharedDetectionSink = Arc<dyn Fn(Detection) + Send + Sync>;
+pub(crate) type SharedDetectionSink = Arc<dyn Fn(Detection) + Send + Sync>;
 
 /// Where a wildcard Backend's hosts are counted.
-pub struct Reporting {
-    pub detections: SharedDetectionSink,
-    pub checks: CheckCounters,
+pub(crate) struct Reporting {
+    pub(crate) detections: SharedDetectionSink,
+    pub(crate) checks: CheckCounters,
 }
 
 /// The per-host side of one wildcard Backend, shared by its ports.
-pub struct WildcardHosts {
+pub(crate) struct WildcardHosts {
     plan: WildcardPlan,
     table: Arc<OnDemand<(String, u16)>>,
     registry: Arc<StateRegistry>,
@@ -100,29 +100,33 @@ impl std::fmt::Debug for WildcardHosts {
 }
 
 /// A wildcard Backend as compiled: what each of its hosts is made from.
-pub struct WildcardPlan {
+pub(crate) struct WildcardPlan {
     /// `*.example.com`.
-    pub pattern: String,
-    pub id: ObjectId,
+    pub(crate) pattern: String,
+    pub(crate) id: ObjectId,
     /// `destination.fqdn.allowedAddresses`.
-    pub allowed: Vec<IpNet>,
-    pub denied_hostnames: Vec<String>,
-    pub dns: HostDns,
-    pub balancer: BalancerKind,
-    pub group_settings: Arc<GroupSettings>,
-    pub pool: PoolSettings,
+    pub(crate) allowed: Vec<IpNet>,
+    pub(crate) denied_hostnames: Vec<String>,
+    pub(crate) dns: HostDns,
+    pub(crate) balancer: BalancerKind,
+    pub(crate) group_settings: Arc<GroupSettings>,
+    pub(crate) pool: PoolSettings,
     /// Send the concrete host as `Host` (`rewriteAuthority`, default true).
-    pub rewrite_authority: bool,
+    pub(crate) rewrite_authority: bool,
     /// Port templates whose TLS takes its SNI (and verified name) from the concrete host.
-    pub sni_from_host: Vec<u16>,
+    pub(crate) sni_from_host: Vec<u16>,
     /// `namespace/name`, for the health-check metric and logs.
-    pub label: Arc<str>,
+    pub(crate) label: Arc<str>,
     /// `Host` of HTTP health checks when `http.host` sets one (else the concrete host).
-    pub check_host: Option<String>,
+    pub(crate) check_host: Option<String>,
 }
 
 impl WildcardHosts {
-    pub fn new(plan: WildcardPlan, limits: HostLimits, registry: Arc<StateRegistry>) -> Self {
+    pub(crate) fn new(
+        plan: WildcardPlan,
+        limits: HostLimits,
+        registry: Arc<StateRegistry>,
+    ) -> Self {
         WildcardHosts {
             table: Arc::new(OnDemand::new(
                 "wildcard Backend host",
@@ -140,7 +144,7 @@ impl WildcardHosts {
     /// Counts the outlier detections and health checks of every host made from now on as
     /// `reporting` says (the first call wins: ports share one `WildcardHosts`, and a kept
     /// Backend's series are the same).
-    pub fn report(&self, reporting: Reporting) {
+    pub(crate) fn report(&self, reporting: Reporting) {
         let _ = self.reporting.set(reporting);
     }
 
@@ -173,13 +177,8 @@ impl WildcardHosts {
         ));
     }
 
-    /// Concrete hosts kept now.
-    pub fn hosts(&self) -> usize {
-        self.table.len()
-    }
-
     /// The concrete hosts kept now for `port`, sorted, with their ports.
-    pub fn hosts_of_port(&self, port: u16) -> Vec<(String, Arc<BackendPort>)> {
+    pub(crate) fn hosts_of_port(&self, port: u16) -> Vec<(String, Arc<BackendPort>)> {
         let mut hosts: Vec<_> = self
             .table
             .entries()
@@ -193,7 +192,7 @@ impl WildcardHosts {
 
     /// The target of `host` (canonical) for the port of `template` (a target of this
     /// Backend, as routing found it), made on first use.
-    pub fn target(&self, template: &Target, host: &str) -> Result<Arc<Target>, HostRefused> {
+    pub(crate) fn target(&self, template: &Target, host: &str) -> Result<Arc<Target>, HostRefused> {
         self.admit(host)?;
         let number = template.port.number;
         let made = self.table.get_or_make((host.to_owned(), number), || {
@@ -210,12 +209,12 @@ impl WildcardHosts {
     }
 
     /// `*.example.com`.
-    pub fn pattern(&self) -> &str {
+    pub(crate) fn pattern(&self) -> &str {
         &self.plan.pattern
     }
 
     /// Whether this Backend may serve `host` (canonical).
-    pub fn admit(&self, host: &str) -> Result<(), HostRefused> {
+    pub(crate) fn admit(&self, host: &str) -> Result<(), HostRefused> {
         if !hostname_matches(&self.plan.pattern, host) {
             return Err(HostRefused::NotCovered {
                 host: host.to_owned(),
@@ -235,7 +234,7 @@ impl WildcardHosts {
 
     /// The port of `host` on `base` as a request would make it, and how it would be resolved,
     /// for `egressd check --probe`: nothing kept, nothing started.
-    pub fn probe_port(
+    pub(crate) fn probe_port(
         &self,
         base: &BackendPort,
         host: &str,
@@ -338,7 +337,7 @@ impl WildcardHosts {
 }
 
 /// `target` itself, or, when it is a wildcard Backend's template, the target of `host`.
-pub fn concrete<'t>(
+pub(crate) fn concrete<'t>(
     target: &'t Arc<Target>,
     host: &str,
 ) -> Result<Cow<'t, Arc<Target>>, HostRefused> {

@@ -1,13 +1,11 @@
 //! The access log: one line per request, written by a background thread so the hot path never
 //! blocks on a slow terminal or disk. If the writer falls behind by more than a bounded queue,
-//! lines are dropped and counted rather than slowing traffic.
+//! lines are dropped rather than slowing traffic.
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use arc_swap::ArcSwapOption;
 use serde::Serialize;
@@ -17,79 +15,79 @@ use crate::config::wire::enums::AccessLogFormat;
 /// One request (or tunnelled connection), as logged: built when the response headers go out
 /// and written when its body has been sent or abandoned.
 #[derive(Clone, Debug, Serialize)]
-pub struct AccessRecord {
+pub(crate) struct AccessRecord {
     /// When the request arrived.
-    pub time: String,
-    pub client: SocketAddr,
+    pub(crate) time: String,
+    pub(crate) client: SocketAddr,
     /// What the client's certificate proved: its SPIFFE ID, or `CN=name`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub client_identity: Option<String>,
+    pub(crate) client_identity: Option<String>,
     /// The user `Proxy-Authorization` authenticated (at most 256 bytes).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub proxy_user: Option<String>,
-    pub listener: String,
-    pub method: String,
-    pub authority: String,
-    pub path: String,
-    pub protocol: &'static str,
-    pub status: u16,
+    pub(crate) proxy_user: Option<String>,
+    pub(crate) listener: String,
+    pub(crate) method: String,
+    pub(crate) authority: String,
+    pub(crate) path: String,
+    pub(crate) protocol: &'static str,
+    pub(crate) status: u16,
     /// The `x-egressd-error` code of a local reply.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<&'static str>,
+    pub(crate) error: Option<&'static str>,
     /// The finer cause of some errors (e.g. `unknown_ca` for `upstream_tls_failure`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error_cause: Option<&'static str>,
+    pub(crate) error_cause: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub route: Option<String>,
+    pub(crate) route: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub backend: Option<String>,
+    pub(crate) backend: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub endpoint: Option<SocketAddr>,
+    pub(crate) endpoint: Option<SocketAddr>,
     /// Times the request was sent upstream (retries included); 0 when egressd answered
     /// before sending it.
-    pub attempts: u32,
+    pub(crate) attempts: u32,
     /// The request body's size: declared (`Content-Length`), or counted as it was sent
     /// upstream when none was declared (absent when nothing was sent).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub bytes_in: Option<u64>,
+    pub(crate) bytes_in: Option<u64>,
     /// For a body without a declared size: its bytes, counted as they were sent upstream
     /// (read into `bytes_in` when the line is written).
     #[serde(skip)]
-    pub bytes_in_counted: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+    pub(crate) bytes_in_counted: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
     /// Response body bytes sent to the client.
-    pub bytes_out: u64,
+    pub(crate) bytes_out: u64,
     /// MCP requests: the JSON-RPC method and the tool of a `tools/call`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub mcp_method: Option<String>,
+    pub(crate) mcp_method: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub mcp_tool: Option<String>,
+    pub(crate) mcp_tool: Option<String>,
     /// From the request's arrival until the upstream's response headers (the last attempt).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub upstream_ttfb_ms: Option<f64>,
+    pub(crate) upstream_ttfb_ms: Option<f64>,
     /// When the (last) attempt opened a new upstream connection: how long connecting took
     /// (TCP, TLS and HTTP handshakes).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub upstream_connect_ms: Option<f64>,
+    pub(crate) upstream_connect_ms: Option<f64>,
     /// TLS with the endpoint (`TLSv1.3`, `TLSv1.2`), as its latest handshake settled.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub upstream_tls: Option<&'static str>,
+    pub(crate) upstream_tls: Option<&'static str>,
     /// The ALPN protocol of that handshake (`h2`, `http/1.1`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub upstream_alpn: Option<&'static str>,
+    pub(crate) upstream_alpn: Option<&'static str>,
     /// Until the response headers went to the client.
-    pub headers_ms: f64,
+    pub(crate) headers_ms: f64,
     /// Until the response's last byte was sent (or the client went away).
-    pub duration_ms: f64,
+    pub(crate) duration_ms: f64,
     /// False when the response was not sent to its end (the client left, a limit cut it).
-    pub complete: bool,
+    pub(crate) complete: bool,
 }
 
 /// The longest text a client controls that an access log field carries (MCP method and tool
 /// names come from request bodies of up to 4 MiB).
-pub const MAX_CLIENT_FIELD_BYTES: usize = 256;
+pub(crate) const MAX_CLIENT_FIELD_BYTES: usize = 256;
 
 /// `text` cut to [`MAX_CLIENT_FIELD_BYTES`] (on a character boundary, marked with `…`).
-pub fn clipped(text: &str) -> String {
+pub(crate) fn clipped(text: &str) -> String {
     if text.len() <= MAX_CLIENT_FIELD_BYTES {
         return text.to_owned();
     }
@@ -101,7 +99,7 @@ pub fn clipped(text: &str) -> String {
 }
 
 /// Milliseconds with microsecond precision: plenty, and lines stay short.
-pub fn millis(d: std::time::Duration) -> f64 {
+pub(crate) fn millis(d: std::time::Duration) -> f64 {
     (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
 }
 
@@ -111,10 +109,9 @@ struct Sink {
 }
 
 /// The access log, reconfigurable on reload.
-pub struct AccessLog {
+pub(crate) struct AccessLog {
     sink: ArcSwapOption<Sink>,
     settings: std::sync::Mutex<Option<AccessLogSettings>>,
-    dropped: AtomicU64,
 }
 
 impl std::fmt::Debug for AccessLog {
@@ -128,7 +125,6 @@ impl Default for AccessLog {
         AccessLog {
             sink: ArcSwapOption::empty(),
             settings: std::sync::Mutex::new(None),
-            dropped: AtomicU64::new(0),
         }
     }
 }
@@ -138,7 +134,7 @@ const QUEUE: usize = 16 * 1024;
 
 impl AccessLog {
     /// Applies settings; reopens the destination only when they changed.
-    pub fn configure(&self, settings: &AccessLogSettings) -> std::io::Result<()> {
+    pub(crate) fn configure(&self, settings: &AccessLogSettings) -> std::io::Result<()> {
         let mut current = self.settings.lock().unwrap_or_else(|p| p.into_inner());
         if current.as_ref() == Some(settings) {
             return Ok(());
@@ -185,12 +181,12 @@ impl AccessLog {
         Ok(())
     }
 
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.sink.load().is_some()
     }
 
     /// Queues one line; never blocks.
-    pub fn write(&self, record: &AccessRecord) {
+    pub(crate) fn write(&self, record: &AccessRecord) {
         let guard = self.sink.load();
         let Some(sink) = guard.as_ref() else { return };
         let mut line = match sink.format {
@@ -198,14 +194,8 @@ impl AccessLog {
             AccessLogFormat::Text => text_line(record).into_bytes(),
         };
         line.push(b'\n');
-        if let Err(TrySendError::Full(_)) = sink.tx.try_send(line) {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Lines dropped because the writer could not keep up.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        // A full queue drops the line: the hot path never waits for the writer.
+        let _ = sink.tx.try_send(line);
     }
 }
 
@@ -262,18 +252,13 @@ impl std::fmt::Display for Escaped<'_> {
     }
 }
 
-/// Now, formatted for the log.
-pub fn now() -> String {
-    super::time::rfc3339(SystemTime::now())
-}
-
 /// `ProxyConfig.spec.accessLog`, resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AccessLogSettings {
-    pub enabled: bool,
-    pub format: AccessLogFormat,
+pub(crate) struct AccessLogSettings {
+    pub(crate) enabled: bool,
+    pub(crate) format: AccessLogFormat,
     /// `stdout`, `stderr` or a file path.
-    pub path: String,
+    pub(crate) path: String,
 }
 
 impl Default for AccessLogSettings {

@@ -18,11 +18,11 @@ use super::time::rfc3339;
 
 /// How much the audit remembers (`ProxyConfig.spec.blockedAudit`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AuditLimits {
+pub(crate) struct AuditLimits {
     /// Destinations remembered at most.
-    pub max_entries: usize,
+    pub(crate) max_entries: usize,
     /// How long a destination stays listed after it was last seen.
-    pub retention: Duration,
+    pub(crate) retention: Duration,
 }
 
 impl Default for AuditLimits {
@@ -36,7 +36,7 @@ impl Default for AuditLimits {
 
 /// How the client tried to reach the destination (it decides the suggested Backend).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Via {
+pub(crate) enum Via {
     /// A plain HTTP request (absolute-form URI or `Host`).
     Http,
     /// `CONNECT host:port` (an `HTTPS_PROXY` client tunnelling its own TLS).
@@ -46,7 +46,7 @@ pub enum Via {
 }
 
 impl Via {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Via::Http => "http",
             Via::Connect => "connect",
@@ -57,7 +57,7 @@ impl Via {
 
 /// What egressd did with the undeclared destination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Action {
+pub(crate) enum Action {
     /// Refused (403 or a closed connection).
     Blocked,
     /// Let through under `AuditOnly`: what `RegistryOnly` would have refused.
@@ -69,7 +69,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Action::Blocked => "blocked",
             Action::Audited => "audited",
@@ -94,29 +94,36 @@ struct Seen {
 
 /// One blocked destination, as `/blocked` shows it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Blocked {
-    pub host: String,
-    pub port: u16,
-    pub via: Via,
-    pub action: Action,
+pub(crate) struct Blocked {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) via: Via,
+    pub(crate) action: Action,
     /// The client refused (`client_denied`, `would_deny`), as `Client` shows it.
-    pub client: Option<String>,
+    pub(crate) client: Option<String>,
     /// The policy that refused it; `None` with a client: `clientPolicy.default`.
-    pub policy: Option<String>,
-    pub count: u64,
-    pub first_seen: SystemTime,
-    pub last_seen: SystemTime,
+    pub(crate) policy: Option<String>,
+    pub(crate) count: u64,
+    pub(crate) first_seen: SystemTime,
+    pub(crate) last_seen: SystemTime,
 }
 
 /// The blocked destinations seen since start.
 #[derive(Debug, Default)]
-pub struct BlockedDestinations {
+pub(crate) struct BlockedDestinations {
     seen: Mutex<HashMap<Key, Seen>>,
 }
 
 impl BlockedDestinations {
     /// Counts one refusal (or audited use) of `host` (lower-case) on `port`.
-    pub fn record(&self, host: &str, port: u16, via: Via, action: Action, limits: AuditLimits) {
+    pub(crate) fn record(
+        &self,
+        host: &str,
+        port: u16,
+        via: Via,
+        action: Action,
+        limits: AuditLimits,
+    ) {
         let key = (host.to_owned(), port, via, action, String::new());
         self.record_at(key, None, limits, SystemTime::now());
     }
@@ -124,7 +131,7 @@ impl BlockedDestinations {
     /// Counts one client refused (or reported) by an `EgressPolicy`. `client` is bounded by
     /// what an identity can be (a SPIFFE ID is at most 2048 bytes).
     #[allow(clippy::too_many_arguments)]
-    pub fn record_client(
+    pub(crate) fn record_client(
         &self,
         host: &str,
         port: u16,
@@ -165,7 +172,7 @@ impl BlockedDestinations {
     }
 
     /// Every destination remembered, the most recently blocked first.
-    pub fn list(&self, limits: AuditLimits) -> Vec<Blocked> {
+    pub(crate) fn list(&self, limits: AuditLimits) -> Vec<Blocked> {
         self.list_at(limits, SystemTime::now())
     }
 
@@ -200,7 +207,7 @@ impl Blocked {
     /// A Backend that allows this destination the way the client tried to reach it: plain
     /// HTTP stays plaintext on its port (the client chose it; the comment suggests TLS
     /// origination instead), `CONNECT` and TLS passthrough become a Passthrough TCP port.
-    pub fn backend_yaml(&self) -> String {
+    pub(crate) fn backend_yaml(&self) -> String {
         let name = backend_name(&self.host, self.port);
         let (ports, tls, comment) = match self.via {
             Via::Http => (
@@ -220,7 +227,7 @@ impl Blocked {
         )
     }
 
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "host": self.host,
             "port": self.port,

@@ -26,7 +26,7 @@ pub fn install(initial: &str, set: Setter) {
 }
 
 /// The filter in force (None when no subscriber installed one).
-pub fn current() -> Option<String> {
+pub(crate) fn current() -> Option<String> {
     let control = CONTROL.get()?;
     Some(
         control
@@ -39,7 +39,7 @@ pub fn current() -> Option<String> {
 
 /// Applies `directive` (`error`..`trace`, or `RUST_LOG` syntax); the old filter stays when it
 /// does not parse.
-pub fn set(directive: &str) -> Result<String, String> {
+pub(crate) fn set(directive: &str) -> Result<String, String> {
     let control = CONTROL
         .get()
         .ok_or("this process has no adjustable log filter")?;

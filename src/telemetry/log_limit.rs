@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The period each call site's budget covers.
-pub const WINDOW: Duration = Duration::from_secs(10);
+pub(crate) const WINDOW: Duration = Duration::from_secs(10);
 
 /// Lines per call site and window unless `--log-rate-limit` says otherwise.
 pub const DEFAULT_LINES_PER_WINDOW: u32 = 10;
@@ -30,14 +30,14 @@ pub fn set_lines_per_window(lines: u32) {
 }
 
 /// The lines each call site may log per [`WINDOW`] (0: no limit).
-pub fn lines_per_window() -> u32 {
+pub(crate) fn lines_per_window() -> u32 {
     LINES_PER_WINDOW.load(Ordering::Relaxed)
 }
 
 /// The budget of one call site. Lock-free: a flood from many connections on many workers
 /// costs a few atomic operations per event, never a wait.
 #[derive(Debug)]
-pub struct LogLimit {
+pub(crate) struct LogLimit {
     /// The window the budget is counted in (whole windows since the process's first limited
     /// line).
     window: AtomicU64,
@@ -54,7 +54,7 @@ impl Default for LogLimit {
 }
 
 impl LogLimit {
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         LogLimit {
             window: AtomicU64::new(0),
             asked: AtomicU64::new(0),
@@ -64,7 +64,7 @@ impl LogLimit {
 
     /// Whether a line may be logged now: `Some(n)` with the number of lines suppressed since
     /// the last one logged, or `None` when this one is to be dropped (and is counted).
-    pub fn admit(&self) -> Option<u64> {
+    pub(crate) fn admit(&self) -> Option<u64> {
         self.admit_at(window_now(), lines_per_window())
     }
 

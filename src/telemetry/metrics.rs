@@ -10,58 +10,58 @@ use prometheus_client::registry::Registry;
 mod registration;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabel {
-    pub result: &'static str,
+pub(crate) struct ResultLabel {
+    pub(crate) result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CodeLabel {
-    pub code: &'static str,
+pub(crate) struct CodeLabel {
+    pub(crate) code: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabel {
-    pub reason: &'static str,
+pub(crate) struct ReasonLabel {
+    pub(crate) reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CauseLabel {
-    pub cause: &'static str,
+pub(crate) struct CauseLabel {
+    pub(crate) cause: &'static str,
 }
 
 /// Per Backend: bounded by the config, not by traffic.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BackendLabel {
-    pub backend: String,
+pub(crate) struct BackendLabel {
+    pub(crate) backend: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ListenerLabel {
-    pub listener: String,
+pub(crate) struct ListenerLabel {
+    pub(crate) listener: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ListenerClassLabel {
-    pub listener: String,
+pub(crate) struct ListenerClassLabel {
+    pub(crate) listener: String,
     /// `1xx` .. `5xx`.
-    pub class: &'static str,
+    pub(crate) class: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RouteLabel {
-    pub route: String,
+pub(crate) struct RouteLabel {
+    pub(crate) route: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RouteClassLabel {
-    pub route: String,
-    pub class: &'static str,
+pub(crate) struct RouteClassLabel {
+    pub(crate) route: String,
+    pub(crate) class: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BackendClassLabel {
-    pub backend: String,
-    pub class: &'static str,
+pub(crate) struct BackendClassLabel {
+    pub(crate) backend: String,
+    pub(crate) class: &'static str,
 }
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
@@ -82,14 +82,14 @@ type LatencyFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 /// looked up once (per connection, or per Backend and config) so that counting a request is
 /// an atomic increment and one histogram observation, no label lookup.
 #[derive(Debug)]
-pub struct RequestStats {
+pub(crate) struct RequestStats {
     responses: [Counter; 5],
     latency: Histogram,
 }
 
 impl RequestStats {
     /// Counts a response of `status` that took `elapsed`.
-    pub fn record(&self, status: u16, elapsed: std::time::Duration) {
+    pub(crate) fn record(&self, status: u16, elapsed: std::time::Duration) {
         let class = usize::from(status / 100).clamp(1, 5) - 1;
         self.responses[class].inc();
         self.latency.observe(elapsed.as_secs_f64());
@@ -98,7 +98,7 @@ impl RequestStats {
 
 /// The `x-egressd-error` codes of failures to open a connection, each counted per Backend in
 /// `egressd_upstream_connect_failures_total{backend,reason}`.
-pub const CONNECT_FAILURE_CODES: [&str; 3] = [
+pub(crate) const CONNECT_FAILURE_CODES: [&str; 3] = [
     "upstream_connect_failure",
     "upstream_connect_timeout",
     "upstream_tls_failure",
@@ -107,7 +107,7 @@ pub const CONNECT_FAILURE_CODES: [&str; 3] = [
 /// The `x-egressd-error` codes of attempts that failed after the connection was there (no
 /// response head came), each counted per Backend in
 /// `egressd_upstream_failures_total{backend,reason}`.
-pub const FAILURE_CODES: [&str; 3] = [
+pub(crate) const FAILURE_CODES: [&str; 3] = [
     "upstream_reset",
     "upstream_timeout",
     "upstream_protocol_error",
@@ -116,9 +116,9 @@ pub const FAILURE_CODES: [&str; 3] = [
 /// The per-attempt metrics of one Backend, resolved once per Backend and config generation:
 /// a request costs atomic increments, never a label lookup.
 #[derive(Debug)]
-pub struct BackendStats {
+pub(crate) struct BackendStats {
     /// Upstream responses by status class, and attempt latency.
-    pub responses: RequestStats,
+    pub(crate) responses: RequestStats,
     retries: Counter,
     /// One per [`CONNECT_FAILURE_CODES`] entry, in that order.
     connect_failures: [Counter; CONNECT_FAILURE_CODES.len()],
@@ -128,19 +128,19 @@ pub struct BackendStats {
 
 impl BackendStats {
     /// Counts a retry sent (`egressd_upstream_retries_total`).
-    pub fn retried(&self) {
+    pub(crate) fn retried(&self) {
         self.retries.inc();
     }
 
     /// Counts a failure to connect with code `code`, one of [`CONNECT_FAILURE_CODES`] (other
     /// codes are not connect failures and are not counted here).
-    pub fn connect_failed(&self, code: &str) {
+    pub(crate) fn connect_failed(&self, code: &str) {
         count_code(&self.connect_failures, &CONNECT_FAILURE_CODES, code);
     }
 
     /// Counts an attempt that failed after connecting with code `code`, one of
     /// [`FAILURE_CODES`] (other codes are not counted here).
-    pub fn failed(&self, code: &str) {
+    pub(crate) fn failed(&self, code: &str) {
         count_code(&self.failures, &FAILURE_CODES, code);
     }
 }
@@ -186,63 +186,63 @@ where
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BackendHealthLabel {
-    pub backend: String,
+pub(crate) struct BackendHealthLabel {
+    pub(crate) backend: String,
     /// `healthy`, `ejected` or `unhealthy`.
-    pub health: &'static str,
+    pub(crate) health: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FileLabel {
-    pub file: String,
+pub(crate) struct FileLabel {
+    pub(crate) file: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BackendDirectionLabel {
-    pub backend: String,
+pub(crate) struct BackendDirectionLabel {
+    pub(crate) backend: String,
     /// `upstream` (client → Backend) or `downstream`.
-    pub direction: &'static str,
+    pub(crate) direction: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BackendReasonLabel {
-    pub backend: String,
-    pub reason: &'static str,
+pub(crate) struct BackendReasonLabel {
+    pub(crate) backend: String,
+    pub(crate) reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BackendToolLabel {
-    pub backend: String,
-    pub tool: String,
+pub(crate) struct BackendToolLabel {
+    pub(crate) backend: String,
+    pub(crate) tool: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ActionLabel {
-    pub action: &'static str,
+pub(crate) struct ActionLabel {
+    pub(crate) action: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ClientPolicyLabel {
+pub(crate) struct ClientPolicyLabel {
     /// `namespace/name` of the EgressPolicy, or `clientPolicy.default`.
-    pub policy: String,
+    pub(crate) policy: String,
     /// `client_denied` or `would_deny`.
-    pub decision: &'static str,
+    pub(crate) decision: &'static str,
     /// The client's identity (SPIFFE ID, `CN=…`, `user …`) or address; capped.
-    pub client: String,
+    pub(crate) client: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HostLabel {
-    pub host: String,
+pub(crate) struct HostLabel {
+    pub(crate) host: String,
 }
 
 /// How many distinct values a label taken from traffic (MCP tool names, blocked hosts) may
 /// have; later ones count as `other`, so clients cannot grow the label set without bound.
-pub const TRAFFIC_LABELS: usize = 256;
+pub(crate) const TRAFFIC_LABELS: usize = 256;
 
 /// The longest value a traffic-derived label may have: a host name's longest (253 bytes);
 /// tool names are far shorter in practice (MCP suggests at most 128).
-pub const MAX_TRAFFIC_LABEL_BYTES: usize = 253;
+pub(crate) const MAX_TRAFFIC_LABEL_BYTES: usize = 253;
 
 /// The values a traffic-derived label has taken so far (at most [`TRAFFIC_LABELS`]).
 #[derive(Debug, Default)]
@@ -271,105 +271,105 @@ impl CappedLabel {
 
 /// An outlier detection as the metrics count it (from `balance::outlier::Detection`).
 #[derive(Clone, Copy, Debug)]
-pub struct DetectionEvent {
-    pub reason: &'static str,
-    pub verdict: &'static str,
+pub(crate) struct DetectionEvent {
+    pub(crate) reason: &'static str,
+    pub(crate) verdict: &'static str,
     /// Whether the endpoint was ejected (`egressd_outlier_ejections_total`).
-    pub ejected: bool,
+    pub(crate) ejected: bool,
 }
 
 /// `egressd_health_checks_total{backend,result}` for one Backend, resolved once per checker.
 #[derive(Clone, Debug, Default)]
-pub struct CheckCounters {
-    pub pass: Counter,
-    pub fail: Counter,
+pub(crate) struct CheckCounters {
+    pub(crate) pass: Counter,
+    pub(crate) fail: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DetectionLabel {
-    pub backend: String,
-    pub reason: &'static str,
+pub(crate) struct DetectionLabel {
+    pub(crate) backend: String,
+    pub(crate) reason: &'static str,
     /// `ejected`, `not_enforced`, `over_max_ejection_percent`, `already_ejected`.
-    pub verdict: &'static str,
+    pub(crate) verdict: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BackendResultLabel {
-    pub backend: String,
+pub(crate) struct BackendResultLabel {
+    pub(crate) backend: String,
     /// `pass` or `fail`.
-    pub result: &'static str,
+    pub(crate) result: &'static str,
 }
 
 /// Every metric egressd exports.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    pub reloads: Family<ResultLabel, Counter>,
-    pub generation: Gauge,
-    pub last_reload_success: Gauge,
+    pub(crate) reloads: Family<ResultLabel, Counter>,
+    pub(crate) generation: Gauge,
+    pub(crate) last_reload_success: Gauge,
     pub requests: Counter,
-    pub local_replies: Family<CodeLabel, Counter>,
-    pub downstream_connections: Gauge,
+    pub(crate) local_replies: Family<CodeLabel, Counter>,
+    pub(crate) downstream_connections: Gauge,
     /// Client connections closed at accept, by reason (`max_connections`,
     /// `admin_max_connections`).
-    pub downstream_connections_refused: Family<ReasonLabel, Counter>,
+    pub(crate) downstream_connections_refused: Family<ReasonLabel, Counter>,
     /// Failed `accept` calls (e.g. out of file descriptors).
-    pub downstream_accept_errors: Counter,
+    pub(crate) downstream_accept_errors: Counter,
     /// Client connections closed by egressd's timers, by reason (`header_read_timeout`,
     /// `idle_timeout`).
-    pub downstream_connection_timeouts: Family<ReasonLabel, Counter>,
-    pub access_log_dropped: Counter,
-    pub upstream_tls_failures: Family<CauseLabel, Counter>,
-    pub insecure_upstreams: Gauge,
-    pub downstream_tls_handshake_failures: Counter,
-    pub tls_passthrough_rejected: Family<CauseLabel, Counter>,
-    pub websockets_active: Family<BackendLabel, Gauge>,
-    pub websocket_bytes: Family<BackendDirectionLabel, Counter>,
-    pub outlier_ejections: Family<BackendReasonLabel, Counter>,
-    pub outlier_detections: Family<DetectionLabel, Counter>,
-    pub overflows: Family<BackendReasonLabel, Counter>,
+    pub(crate) downstream_connection_timeouts: Family<ReasonLabel, Counter>,
+    pub(crate) access_log_dropped: Counter,
+    pub(crate) upstream_tls_failures: Family<CauseLabel, Counter>,
+    pub(crate) insecure_upstreams: Gauge,
+    pub(crate) downstream_tls_handshake_failures: Counter,
+    pub(crate) tls_passthrough_rejected: Family<CauseLabel, Counter>,
+    pub(crate) websockets_active: Family<BackendLabel, Gauge>,
+    pub(crate) websocket_bytes: Family<BackendDirectionLabel, Counter>,
+    pub(crate) outlier_ejections: Family<BackendReasonLabel, Counter>,
+    pub(crate) outlier_detections: Family<DetectionLabel, Counter>,
+    pub(crate) overflows: Family<BackendReasonLabel, Counter>,
     /// MCP requests by Backend and JSON-RPC method (`reason` holds the method label).
-    pub mcp_requests: Family<BackendReasonLabel, Counter>,
-    pub mcp_tools_denied: Family<BackendLabel, Counter>,
-    pub mcp_tool_calls: Family<BackendToolLabel, Counter>,
+    pub(crate) mcp_requests: Family<BackendReasonLabel, Counter>,
+    pub(crate) mcp_tools_denied: Family<BackendLabel, Counter>,
+    pub(crate) mcp_tool_calls: Family<BackendToolLabel, Counter>,
     mcp_tool_names: CappedLabel,
-    pub blocked: Family<HostLabel, Counter>,
+    pub(crate) blocked: Family<HostLabel, Counter>,
     blocked_hosts: CappedLabel,
-    pub audited: Family<HostLabel, Counter>,
+    pub(crate) audited: Family<HostLabel, Counter>,
     audited_hosts: CappedLabel,
-    pub client_policy: Family<ClientPolicyLabel, Counter>,
+    pub(crate) client_policy: Family<ClientPolicyLabel, Counter>,
     policy_clients: CappedLabel,
     /// Read off the serving snapshot when `/metrics` is scraped (see `admin`): nothing on
     /// the hot path.
-    pub downstream_responses: Family<ListenerClassLabel, Counter>,
-    pub downstream_latency: LatencyFamily<ListenerLabel>,
-    pub route_responses: Family<RouteClassLabel, Counter>,
-    pub route_latency: LatencyFamily<RouteLabel>,
-    pub upstream_responses: Family<BackendClassLabel, Counter>,
-    pub upstream_latency: LatencyFamily<BackendLabel>,
+    pub(crate) downstream_responses: Family<ListenerClassLabel, Counter>,
+    pub(crate) downstream_latency: LatencyFamily<ListenerLabel>,
+    pub(crate) route_responses: Family<RouteClassLabel, Counter>,
+    pub(crate) route_latency: LatencyFamily<RouteLabel>,
+    pub(crate) upstream_responses: Family<BackendClassLabel, Counter>,
+    pub(crate) upstream_latency: LatencyFamily<BackendLabel>,
     /// Upstream connections that could not be made, by Backend and error code.
-    pub upstream_connect_failures: Family<BackendReasonLabel, Counter>,
+    pub(crate) upstream_connect_failures: Family<BackendReasonLabel, Counter>,
     /// Attempts that failed after connecting (reset, timeout, not HTTP), by Backend and code.
-    pub upstream_failures: Family<BackendReasonLabel, Counter>,
-    pub upstream_requests_active: Family<BackendLabel, Gauge>,
-    pub upstream_connections_open: Family<BackendLabel, Gauge>,
-    pub upstream_connections_opened: Family<BackendLabel, Gauge>,
-    pub upstream_endpoints: Family<BackendHealthLabel, Gauge>,
-    pub certificate_expiry: Family<FileLabel, Gauge>,
+    pub(crate) upstream_failures: Family<BackendReasonLabel, Counter>,
+    pub(crate) upstream_requests_active: Family<BackendLabel, Gauge>,
+    pub(crate) upstream_connections_open: Family<BackendLabel, Gauge>,
+    pub(crate) upstream_connections_opened: Family<BackendLabel, Gauge>,
+    pub(crate) upstream_endpoints: Family<BackendHealthLabel, Gauge>,
+    pub(crate) certificate_expiry: Family<FileLabel, Gauge>,
     /// Undeclared destinations kept now (`undeclaredDestinations.maxDestinations` bounds it).
-    pub undeclared_destinations: Gauge,
+    pub(crate) undeclared_destinations: Gauge,
     /// Bytes of bodies egressd holds whole now (`bufferedBodies.budget` bounds them).
-    pub buffered_body_bytes: Gauge,
+    pub(crate) buffered_body_bytes: Gauge,
     /// Bodies the buffer budget had no room for, by what happened to them.
-    pub buffered_body_overflows: Family<ActionLabel, Counter>,
-    pub retries: Family<BackendLabel, Counter>,
-    pub health_checks: Family<BackendResultLabel, Counter>,
+    pub(crate) buffered_body_overflows: Family<ActionLabel, Counter>,
+    pub(crate) retries: Family<BackendLabel, Counter>,
+    pub(crate) health_checks: Family<BackendResultLabel, Counter>,
 }
 
 impl Metrics {
     /// Counts an inspected `tools/call` of `tool` (labelled `other` once [`TRAFFIC_LABELS`]
     /// names are in use).
-    pub fn mcp_tool_call(&self, backend: &str, tool: &str) {
+    pub(crate) fn mcp_tool_call(&self, backend: &str, tool: &str) {
         self.mcp_tool_calls
             .get_or_create(&BackendToolLabel {
                 backend: backend.to_owned(),
@@ -379,7 +379,7 @@ impl Metrics {
     }
 
     /// The handles for requests on `listener`.
-    pub fn listener_stats(&self, listener: &str) -> RequestStats {
+    pub(crate) fn listener_stats(&self, listener: &str) -> RequestStats {
         let name = || listener.to_owned();
         request_stats(
             &self.downstream_responses,
@@ -393,7 +393,7 @@ impl Metrics {
     }
 
     /// The handles for requests matched by route rule `route`.
-    pub fn route_stats(&self, route: &str) -> RequestStats {
+    pub(crate) fn route_stats(&self, route: &str) -> RequestStats {
         let name = || route.to_owned();
         request_stats(
             &self.route_responses,
@@ -407,7 +407,7 @@ impl Metrics {
     }
 
     /// The handles for requests to `backend`.
-    pub fn backend_stats(&self, backend: &str) -> BackendStats {
+    pub(crate) fn backend_stats(&self, backend: &str) -> BackendStats {
         let name = || backend.to_owned();
         BackendStats {
             responses: request_stats(
@@ -433,7 +433,7 @@ impl Metrics {
     }
 
     /// Counts a body the buffer budget had no room for (`no_room` or `refused`).
-    pub fn buffered_body_overflow(&self, action: &'static str) {
+    pub(crate) fn buffered_body_overflow(&self, action: &'static str) {
         self.buffered_body_overflows
             .get_or_create(&ActionLabel { action })
             .inc();
@@ -441,7 +441,7 @@ impl Metrics {
 
     /// Counts a refused destination (labelled `other` once [`TRAFFIC_LABELS`] hosts are in
     /// use).
-    pub fn blocked(&self, host: &str) {
+    pub(crate) fn blocked(&self, host: &str) {
         self.blocked
             .get_or_create(&HostLabel {
                 host: self.blocked_hosts.label(host),
@@ -451,7 +451,7 @@ impl Metrics {
 
     /// Counts a use of an undeclared destination under `AuditOnly` (hosts capped as for
     /// [`Metrics::blocked`]).
-    pub fn audited(&self, host: &str) {
+    pub(crate) fn audited(&self, host: &str) {
         self.audited
             .get_or_create(&HostLabel {
                 host: self.audited_hosts.label(host),
@@ -460,7 +460,7 @@ impl Metrics {
     }
 
     /// Counts a client an EgressPolicy refused or would refuse.
-    pub fn client_policy(&self, policy: &str, decision: &'static str, client: &str) {
+    pub(crate) fn client_policy(&self, policy: &str, decision: &'static str, client: &str) {
         self.client_policy
             .get_or_create(&ClientPolicyLabel {
                 policy: policy.to_owned(),
@@ -472,7 +472,7 @@ impl Metrics {
 
     /// Counts a request or retry a circuit breaker turned away (`limit`: the limit's label,
     /// `max_parallel_requests`, ...).
-    pub fn overflow(&self, backend: &str, limit: &'static str) {
+    pub(crate) fn overflow(&self, backend: &str, limit: &'static str) {
         self.overflows
             .get_or_create(&BackendReasonLabel {
                 backend: backend.to_owned(),
@@ -482,7 +482,7 @@ impl Metrics {
     }
 
     /// Counts an outlier detection (rare: the label lookups are fine here).
-    pub fn outlier_detection(&self, backend: &str, d: DetectionEvent) {
+    pub(crate) fn outlier_detection(&self, backend: &str, d: DetectionEvent) {
         self.outlier_detections
             .get_or_create(&DetectionLabel {
                 backend: backend.to_owned(),
@@ -501,7 +501,7 @@ impl Metrics {
     }
 
     /// The pass and fail counters of one Backend's health checks.
-    pub fn health_check_counters(&self, backend: &str) -> CheckCounters {
+    pub(crate) fn health_check_counters(&self, backend: &str) -> CheckCounters {
         let counter = |result| {
             self.health_checks
                 .get_or_create(&BackendResultLabel {

@@ -14,30 +14,37 @@ use std::time::Duration;
 
 /// `ProxyConfig.spec.tracing`, validated.
 #[derive(Clone, Debug, PartialEq)]
-pub struct TracingSettings {
+pub(crate) struct TracingSettings {
     /// OTLP/HTTP traces URL, e.g. `http://127.0.0.1:4318/v1/traces`.
-    pub endpoint: String,
+    pub(crate) endpoint: String,
     /// Fraction of new traces sampled (0.0 – 1.0).
-    pub sampling: f64,
+    pub(crate) sampling: f64,
     /// `service.name` of the spans.
-    pub service_name: String,
+    pub(crate) service_name: String,
     /// How long spans wait to be exported in a batch.
-    pub export_interval: Duration,
+    pub(crate) export_interval: Duration,
 }
 
 /// What a request's span says when it ends.
 #[derive(Debug, Default)]
-pub struct SpanEnd<'a> {
-    pub status: u16,
+#[cfg_attr(
+    not(feature = "otel"),
+    expect(
+        dead_code,
+        reason = "without `otel` no span is ever ended; the request path still fills it in"
+    )
+)]
+pub(crate) struct SpanEnd<'a> {
+    pub(crate) status: u16,
     /// `x-egressd-error` of a local reply.
-    pub error: Option<&'a str>,
-    pub route: Option<&'a str>,
-    pub backend: Option<&'a str>,
-    pub endpoint: Option<std::net::SocketAddr>,
-    pub attempts: u32,
-    pub bytes_out: u64,
+    pub(crate) error: Option<&'a str>,
+    pub(crate) route: Option<&'a str>,
+    pub(crate) backend: Option<&'a str>,
+    pub(crate) endpoint: Option<std::net::SocketAddr>,
+    pub(crate) attempts: u32,
+    pub(crate) bytes_out: u64,
     /// Whether the client got the whole response body.
-    pub complete: bool,
+    pub(crate) complete: bool,
 }
 
 impl<'a> From<&'a super::access_log::AccessRecord> for SpanEnd<'a> {
@@ -56,10 +63,10 @@ impl<'a> From<&'a super::access_log::AccessRecord> for SpanEnd<'a> {
 }
 
 #[cfg(feature = "otel")]
-pub use otel::{RequestSpan, Tracing};
+pub(crate) use otel::{RequestSpan, Tracing};
 
 #[cfg(not(feature = "otel"))]
-pub use disabled::{RequestSpan, Tracing};
+pub(crate) use disabled::{RequestSpan, Tracing};
 
 /// Whether this build can export spans.
 pub const AVAILABLE: bool = cfg!(feature = "otel");
@@ -73,22 +80,22 @@ mod disabled {
 
     /// Never constructed in this build.
     #[derive(Debug)]
-    pub enum Tracing {}
+    pub(crate) enum Tracing {}
 
     /// Never constructed in this build.
     #[derive(Debug)]
-    pub enum RequestSpan {}
+    pub(crate) enum RequestSpan {}
 
     impl Tracing {
-        pub fn start(_settings: &TracingSettings) -> Result<Self, String> {
+        pub(crate) fn start(_settings: &TracingSettings) -> Result<Self, String> {
             Err("this build has no tracing (build with `--features otel`)".to_owned())
         }
 
-        pub fn settings(&self) -> &TracingSettings {
+        pub(crate) fn settings(&self) -> &TracingSettings {
             match *self {}
         }
 
-        pub fn request_span(
+        pub(crate) fn request_span(
             &self,
             _headers: &mut http::HeaderMap,
             _method: &http::Method,
@@ -99,13 +106,13 @@ mod disabled {
             match *self {}
         }
 
-        pub fn shutdown(&self) {
+        pub(crate) fn shutdown(&self) {
             match *self {}
         }
     }
 
     impl RequestSpan {
-        pub fn end(self, _end: &SpanEnd<'_>) {
+        pub(crate) fn end(self, _end: &SpanEnd<'_>) {
             match self {}
         }
     }
@@ -133,7 +140,7 @@ mod otel {
     const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
     /// A tracer provider exporting to one collector.
-    pub struct Tracing {
+    pub(crate) struct Tracing {
         settings: TracingSettings,
         provider: SdkTracerProvider,
         tracer: SdkTracer,
@@ -150,7 +157,7 @@ mod otel {
 
     impl Tracing {
         /// Builds the exporter and its batch thread. Nothing is sent until a span ends.
-        pub fn start(settings: &TracingSettings) -> Result<Self, String> {
+        pub(crate) fn start(settings: &TracingSettings) -> Result<Self, String> {
             let exporter = opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
                 .with_protocol(Protocol::HttpBinary)
@@ -185,13 +192,13 @@ mod otel {
             })
         }
 
-        pub fn settings(&self) -> &TracingSettings {
+        pub(crate) fn settings(&self) -> &TracingSettings {
             &self.settings
         }
 
         /// Starts the span of a request whose headers are `headers`: its parent is the
         /// client's trace context; egressd's own replaces it in `headers`, which go upstream.
-        pub fn request_span(
+        pub(crate) fn request_span(
             &self,
             headers: &mut http::HeaderMap,
             method: &http::Method,
@@ -227,7 +234,7 @@ mod otel {
 
         /// Exports what is batched and stops the exporter thread. Blocks: call off the
         /// runtime's workers.
-        pub fn shutdown(&self) {
+        pub(crate) fn shutdown(&self) {
             if let Err(e) = self.provider.shutdown() {
                 tracing::debug!(error = %e, "tracing shutdown");
             }
@@ -235,7 +242,7 @@ mod otel {
     }
 
     /// One request's span, ended by [`RequestSpan::end`].
-    pub struct RequestSpan {
+    pub(crate) struct RequestSpan {
         span: opentelemetry_sdk::trace::Span,
         method: http::Method,
     }
@@ -247,7 +254,7 @@ mod otel {
     }
 
     impl RequestSpan {
-        pub fn end(mut self, end: &SpanEnd<'_>) {
+        pub(crate) fn end(mut self, end: &SpanEnd<'_>) {
             let span = &mut self.span;
             if !span.is_recording() {
                 return;

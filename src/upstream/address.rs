@@ -16,7 +16,7 @@ use ipnet::IpNet;
 
 pub use crate::names::MAX_HOST_LEN;
 /// The longest label of a host name (RFC 1035 §2.3.4).
-pub const MAX_LABEL_LEN: usize = 63;
+pub(crate) const MAX_LABEL_LEN: usize = 63;
 
 /// `ip` in the form a policy judges: an IPv6 address that stands for an IPv4 one (mapped,
 /// compatible, NAT64 well-known prefix) becomes that IPv4 address.
@@ -150,7 +150,7 @@ fn truncated(text: &str) -> String {
 /// Addresses no destination may be, declared or not: link-local (which holds the cloud
 /// metadata service at 169.254.169.254), unspecified and broadcast. A DNS answer pointing
 /// there is a classic SSRF pivot. Judged on the canonical form.
-pub fn is_never_reachable(ip: IpAddr) -> bool {
+pub(crate) fn is_never_reachable(ip: IpAddr) -> bool {
     match canonical_ip(ip) {
         IpAddr::V4(v4) => v4.is_link_local() || v4.is_unspecified() || v4.is_broadcast(),
         IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80 || v6.is_unspecified(),
@@ -159,7 +159,7 @@ pub fn is_never_reachable(ip: IpAddr) -> bool {
 
 /// Every address that is not on the public internet: what undeclared destinations may not be
 /// or resolve to unless `undeclaredDestinations` says otherwise (smokescreen's default).
-pub fn non_public_networks() -> Vec<IpNet> {
+pub(crate) fn non_public_networks() -> Vec<IpNet> {
     [
         "0.0.0.0/8",       // "this network" (RFC 791)
         "10.0.0.0/8",      // private (RFC 1918)
@@ -191,7 +191,7 @@ pub fn non_public_networks() -> Vec<IpNet> {
 
 /// A CIDR in canonical form: an IPv4-mapped IPv6 network (`::ffff:10.0.0.0/104`) is the IPv4
 /// network it stands for, so it matches the canonical addresses it is compared with.
-pub fn canonical_net(net: IpNet) -> IpNet {
+pub(crate) fn canonical_net(net: IpNet) -> IpNet {
     match net {
         IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
             Some(v4) => IpNet::new_assert(v4.into(), v6.prefix_len() - 96),
@@ -203,11 +203,11 @@ pub fn canonical_net(net: IpNet) -> IpNet {
 
 /// Which addresses undeclared destinations (`AllowAny`, `AuditOnly`) may be or resolve to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AddressPolicy {
+pub(crate) struct AddressPolicy {
     /// Opens addresses the denied list holds (`undeclaredDestinations.allowedAddresses`).
-    pub allowed: Arc<[IpNet]>,
+    pub(crate) allowed: Arc<[IpNet]>,
     /// `undeclaredDestinations.deniedAddresses`: every non-public network by default.
-    pub denied: Arc<[IpNet]>,
+    pub(crate) denied: Arc<[IpNet]>,
 }
 
 impl Default for AddressPolicy {
@@ -222,7 +222,7 @@ impl Default for AddressPolicy {
 impl AddressPolicy {
     /// Whether `ip` (any spelling) is refused: never-reachable addresses always, then the
     /// allowed list before the denied one.
-    pub fn refuses(&self, ip: IpAddr) -> bool {
+    pub(crate) fn refuses(&self, ip: IpAddr) -> bool {
         let ip = canonical_ip(ip);
         if is_never_reachable(ip) {
             return true;
@@ -244,7 +244,7 @@ impl AddressPolicy {
 /// (`localhost`, `*.localhost`, RFC 6761 §6.3). Private ranges stay allowed: declared names
 /// are often internal services. `allowedAddresses` opens any of these ranges for one Backend.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct AnswerPolicy {
+pub(crate) struct AnswerPolicy {
     /// `allowedAddresses`, canonical.
     allowed: Arc<[IpNet]>,
     /// The name means loopback (RFC 6761): loopback answers are what it should get.
@@ -253,13 +253,13 @@ pub struct AnswerPolicy {
 
 /// Whether `host` (lowercase, no final dot) is one of the names RFC 6761 reserves for
 /// loopback.
-pub fn is_loopback_name(host: &str) -> bool {
+pub(crate) fn is_loopback_name(host: &str) -> bool {
     host == "localhost" || host.ends_with(".localhost")
 }
 
 impl AnswerPolicy {
     /// The policy for the declared name `host` with the Backend's `allowedAddresses`.
-    pub fn declared(host: &str, allowed: Vec<IpNet>) -> Self {
+    pub(crate) fn declared(host: &str, allowed: Vec<IpNet>) -> Self {
         AnswerPolicy {
             allowed: allowed.into_iter().map(canonical_net).collect(),
             loopback_name: is_loopback_name(host),
@@ -267,7 +267,7 @@ impl AnswerPolicy {
     }
 
     /// Why the answer `ip` (any spelling) is refused, or `None` when it may be used.
-    pub fn refuses(&self, ip: IpAddr) -> Option<&'static str> {
+    pub(crate) fn refuses(&self, ip: IpAddr) -> Option<&'static str> {
         let ip = canonical_ip(ip);
         let why = match ip {
             IpAddr::V4(v4) if v4.is_link_local() => "link-local",

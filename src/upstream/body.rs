@@ -19,13 +19,13 @@ use crate::bounded::budget::Reservation;
 /// so that a client can never make an endpoint look broken (outlier detection, retries).
 #[derive(Debug, thiserror::Error)]
 #[error("client request body: {0}")]
-pub struct ClientBodyError(#[source] pub hyper::Error);
+pub(crate) struct ClientBodyError(#[source] pub(crate) hyper::Error);
 
 impl ClientBodyError {
     /// The client sent something that is not HTTP (a bad chunk), rather than leaving early.
     /// hyper reports a bad chunk as an `InvalidData` I/O error of the body; an early end as
     /// an incomplete message or a reset connection.
-    pub fn is_malformed(&self) -> bool {
+    pub(crate) fn is_malformed(&self) -> bool {
         if self.0.is_parse() {
             return true;
         }
@@ -43,14 +43,14 @@ impl ClientBodyError {
     }
 
     /// hyper's own words, for the reply and the log.
-    pub fn cause(&self) -> String {
+    pub(crate) fn cause(&self) -> String {
         crate::telemetry::error_chain(&self.0)
     }
 }
 
 /// The body sent upstream.
 #[derive(Debug)]
-pub enum RequestBody {
+pub(crate) enum RequestBody {
     /// The client's request body, streamed; with a counter of its bytes when the access log
     /// must say how long a body without a declared length was.
     Client(Incoming, Option<Arc<AtomicU64>>),
@@ -66,7 +66,7 @@ pub enum RequestBody {
 
 impl RequestBody {
     /// The client's body; `Empty` when it has already ended (nothing to stream).
-    pub fn from_client(body: Incoming) -> Self {
+    pub(crate) fn from_client(body: Incoming) -> Self {
         if body.is_end_stream() {
             RequestBody::Empty
         } else {
@@ -76,7 +76,7 @@ impl RequestBody {
 
     /// Starts counting the bytes of a client body whose length was not declared (chunked,
     /// HTTP/2 without `content-length`); the counter, if one was started.
-    pub fn count_undeclared(&mut self) -> Option<Arc<AtomicU64>> {
+    pub(crate) fn count_undeclared(&mut self) -> Option<Arc<AtomicU64>> {
         match self {
             RequestBody::Client(body, counter @ None) if body.size_hint().exact().is_none() => {
                 Some(counter.insert(Arc::default()).clone())
@@ -133,7 +133,11 @@ impl Body for RequestBody {
 /// What an upstream response holds on to while it streams: the HTTP/1.1 connection to give
 /// back to the pool at the end, or the HTTP/2 stream slot to release.
 #[derive(Debug)]
-pub enum Lease {
+#[expect(
+    dead_code,
+    reason = "held, never read: dropping the lease gives the connection or stream slot back"
+)]
+pub(crate) enum Lease {
     Http1(H1Conn),
     Http2(H2Stream),
 }

@@ -19,12 +19,12 @@ use tokio::sync::Notify;
 /// is the tool for bounding them as a share of traffic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BreakerSettings {
-    pub max_parallel_requests: u32,
-    pub max_connections: u32,
-    pub max_pending_requests: u32,
-    pub max_parallel_retries: u32,
+    pub(crate) max_parallel_requests: u32,
+    pub(crate) max_connections: u32,
+    pub(crate) max_pending_requests: u32,
+    pub(crate) max_parallel_retries: u32,
     /// When set, replaces `max_parallel_retries` with a share of the requests in flight.
-    pub retry_budget: Option<RetryBudget>,
+    pub(crate) retry_budget: Option<RetryBudget>,
 }
 
 impl Default for BreakerSettings {
@@ -42,10 +42,10 @@ impl Default for BreakerSettings {
 /// `retryBudget`: at most `percent` of the requests in flight may be retries, but always
 /// `min_concurrency`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RetryBudget {
+pub(crate) struct RetryBudget {
     /// Percent × 1000 (kept integral so settings compare and hash exactly).
-    pub milli_percent: u32,
-    pub min_concurrency: u32,
+    pub(crate) milli_percent: u32,
+    pub(crate) min_concurrency: u32,
 }
 
 impl Default for RetryBudget {
@@ -59,7 +59,7 @@ impl Default for RetryBudget {
 
 /// Which limit turned a request (or a retry) away.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Limit {
+pub(crate) enum Limit {
     ParallelRequests,
     /// A websocket or tunnel needs a connection of its own and none is left.
     Connections,
@@ -70,7 +70,7 @@ pub enum Limit {
 
 impl Limit {
     /// The config field that sets the limit.
-    pub fn field(self) -> &'static str {
+    pub(crate) fn field(self) -> &'static str {
         match self {
             Limit::ParallelRequests => "maxParallelRequests",
             Limit::Connections => "maxConnections",
@@ -80,7 +80,7 @@ impl Limit {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Limit::ParallelRequests => "max_parallel_requests",
             Limit::Connections => "max_connections",
@@ -103,7 +103,7 @@ struct Counts {
 
 /// The limits and counts of one endpoint group.
 #[derive(Debug)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     settings: BreakerSettings,
     counts: Arc<Counts>,
 }
@@ -119,26 +119,26 @@ fn take(counter: &AtomicU32, max: u32) -> bool {
 }
 
 impl Breaker {
-    pub fn new(settings: BreakerSettings) -> Self {
+    pub(crate) fn new(settings: BreakerSettings) -> Self {
         Breaker {
             settings,
             counts: Arc::default(),
         }
     }
 
-    pub fn settings(&self) -> &BreakerSettings {
+    pub(crate) fn settings(&self) -> &BreakerSettings {
         &self.settings
     }
 
     /// A request slot under `maxParallelRequests`, held until the response ends.
-    pub fn admit(&self) -> Option<Admission> {
+    pub(crate) fn admit(&self) -> Option<Admission> {
         take(&self.counts.requests, self.settings.max_parallel_requests)
             .then(|| Admission(self.counts.clone()))
     }
 
     /// A slot for one retry, under the retry budget when there is one, else under
     /// `maxParallelRetries`.
-    pub fn admit_retry(&self) -> Result<RetrySlot, Limit> {
+    pub(crate) fn admit_retry(&self) -> Result<RetrySlot, Limit> {
         let (max, limit) = match self.settings.retry_budget {
             Some(budget) => {
                 let active = u64::from(self.counts.requests.load(Ordering::Acquire));
@@ -158,7 +158,7 @@ impl Breaker {
     }
 
     /// The limit's configured value.
-    pub fn max(&self, limit: Limit) -> u32 {
+    pub(crate) fn max(&self, limit: Limit) -> u32 {
         let s = &self.settings;
         match limit {
             Limit::ParallelRequests => s.max_parallel_requests,
@@ -170,25 +170,25 @@ impl Breaker {
     }
 
     /// A slot for a new connection under `maxConnections`; `None` at the limit.
-    pub fn connection(&self) -> Option<ConnectionSlot> {
+    pub(crate) fn connection(&self) -> Option<ConnectionSlot> {
         take(&self.counts.connections, self.settings.max_connections)
             .then(|| ConnectionSlot(self.counts.clone()))
     }
 
     /// A place among the requests waiting for a connection, under `maxPendingRequests`.
-    pub fn pending(&self) -> Option<PendingSlot> {
+    pub(crate) fn pending(&self) -> Option<PendingSlot> {
         take(&self.counts.pending, self.settings.max_pending_requests)
             .then(|| PendingSlot(self.counts.clone()))
     }
 
     /// Resolves when a connection of the group closes. Create it before checking for a free
     /// slot, so a close in between is not missed (`Notified` registers on `enable`).
-    pub fn connection_closed(&self) -> tokio::sync::futures::Notified<'_> {
+    pub(crate) fn connection_closed(&self) -> tokio::sync::futures::Notified<'_> {
         self.counts.connection_closed.notified()
     }
 
     /// Open connections, in flight requests, retries, waiting requests (for `/endpoints`).
-    pub fn usage(&self) -> [u32; 4] {
+    pub(crate) fn usage(&self) -> [u32; 4] {
         let c = &self.counts;
         [
             c.connections.load(Ordering::Relaxed),
@@ -201,7 +201,7 @@ impl Breaker {
 
 /// A request counted against `maxParallelRequests`; dropping it frees the slot.
 #[derive(Debug)]
-pub struct Admission(Arc<Counts>);
+pub(crate) struct Admission(Arc<Counts>);
 
 impl Drop for Admission {
     fn drop(&mut self) {
@@ -211,7 +211,7 @@ impl Drop for Admission {
 
 /// A retry in progress.
 #[derive(Debug)]
-pub struct RetrySlot(Arc<Counts>);
+pub(crate) struct RetrySlot(Arc<Counts>);
 
 impl Drop for RetrySlot {
     fn drop(&mut self) {
@@ -221,7 +221,7 @@ impl Drop for RetrySlot {
 
 /// An open connection; held by the task that drives it.
 #[derive(Debug)]
-pub struct ConnectionSlot(Arc<Counts>);
+pub(crate) struct ConnectionSlot(Arc<Counts>);
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
@@ -232,7 +232,7 @@ impl Drop for ConnectionSlot {
 
 /// A request waiting for a connection.
 #[derive(Debug)]
-pub struct PendingSlot(Arc<Counts>);
+pub(crate) struct PendingSlot(Arc<Counts>);
 
 impl Drop for PendingSlot {
     fn drop(&mut self) {

@@ -18,7 +18,7 @@ use super::tls::{TlsFailure, TlsOrigination};
 
 /// How connections to a Backend port are made.
 #[derive(Clone, Debug)]
-pub enum Transport {
+pub(crate) enum Transport {
     /// Plaintext (`tls.mode: InsecureDisable`).
     Plain,
     /// TLS origination with a config built when the snapshot was compiled.
@@ -27,7 +27,7 @@ pub enum Transport {
 
 /// Why a connection could not be opened.
 #[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     #[error("connect to {addr} timed out after {timeout:?}")]
     Timeout { addr: SocketAddr, timeout: Duration },
     #[error("connect to {addr} failed: {source}")]
@@ -59,10 +59,10 @@ pub enum ConnectError {
 /// `tcpKeepalive`: probes that notice a dead peer (and keep NAT and firewall state alive)
 /// on connections idle for `idle`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TcpKeepalive {
-    pub idle: Duration,
-    pub interval: Duration,
-    pub probes: u32,
+pub(crate) struct TcpKeepalive {
+    pub(crate) idle: Duration,
+    pub(crate) interval: Duration,
+    pub(crate) probes: u32,
 }
 
 impl Default for TcpKeepalive {
@@ -77,7 +77,7 @@ impl Default for TcpKeepalive {
 }
 
 /// Opens a TCP connection like [`connect_tcp`], with keepalive probes when asked for.
-pub async fn connect_tcp_keepalive(
+pub(crate) async fn connect_tcp_keepalive(
     addr: SocketAddr,
     timeout: Duration,
     keepalive: Option<&TcpKeepalive>,
@@ -97,7 +97,10 @@ pub async fn connect_tcp_keepalive(
 }
 
 /// Opens a TCP connection with a deadline, with Nagle disabled (requests are written whole).
-pub async fn connect_tcp(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, ConnectError> {
+pub(crate) async fn connect_tcp(
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<TcpStream, ConnectError> {
     let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
         Err(_) => return Err(ConnectError::Timeout { addr, timeout }),
         Ok(Err(source)) => return Err(ConnectError::Io { addr, source }),
@@ -110,7 +113,7 @@ pub async fn connect_tcp(addr: SocketAddr, timeout: Duration) -> Result<TcpStrea
 
 /// Which HTTP version connections to a Backend port speak (from its `protocol` and TLS mode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum HttpWire {
+pub(crate) enum HttpWire {
     /// HTTP/1.1 (`HTTP11`, or `HTTP` in plaintext).
     Http1,
     /// HTTP/2: over TLS with ALPN `h2` (`HTTP2`, `GRPC`), or h2c with prior knowledge
@@ -122,20 +125,20 @@ pub enum HttpWire {
 
 /// How HTTP/2 connections to a Backend port are set up.
 #[derive(Clone, Debug)]
-pub struct Http2Options {
+pub(crate) struct Http2Options {
     builder: hyper::client::conn::http2::Builder<TokioExecutor>,
     /// `http2.maxConcurrentStreams` (u32::MAX: the server's limit alone).
-    pub max_streams: u32,
+    pub(crate) max_streams: u32,
 }
 
 /// The `http2` policy section, resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Http2Settings {
-    pub max_concurrent_streams: Option<u32>,
-    pub stream_window: u32,
-    pub connection_window: u32,
+pub(crate) struct Http2Settings {
+    pub(crate) max_concurrent_streams: Option<u32>,
+    pub(crate) stream_window: u32,
+    pub(crate) connection_window: u32,
     /// PING interval and timeout.
-    pub keepalive: Option<(Duration, Duration)>,
+    pub(crate) keepalive: Option<(Duration, Duration)>,
 }
 
 impl Default for Http2Settings {
@@ -150,7 +153,7 @@ impl Default for Http2Settings {
 }
 
 impl Http2Options {
-    pub fn new(settings: &Http2Settings) -> Self {
+    pub(crate) fn new(settings: &Http2Settings) -> Self {
         let mut builder = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
         builder
             .timer(TokioTimer::new())
@@ -180,18 +183,18 @@ impl Default for Http2Options {
 }
 
 /// A new HTTP connection, of the version the server agreed to.
-pub enum HttpConnection {
+pub(crate) enum HttpConnection {
     Http1(H1Conn),
     Http2(H2Conn),
 }
 
 /// What a TLS handshake with an upstream settled on (for the access log).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TlsSummary {
+pub(crate) struct TlsSummary {
     /// `TLSv1.2` or `TLSv1.3`.
-    pub version: &'static str,
+    pub(crate) version: &'static str,
     /// `h2`, `http/1.1`, another (`other`), or none.
-    pub alpn: Option<&'static str>,
+    pub(crate) alpn: Option<&'static str>,
 }
 
 impl TlsSummary {
@@ -216,7 +219,7 @@ impl TlsSummary {
 /// handshake gets its own `timeout`, after the TCP connect's. `slot` (the circuit breaker's
 /// count of open connections) is held until the connection closes. With TLS, also what the
 /// handshake settled on.
-pub async fn connect_http(
+pub(crate) async fn connect_http(
     addr: SocketAddr,
     timeout: Duration,
     transport: &Transport,
@@ -260,7 +263,7 @@ pub async fn connect_http(
 /// An HTTP/1.1 connection for a request that asks to switch protocols (websocket): never
 /// pooled, and after a `101` handed over with `hyper::upgrade::on(response)`. Over TLS, ALPN
 /// offers only `http/1.1`, whatever the port's protocol.
-pub async fn connect_http1_upgradable(
+pub(crate) async fn connect_http1_upgradable(
     addr: SocketAddr,
     timeout: Duration,
     transport: &Transport,

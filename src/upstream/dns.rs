@@ -55,7 +55,7 @@ pub enum DnsError {
 
 /// Which DNS answers a destination may use.
 #[derive(Clone, Debug)]
-pub enum AnswerCheck {
+pub(crate) enum AnswerCheck {
     /// A declared FQDN Backend: see [`AnswerPolicy`].
     Declared(AnswerPolicy),
     /// An undeclared destination (`AllowAny`, `AuditOnly`): `undeclaredDestinations`.
@@ -72,7 +72,7 @@ impl AnswerCheck {
     }
 
     /// Why the answer `ip` is refused, or `None` when it may be used.
-    pub fn refuses(&self, ip: IpAddr) -> Option<&'static str> {
+    pub(crate) fn refuses(&self, ip: IpAddr) -> Option<&'static str> {
         match self {
             AnswerCheck::Declared(policy) => policy.refuses(ip),
             AnswerCheck::Undeclared(policy) => policy.refuses(ip).then_some("not a public address"),
@@ -82,17 +82,17 @@ impl AnswerCheck {
 
 /// The usable answers of one lookup, and those refused.
 #[derive(Debug)]
-pub struct Answers {
+pub(crate) struct Answers {
     /// Usable addresses of the wanted family, canonical, sorted, without duplicates.
-    pub ips: Vec<IpAddr>,
+    pub(crate) ips: Vec<IpAddr>,
     /// Refused addresses (canonical) and why, in answer order.
-    pub refused: Vec<(IpAddr, &'static str)>,
+    pub(crate) refused: Vec<(IpAddr, &'static str)>,
     /// When the answer expires.
-    pub valid_until: Instant,
+    pub(crate) valid_until: Instant,
 }
 
 /// `127.0.0.1 (loopback), 169.254.169.254 (link-local)`.
-pub fn describe_refused(refused: &[(IpAddr, &'static str)]) -> String {
+pub(crate) fn describe_refused(refused: &[(IpAddr, &'static str)]) -> String {
     let mut out = String::new();
     for (i, (ip, why)) in refused.iter().enumerate() {
         if i > 0 {
@@ -136,7 +136,7 @@ impl DnsResolver {
     /// Resolves `host` to the addresses of the wanted family that `check` lets it use, and
     /// when the answer expires. Answers are judged before the family is chosen, so a refused
     /// IPv4 answer does not hide a usable IPv6 one under `IPv4Preferred`.
-    pub async fn resolve(
+    pub(crate) async fn resolve(
         &self,
         host: &str,
         family: LookupFamily,
@@ -202,16 +202,16 @@ fn choose_family(all: Vec<IpAddr>, family: LookupFamily) -> Vec<IpAddr> {
 }
 
 /// What a refresher needs besides its group.
-pub struct RefreshPlan {
-    pub group: Weak<EndpointGroup>,
-    pub template: EndpointTemplate,
-    pub family: LookupFamily,
+pub(crate) struct RefreshPlan {
+    pub(crate) group: Weak<EndpointGroup>,
+    pub(crate) template: EndpointTemplate,
+    pub(crate) family: LookupFamily,
     /// Which answers the destination may use.
-    pub check: AnswerCheck,
+    pub(crate) check: AnswerCheck,
 }
 
 /// Keeps one DNS group current until the group is dropped (no snapshot uses it any more).
-pub async fn refresh_loop(plan: RefreshPlan, registry: Arc<StateRegistry>) {
+pub(crate) async fn refresh_loop(plan: RefreshPlan, registry: Arc<StateRegistry>) {
     let mut failures: u32 = 0;
     let undeclared = matches!(plan.check, AnswerCheck::Undeclared(_));
     // Refused answers are logged when they change, not at every refresh or retry.

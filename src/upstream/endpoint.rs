@@ -17,17 +17,17 @@ use crate::balance::outlier::OutlierState;
 /// One upstream address and the state that belongs to it.
 #[derive(Debug)]
 pub struct Endpoint {
-    pub addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     /// Relative weight for balancing.
     pub weight: u32,
     /// Priority level (0 first; higher levels take load only as lower ones lose health).
-    pub priority: u32,
+    pub(crate) priority: u32,
     /// Idle HTTP/1.1 connections to this address.
-    pub pool: H1Pool,
+    pub(crate) pool: H1Pool,
     /// Outlier detection state (consecutive failures, ejection).
-    pub outlier: OutlierState,
+    pub(crate) outlier: OutlierState,
     /// Active health check state (healthy flag, runs of results, last check).
-    pub health: HealthState,
+    pub(crate) health: HealthState,
     /// HTTP/2 connections to this address: made on first use (most endpoints only ever see
     /// HTTP/1.1; 10,000 Backends: 1.6 MB), see `h2()`.
     h2: std::sync::OnceLock<Arc<H2Pool>>,
@@ -52,9 +52,9 @@ pub struct Endpoint {
 
 /// When and how an exchange with an endpoint last failed.
 #[derive(Clone, Debug)]
-pub struct LastFailure {
-    pub at: std::time::SystemTime,
-    pub detail: String,
+pub(crate) struct LastFailure {
+    pub(crate) at: std::time::SystemTime,
+    pub(crate) detail: String,
 }
 
 impl Endpoint {
@@ -78,18 +78,18 @@ impl Endpoint {
     }
 
     /// The HTTP/2 connections to this address (the pool is made on first use).
-    pub fn h2(&self) -> &Arc<H2Pool> {
+    pub(crate) fn h2(&self) -> &Arc<H2Pool> {
         self.h2
             .get_or_init(|| Arc::new(H2Pool::new(self.pool.settings().idle_timeout)))
     }
 
     /// The HTTP/2 pool, if anything ever used it.
-    pub fn h2_if_used(&self) -> Option<&Arc<H2Pool>> {
+    pub(crate) fn h2_if_used(&self) -> Option<&Arc<H2Pool>> {
         self.h2.get()
     }
 
     /// Sets the priority level (when the endpoint is built).
-    pub fn with_priority(mut self, priority: u32) -> Self {
+    pub(crate) fn with_priority(mut self, priority: u32) -> Self {
         self.priority = priority;
         self
     }
@@ -102,31 +102,31 @@ impl Endpoint {
     }
 
     /// Whether ALPN chose HTTP/1.1 on the last new connection (ports with `HTTP` over TLS).
-    pub fn negotiated_http1(&self) -> bool {
+    pub(crate) fn negotiated_http1(&self) -> bool {
         self.negotiated_http1.load(Ordering::Relaxed)
     }
 
-    pub fn set_negotiated_http1(&self, http1: bool) {
+    pub(crate) fn set_negotiated_http1(&self, http1: bool) {
         self.negotiated_http1.store(http1, Ordering::Relaxed);
     }
 
-    pub fn active_requests(&self) -> u64 {
+    pub(crate) fn active_requests(&self) -> u64 {
         self.active.load(Ordering::Relaxed)
     }
 
     /// Starts slow start over: the endpoint is back in rotation after being out of it.
-    pub fn mark_ready(&self) {
+    pub(crate) fn mark_ready(&self) {
         self.ready_since_ms
             .store(crate::balance::slow_start::now_ms(), Ordering::Relaxed);
     }
 
-    pub fn ready_since_ms(&self) -> u64 {
+    pub(crate) fn ready_since_ms(&self) -> u64 {
         self.ready_since_ms.load(Ordering::Relaxed)
     }
 
     /// Remembers a failure (a local-origin error or a 5xx) for `/endpoints`.
     /// A connection for traffic was opened (with `tls`, what its handshake settled on).
-    pub fn note_connection(&self, tls: Option<crate::upstream::connect::TlsSummary>) {
+    pub(crate) fn note_connection(&self, tls: Option<crate::upstream::connect::TlsSummary>) {
         self.connections_opened.fetch_add(1, Ordering::Relaxed);
         if let Some(t) = tls {
             let version = match t.version {
@@ -144,13 +144,13 @@ impl Endpoint {
         }
     }
 
-    pub fn connections_opened(&self) -> u64 {
+    pub(crate) fn connections_opened(&self) -> u64 {
         self.connections_opened.load(Ordering::Relaxed)
     }
 
     /// What the latest TLS handshake with this endpoint settled on (every connection to one
     /// endpoint is made with the same settings); None before the first, or without TLS.
-    pub fn tls(&self) -> Option<crate::upstream::connect::TlsSummary> {
+    pub(crate) fn tls(&self) -> Option<crate::upstream::connect::TlsSummary> {
         let code = self.tls.load(Ordering::Relaxed);
         let version = match code >> 2 {
             0 => return None,
@@ -167,7 +167,7 @@ impl Endpoint {
         Some(crate::upstream::connect::TlsSummary { version, alpn })
     }
 
-    pub fn note_failure(&self, detail: String) {
+    pub(crate) fn note_failure(&self, detail: String) {
         let failure = LastFailure {
             at: std::time::SystemTime::now(),
             detail,
@@ -176,7 +176,7 @@ impl Endpoint {
         *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(failure));
     }
 
-    pub fn last_failure(&self) -> Option<LastFailure> {
+    pub(crate) fn last_failure(&self) -> Option<LastFailure> {
         self.last_failure
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -184,7 +184,7 @@ impl Endpoint {
             .cloned()
     }
 
-    pub fn total_requests(&self) -> u64 {
+    pub(crate) fn total_requests(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
     }
 }
@@ -223,12 +223,12 @@ pub struct ActiveRequest(Arc<Endpoint>, Option<Admission>);
 
 impl ActiveRequest {
     /// Holds the request's circuit-breaker slot for as long as the request is active.
-    pub fn holding(mut self, admission: Admission) -> Self {
+    pub(crate) fn holding(mut self, admission: Admission) -> Self {
         self.1 = Some(admission);
         self
     }
 
-    pub fn endpoint(&self) -> &Arc<Endpoint> {
+    pub(crate) fn endpoint(&self) -> &Arc<Endpoint> {
         &self.0
     }
 }

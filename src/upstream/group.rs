@@ -22,7 +22,7 @@ use crate::balance::{Balancer, EndpointList};
 
 /// Where a group's endpoints come from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum EndpointSource {
+pub(crate) enum EndpointSource {
     /// Fixed addresses from `destination.ip`.
     Static,
     /// Resolved from a hostname.
@@ -36,8 +36,8 @@ pub enum EndpointSource {
 
 /// What picks choose from: one list per priority level that takes load (usually one).
 #[derive(Debug)]
-pub struct Pickable {
-    pub levels: Vec<Level>,
+pub(crate) struct Pickable {
+    pub(crate) levels: Vec<Level>,
 }
 
 impl Default for Pickable {
@@ -50,13 +50,13 @@ impl Default for Pickable {
 
 /// One priority level's pickable endpoints and its share of the load.
 #[derive(Debug, Default)]
-pub struct Level {
+pub(crate) struct Level {
     /// Cumulative load (percent) up to and including this level: a pick rolling below it
     /// (and not below the previous level's) uses this level.
-    pub load_end: u32,
+    pub(crate) load_end: u32,
     /// The level's rank among the group's priorities (selects its balancer).
-    pub rank: usize,
-    pub list: Arc<EndpointList<Endpoint>>,
+    pub(crate) rank: usize,
+    pub(crate) list: Arc<EndpointList<Endpoint>>,
 }
 
 /// The distinct priorities of `endpoints`, ascending (0 is the most preferred).
@@ -70,7 +70,7 @@ fn priorities(endpoints: &[Arc<Endpoint>]) -> Vec<u32> {
 /// The endpoints of one Backend port, and the balancer that picks among them.
 #[derive(Debug)]
 pub struct EndpointGroup {
-    pub source: EndpointSource,
+    pub(crate) source: EndpointSource,
     list: ArcSwap<EndpointList<Endpoint>>,
     /// What picks choose from: `list` without ejected and unhealthy endpoints (or all, in
     /// panic).
@@ -96,7 +96,7 @@ pub struct EndpointGroup {
 
 /// Why a request pinned to an endpoint cannot go there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unroutable {
+pub(crate) enum Unroutable {
     /// No longer one of the group's endpoints (the config or DNS dropped it).
     Gone,
     /// Ejected by outlier detection.
@@ -106,7 +106,7 @@ pub enum Unroutable {
 }
 
 impl Unroutable {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Unroutable::Gone => "is no longer an endpoint of this Backend port",
             Unroutable::Ejected => "is ejected by outlier detection",
@@ -146,7 +146,7 @@ impl EndpointGroup {
     }
 
     /// A group resolved from a hostname: empty until its refresher publishes the first answer.
-    pub fn new_dns(
+    pub(crate) fn new_dns(
         source: EndpointSource,
         make_balancer: impl Fn() -> Box<dyn Balancer<Endpoint>>,
         settings: impl Into<Arc<GroupSettings>>,
@@ -183,14 +183,8 @@ impl EndpointGroup {
         group
     }
 
-    /// How many priority levels the group was built for (a static list with another number
-    /// needs a group of its own).
-    pub fn levels(&self) -> usize {
-        self.balancers.len()
-    }
-
     /// Whether the current list is exactly `endpoints`, in order.
-    pub fn holds(&self, endpoints: &[Arc<Endpoint>]) -> bool {
+    pub(crate) fn holds(&self, endpoints: &[Arc<Endpoint>]) -> bool {
         let list = self.list.load();
         list.endpoints.len() == endpoints.len()
             && list
@@ -200,23 +194,19 @@ impl EndpointGroup {
                 .all(|(a, b)| Arc::ptr_eq(a, b))
     }
 
-    pub fn outlier_settings(&self) -> &OutlierSettings {
-        &self.settings.outlier
-    }
-
-    pub fn active_settings(&self) -> Option<&ActiveSettings> {
+    pub(crate) fn active_settings(&self) -> Option<&ActiveSettings> {
         self.settings.active.as_ref()
     }
 
     /// Phase "admit": a slot under `maxParallelRequests`, held until the response ends; `None`
     /// when the group is full (the request gets 503 `overflow`).
-    pub fn admit(&self) -> Option<Admission> {
+    pub(crate) fn admit(&self) -> Option<Admission> {
         self.breaker.admit()
     }
 
     /// The endpoint at `addr`, if it is in the group and neither ejected nor unhealthy
     /// (requests pinned to an endpoint, e.g. MCP sessions); else why not.
-    pub fn routable(&self, addr: std::net::SocketAddr) -> Result<Arc<Endpoint>, Unroutable> {
+    pub(crate) fn routable(&self, addr: std::net::SocketAddr) -> Result<Arc<Endpoint>, Unroutable> {
         let list = self.list.load();
         let endpoint = list
             .endpoints
@@ -234,17 +224,17 @@ impl EndpointGroup {
 
     /// Whether some endpoint can take traffic without panic mode (true until the first DNS
     /// answer: a group still resolving is not a failed one).
-    pub fn has_healthy(&self) -> bool {
+    pub(crate) fn has_healthy(&self) -> bool {
         self.has_healthy.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    pub fn breaker(&self) -> &Breaker {
+    pub(crate) fn breaker(&self) -> &Breaker {
         &self.breaker
     }
 
     /// Closes one idle HTTP/1.1 connection of the group (the oldest of the first endpoint
     /// that has one): at `maxConnections`, its slot is worth more to a waiting request.
-    pub fn close_an_idle_connection(&self) {
+    pub(crate) fn close_an_idle_connection(&self) {
         let list = self.list.load();
         for endpoint in list.endpoints.iter() {
             if endpoint.pool.close_oldest_idle() {
@@ -254,12 +244,12 @@ impl EndpointGroup {
     }
 
     /// The current endpoints.
-    pub fn list(&self) -> arc_swap::Guard<Arc<EndpointList<Endpoint>>> {
+    pub(crate) fn list(&self) -> arc_swap::Guard<Arc<EndpointList<Endpoint>>> {
         self.list.load()
     }
 
     /// Publishes a new endpoint list (a DNS answer, or a reload's new static addresses).
-    pub fn publish(&self, list: EndpointList<Endpoint>) {
+    pub(crate) fn publish(&self, list: EndpointList<Endpoint>) {
         self.list.store(Arc::new(list));
         self.rebuild_pickable();
         if let Some(tx) = &self.resolved_tx {
@@ -268,12 +258,12 @@ impl EndpointGroup {
     }
 
     /// Whether the first resolution has finished.
-    pub fn is_resolved(&self) -> bool {
+    pub(crate) fn is_resolved(&self) -> bool {
         self.resolved_tx.as_ref().is_none_or(|tx| *tx.borrow())
     }
 
     /// Waits until the first resolution has finished, for at most `limit`.
-    pub async fn wait_resolved(&self, limit: Duration) {
+    pub(crate) async fn wait_resolved(&self, limit: Duration) {
         let Some(tx) = &self.resolved_tx else {
             return;
         };
@@ -300,14 +290,14 @@ impl EndpointGroup {
     }
 
     /// The weight `endpoint` is balanced with now (slow start lowers it), for `/endpoints`.
-    pub fn effective_weight(&self, endpoint: &Endpoint) -> f64 {
+    pub(crate) fn effective_weight(&self, endpoint: &Endpoint) -> f64 {
         self.balancers
             .first()
             .map_or(f64::from(endpoint.weight), |b| b.effective_weight(endpoint))
     }
 
     /// What requests to this group are hashed by (consistent hashing only).
-    pub fn hash_key(&self) -> Option<&crate::balance::HashKey> {
+    pub(crate) fn hash_key(&self) -> Option<&crate::balance::HashKey> {
         self.balancers.first()?.hash_key()
     }
 
@@ -364,13 +354,13 @@ impl EndpointGroup {
     }
 
     /// How often [`EndpointGroup::outlier_tick`] is to run.
-    pub fn outlier_interval(&self) -> Duration {
+    pub(crate) fn outlier_interval(&self) -> Duration {
         self.settings.outlier.interval
     }
 
     /// The interval tick: unejects endpoints whose time is up, decays multipliers, then runs
     /// rate-based detection over the interval that just ended. Returns its detections.
-    pub fn outlier_tick(&self) -> Vec<Detection> {
+    pub(crate) fn outlier_tick(&self) -> Vec<Detection> {
         let _serial = self.lock();
         let list = self.list.load();
         let now = Instant::now();
@@ -407,7 +397,11 @@ impl EndpointGroup {
     /// Records an active check of `endpoint`: a change of health, or a pass that ends an
     /// outlier ejection (Envoy's `successful_active_health_check_uneject_host`: the multiplier
     /// is kept), rebuilds `pickable`. Returns the health change, if any.
-    pub fn record_check(&self, endpoint: &Endpoint, result: &CheckResult) -> Option<Transition> {
+    pub(crate) fn record_check(
+        &self,
+        endpoint: &Endpoint,
+        result: &CheckResult,
+    ) -> Option<Transition> {
         let Some(active) = &self.settings.active else {
             return None;
         };
@@ -446,7 +440,7 @@ impl EndpointGroup {
 
     /// Rebuilds `pickable` from the endpoints' current state (a new health checker does this
     /// once, in case a check of the previous config's checker changed health meanwhile).
-    pub fn rebuild_pickable(&self) {
+    pub(crate) fn rebuild_pickable(&self) {
         let _serial = self.lock();
         let list = self.list.load();
         self.rebuild_pickable_locked(&list);
@@ -612,7 +606,7 @@ impl LevelShares {
 }
 
 /// Where detections made off the request path (on the interval tick) are reported.
-pub type DetectionSink = Box<dyn Fn(Detection) + Send + Sync>;
+pub(crate) type DetectionSink = Box<dyn Fn(Detection) + Send + Sync>;
 
 #[cfg(test)]
 mod tests {

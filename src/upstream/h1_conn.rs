@@ -30,13 +30,13 @@ use super::body::RequestBody;
 use super::breaker::ConnectionSlot;
 
 /// A handle that sends requests on a connection whose driver runs as a task of its own.
-pub type H1Sender = SendRequest<RequestBody>;
+pub(crate) type H1Sender = SendRequest<RequestBody>;
 
 /// The I/O half of a connection: hyper's `Connection`, whatever the stream under it.
 type Driver = Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>>;
 
 /// An HTTP/1.1 connection: the handle that takes requests and the driver that moves its bytes.
-pub struct H1Conn {
+pub(crate) struct H1Conn {
     sender: SendRequest<RequestBody>,
     /// `None` once the connection has closed.
     driver: Option<Driver>,
@@ -51,7 +51,7 @@ pub struct H1Conn {
 }
 
 /// The runtime the calling task runs on (none outside one).
-pub fn current_runtime() -> Option<tokio::runtime::Id> {
+pub(crate) fn current_runtime() -> Option<tokio::runtime::Id> {
     tokio::runtime::Handle::try_current().ok().map(|h| h.id())
 }
 
@@ -65,7 +65,7 @@ impl std::fmt::Debug for H1Conn {
 }
 
 impl H1Conn {
-    pub fn new<F>(
+    pub(crate) fn new<F>(
         sender: SendRequest<RequestBody>,
         driver: F,
         addr: SocketAddr,
@@ -86,7 +86,7 @@ impl H1Conn {
     /// Moves the connection's bytes as far as they go now. Ready once the connection has
     /// closed: its socket and circuit-breaker slot are given up then, and every request or
     /// response still waiting on it gets hyper's error.
-    pub fn poll_drive(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    pub(crate) fn poll_drive(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let Some(driver) = &mut self.driver else {
             return Poll::Ready(());
         };
@@ -113,25 +113,25 @@ impl H1Conn {
 
     /// Whether an idle connection can carry the next request: not closed by the server since
     /// it was last used (the driver is polled once to see it).
-    pub fn is_reusable(&mut self) -> bool {
+    pub(crate) fn is_reusable(&mut self) -> bool {
         self.can_take_request(true)
     }
 
     /// Whether a connection whose response has just been read can go back to the pool. Usually
     /// hyper saw the end of the exchange while reading the response; only when it did not is
     /// the driver polled again (a request body still being sent is not waited for).
-    pub fn is_done(&mut self) -> bool {
+    pub(crate) fn is_done(&mut self) -> bool {
         self.can_take_request(false) || self.can_take_request(true)
     }
 
     /// The runtime the connection's socket belongs to.
-    pub fn home(&self) -> Option<tokio::runtime::Id> {
+    pub(crate) fn home(&self) -> Option<tokio::runtime::Id> {
         self.home
     }
 
     /// Waits until the connection can take a request: a new one until hyper has started, a
     /// pooled one (checked at checkout) at once.
-    pub async fn ready(&mut self) -> hyper::Result<()> {
+    pub(crate) async fn ready(&mut self) -> hyper::Result<()> {
         if self.can_take_request(false) {
             return Ok(());
         }
@@ -145,7 +145,7 @@ impl H1Conn {
     /// Sends `req` and drives the connection until the response head has arrived (the body
     /// comes as the response is read, see `http::body`). A request hyper never wrote comes
     /// back with the error.
-    pub async fn send(
+    pub(crate) async fn send(
         &mut self,
         req: Request<RequestBody>,
     ) -> Result<Response<Incoming>, TrySendError<Request<RequestBody>>> {
@@ -168,7 +168,7 @@ impl H1Conn {
 
     /// Hands the driver to a task of its own: for a connection whose requests are sent and
     /// whose responses are read by code that does not drive it (active health checks).
-    pub fn spawn(mut self) -> SendRequest<RequestBody> {
+    pub(crate) fn spawn(mut self) -> SendRequest<RequestBody> {
         if let Some(driver) = self.driver.take() {
             let (addr, slot) = (self.addr, self.slot.take());
             tokio::spawn(async move {

@@ -23,7 +23,7 @@ use super::tls::TlsFailure;
 
 /// What the server said about the connection so far.
 #[derive(Debug)]
-pub struct PeerSettings {
+pub(crate) struct PeerSettings {
     max_concurrent_streams: AtomicU32,
     goaway: AtomicBool,
     /// Set with the server's first SETTINGS frame (its connection preface), or when the
@@ -37,7 +37,7 @@ pub struct PeerSettings {
 
 /// Streams assumed before the server's first SETTINGS frame arrives (RFC 9113 §6.5.2 suggests
 /// no less than 100; hyper's client starts from the same number).
-pub const INITIAL_MAX_STREAMS: u32 = 100;
+pub(crate) const INITIAL_MAX_STREAMS: u32 = 100;
 
 impl Default for PeerSettings {
     fn default() -> Self {
@@ -54,14 +54,14 @@ impl Default for PeerSettings {
 
 impl PeerSettings {
     /// The server's current limit on concurrent streams this client may open.
-    pub fn max_concurrent_streams(&self) -> u32 {
+    pub(crate) fn max_concurrent_streams(&self) -> u32 {
         self.max_concurrent_streams.load(Ordering::Relaxed)
     }
 
     /// Waits for the server's connection preface (its first SETTINGS frame), so the stream
     /// limit is known before requests are spread over connections.
     /// False if the connection ended (or failed) first.
-    pub async fn preface(&self) -> bool {
+    pub(crate) async fn preface(&self) -> bool {
         loop {
             let notified = self.preface.notified();
             if self.preface_seen.load(Ordering::Acquire) {
@@ -78,7 +78,7 @@ impl PeerSettings {
     }
 
     /// The TLS error the connection failed with, if it was one.
-    pub fn tls_failure(&self) -> Option<TlsFailure> {
+    pub(crate) fn tls_failure(&self) -> Option<TlsFailure> {
         self.tls_failure.get().copied()
     }
 
@@ -94,7 +94,7 @@ impl PeerSettings {
     }
 
     /// Whether the server sent GOAWAY: the connection finishes its streams and takes no more.
-    pub fn goaway(&self) -> bool {
+    pub(crate) fn goaway(&self) -> bool {
         self.goaway.load(Ordering::Relaxed)
     }
 }
@@ -180,7 +180,7 @@ impl Scanner {
 pin_project! {
     /// A connection to an HTTP/2 server whose incoming frames are watched (see the module
     /// documentation). Reads and writes pass through unchanged.
-    pub struct FrameWatch<S> {
+    pub(crate) struct FrameWatch<S> {
         #[pin]
         io: S,
         scanner: Scanner,
@@ -192,7 +192,7 @@ pin_project! {
 }
 
 impl<S> FrameWatch<S> {
-    pub fn new(io: S) -> (Self, Arc<PeerSettings>) {
+    pub(crate) fn new(io: S) -> (Self, Arc<PeerSettings>) {
         let peer = Arc::new(PeerSettings::default());
         let watch = FrameWatch {
             io,

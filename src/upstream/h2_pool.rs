@@ -22,7 +22,7 @@ use crate::upstream::body::RequestBody;
 
 /// One HTTP/2 connection to an endpoint.
 #[derive(Debug)]
-pub struct H2Conn {
+pub(crate) struct H2Conn {
     sender: SendRequest<RequestBody>,
     peer: Arc<PeerSettings>,
     /// Our own cap on concurrent streams (`http2.maxConcurrentStreams`).
@@ -34,7 +34,11 @@ pub struct H2Conn {
 }
 
 impl H2Conn {
-    pub fn new(sender: SendRequest<RequestBody>, peer: Arc<PeerSettings>, local_max: u32) -> Self {
+    pub(crate) fn new(
+        sender: SendRequest<RequestBody>,
+        peer: Arc<PeerSettings>,
+        local_max: u32,
+    ) -> Self {
         H2Conn {
             sender,
             peer,
@@ -46,7 +50,7 @@ impl H2Conn {
     }
 
     /// Open and not going away: new streams may start here.
-    pub fn is_usable(&self) -> bool {
+    pub(crate) fn is_usable(&self) -> bool {
         !self.sender.is_closed() && !self.peer.goaway()
     }
 
@@ -55,7 +59,7 @@ impl H2Conn {
     }
 
     /// Claims a stream slot if the connection has one.
-    pub fn try_claim(self: &Arc<Self>) -> Option<H2Stream> {
+    pub(crate) fn try_claim(self: &Arc<Self>) -> Option<H2Stream> {
         let limit = self.limit();
         let mut current = self.in_flight.load(Ordering::Acquire);
         loop {
@@ -74,7 +78,7 @@ impl H2Conn {
         }
     }
 
-    pub fn streams_in_flight(&self) -> u32 {
+    pub(crate) fn streams_in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::Acquire)
     }
 
@@ -89,16 +93,12 @@ impl H2Conn {
 
 /// A claimed stream slot; dropping it gives the slot back.
 #[derive(Debug)]
-pub struct H2Stream(Arc<H2Conn>);
+pub(crate) struct H2Stream(Arc<H2Conn>);
 
 impl H2Stream {
     /// A handle to send this stream's request on.
-    pub fn sender(&self) -> SendRequest<RequestBody> {
+    pub(crate) fn sender(&self) -> SendRequest<RequestBody> {
         self.0.sender.clone()
-    }
-
-    pub fn connection(&self) -> &Arc<H2Conn> {
-        &self.0
     }
 }
 
@@ -115,7 +115,7 @@ impl Drop for H2Stream {
 
 /// The outcome of a connection attempt other requests are waiting for.
 #[derive(Clone, Debug)]
-pub enum Attempt {
+pub(crate) enum Attempt {
     Pending,
     /// A connection was added (or the endpoint turned out to speak HTTP/1.1: look again).
     Done,
@@ -125,7 +125,7 @@ pub enum Attempt {
 }
 
 /// What a request gets from [`H2Pool::checkout`].
-pub enum Checkout {
+pub(crate) enum Checkout {
     /// A stream slot on an existing connection.
     Stream(H2Stream),
     /// No slot: this request opens a connection and must call [`ConnectTicket::finish`].
@@ -136,13 +136,13 @@ pub enum Checkout {
 
 /// The duty to open a connection for an endpoint. Dropped without `finish` (the request was
 /// cancelled mid-connect), the waiters are released to try again themselves.
-pub struct ConnectTicket {
+pub(crate) struct ConnectTicket {
     tx: watch::Sender<Attempt>,
     pool: Arc<H2Pool>,
 }
 
 impl ConnectTicket {
-    pub fn finish(self, outcome: Attempt) {
+    pub(crate) fn finish(self, outcome: Attempt) {
         self.tx.send_replace(outcome);
         // Drop clears the pool's pending attempt.
     }
@@ -166,13 +166,13 @@ struct Conns {
 
 /// The HTTP/2 connections of one endpoint.
 #[derive(Debug)]
-pub struct H2Pool {
+pub(crate) struct H2Pool {
     conns: Mutex<Conns>,
     idle_timeout: Duration,
 }
 
 impl H2Pool {
-    pub fn new(idle_timeout: Duration) -> Self {
+    pub(crate) fn new(idle_timeout: Duration) -> Self {
         H2Pool {
             conns: Mutex::default(),
             idle_timeout,
@@ -180,7 +180,7 @@ impl H2Pool {
     }
 
     /// A stream slot, or what to do to get one.
-    pub fn checkout(self: &Arc<Self>) -> Checkout {
+    pub(crate) fn checkout(self: &Arc<Self>) -> Checkout {
         let mut conns = self.lock();
         conns.list.retain(|c| c.is_usable());
         // Most recently opened first: older connections drain and idle out when the load
@@ -200,7 +200,7 @@ impl H2Pool {
     }
 
     /// Adds a new connection and claims a slot on it for the request that opened it.
-    pub fn add(&self, conn: H2Conn) -> Option<H2Stream> {
+    pub(crate) fn add(&self, conn: H2Conn) -> Option<H2Stream> {
         let conn = Arc::new(conn);
         let stream = conn.try_claim();
         self.lock().list.push(conn);
@@ -211,7 +211,7 @@ impl H2Pool {
     /// the request then waits inside that connection for a stream to end. A connection whose
     /// server allows no stream at all now (`SETTINGS_MAX_CONCURRENT_STREAMS` lowered to 0) is
     /// not one to wait in: nothing says it will ever allow one again.
-    pub fn claim_least_busy(&self) -> Option<H2Stream> {
+    pub(crate) fn claim_least_busy(&self) -> Option<H2Stream> {
         let conns = self.lock();
         let conn = conns
             .list
@@ -223,7 +223,7 @@ impl H2Pool {
     }
 
     /// Open connections (for `/status` and tests).
-    pub fn connection_count(&self) -> usize {
+    pub(crate) fn connection_count(&self) -> usize {
         let mut conns = self.lock();
         conns.list.retain(|c| c.is_usable());
         conns.list.len()
@@ -231,7 +231,7 @@ impl H2Pool {
 
     /// Closes connections without streams that were idle longer than the idle timeout, and
     /// forgets closed ones. Called periodically.
-    pub fn evict_expired(&self) {
+    pub(crate) fn evict_expired(&self) {
         let now = Instant::now();
         let timeout = self.idle_timeout;
         self.lock()

@@ -30,21 +30,21 @@ use crate::upstream::body::RequestBody;
 
 /// What a checker needs besides the group's settings: how to reach the endpoints.
 #[derive(Clone, Debug)]
-pub struct CheckPlan {
-    pub group: Weak<EndpointGroup>,
+pub(crate) struct CheckPlan {
+    pub(crate) group: Weak<EndpointGroup>,
     /// `namespace/name`, for the metric and the logs.
-    pub backend: Arc<str>,
+    pub(crate) backend: Arc<str>,
     /// `Host` for HTTP checks: `http.host`, else the Backend's hostname (with the port when it
     /// is not the scheme's default); `None` for IP Backends: the endpoint's address.
-    pub host: Option<HeaderValue>,
-    pub transport: Transport,
-    pub wire: HttpWire,
-    pub http2: Arc<Http2Options>,
+    pub(crate) host: Option<HeaderValue>,
+    pub(crate) transport: Transport,
+    pub(crate) wire: HttpWire,
+    pub(crate) http2: Arc<Http2Options>,
     /// The port's MCP options, for `type: MCP` (None: not an MCP port; `/mcp`, any version).
-    pub mcp: Option<Arc<crate::mcp::McpPort>>,
+    pub(crate) mcp: Option<Arc<crate::mcp::McpPort>>,
 }
 
-pub use crate::telemetry::metrics::CheckCounters;
+pub(crate) use crate::telemetry::metrics::CheckCounters;
 
 /// Why an HTTP check failed.
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +67,7 @@ enum CheckError {
 }
 
 /// Runs the checks of `plan`'s group until the group is dropped or `epoch` moves on.
-pub async fn run(plan: CheckPlan, mut epoch: watch::Receiver<u64>, counters: CheckCounters) {
+pub(crate) async fn run(plan: CheckPlan, mut epoch: watch::Receiver<u64>, counters: CheckCounters) {
     let mine = *epoch.borrow_and_update();
     let Some(settings) = plan
         .group
@@ -158,7 +158,11 @@ async fn check_one(
 }
 
 /// Probes `addr` once, within `settings.timeout`.
-pub async fn probe(addr: SocketAddr, settings: &ActiveSettings, plan: &CheckPlan) -> CheckResult {
+pub(crate) async fn probe(
+    addr: SocketAddr,
+    settings: &ActiveSettings,
+    plan: &CheckPlan,
+) -> CheckResult {
     let timeout = settings.timeout;
     let attempt = async {
         match &settings.kind {

@@ -2,22 +2,23 @@
 //! checks.
 
 pub mod address;
-pub mod body;
-pub mod breaker;
-pub mod connect;
+pub(crate) mod body;
+pub(crate) mod breaker;
+pub(crate) mod connect;
 pub mod dns;
 pub mod endpoint;
 pub mod group;
-pub mod h1_conn;
-pub mod h2_frames;
-pub mod h2_pool;
-pub mod health_check;
-pub mod outlier_clock;
-pub mod pem;
+pub(crate) mod h1_conn;
+pub(crate) mod h2_frames;
+pub(crate) mod h2_pool;
+pub(crate) mod health_check;
+pub(crate) mod outlier_clock;
+pub(crate) mod pem;
 pub mod pool;
 pub mod registry;
-pub mod tls;
-pub mod verify;
+pub(crate) mod tls;
+pub(crate) mod verify;
 
 pub use endpoint::Endpoint;
-pub use group::{EndpointGroup, EndpointSource, GroupSettings};
+pub(crate) use group::EndpointSource;
+pub use group::{EndpointGroup, GroupSettings};

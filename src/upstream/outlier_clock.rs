@@ -16,7 +16,7 @@ use super::EndpointGroup;
 
 /// The detector ticks of every group, by interval.
 #[derive(Default)]
-pub struct OutlierClock {
+pub(crate) struct OutlierClock {
     by_interval: Mutex<HashMap<Duration, Arc<Mutex<Vec<Ticked>>>>>,
 }
 
@@ -36,7 +36,7 @@ impl OutlierClock {
     /// Ticks `group`'s detector at its interval until the group is dropped, reporting what the
     /// ticks detect to `detections`. Called within a tokio runtime (it may start the task of a
     /// new interval).
-    pub fn add(&self, group: Weak<EndpointGroup>, detections: DetectionSink) {
+    pub(crate) fn add(&self, group: Weak<EndpointGroup>, detections: DetectionSink) {
         let Some(interval) = group.upgrade().map(|g| g.outlier_interval()) else {
             return;
         };
@@ -55,15 +55,12 @@ impl OutlierClock {
     }
 
     /// How many groups are ticked (those dropped since the last tick included).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         lock(&self.by_interval)
             .values()
             .map(|list| lock(list).len())
             .sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

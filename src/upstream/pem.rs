@@ -12,7 +12,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Where PEM material comes from.
 #[derive(Clone, Debug)]
-pub enum PemSource {
+pub(crate) enum PemSource {
     /// A file, read when a config is compiled (and watched).
     File(PathBuf),
     /// Bytes held by the config itself: one key of a `Secret` or `ConfigMap`.
@@ -20,13 +20,13 @@ pub enum PemSource {
 }
 
 /// PEM bytes held by the config, with what they are and where they were written.
-pub struct InlinePem {
+pub(crate) struct InlinePem {
     /// E.g. ``Secret team-a/client key `tls.crt` ``: the source's identity.
-    pub name: String,
+    pub(crate) name: String,
     /// E.g. `certs.yaml:5:12`: where the value is written (not part of the identity, so that
     /// an edit above it in the file changes nothing).
-    pub written_at: String,
-    pub pem: Arc<[u8]>,
+    pub(crate) written_at: String,
+    pub(crate) pem: Arc<[u8]>,
 }
 
 impl fmt::Debug for InlinePem {
@@ -41,11 +41,11 @@ impl fmt::Debug for InlinePem {
 }
 
 impl PemSource {
-    pub fn file(path: impl Into<PathBuf>) -> PemSource {
+    pub(crate) fn file(path: impl Into<PathBuf>) -> PemSource {
         PemSource::File(path.into())
     }
 
-    pub fn inline(name: String, written_at: String, pem: Arc<[u8]>) -> PemSource {
+    pub(crate) fn inline(name: String, written_at: String, pem: Arc<[u8]>) -> PemSource {
         PemSource::Inline(Arc::new(InlinePem {
             name,
             written_at,
@@ -54,7 +54,7 @@ impl PemSource {
     }
 
     /// The file, for sources that are one (watched, and their expiry exported by path).
-    pub fn path(&self) -> Option<&Path> {
+    pub(crate) fn path(&self) -> Option<&Path> {
         match self {
             PemSource::File(path) => Some(path),
             PemSource::Inline(_) => None,
@@ -97,7 +97,7 @@ impl std::hash::Hash for PemSource {
 
 /// PEM that cannot be used. The message names the source, never its content.
 #[derive(Debug, thiserror::Error)]
-pub enum PemError {
+pub(crate) enum PemError {
     #[error("cannot read {origin}: {message}")]
     Read { origin: String, message: String },
     #[error("{origin} holds no PEM certificate")]
@@ -127,7 +127,7 @@ fn read_error(source: &PemSource, e: &pem::Error) -> PemError {
 }
 
 /// Every certificate of a PEM source, in order (a chain: leaf first).
-pub fn read_certs(source: &PemSource) -> Result<Vec<CertificateDer<'static>>, PemError> {
+pub(crate) fn read_certs(source: &PemSource) -> Result<Vec<CertificateDer<'static>>, PemError> {
     let certs: Result<Vec<_>, pem::Error> = match source {
         PemSource::File(path) => CertificateDer::pem_file_iter(path)
             .map_err(|e| read_error(source, &e))?
@@ -144,7 +144,7 @@ pub fn read_certs(source: &PemSource) -> Result<Vec<CertificateDer<'static>>, Pe
 }
 
 /// The first private key (PKCS#8, PKCS#1 RSA or SEC1 EC) of a PEM source.
-pub fn read_key(source: &PemSource) -> Result<PrivateKeyDer<'static>, PemError> {
+pub(crate) fn read_key(source: &PemSource) -> Result<PrivateKeyDer<'static>, PemError> {
     let key = match source {
         PemSource::File(path) => PrivateKeyDer::from_pem_file(path),
         PemSource::Inline(inline) => PrivateKeyDer::from_pem_slice(&inline.pem),
@@ -160,7 +160,7 @@ pub fn read_key(source: &PemSource) -> Result<PrivateKeyDer<'static>, PemError> 
 /// When the first certificate of a PEM source expires (Unix seconds, the earliest `notAfter`
 /// of its certificates: any expired one breaks a chain); `None` for sources holding no
 /// certificate (keys, credentials) or that cannot be read.
-pub fn earliest_expiry(source: &PemSource) -> Option<i64> {
+pub(crate) fn earliest_expiry(source: &PemSource) -> Option<i64> {
     let certs = read_certs(source).ok()?;
     certs
         .iter()

@@ -24,9 +24,9 @@ use super::h1_conn::{current_runtime, H1Conn};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PoolSettings {
     /// Idle connections older than this are closed.
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// At most this many idle connections are kept per endpoint.
-    pub max_idle: usize,
+    pub(crate) max_idle: usize,
 }
 
 impl Default for PoolSettings {
@@ -81,19 +81,19 @@ impl H1Pool {
         }
     }
 
-    pub fn settings(&self) -> &PoolSettings {
+    pub(crate) fn settings(&self) -> &PoolSettings {
         &self.settings
     }
 
     /// Takes the most recently used idle connection of the calling task's runtime (see
     /// `H1Conn::home`) that is still open and not expired.
-    pub fn checkout(&self) -> Option<H1Conn> {
+    pub(crate) fn checkout(&self) -> Option<H1Conn> {
         self.take(Some(current_runtime()))
     }
 
     /// Like `checkout`, but a connection of another worker's runtime will do: for a request
     /// that would otherwise wait at `circuitBreaker.maxConnections`.
-    pub fn checkout_any(&self) -> Option<H1Conn> {
+    pub(crate) fn checkout_any(&self) -> Option<H1Conn> {
         self.take(None)
     }
 
@@ -124,7 +124,7 @@ impl H1Pool {
     /// Returns a connection after its response was read completely. One that cannot take
     /// another request right away (closed, or still sending a request body the server answered
     /// before it ended) is closed instead.
-    pub fn checkin(&self, mut conn: H1Conn) {
+    pub(crate) fn checkin(&self, mut conn: H1Conn) {
         if !conn.is_done() {
             return;
         }
@@ -145,14 +145,14 @@ impl H1Pool {
 
     /// Registers a request waiting for a connection to be checked in; the guard's `notified`
     /// resolves at the next checkin. Enable it before looking at the pool again.
-    pub fn wait_for_checkin(&self) -> CheckinWait<'_> {
+    pub(crate) fn wait_for_checkin(&self) -> CheckinWait<'_> {
         self.waiting.fetch_add(1, Ordering::AcqRel);
         CheckinWait { pool: self }
     }
 
     /// Closes the oldest idle connection, if there is one (its circuit-breaker slot is wanted
     /// by a request to another endpoint). Returns whether one was closed.
-    pub fn close_oldest_idle(&self) -> bool {
+    pub(crate) fn close_oldest_idle(&self) -> bool {
         let mut idle = self.lock();
         if idle.conns.is_empty() {
             return false;
@@ -166,7 +166,7 @@ impl H1Pool {
     /// The periodic sweep: closes idle connections that expired or were closed by the server,
     /// and half (rounded up) of those that stayed idle through the whole period since the
     /// previous sweep (see the module's documentation).
-    pub fn sweep(&self) {
+    pub(crate) fn sweep(&self) {
         let now = Instant::now();
         let timeout = self.settings.idle_timeout;
         let mut idle = self.lock();
@@ -188,7 +188,7 @@ impl H1Pool {
         idle.low = idle.conns.len();
     }
 
-    pub fn idle_count(&self) -> usize {
+    pub(crate) fn idle_count(&self) -> usize {
         self.lock().conns.len()
     }
 
@@ -202,12 +202,12 @@ impl H1Pool {
 }
 
 /// A request waiting for a checkin (see `H1Pool::wait_for_checkin`).
-pub struct CheckinWait<'a> {
+pub(crate) struct CheckinWait<'a> {
     pool: &'a H1Pool,
 }
 
 impl CheckinWait<'_> {
-    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.pool.returned.notified()
     }
 }

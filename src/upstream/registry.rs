@@ -31,20 +31,20 @@ use crate::upstream::{Endpoint, EndpointGroup};
 /// shared by its endpoints and its group (10,000 Backends: one copy each, not one per endpoint
 /// and per registry key).
 #[derive(Debug, PartialEq, Eq, Hash)]
-pub struct PortIdentity {
-    pub backend: ObjectId,
-    pub number: u16,
+pub(crate) struct PortIdentity {
+    pub(crate) backend: ObjectId,
+    pub(crate) number: u16,
     /// Hash of the transport settings (protocol, TLS) connections are made with.
-    pub transport: u64,
-    pub pool: PoolSettings,
+    pub(crate) transport: u64,
+    pub(crate) pool: PoolSettings,
 }
 
 /// What identifies an endpoint besides its address.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct EndpointTemplate {
-    pub port: Arc<PortIdentity>,
-    pub weight: u32,
-    pub priority: u32,
+pub(crate) struct EndpointTemplate {
+    pub(crate) port: Arc<PortIdentity>,
+    pub(crate) weight: u32,
+    pub(crate) priority: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -59,18 +59,18 @@ struct EndpointKey {
 /// a static group's from the config: a reload that changes them publishes them into the group
 /// it finds here once the new config is accepted.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct GroupKey {
-    pub port: Arc<PortIdentity>,
-    pub source: GroupSource,
+pub(crate) struct GroupKey {
+    pub(crate) port: Arc<PortIdentity>,
+    pub(crate) source: GroupSource,
     /// The balancer, outlier detection, active health checks and circuit-breaker limits: the
     /// group keeps this very object, shared by the groups of every Backend with the same
     /// settings (compared by value: a reload's equal settings find the group again).
-    pub settings: Arc<GroupSettings>,
+    pub(crate) settings: Arc<GroupSettings>,
 }
 
 /// Where a group's addresses come from, as far as its identity goes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum GroupSource {
+pub(crate) enum GroupSource {
     Dns {
         hostname: String,
         refresh: Duration,
@@ -116,12 +116,12 @@ impl StateRegistry {
     }
 
     /// The one timer of every group's outlier detector.
-    pub fn outlier_clock(&self) -> &crate::upstream::outlier_clock::OutlierClock {
+    pub(crate) fn outlier_clock(&self) -> &crate::upstream::outlier_clock::OutlierClock {
         &self.outlier_clock
     }
 
     /// The endpoint for this identity: the existing one if any snapshot still holds it.
-    pub fn endpoint(&self, template: &EndpointTemplate, addr: SocketAddr) -> Arc<Endpoint> {
+    pub(crate) fn endpoint(&self, template: &EndpointTemplate, addr: SocketAddr) -> Arc<Endpoint> {
         // One identity per address, however it was spelled (`::ffff:10.0.0.1` is 10.0.0.1).
         let addr = SocketAddr::new(
             crate::upstream::address::canonical_ip(addr.ip()),
@@ -140,7 +140,7 @@ impl StateRegistry {
 
     /// The group for this identity, and whether it was just created (and so needs its
     /// refresher and outlier ticks started once the snapshot that uses it is accepted).
-    pub fn group(
+    pub(crate) fn group(
         &self,
         key: GroupKey,
         make: impl FnOnce() -> EndpointGroup,
@@ -149,12 +149,12 @@ impl StateRegistry {
     }
 
     /// The resolver refreshers use now.
-    pub fn resolver(&self) -> Arc<DnsResolver> {
+    pub(crate) fn resolver(&self) -> Arc<DnsResolver> {
         self.resolver.load_full()
     }
 
     /// Switches to other name servers (empty: the system's). Idempotent.
-    pub fn set_nameservers(
+    pub(crate) fn set_nameservers(
         &self,
         nameservers: &[SocketAddr],
     ) -> Result<(), crate::upstream::dns::DnsError> {

@@ -13,19 +13,19 @@ use rustls::{CertificateError, ClientConfig, RootCertStore};
 
 /// How one Backend port originates TLS.
 #[derive(Debug)]
-pub struct TlsOrigination {
-    pub config: Arc<ClientConfig>,
+pub(crate) struct TlsOrigination {
+    pub(crate) config: Arc<ClientConfig>,
     /// The same, offering only `http/1.1` in ALPN: for requests that must stay on HTTP/1.1
     /// (websocket upgrades). The same object as `config` when that offers no `h2`.
-    pub http1_config: Arc<ClientConfig>,
+    pub(crate) http1_config: Arc<ClientConfig>,
     /// The SNI to send; `None` for IP endpoints without a configured name (no SNI is sent and
     /// the certificate is checked against the endpoint's IP address).
-    pub sni: Option<ServerName<'static>>,
+    pub(crate) sni: Option<ServerName<'static>>,
 }
 
 impl TlsOrigination {
     /// The name the handshake with `addr` uses.
-    pub fn server_name(&self, addr: SocketAddr) -> ServerName<'static> {
+    pub(crate) fn server_name(&self, addr: SocketAddr) -> ServerName<'static> {
         self.sni
             .clone()
             .unwrap_or_else(|| ServerName::IpAddress(addr.ip().into()))
@@ -34,7 +34,7 @@ impl TlsOrigination {
 
 /// What to trust.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Roots {
+pub(crate) enum Roots {
     /// The platform store (`wellKnownCACertificates: System`).
     System,
     /// PEM bundles (files, or ConfigMap/Secret keys).
@@ -43,7 +43,7 @@ pub enum Roots {
 
 /// What the server certificate must name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum NameCheck {
+pub(crate) enum NameCheck {
     /// The name the handshake uses (SNI, or the endpoint IP).
     ServerName,
     /// Any of these DNS names or IP addresses (`validation.hostname`, `subjectAltNames` of
@@ -58,26 +58,26 @@ pub enum NameCheck {
 
 /// Everything a TLS client config is built from.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct TlsSpec {
-    pub roots: Roots,
-    pub names: NameCheck,
+pub(crate) struct TlsSpec {
+    pub(crate) roots: Roots,
+    pub(crate) names: NameCheck,
     /// (certificate chain, private key) for Mutual.
-    pub client_cert: Option<(PemSource, PemSource)>,
-    pub versions: Vec<TlsVersion>,
-    pub alpn: Vec<Vec<u8>>,
+    pub(crate) client_cert: Option<(PemSource, PemSource)>,
+    pub(crate) versions: Vec<TlsVersion>,
+    pub(crate) alpn: Vec<Vec<u8>>,
     /// SNI (None: the endpoint IP is verified and no SNI is sent).
-    pub sni: Option<String>,
+    pub(crate) sni: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum TlsVersion {
+pub(crate) enum TlsVersion {
     V1_2,
     V1_3,
 }
 
 /// A TLS setting that cannot be turned into a client config.
 #[derive(Debug, thiserror::Error)]
-pub enum TlsConfigError {
+pub(crate) enum TlsConfigError {
     #[error(transparent)]
     Pem(#[from] PemError),
     #[error("{origin}: not a usable CA certificate: {message}")]
@@ -99,7 +99,7 @@ pub enum TlsConfigError {
 }
 
 /// The crypto provider every config uses.
-pub fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
     PROVIDER
         .get_or_init(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
@@ -132,7 +132,7 @@ fn system_roots() -> Result<Arc<RootCertStore>, TlsConfigError> {
 /// Builds the client config for a spec. Reads the referenced files (certificates, keys, CA
 /// bundles) now, so a broken file is reported when the config is loaded, not at the first
 /// request.
-pub fn build(spec: &TlsSpec) -> Result<TlsOrigination, TlsConfigError> {
+pub(crate) fn build(spec: &TlsSpec) -> Result<TlsOrigination, TlsConfigError> {
     let provider = provider();
     let roots = root_store(&spec.roots)?;
     let versions = protocol_versions(&spec.versions);
@@ -211,7 +211,7 @@ fn http1_only(config: &Arc<ClientConfig>) -> Arc<ClientConfig> {
 
 /// Why a TLS handshake with an upstream failed, in words an operator can act on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TlsFailure {
+pub(crate) enum TlsFailure {
     UnknownCa,
     Expired,
     NotYetValid,
@@ -226,7 +226,7 @@ pub enum TlsFailure {
 
 impl TlsFailure {
     /// The cause code in replies, logs and metric labels.
-    pub fn code(self) -> &'static str {
+    pub(crate) fn code(self) -> &'static str {
         match self {
             TlsFailure::UnknownCa => "unknown_ca",
             TlsFailure::Expired => "expired",
@@ -242,7 +242,7 @@ impl TlsFailure {
     }
 
     /// One line on what it means.
-    pub fn explain(self) -> &'static str {
+    pub(crate) fn explain(self) -> &'static str {
         match self {
             TlsFailure::UnknownCa => "the server certificate is not signed by a trusted CA (check validation.caCertificateFiles)",
             TlsFailure::Expired => "the server certificate has expired",
@@ -258,7 +258,7 @@ impl TlsFailure {
     }
 
     /// Classifies a rustls error.
-    pub fn from_rustls(e: &rustls::Error) -> TlsFailure {
+    pub(crate) fn from_rustls(e: &rustls::Error) -> TlsFailure {
         use rustls::AlertDescription as A;
         match e {
             rustls::Error::InvalidCertificate(c) => match c {
@@ -288,7 +288,7 @@ impl TlsFailure {
     }
 
     /// Finds a rustls error in an I/O or hyper error chain and classifies it.
-    pub fn from_error_chain(e: &(dyn std::error::Error + 'static)) -> Option<TlsFailure> {
+    pub(crate) fn from_error_chain(e: &(dyn std::error::Error + 'static)) -> Option<TlsFailure> {
         let mut current: Option<&(dyn std::error::Error + 'static)> = Some(e);
         while let Some(err) = current {
             if let Some(tls) = err.downcast_ref::<rustls::Error>() {

@@ -17,7 +17,7 @@ use super::tls::{NameCheck, TlsConfigError};
 
 /// Judges server certificates as one port asks; see the module documentation.
 #[derive(Debug)]
-pub struct CertVerifier {
+pub(crate) struct CertVerifier {
     check: Check,
     /// The crypto provider's signature algorithms: handshake signatures are checked with them.
     algorithms: WebPkiSupportedAlgorithms,
@@ -49,7 +49,7 @@ enum Check {
 
 impl CertVerifier {
     /// The verifier of a port whose certificate must name what `names` says, signed by `roots`.
-    pub fn new(
+    pub(crate) fn new(
         names: &NameCheck,
         roots: Arc<RootCertStore>,
         provider: &Arc<CryptoProvider>,
@@ -89,7 +89,7 @@ impl CertVerifier {
     /// Accepts any certificate and keeps the chain the server presents (read it with
     /// [`presented_chain`](Self::presented_chain)). Handshake signatures are still verified,
     /// so the chain kept is one the peer holds the key for.
-    pub fn keeping_any_chain(provider: &CryptoProvider) -> CertVerifier {
+    pub(crate) fn keeping_any_chain(provider: &CryptoProvider) -> CertVerifier {
         CertVerifier {
             check: Check::Nothing,
             algorithms: provider.signature_verification_algorithms,
@@ -98,7 +98,7 @@ impl CertVerifier {
     }
 
     /// The first chain presented (leaf first), if this verifier keeps chains and saw one.
-    pub fn presented_chain(&self) -> Option<Vec<CertificateDer<'static>>> {
+    pub(crate) fn presented_chain(&self) -> Option<Vec<CertificateDer<'static>>> {
         self.presented.as_ref()?.get().cloned()
     }
 
@@ -213,7 +213,7 @@ fn any_name(
 
 /// Whether the certificate names any of `names` (webpki's subject-name check) or carries any
 /// of `uris` as a URI SAN (compared exactly). The chain is not looked at.
-pub fn names_any_identity(
+pub(crate) fn names_any_identity(
     cert: &webpki::EndEntityCert<'_>,
     names: &[ServerName<'_>],
     uris: &[String],

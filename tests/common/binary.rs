@@ -21,16 +21,16 @@ use super::proxy::{ip_backend, Response};
 use super::upstream::{empty, BoxBody};
 
 /// The listener of every [`TestConfig`].
-pub const LISTENER: &str = "default/gw/http";
+pub(crate) const LISTENER: &str = "default/gw/http";
 /// The hostname the HTTPRoute of [`TestConfig`] serves.
-pub const HOST: &str = "svc.test";
+pub(crate) const HOST: &str = "svc.test";
 
 /// How long the process may take to bind its admin port and load the first config. Generous:
 /// the machine is shared with other builds, and a slow start is not what these tests test.
 const START_WITHIN: Duration = Duration::from_secs(20);
 
 /// A running `egressd run` child process.
-pub struct Egressd {
+pub(crate) struct Egressd {
     child: Child,
     admin: SocketAddr,
     stderr_path: PathBuf,
@@ -41,18 +41,18 @@ pub struct Egressd {
 impl Egressd {
     /// Runs `egressd run --config config_dir` with one worker, watching on, and waits until
     /// `/ready` answers 200.
-    pub async fn spawn(config_dir: &Path) -> Egressd {
+    pub(crate) async fn spawn(config_dir: &Path) -> Egressd {
         Self::spawn_with(config_dir, &[]).await
     }
 
     /// As [`Egressd::spawn`], with `extra_args` appended (e.g. `--no-watch`).
-    pub async fn spawn_with(config_dir: &Path, extra_args: &[&str]) -> Egressd {
+    pub(crate) async fn spawn_with(config_dir: &Path, extra_args: &[&str]) -> Egressd {
         Self::spawn_inner(config_dir, extra_args, None).await
     }
 
     /// As [`Egressd::spawn_with`], with the soft and hard `RLIMIT_NOFILE` lowered to
     /// `open_files` (`ulimit -n` in a shell that then execs egressd).
-    pub async fn spawn_with_open_files(
+    pub(crate) async fn spawn_with_open_files(
         config_dir: &Path,
         extra_args: &[&str],
         open_files: u32,
@@ -133,31 +133,31 @@ impl Egressd {
         egressd
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    pub fn admin(&self) -> SocketAddr {
+    pub(crate) fn admin(&self) -> SocketAddr {
         self.admin
     }
 
     /// Everything the process wrote to stderr so far (its log).
-    pub fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
     /// `GET path` on the admin server; an error when it cannot be reached.
-    pub async fn admin_get(&self, path: &str) -> anyhow::Result<Response> {
+    pub(crate) async fn admin_get(&self, path: &str) -> anyhow::Result<Response> {
         try_get(self.admin, "localhost", path).await
     }
 
     /// The `/ready` status, or `None` when the admin server is gone.
-    pub async fn ready(&self) -> Option<http::StatusCode> {
+    pub(crate) async fn ready(&self) -> Option<http::StatusCode> {
         self.admin_get("/ready").await.ok().map(|r| r.status)
     }
 
     /// The `/status` document.
-    pub async fn status(&self) -> serde_json::Value {
+    pub(crate) async fn status(&self) -> serde_json::Value {
         let response = self
             .admin_get("/status")
             .await
@@ -166,7 +166,7 @@ impl Egressd {
     }
 
     /// The Prometheus text of `/metrics`.
-    pub async fn metrics(&self) -> String {
+    pub(crate) async fn metrics(&self) -> String {
         let response = self
             .admin_get("/metrics")
             .await
@@ -176,7 +176,7 @@ impl Egressd {
 
     /// The value of the sample `series` (name with labels, exactly as exported, e.g.
     /// `egressd_config_reloads_total{result="failure"}`); 0 when it is not exported yet.
-    pub async fn metric(&self, series: &str) -> f64 {
+    pub(crate) async fn metric(&self, series: &str) -> f64 {
         let text = self.metrics().await;
         text.lines()
             .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
@@ -184,7 +184,7 @@ impl Egressd {
     }
 
     /// The bound address of listener `key` as `/status` reports it.
-    pub async fn listener_addr(&self, key: &str) -> SocketAddr {
+    pub(crate) async fn listener_addr(&self, key: &str) -> SocketAddr {
         let status = self.status().await;
         let listeners = status["listeners"].as_array().cloned().unwrap_or_default();
         let found = listeners.iter().find(|l| l["name"] == key);
@@ -195,14 +195,14 @@ impl Egressd {
     }
 
     /// The generation of the config serving now.
-    pub async fn generation(&self) -> u64 {
+    pub(crate) async fn generation(&self) -> u64 {
         self.status().await["generation"]
             .as_u64()
             .expect("/status generation")
     }
 
     /// Sends signal `name` (`HUP`, `TERM`, ...) with the `kill` command.
-    pub fn signal(&self, name: &str) {
+    pub(crate) fn signal(&self, name: &str) {
         let status = Command::new("kill")
             .arg(format!("-{name}"))
             .arg(self.pid().to_string())
@@ -213,7 +213,7 @@ impl Egressd {
 
     /// Waits for the process to exit; panics (with its log) if it is still running after
     /// `within`.
-    pub async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+    pub(crate) async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
         let child = &mut self.child;
         let exited = super::poll_within(within, || {
             let status = child.try_wait().expect("wait for egressd");
@@ -226,7 +226,7 @@ impl Egressd {
     }
 
     /// Peak resident set size of the process so far (`VmHWM`), in KiB.
-    pub fn peak_rss_kib(&self) -> u64 {
+    pub(crate) fn peak_rss_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
             .expect("read /proc/PID/status");
         status
@@ -246,7 +246,7 @@ impl Egressd {
     }
 
     /// Panics with `message` and the process log.
-    pub fn fail(&self, message: &str) -> ! {
+    pub(crate) fn fail(&self, message: &str) -> ! {
         panic!("{message}\negressd stderr:\n{}", self.stderr())
     }
 }
@@ -267,7 +267,7 @@ impl Drop for Egressd {
 /// upstream; and HTTPRoute `svc` sending Host [`HOST`] to one of them, so a reload shows as
 /// "requests now reach upstream B".
 #[derive(Clone, Debug)]
-pub struct TestConfig {
+pub(crate) struct TestConfig {
     backends: Vec<(String, SocketAddr)>,
     route_to: String,
     drain_timeout: String,
@@ -284,29 +284,29 @@ impl Default for TestConfig {
 }
 
 impl TestConfig {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Adds Backend `name` with the single endpoint `addr`.
-    pub fn backend(mut self, name: &str, addr: SocketAddr) -> Self {
+    pub(crate) fn backend(mut self, name: &str, addr: SocketAddr) -> Self {
         self.backends.push((name.to_owned(), addr));
         self
     }
 
     /// Which Backend the route sends [`HOST`] to.
-    pub fn route_to(mut self, name: &str) -> Self {
+    pub(crate) fn route_to(mut self, name: &str) -> Self {
         self.route_to = name.to_owned();
         self
     }
 
     /// `ProxyConfig.spec.drain.timeout` (default 10s).
-    pub fn drain_timeout(mut self, timeout: &str) -> Self {
+    pub(crate) fn drain_timeout(mut self, timeout: &str) -> Self {
         self.drain_timeout = timeout.to_owned();
         self
     }
 
-    pub fn yaml(&self) -> String {
+    pub(crate) fn yaml(&self) -> String {
         assert!(!self.route_to.is_empty(), "TestConfig without route_to");
         let mut yaml = format!(
             r#"apiVersion: egressd.dev/v1alpha1
@@ -354,19 +354,19 @@ spec:
 
 /// `GET path` with `Host: host` on a new connection, read to the end. Errors instead of
 /// panicking, so callers can count failures or poll until something answers.
-pub async fn try_get(addr: SocketAddr, host: &str, path: &str) -> anyhow::Result<Response> {
+pub(crate) async fn try_get(addr: SocketAddr, host: &str, path: &str) -> anyhow::Result<Response> {
     KeepAlive::connect(addr).await?.get(host, path).await
 }
 
 /// One client connection; requests on it reuse the connection.
-pub struct KeepAlive {
+pub(crate) struct KeepAlive {
     sender: hyper::client::conn::http1::SendRequest<BoxBody>,
     /// The server said `connection: close`: the next request needs a new connection.
     closing: bool,
 }
 
 impl KeepAlive {
-    pub async fn connect(addr: SocketAddr) -> anyhow::Result<KeepAlive> {
+    pub(crate) async fn connect(addr: SocketAddr) -> anyhow::Result<KeepAlive> {
         let stream = TcpStream::connect(addr).await?;
         let (sender, connection) =
             hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
@@ -381,12 +381,12 @@ impl KeepAlive {
     }
 
     /// Whether the server announced that it closes the connection after the last response.
-    pub fn closing(&self) -> bool {
+    pub(crate) fn closing(&self) -> bool {
         self.closing
     }
 
     /// Sends `request` and returns the response with its body still streaming.
-    pub async fn send(
+    pub(crate) async fn send(
         &mut self,
         request: http::Request<BoxBody>,
     ) -> anyhow::Result<http::Response<Incoming>> {
@@ -400,7 +400,7 @@ impl KeepAlive {
     }
 
     /// `GET path` with `Host: host`, read to the end.
-    pub async fn get(&mut self, host: &str, path: &str) -> anyhow::Result<Response> {
+    pub(crate) async fn get(&mut self, host: &str, path: &str) -> anyhow::Result<Response> {
         let request = http::Request::builder()
             .uri(path)
             .header(http::header::HOST, host)

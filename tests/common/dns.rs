@@ -25,8 +25,8 @@ struct Table {
 }
 
 /// The DNS server; dropping it stops it.
-pub struct TestDns {
-    pub addr: SocketAddr,
+pub(crate) struct TestDns {
+    pub(crate) addr: SocketAddr,
     table: Arc<Mutex<Table>>,
     task: JoinHandle<()>,
 }
@@ -36,7 +36,7 @@ fn key(name: &str) -> String {
 }
 
 impl TestDns {
-    pub async fn start() -> TestDns {
+    pub(crate) async fn start() -> TestDns {
         let socket = UdpSocket::bind("127.0.0.1:0")
             .await
             .expect("bind DNS socket");
@@ -47,14 +47,14 @@ impl TestDns {
     }
 
     /// Answers A queries for `name` with `ips`, each with `ttl_secs`.
-    pub fn set(&self, name: &str, ips: &[Ipv4Addr], ttl_secs: u32) {
+    pub(crate) fn set(&self, name: &str, ips: &[Ipv4Addr], ttl_secs: u32) {
         let ips: Vec<IpAddr> = ips.iter().map(|ip| IpAddr::V4(*ip)).collect();
         self.set_ips(name, &ips, ttl_secs);
     }
 
     /// Answers A queries for `name` with the IPv4 addresses of `ips` and AAAA queries with the
     /// IPv6 ones, each with `ttl_secs`.
-    pub fn set_ips(&self, name: &str, ips: &[IpAddr], ttl_secs: u32) {
+    pub(crate) fn set_ips(&self, name: &str, ips: &[IpAddr], ttl_secs: u32) {
         self.table
             .lock()
             .unwrap()
@@ -63,17 +63,17 @@ impl TestDns {
     }
 
     /// Forgets `name`: queries for it get NXDOMAIN.
-    pub fn remove(&self, name: &str) {
+    pub(crate) fn remove(&self, name: &str) {
         self.table.lock().unwrap().records.remove(&key(name));
     }
 
     /// While true, every query gets SERVFAIL.
-    pub fn set_failing(&self, failing: bool) {
+    pub(crate) fn set_failing(&self, failing: bool) {
         self.table.lock().unwrap().failing = failing;
     }
 
     /// A queries received for `name` so far.
-    pub fn query_count(&self, name: &str) -> usize {
+    pub(crate) fn query_count(&self, name: &str) -> usize {
         let table = self.table.lock().unwrap();
         table.queries.get(&key(name)).copied().unwrap_or(0)
     }

@@ -15,8 +15,8 @@
 //! client never enforces a deadline, and the server does only when told to
 //! ([`server::Deadlines`]).
 
-pub mod client;
-pub mod server;
+pub(crate) mod client;
+pub(crate) mod server;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,32 +27,32 @@ use tonic::{Code, Status};
 
 /// The request of every Echo method.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct EchoRequest {
+pub(crate) struct EchoRequest {
     #[prost(string, tag = "1")]
-    pub message: String,
+    pub(crate) message: String,
     /// `ServerStream`: how many responses to send.
     #[prost(uint32, tag = "2")]
-    pub count: u32,
+    pub(crate) count: u32,
     /// `ServerStream`: the pause between two responses.
     #[prost(uint32, tag = "3")]
-    pub interval_ms: u32,
+    pub(crate) interval_ms: u32,
     /// `Unary`: how long to sleep before answering.
     #[prost(uint32, tag = "4")]
-    pub sleep_ms: u32,
+    pub(crate) sleep_ms: u32,
 }
 
 /// The response of every Echo method.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct EchoResponse {
+pub(crate) struct EchoResponse {
     #[prost(string, tag = "1")]
-    pub message: String,
+    pub(crate) message: String,
     /// The position of this response in its call (0 for `Unary`).
     #[prost(uint32, tag = "2")]
-    pub index: u32,
+    pub(crate) index: u32,
 }
 
 impl EchoRequest {
-    pub fn new(message: &str) -> EchoRequest {
+    pub(crate) fn new(message: &str) -> EchoRequest {
         EchoRequest {
             message: message.to_owned(),
             ..EchoRequest::default()
@@ -61,17 +61,17 @@ impl EchoRequest {
 }
 
 /// The fully qualified service name.
-pub const SERVICE: &str = "egressd.test.Echo";
-pub const UNARY: &str = "/egressd.test.Echo/Unary";
-pub const SERVER_STREAM: &str = "/egressd.test.Echo/ServerStream";
-pub const BIDI: &str = "/egressd.test.Echo/Bidi";
+pub(crate) const SERVICE: &str = "egressd.test.Echo";
+pub(crate) const UNARY: &str = "/egressd.test.Echo/Unary";
+pub(crate) const SERVER_STREAM: &str = "/egressd.test.Echo/ServerStream";
+pub(crate) const BIDI: &str = "/egressd.test.Echo/Bidi";
 
 /// The message that makes `Unary` (and `ServerStream`, after its responses) fail with
 /// [`failure`].
-pub const FAIL: &str = "fail";
+pub(crate) const FAIL: &str = "fail";
 
 /// The status a `fail` request ends with: `INVALID_ARGUMENT` carrying `x-test-trailer: yes`.
-pub fn failure() -> Status {
+pub(crate) fn failure() -> Status {
     let mut metadata = MetadataMap::new();
     metadata.insert("x-test-trailer", MetadataValue::from_static("yes"));
     Status::with_metadata(
@@ -85,7 +85,7 @@ type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'stati
 
 /// One gRPC message on the wire: uncompressed flag, 4-byte length, protobuf bytes (for clients
 /// that speak gRPC without tonic).
-pub fn frame(message: &impl prost::Message) -> Bytes {
+pub(crate) fn frame(message: &impl prost::Message) -> Bytes {
     let body = message.encode_to_vec();
     let mut out = BytesMut::with_capacity(5 + body.len());
     out.put_u8(0);

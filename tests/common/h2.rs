@@ -21,7 +21,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use super::upstream::{BoxBody, Recorded};
 
 /// Request bodies the HTTP/2 client sends (any body, so trailers can be sent).
-pub type ClientBody = HttpBoxBody<Bytes, Infallible>;
+pub(crate) type ClientBody = HttpBoxBody<Bytes, Infallible>;
 
 type Handler = Arc<
     dyn Fn(http::Request<Incoming>) -> Pin<Box<dyn Future<Output = http::Response<BoxBody>> + Send>>
@@ -31,11 +31,11 @@ type Handler = Arc<
 
 /// How an [`H2Upstream`] behaves.
 #[derive(Clone, Copy, Debug)]
-pub struct H2Options {
+pub(crate) struct H2Options {
     /// `SETTINGS_MAX_CONCURRENT_STREAMS` it advertises.
-    pub max_concurrent_streams: u32,
+    pub(crate) max_concurrent_streams: u32,
     /// Gracefully shut a connection down (GOAWAY) once it has received this many requests.
-    pub goaway_after: Option<usize>,
+    pub(crate) goaway_after: Option<usize>,
 }
 
 impl Default for H2Options {
@@ -55,15 +55,15 @@ struct State {
 }
 
 /// A plaintext HTTP/2 (prior knowledge) server on 127.0.0.1 run by hyper.
-pub struct H2Upstream {
-    pub addr: SocketAddr,
+pub(crate) struct H2Upstream {
+    pub(crate) addr: SocketAddr,
     state: Arc<State>,
     accept: JoinHandle<()>,
 }
 
 impl H2Upstream {
     /// Answers with `handler`; every request is recorded before the handler runs.
-    pub async fn start<F, Fut>(options: H2Options, handler: F) -> H2Upstream
+    pub(crate) async fn start<F, Fut>(options: H2Options, handler: F) -> H2Upstream
     where
         F: Fn(http::Request<Incoming>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = http::Response<BoxBody>> + Send + 'static,
@@ -82,20 +82,20 @@ impl H2Upstream {
         }
     }
 
-    pub fn requests(&self) -> Vec<Recorded> {
+    pub(crate) fn requests(&self) -> Vec<Recorded> {
         self.state.requests.lock().unwrap().clone()
     }
 
-    pub fn request_count(&self) -> usize {
+    pub(crate) fn request_count(&self) -> usize {
         self.state.requests.lock().unwrap().len()
     }
 
-    pub fn connection_count(&self) -> usize {
+    pub(crate) fn connection_count(&self) -> usize {
         self.state.connections.load(Ordering::SeqCst)
     }
 
     /// Connections this server has sent GOAWAY on.
-    pub fn goaway_count(&self) -> usize {
+    pub(crate) fn goaway_count(&self) -> usize {
         self.state.goaways.load(Ordering::SeqCst)
     }
 }
@@ -163,15 +163,15 @@ async fn serve(stream: TcpStream, state: Arc<State>, handler: Handler, options: 
 
 /// A raw HTTP/2 server (the `h2` crate) that answers `REFUSED_STREAM` to every other request
 /// and 200 `ok` to the rest.
-pub struct RefusingUpstream {
-    pub addr: SocketAddr,
+pub(crate) struct RefusingUpstream {
+    pub(crate) addr: SocketAddr,
     refused: Arc<AtomicUsize>,
     served: Arc<AtomicUsize>,
     accept: JoinHandle<()>,
 }
 
 impl RefusingUpstream {
-    pub async fn start() -> RefusingUpstream {
+    pub(crate) async fn start() -> RefusingUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("address");
         let refused = Arc::new(AtomicUsize::new(0));
@@ -198,11 +198,11 @@ impl RefusingUpstream {
         }
     }
 
-    pub fn refused(&self) -> usize {
+    pub(crate) fn refused(&self) -> usize {
         self.refused.load(Ordering::SeqCst)
     }
 
-    pub fn served(&self) -> usize {
+    pub(crate) fn served(&self) -> usize {
         self.served.load(Ordering::SeqCst)
     }
 }
@@ -238,7 +238,9 @@ async fn serve_refusing(
 
 /// An HTTP/2 client connection to `addr` with prior knowledge (h2c), as gRPC clients and
 /// `curl --http2-prior-knowledge` connect to a plaintext proxy port.
-pub async fn client(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<ClientBody> {
+pub(crate) async fn client(
+    addr: SocketAddr,
+) -> hyper::client::conn::http2::SendRequest<ClientBody> {
     let stream = TcpStream::connect(addr).await.expect("connect to proxy");
     let mut builder = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
     builder.timer(TokioTimer::new());
@@ -253,12 +255,12 @@ pub async fn client(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest
 }
 
 /// A request body from bytes.
-pub fn body(bytes: impl Into<Bytes>) -> ClientBody {
+pub(crate) fn body(bytes: impl Into<Bytes>) -> ClientBody {
     http_body_util::Full::new(bytes.into()).boxed()
 }
 
 /// A request body of `data` followed by `trailers`.
-pub fn body_with_trailers(data: &'static [u8], trailers: http::HeaderMap) -> ClientBody {
+pub(crate) fn body_with_trailers(data: &'static [u8], trailers: http::HeaderMap) -> ClientBody {
     let frames = vec![
         Ok::<_, Infallible>(hyper::body::Frame::data(Bytes::from_static(data))),
         Ok(hyper::body::Frame::trailers(trailers)),

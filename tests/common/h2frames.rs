@@ -9,20 +9,20 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The client connection preface (RFC 9113 §3.4).
-pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-pub const DATA: u8 = 0x0;
-pub const HEADERS: u8 = 0x1;
-pub const RST_STREAM: u8 = 0x3;
-pub const SETTINGS: u8 = 0x4;
-pub const GOAWAY: u8 = 0x7;
-pub const WINDOW_UPDATE: u8 = 0x8;
+pub(crate) const DATA: u8 = 0x0;
+pub(crate) const HEADERS: u8 = 0x1;
+pub(crate) const RST_STREAM: u8 = 0x3;
+pub(crate) const SETTINGS: u8 = 0x4;
+pub(crate) const GOAWAY: u8 = 0x7;
+pub(crate) const WINDOW_UPDATE: u8 = 0x8;
 
-pub const END_STREAM: u8 = 0x1;
-pub const END_HEADERS: u8 = 0x4;
+pub(crate) const END_STREAM: u8 = 0x1;
+pub(crate) const END_HEADERS: u8 = 0x4;
 
 /// Appends one frame to `out`.
-pub fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+pub(crate) fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
     let len = u32::try_from(payload.len()).expect("small payload");
     out.extend_from_slice(&len.to_be_bytes()[1..]);
     out.push(kind);
@@ -32,7 +32,7 @@ pub fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]
 }
 
 /// The header block of `GET http://{authority}/`.
-pub fn get_block(authority: &str) -> Vec<u8> {
+pub(crate) fn get_block(authority: &str) -> Vec<u8> {
     // Static table: 2 = `:method GET`, 6 = `:scheme http`, 4 = `:path /`; then `:authority`
     // (static name 1) as a literal without indexing, not Huffman-coded.
     let mut block = vec![0x82, 0x86, 0x84, 0x01];
@@ -42,27 +42,27 @@ pub fn get_block(authority: &str) -> Vec<u8> {
 }
 
 /// An empty SETTINGS frame: the client accepts every default.
-pub fn empty_settings(out: &mut Vec<u8>) {
+pub(crate) fn empty_settings(out: &mut Vec<u8>) {
     frame(out, SETTINGS, 0, 0, &[]);
 }
 
 /// A WINDOW_UPDATE frame.
-pub fn window_update(out: &mut Vec<u8>, stream: u32, increment: u32) {
+pub(crate) fn window_update(out: &mut Vec<u8>, stream: u32, increment: u32) {
     frame(out, WINDOW_UPDATE, 0, stream, &increment.to_be_bytes());
 }
 
 /// A frame as read from the peer.
 #[derive(Debug)]
-pub struct Frame {
-    pub kind: u8,
-    pub flags: u8,
-    pub stream: u32,
-    pub payload: Vec<u8>,
+pub(crate) struct Frame {
+    pub(crate) kind: u8,
+    pub(crate) flags: u8,
+    pub(crate) stream: u32,
+    pub(crate) payload: Vec<u8>,
 }
 
 impl Frame {
     /// The error code of a GOAWAY or RST_STREAM frame.
-    pub fn error_code(&self) -> Option<u32> {
+    pub(crate) fn error_code(&self) -> Option<u32> {
         let at = match self.kind {
             GOAWAY => 4,
             RST_STREAM => 0,
@@ -74,7 +74,7 @@ impl Frame {
 }
 
 /// Reads the next frame; None when the peer closed the connection (or reset it).
-pub async fn read_frame<R: AsyncRead + Unpin>(io: &mut R) -> Option<Frame> {
+pub(crate) async fn read_frame<R: AsyncRead + Unpin>(io: &mut R) -> Option<Frame> {
     let mut head = [0u8; 9];
     io.read_exact(&mut head).await.ok()?;
     let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
@@ -90,7 +90,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(io: &mut R) -> Option<Frame> {
 
 /// Reads frames until a GOAWAY, the end of the connection, or `limit`; returns the GOAWAY and
 /// how many RST_STREAM frames came before it.
-pub async fn read_until_goaway<R: AsyncRead + Unpin>(
+pub(crate) async fn read_until_goaway<R: AsyncRead + Unpin>(
     io: &mut R,
     limit: Duration,
 ) -> (Option<Frame>, usize) {

@@ -31,37 +31,37 @@ use tokio::sync::mpsc;
 use tower_service::Service;
 
 /// The path the servers answer on (the `protocolOptions.mcp.path` default).
-pub const PATH: &str = "/mcp";
+pub(crate) const PATH: &str = "/mcp";
 
 /// The session header of the Streamable HTTP transport (case-insensitive on the wire).
-pub const SESSION_HEADER: &str = "mcp-session-id";
+pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
 
 /// How a [`McpServer`] is set up.
 #[derive(Debug, Clone, Default)]
-pub struct McpServerOptions {
+pub(crate) struct McpServerOptions {
     /// The name `whoami` answers with (default `mcp-<ip>`), before `@address`.
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// Answer plain JSON for requests that emit no notification (rmcp's `json_response`); by
     /// default every POST is answered with an SSE stream.
-    pub json_response: bool,
+    pub(crate) json_response: bool,
     /// End every POST's event stream after this many events, as a server may (MCP
     /// 2025-11-25): the client resumes it with a GET carrying `Last-Event-ID`.
-    pub close_post_streams_after: Option<usize>,
+    pub(crate) close_post_streams_after: Option<usize>,
     /// The `retry:` of rmcp's priming events (rmcp's default: 3 s).
-    pub sse_retry: Option<Duration>,
+    pub(crate) sse_retry: Option<Duration>,
 }
 
 /// One HTTP request as the server saw it.
 #[derive(Debug, Clone)]
-pub struct SeenRequest {
-    pub method: http::Method,
-    pub session: Option<String>,
-    pub headers: http::HeaderMap,
+pub(crate) struct SeenRequest {
+    pub(crate) method: http::Method,
+    pub(crate) session: Option<String>,
+    pub(crate) headers: http::HeaderMap,
 }
 
 /// What a server recorded, shared with the tools and the HTTP layer.
 #[derive(Debug, Default)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     /// Sessions this server issued (`Mcp-Session-Id` of its initialize responses), in order.
     sessions: Mutex<Vec<String>>,
     /// Every HTTP request on [`PATH`], in arrival order.
@@ -72,9 +72,9 @@ pub struct Recorded {
 
 /// A real rmcp Streamable HTTP server (stateful sessions, `LocalSessionManager`) on
 /// 127.0.0.`n`:`port`, path [`PATH`]. Tools: `whoami`, `count`, `slow_progress`, `echo`.
-pub struct McpServer {
-    pub addr: SocketAddr,
-    pub name: String,
+pub(crate) struct McpServer {
+    pub(crate) addr: SocketAddr,
+    pub(crate) name: String,
     recorded: Arc<Recorded>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -87,7 +87,7 @@ impl Drop for McpServer {
 
 impl McpServer {
     /// Binds 127.0.0.`n`:`port` (`port` 0: ephemeral) and serves MCP there until dropped.
-    pub async fn start(n: u8, port: u16, options: McpServerOptions) -> McpServer {
+    pub(crate) async fn start(n: u8, port: u16, options: McpServerOptions) -> McpServer {
         let bind = SocketAddr::new([127, 0, 0, n].into(), port);
         let listener = super::ports::listen(bind).await.expect("bind MCP server");
         let addr = listener.local_addr().unwrap();
@@ -164,27 +164,27 @@ impl McpServer {
     }
 
     /// What `whoami` answers: `name@ip:port`.
-    pub fn identity(&self) -> String {
+    pub(crate) fn identity(&self) -> String {
         format!("{}@{}", self.name, self.addr)
     }
 
     /// How many sessions this server initialized.
-    pub fn sessions_initialized(&self) -> usize {
+    pub(crate) fn sessions_initialized(&self) -> usize {
         self.recorded.sessions.lock().unwrap().len()
     }
 
     /// The session ids this server issued.
-    pub fn sessions(&self) -> Vec<String> {
+    pub(crate) fn sessions(&self) -> Vec<String> {
         self.recorded.sessions.lock().unwrap().clone()
     }
 
     /// Every HTTP request on [`PATH`] so far.
-    pub fn requests(&self) -> Vec<SeenRequest> {
+    pub(crate) fn requests(&self) -> Vec<SeenRequest> {
         self.recorded.requests.lock().unwrap().clone()
     }
 
     /// HTTP requests that carried `session` in `Mcp-Session-Id`.
-    pub fn requests_in_session(&self, session: &str) -> usize {
+    pub(crate) fn requests_in_session(&self, session: &str) -> usize {
         self.requests()
             .iter()
             .filter(|r| r.session.as_deref() == Some(session))
@@ -192,7 +192,7 @@ impl McpServer {
     }
 
     /// Tool calls answered in `session`.
-    pub fn tool_calls_in_session(&self, session: &str) -> u64 {
+    pub(crate) fn tool_calls_in_session(&self, session: &str) -> u64 {
         self.recorded
             .tool_calls
             .lock()
@@ -297,16 +297,16 @@ fn header(headers: &http::HeaderMap, name: &str) -> Option<String> {
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-pub struct SlowProgressArgs {
+pub(crate) struct SlowProgressArgs {
     /// How many progress notifications to send.
-    pub count: u32,
+    pub(crate) count: u32,
     /// Milliseconds before each notification.
-    pub delay_ms: u64,
+    pub(crate) delay_ms: u64,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-pub struct EchoArgs {
-    pub text: String,
+pub(crate) struct EchoArgs {
+    pub(crate) text: String,
 }
 
 /// One session's tool handler: rmcp's session manager makes one per initialize.
@@ -414,10 +414,10 @@ impl ServerHandler for Tools {
 
 /// A progress notification as the client received it.
 #[derive(Debug, Clone)]
-pub struct Progress {
-    pub progress: f64,
-    pub total: Option<f64>,
-    pub at: Instant,
+pub(crate) struct Progress {
+    pub(crate) progress: f64,
+    pub(crate) total: Option<f64>,
+    pub(crate) at: Instant,
 }
 
 /// The client side handler: forwards progress notifications with their arrival time.
@@ -448,21 +448,23 @@ fn via_client(via: SocketAddr, host: &str) -> reqwest::Client {
 }
 
 /// An rmcp client session over Streamable HTTP.
-pub struct McpClient {
+pub(crate) struct McpClient {
     service: RunningService<RoleClient, ProgressRecorder>,
     progress: mpsc::UnboundedReceiver<Progress>,
 }
 
 impl McpClient {
     /// Connects to `url` (initialize and `notifications/initialized` included).
-    pub async fn connect(url: &str) -> Result<McpClient, rmcp::service::ClientInitializeError> {
+    pub(crate) async fn connect(
+        url: &str,
+    ) -> Result<McpClient, rmcp::service::ClientInitializeError> {
         Self::connect_with(reqwest::Client::new(), url).await
     }
 
     /// Connects to `http://{host}:{via.port}/mcp` with every TCP connection going to `via`
     /// (egressd's listener): the request's Host is the route hostname, as a client that
     /// resolves `host` to the proxy would send it.
-    pub async fn connect_via(
+    pub(crate) async fn connect_via(
         via: SocketAddr,
         host: &str,
     ) -> Result<McpClient, rmcp::service::ClientInitializeError> {
@@ -472,7 +474,7 @@ impl McpClient {
 
     /// [`Self::connect_via`] with a new TCP connection for every request (no pooling), as
     /// requests spread over proxy replicas behind a TCP balancer.
-    pub async fn connect_via_fresh_connections(
+    pub(crate) async fn connect_via_fresh_connections(
         via: SocketAddr,
         host: &str,
     ) -> Result<McpClient, rmcp::service::ClientInitializeError> {
@@ -486,7 +488,7 @@ impl McpClient {
 
     /// [`Self::connect_via`] speaking the stateless protocol 2026-07-28: `server/discover`
     /// instead of a session, each request self-contained, `Mcp-Method` / `Mcp-Name` headers.
-    pub async fn connect_stateless_via(
+    pub(crate) async fn connect_stateless_via(
         via: SocketAddr,
         host: &str,
     ) -> Result<McpClient, rmcp::service::ClientInitializeError> {
@@ -526,18 +528,18 @@ impl McpClient {
     }
 
     /// The peer, for anything the helpers do not cover.
-    pub fn peer(&self) -> &Peer<RoleClient> {
+    pub(crate) fn peer(&self) -> &Peer<RoleClient> {
         self.service.peer()
     }
 
     /// The names of the server's tools.
-    pub async fn tool_names(&self) -> Result<Vec<String>, rmcp::ServiceError> {
+    pub(crate) async fn tool_names(&self) -> Result<Vec<String>, rmcp::ServiceError> {
         let tools = self.service.list_all_tools().await?;
         Ok(tools.into_iter().map(|t| t.name.to_string()).collect())
     }
 
     /// Calls `name` with `args` (a JSON object or null) and returns the text of its result.
-    pub async fn call_text(
+    pub(crate) async fn call_text(
         &self,
         name: &str,
         args: serde_json::Value,
@@ -561,21 +563,21 @@ impl McpClient {
     }
 
     /// What the `whoami` tool answers (panics on failure).
-    pub async fn whoami(&self) -> String {
+    pub(crate) async fn whoami(&self) -> String {
         self.call_text("whoami", serde_json::json!({}))
             .await
             .expect("whoami")
     }
 
     /// The session's next `count` (panics on failure).
-    pub async fn count(&self) -> String {
+    pub(crate) async fn count(&self) -> String {
         self.call_text("count", serde_json::json!({}))
             .await
             .expect("count")
     }
 
     /// Progress notifications received so far (each once).
-    pub fn take_progress(&mut self) -> Vec<Progress> {
+    pub(crate) fn take_progress(&mut self) -> Vec<Progress> {
         let mut all = Vec::new();
         while let Ok(p) = self.progress.try_recv() {
             all.push(p);
@@ -585,7 +587,7 @@ impl McpClient {
 
     /// Calls `slow_progress` and returns its text with the `count` progress notifications of
     /// the call, in arrival order (waits up to 5 s after the result for any still in dispatch).
-    pub async fn slow_progress(
+    pub(crate) async fn slow_progress(
         &mut self,
         count: u32,
         delay: Duration,
@@ -608,7 +610,7 @@ impl McpClient {
     }
 
     /// Ends the session (DELETE) and the client.
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         let _ = self.service.cancel().await;
     }
 }

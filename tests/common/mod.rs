@@ -23,25 +23,25 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-pub mod binary;
-pub mod dns;
-pub mod grpc;
-pub mod h2;
-pub mod h2frames;
-pub mod mcp;
-pub mod outlier;
-pub mod ports;
-pub mod proxy;
-pub mod python;
-pub mod tls;
-pub mod upstream;
-pub mod websocket;
+pub(crate) mod binary;
+pub(crate) mod dns;
+pub(crate) mod grpc;
+pub(crate) mod h2;
+pub(crate) mod h2frames;
+pub(crate) mod mcp;
+pub(crate) mod outlier;
+pub(crate) mod ports;
+pub(crate) mod proxy;
+pub(crate) mod python;
+pub(crate) mod tls;
+pub(crate) mod upstream;
+pub(crate) mod websocket;
 
 /// Pause between two checks of a polled condition.
 const POLL_EVERY: Duration = Duration::from_millis(50);
 
 /// What a polled check returns: `true`, or `Some(value)`, once its condition holds.
-pub trait Polled {
+pub(crate) trait Polled {
     type Value;
     fn value(self) -> Option<Self::Value>;
 }
@@ -64,7 +64,7 @@ impl<T> Polled for Option<T> {
 /// passed: its value, or `None` when it never held. `check` runs at least once, and once more
 /// at or after the deadline. For callers that report the expiry themselves (with a process log
 /// or state read afterwards) or try again; [`eventually`] otherwise.
-pub async fn poll_within<F, Fut>(
+pub(crate) async fn poll_within<F, Fut>(
     timeout: Duration,
     mut check: F,
 ) -> Option<<Fut::Output as Polled>::Value>
@@ -87,7 +87,7 @@ where
 
 /// [`poll_within`] that panics, naming `what` (the condition awaited) and `timeout`, when the
 /// condition never held.
-pub async fn eventually<F, Fut>(
+pub(crate) async fn eventually<F, Fut>(
     what: &str,
     timeout: Duration,
     check: F,

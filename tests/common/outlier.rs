@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use super::proxy::{get, TestProxy};
 use super::upstream::{full, Upstream};
 
-pub const HOST: &str = "od.test";
+pub(crate) const HOST: &str = "od.test";
 
-pub fn backend(endpoints: &[SocketAddr], passive: &str) -> String {
+pub(crate) fn backend(endpoints: &[SocketAddr], passive: &str) -> String {
     let list: String = endpoints
         .iter()
         .map(|a| format!("      - {{address: {}}}\n", a.ip()))
@@ -23,12 +23,12 @@ pub fn backend(endpoints: &[SocketAddr], passive: &str) -> String {
 }
 
 /// egressd serving [`backend`] over `endpoints` with the `passive` settings.
-pub async fn od_proxy(endpoints: &[SocketAddr], passive: &str) -> TestProxy {
+pub(crate) async fn od_proxy(endpoints: &[SocketAddr], passive: &str) -> TestProxy {
     TestProxy::start(&(super::proxy::preamble(None) + &backend(endpoints, passive))).await
 }
 
 /// An upstream on 127.0.0.`n`:`port` answering every request with `status`.
-pub async fn answering(n: u8, port: u16, status: u16) -> Upstream {
+pub(crate) async fn answering(n: u8, port: u16, status: u16) -> Upstream {
     let addr = SocketAddr::new([127, 0, 0, n].into(), port);
     Upstream::start_on_with(addr, move |_req| async move {
         http::Response::builder()
@@ -39,7 +39,7 @@ pub async fn answering(n: u8, port: u16, status: u16) -> Upstream {
     .await
 }
 
-pub async fn endpoint_state(proxy: &TestProxy, ip: &str) -> serde_json::Value {
+pub(crate) async fn endpoint_state(proxy: &TestProxy, ip: &str) -> serde_json::Value {
     let response = get(proxy.admin, "localhost", "/endpoints").await;
     let all: serde_json::Value = serde_json::from_slice(&response.body).expect("JSON");
     all["backends"][0]["endpoints"]
@@ -52,21 +52,21 @@ pub async fn endpoint_state(proxy: &TestProxy, ip: &str) -> serde_json::Value {
 }
 
 /// The value of one Prometheus series from `/metrics` (0 when absent).
-pub async fn metric(proxy: &TestProxy, series: &str) -> f64 {
+pub(crate) async fn metric(proxy: &TestProxy, series: &str) -> f64 {
     let body = get(proxy.admin, "localhost", "/metrics").await.text();
     body.lines()
         .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
         .unwrap_or(0.0)
 }
 
-pub async fn is_ejected(proxy: &TestProxy, ip: &str) -> bool {
+pub(crate) async fn is_ejected(proxy: &TestProxy, ip: &str) -> bool {
     endpoint_state(proxy, ip).await["ejection"]["ejected"]
         .as_bool()
         .unwrap()
 }
 
 /// An upstream on 127.0.0.`n`:`port` answering with the statuses of `script` in turn, then 200.
-pub async fn scripted(n: u8, port: u16, script: Arc<Mutex<VecDeque<u16>>>) -> Upstream {
+pub(crate) async fn scripted(n: u8, port: u16, script: Arc<Mutex<VecDeque<u16>>>) -> Upstream {
     let addr = SocketAddr::new([127, 0, 0, n].into(), port);
     Upstream::start_on_with(addr, move |_req| {
         let status = script.lock().unwrap().pop_front().unwrap_or(200);
@@ -81,7 +81,7 @@ pub async fn scripted(n: u8, port: u16, script: Arc<Mutex<VecDeque<u16>>>) -> Up
 }
 
 /// How many endpoints of the first Backend are ejected now.
-pub async fn ejected_count(proxy: &TestProxy) -> usize {
+pub(crate) async fn ejected_count(proxy: &TestProxy) -> usize {
     let response = get(proxy.admin, "localhost", "/endpoints").await;
     let all: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
     all["backends"][0]["endpoints"]

@@ -12,13 +12,13 @@ use std::sync::Mutex;
 use socket2::{Domain, Socket, Type};
 
 /// [`shared_port`] holds its port on 127.0.0.1 to 127.0.0.`SHARED_HOSTS`.
-pub const SHARED_HOSTS: u8 = 6;
+pub(crate) const SHARED_HOSTS: u8 = 6;
 
 /// Sockets bound by [`shared_port`], until [`listen`] takes them.
 static HELD: Mutex<Vec<(SocketAddr, Socket)>> = Mutex::new(Vec::new());
 
 /// 127.0.0.`n`:`port`.
-pub fn loopback(n: u8, port: u16) -> SocketAddr {
+pub(crate) fn loopback(n: u8, port: u16) -> SocketAddr {
     SocketAddr::new(Ipv4Addr::new(127, 0, 0, n).into(), port)
 }
 
@@ -33,7 +33,7 @@ fn bound(addr: SocketAddr) -> std::io::Result<Socket> {
 /// Backend, whose endpoints share the port), held by this process until a server takes its
 /// address with [`listen`]; until then, and for good on an address no server takes,
 /// connecting there is refused.
-pub fn shared_port() -> u16 {
+pub(crate) fn shared_port() -> u16 {
     for _ in 0..100 {
         let first = bound(loopback(1, 0)).expect("bind 127.0.0.1:0");
         let port = first
@@ -61,7 +61,7 @@ pub fn shared_port() -> u16 {
 
 /// A listener on `addr`: the socket [`shared_port`] holds there, now listening (with
 /// `SO_REUSEADDR`, like any other), or else a new one bound to `addr`.
-pub async fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+pub(crate) async fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     let held = {
         let mut held = HELD.lock().unwrap();
         let found = held.iter().position(|(a, _)| *a == addr);
@@ -82,13 +82,13 @@ pub async fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener
 
 /// An address on 127.0.0.1 where connecting is refused for as long as this lives: a socket
 /// bound there, never listening.
-pub struct Refusing {
-    pub addr: SocketAddr,
+pub(crate) struct Refusing {
+    pub(crate) addr: SocketAddr,
     _socket: Socket,
 }
 
 impl Refusing {
-    pub fn bind() -> Refusing {
+    pub(crate) fn bind() -> Refusing {
         let socket = bound(loopback(1, 0)).expect("bind 127.0.0.1:0");
         let addr = socket
             .local_addr()

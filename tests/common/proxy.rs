@@ -15,22 +15,22 @@ use tokio::net::TcpStream;
 const CONFIG_FILE: &str = "egressd.yaml";
 
 /// A running in-process proxy. Its config lives in a temp dir removed on drop.
-pub struct TestProxy {
+pub(crate) struct TestProxy {
     proxy: Option<egressd::Proxy>,
     dir: tempfile::TempDir,
-    pub admin: SocketAddr,
+    pub(crate) admin: SocketAddr,
 }
 
 impl TestProxy {
     /// Writes `yaml` to a temp dir and starts egressd on it (one worker, admin on an ephemeral
     /// port, no file watching). Panics unless the config loaded.
-    pub async fn start(yaml: &str) -> TestProxy {
+    pub(crate) async fn start(yaml: &str) -> TestProxy {
         Self::start_with(yaml, None).await
     }
 
     /// Like [`TestProxy::start`], with file watching on (a short debounce): changes to the
     /// config and to the files it refers to reload by themselves.
-    pub async fn start_watching(yaml: &str) -> TestProxy {
+    pub(crate) async fn start_watching(yaml: &str) -> TestProxy {
         let watch = egressd::runtime::watch::WatchOptions {
             debounce: Duration::from_millis(50),
             poll_interval: Some(Duration::from_millis(500)),
@@ -68,7 +68,7 @@ impl TestProxy {
     }
 
     /// The proxy itself, e.g. to inspect the snapshot serving now.
-    pub fn egressd(&self) -> &egressd::Proxy {
+    pub(crate) fn egressd(&self) -> &egressd::Proxy {
         self.proxy()
     }
 
@@ -77,33 +77,33 @@ impl TestProxy {
     }
 
     /// The bound address of listener `namespace/gateway/listener`.
-    pub fn listener(&self, key: &str) -> SocketAddr {
+    pub(crate) fn listener(&self, key: &str) -> SocketAddr {
         self.proxy()
             .listener_addr(key)
             .unwrap_or_else(|| panic!("no listener {key}"))
     }
 
     /// The listener of [`preamble`]: `default/gw/http`.
-    pub fn http(&self) -> SocketAddr {
+    pub(crate) fn http(&self) -> SocketAddr {
         self.listener("default/gw/http")
     }
 
     /// The generation of the config being served.
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.proxy().shared().snapshot.load().generation
     }
 
-    pub fn config_path(&self) -> PathBuf {
+    pub(crate) fn config_path(&self) -> PathBuf {
         self.dir.path().join(CONFIG_FILE)
     }
 
     /// Replaces the config file (no reload by itself: watching is off).
-    pub fn rewrite(&self, yaml: &str) {
+    pub(crate) fn rewrite(&self, yaml: &str) {
         std::fs::write(self.config_path(), yaml).expect("rewrite config");
     }
 
     /// Reloads now, as SIGHUP does, and panics if the new config was rejected.
-    pub async fn reload(&self) -> u64 {
+    pub(crate) async fn reload(&self) -> u64 {
         match self.proxy().reload().await {
             Ok(generation) => generation,
             Err(e) => panic!(
@@ -114,20 +114,20 @@ impl TestProxy {
     }
 
     /// Drains and stops; returns true if every connection finished in time.
-    pub async fn shutdown(mut self) -> bool {
+    pub(crate) async fn shutdown(mut self) -> bool {
         self.proxy.take().expect("proxy running").shutdown().await
     }
 }
 
 /// The common head of a test config: a ProxyConfig (access log off, DNS pointed at `dns` when
 /// given) and a Gateway `gw` with an HTTP listener `http` on 127.0.0.1, ephemeral port.
-pub fn preamble(dns: Option<SocketAddr>) -> String {
+pub(crate) fn preamble(dns: Option<SocketAddr>) -> String {
     preamble_with(dns, "")
 }
 
 /// [`preamble`] with `proxy_spec` (YAML lines indented by two spaces, each ending with a
 /// newline) added to the ProxyConfig's spec.
-pub fn preamble_with(dns: Option<SocketAddr>, proxy_spec: &str) -> String {
+pub(crate) fn preamble_with(dns: Option<SocketAddr>, proxy_spec: &str) -> String {
     let dns = match dns {
         Some(addr) => format!("\n  dns:\n    nameservers: [\"{addr}\"]"),
         None => String::new(),
@@ -159,13 +159,18 @@ spec:
 
 /// A plaintext Backend `name` with one IP endpoint `addr` (the usual way to reach a test
 /// upstream without DNS). `extra` is appended to the spec, indented by two spaces.
-pub fn ip_backend(name: &str, addr: SocketAddr, extra: &str) -> String {
+pub(crate) fn ip_backend(name: &str, addr: SocketAddr, extra: &str) -> String {
     ip_backend_speaking(name, addr, "HTTP", extra)
 }
 
 /// Like [`ip_backend`], speaking `protocol` (e.g. `GRPC`, `H2C`) instead of `HTTP`: `extra`
 /// cannot set it, as a second `protocol` key is a duplicate-key error.
-pub fn ip_backend_speaking(name: &str, addr: SocketAddr, protocol: &str, extra: &str) -> String {
+pub(crate) fn ip_backend_speaking(
+    name: &str,
+    addr: SocketAddr,
+    protocol: &str,
+    extra: &str,
+) -> String {
     format!(
         r#"---
 apiVersion: egressd.dev/v1alpha1
@@ -190,7 +195,7 @@ spec:
 }
 
 /// An HTTPRoute `backend` sending every request for `hostname` to Backend `backend`.
-pub fn route_to(hostname: &str, backend: &str) -> String {
+pub(crate) fn route_to(hostname: &str, backend: &str) -> String {
     format!(
         "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {backend}}}\nspec:\n  hostnames: [{hostname}]\n  rules: [{{backendRefs: [{{name: {backend}}}]}}]\n"
     )
@@ -199,12 +204,12 @@ pub fn route_to(hostname: &str, backend: &str) -> String {
 /// A plaintext FQDN Backend `name` for `hostname` on `ports`, which may resolve to loopback
 /// (`allowedAddresses: [127.0.0.0/8]`: the test DNS server answers with the addresses of
 /// test upstreams). `extra` is appended to the spec.
-pub fn fqdn_backend(name: &str, hostname: &str, ports: &[u16], extra: &str) -> String {
+pub(crate) fn fqdn_backend(name: &str, hostname: &str, ports: &[u16], extra: &str) -> String {
     fqdn_backend_allowing(name, hostname, ports, &["127.0.0.0/8"], extra)
 }
 
 /// [`fqdn_backend`] with `allowed` as its `allowedAddresses` (none: the default check).
-pub fn fqdn_backend_allowing(
+pub(crate) fn fqdn_backend_allowing(
     name: &str,
     hostname: &str,
     ports: &[u16],
@@ -240,7 +245,7 @@ spec:
 }
 
 /// The admin `/endpoints` entry of Backend `default/{name}` (all its ports: the first).
-pub async fn endpoints_of(proxy: &TestProxy, name: &str) -> serde_json::Value {
+pub(crate) async fn endpoints_of(proxy: &TestProxy, name: &str) -> serde_json::Value {
     let all: serde_json::Value =
         serde_json::from_slice(&get(proxy.admin, "localhost", "/endpoints").await.body).unwrap();
     let label = format!("default/{name}");
@@ -255,7 +260,7 @@ pub async fn endpoints_of(proxy: &TestProxy, name: &str) -> serde_json::Value {
 
 /// Reads a response head byte by byte (what follows belongs to a tunnel or the next
 /// response) and returns it.
-pub async fn read_head(stream: &mut tokio::net::TcpStream) -> String {
+pub(crate) async fn read_head(stream: &mut tokio::net::TcpStream) -> String {
     use tokio::io::AsyncReadExt;
     let mut head = Vec::new();
     while !head.ends_with(b"\r\n\r\n") {
@@ -268,44 +273,44 @@ pub async fn read_head(stream: &mut tokio::net::TcpStream) -> String {
 
 /// A response read to the end.
 #[derive(Debug)]
-pub struct Response {
-    pub status: http::StatusCode,
-    pub headers: http::HeaderMap,
-    pub body: Bytes,
+pub(crate) struct Response {
+    pub(crate) status: http::StatusCode,
+    pub(crate) headers: http::HeaderMap,
+    pub(crate) body: Bytes,
 }
 
 impl Response {
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .get(name)
             .map(|v| v.to_str().expect("ASCII header"))
     }
 
     /// The `x-egressd-error` code of a local reply.
-    pub fn error_code(&self) -> Option<&str> {
+    pub(crate) fn error_code(&self) -> Option<&str> {
         self.header("x-egressd-error")
     }
 
     /// The `x-upstream` name the test upstream answered with.
-    pub fn upstream(&self) -> Option<&str> {
+    pub(crate) fn upstream(&self) -> Option<&str> {
         self.header("x-upstream")
     }
 }
 
 /// Request bodies the client helpers send.
-pub type ClientBody = Full<Bytes>;
+pub(crate) type ClientBody = Full<Bytes>;
 
 /// One client connection to `addr`; requests on it reuse the connection (keep-alive).
-pub struct Conn {
+pub(crate) struct Conn {
     sender: hyper::client::conn::http1::SendRequest<ClientBody>,
 }
 
 impl Conn {
-    pub async fn open(addr: SocketAddr) -> Conn {
+    pub(crate) async fn open(addr: SocketAddr) -> Conn {
         let stream = TcpStream::connect(addr).await.expect("connect to proxy");
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
@@ -320,7 +325,7 @@ impl Conn {
     /// Sends `request` exactly as given (hyper's connection-level client adds no Host and
     /// writes the URI in whatever form it has, so absolute-form reaches the proxy as such),
     /// and returns the response with its body still streaming.
-    pub async fn send(
+    pub(crate) async fn send(
         &mut self,
         request: http::Request<ClientBody>,
     ) -> Result<http::Response<Incoming>, hyper::Error> {
@@ -329,14 +334,14 @@ impl Conn {
     }
 
     /// Sends `request` and reads the whole response.
-    pub async fn fetch(&mut self, request: http::Request<ClientBody>) -> Response {
+    pub(crate) async fn fetch(&mut self, request: http::Request<ClientBody>) -> Response {
         let response = self.send(request).await.expect("response from proxy");
         collect(response).await
     }
 }
 
 /// Reads a response body to the end; panics when the body ends in an error.
-pub async fn collect(response: http::Response<Incoming>) -> Response {
+pub(crate) async fn collect(response: http::Response<Incoming>) -> Response {
     let (parts, body) = response.into_parts();
     let body = body
         .collect()
@@ -351,12 +356,12 @@ pub async fn collect(response: http::Response<Incoming>) -> Response {
 }
 
 /// Sends `request` on a new connection and reads the whole response.
-pub async fn fetch(addr: SocketAddr, request: http::Request<ClientBody>) -> Response {
+pub(crate) async fn fetch(addr: SocketAddr, request: http::Request<ClientBody>) -> Response {
     Conn::open(addr).await.fetch(request).await
 }
 
 /// An origin-form request builder with `Host: host`.
-pub fn request(method: &str, host: &str, path: &str) -> http::request::Builder {
+pub(crate) fn request(method: &str, host: &str, path: &str) -> http::request::Builder {
     http::Request::builder()
         .method(method)
         .uri(path)
@@ -364,12 +369,12 @@ pub fn request(method: &str, host: &str, path: &str) -> http::request::Builder {
 }
 
 /// `GET path` with `Host: host`.
-pub async fn get(addr: SocketAddr, host: &str, path: &str) -> Response {
+pub(crate) async fn get(addr: SocketAddr, host: &str, path: &str) -> Response {
     get_with_headers(addr, host, path, &[]).await
 }
 
 /// `GET path` with `Host: host` and extra headers (repeated names are sent as repeated lines).
-pub async fn get_with_headers(
+pub(crate) async fn get_with_headers(
     addr: SocketAddr,
     host: &str,
     path: &str,
@@ -384,7 +389,7 @@ pub async fn get_with_headers(
 
 /// A forward-proxy style request: `GET http://host:port/path HTTP/1.1` sent to the proxy, with
 /// the Host header a real client would send alongside it.
-pub async fn get_absolute(addr: SocketAddr, url: &str) -> Response {
+pub(crate) async fn get_absolute(addr: SocketAddr, url: &str) -> Response {
     let uri: http::Uri = url.parse().expect("absolute URL");
     let authority = uri.authority().expect("URL with authority").to_string();
     let request = http::Request::builder()
@@ -397,7 +402,7 @@ pub async fn get_absolute(addr: SocketAddr, url: &str) -> Response {
 
 /// The lines of a JSON-lines file (the access log) so far, parsed; each must be one JSON
 /// object. A file not written yet has none.
-pub fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+pub(crate) fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()

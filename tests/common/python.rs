@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 const PACKAGES: [&str; 2] = ["mcp==2.3.0", "uvicorn==0.54.0"];
 
 /// The venv's `python`, installed on first use (a panic says why it could not be).
-pub fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON.get_or_init(install).clone()
 }
@@ -53,13 +53,13 @@ fn install() -> PathBuf {
 
 /// `tests/fixtures/python/mcp_reference_server.py`: the SDK's server with an event store, on
 /// 127.0.0.1 (ephemeral port), stopped when dropped.
-pub struct PythonMcpServer {
-    pub addr: SocketAddr,
+pub(crate) struct PythonMcpServer {
+    pub(crate) addr: SocketAddr,
     child: Child,
 }
 
 impl PythonMcpServer {
-    pub async fn start() -> PythonMcpServer {
+    pub(crate) async fn start() -> PythonMcpServer {
         let python = python();
         let script = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/python/mcp_reference_server.py");
@@ -90,7 +90,7 @@ impl PythonMcpServer {
     }
 
     /// (open sessions, initializes, DELETEs seen).
-    pub async fn stats(&self) -> (u64, u64, u64) {
+    pub(crate) async fn stats(&self) -> (u64, u64, u64) {
         let stats = super::proxy::get(self.addr, "127.0.0.1", "/stats").await;
         let v: serde_json::Value = serde_json::from_str(&stats.text()).expect("stats JSON");
         (

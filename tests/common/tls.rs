@@ -28,13 +28,13 @@ use tokio_rustls::LazyConfigAcceptor;
 use super::upstream::{count_body, full, BoxBody, RawUpstream, Recorded};
 
 /// The crypto provider of every config here (the same one egressd uses).
-pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// A subject alternative name of a certificate.
 #[derive(Clone, Debug)]
-pub enum San {
+pub(crate) enum San {
     Dns(String),
     Ip(IpAddr),
     /// A URI, e.g. a SPIFFE ID `spiffe://cluster.local/ns/a/sa/b`.
@@ -42,15 +42,15 @@ pub enum San {
 }
 
 impl San {
-    pub fn dns(name: &str) -> San {
+    pub(crate) fn dns(name: &str) -> San {
         San::Dns(name.to_owned())
     }
 
-    pub fn ip(ip: &str) -> San {
+    pub(crate) fn ip(ip: &str) -> San {
         San::Ip(ip.parse().expect("IP address"))
     }
 
-    pub fn uri(uri: &str) -> San {
+    pub(crate) fn uri(uri: &str) -> San {
         San::Uri(uri.to_owned())
     }
 
@@ -65,7 +65,7 @@ impl San {
 
 /// When a certificate is valid. Fixed dates far from now, so a test never straddles a bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Validity {
+pub(crate) enum Validity {
     /// 2020-01-01 to 2200-01-01.
     Current,
     /// 2000-01-01 to 2001-01-01.
@@ -88,14 +88,14 @@ impl Validity {
 
 /// A certificate and its private key, both PEM.
 #[derive(Clone, Debug)]
-pub struct CertAndKey {
-    pub cert_pem: String,
-    pub key_pem: String,
+pub(crate) struct CertAndKey {
+    pub(crate) cert_pem: String,
+    pub(crate) key_pem: String,
 }
 
 impl CertAndKey {
     /// Writes `<stem>.pem` and `<stem>.key` into `dir`; returns (certificate path, key path).
-    pub fn write(&self, dir: &Path, stem: &str) -> (PathBuf, PathBuf) {
+    pub(crate) fn write(&self, dir: &Path, stem: &str) -> (PathBuf, PathBuf) {
         let cert = dir.join(format!("{stem}.pem"));
         let key = dir.join(format!("{stem}.key"));
         std::fs::write(&cert, &self.cert_pem).expect("write certificate");
@@ -103,26 +103,26 @@ impl CertAndKey {
         (cert, key)
     }
 
-    pub fn cert_chain(&self) -> Vec<CertificateDer<'static>> {
+    pub(crate) fn cert_chain(&self) -> Vec<CertificateDer<'static>> {
         CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
             .collect::<Result<_, _>>()
             .expect("PEM certificates")
     }
 
-    pub fn private_key(&self) -> PrivateKeyDer<'static> {
+    pub(crate) fn private_key(&self) -> PrivateKeyDer<'static> {
         PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes()).expect("PEM private key")
     }
 }
 
 /// A self-signed CA that issues leaf certificates directly (no intermediates).
-pub struct TestCa {
+pub(crate) struct TestCa {
     name: String,
     issuer: CertifiedIssuer<'static, KeyPair>,
 }
 
 impl TestCa {
     /// A CA whose subject CN is `name`.
-    pub fn new(name: &str) -> TestCa {
+    pub(crate) fn new(name: &str) -> TestCa {
         let mut params = CertificateParams::default();
         params.distinguished_name = common_name(name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -141,17 +141,17 @@ impl TestCa {
     }
 
     /// The CA certificate, PEM.
-    pub fn pem(&self) -> String {
+    pub(crate) fn pem(&self) -> String {
         self.issuer.pem()
     }
 
     /// The CA certificate, DER (for a root store).
-    pub fn der(&self) -> CertificateDer<'static> {
+    pub(crate) fn der(&self) -> CertificateDer<'static> {
         self.issuer.der().clone()
     }
 
     /// A root store trusting this CA alone.
-    pub fn root_store(&self) -> RootCertStore {
+    pub(crate) fn root_store(&self) -> RootCertStore {
         let mut roots = RootCertStore::empty();
         roots
             .add(self.der())
@@ -162,7 +162,7 @@ impl TestCa {
     /// Writes the CA certificate to `dir/<name>-ca.pem` and returns the path.
     /// A client config trusting only this CA, offering ALPN `http/1.1`; `sni: false` leaves
     /// the SNI extension out of the ClientHello.
-    pub fn client_config(&self, sni: bool) -> Arc<rustls::ClientConfig> {
+    pub(crate) fn client_config(&self, sni: bool) -> Arc<rustls::ClientConfig> {
         let mut config = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .expect("default protocol versions")
@@ -173,28 +173,28 @@ impl TestCa {
         Arc::new(config)
     }
 
-    pub fn write_pem(&self, dir: &Path) -> PathBuf {
+    pub(crate) fn write_pem(&self, dir: &Path) -> PathBuf {
         let path = dir.join(format!("{}-ca.pem", self.name));
         std::fs::write(&path, self.pem()).expect("write CA certificate");
         path
     }
 
     /// A server certificate (serverAuth) for `sans`, valid now.
-    pub fn server_cert(&self, sans: &[San]) -> CertAndKey {
+    pub(crate) fn server_cert(&self, sans: &[San]) -> CertAndKey {
         self.server_cert_with(sans, Validity::Current)
     }
 
     /// A server certificate whose validity ended in 2001.
-    pub fn expired_server_cert(&self, sans: &[San]) -> CertAndKey {
+    pub(crate) fn expired_server_cert(&self, sans: &[San]) -> CertAndKey {
         self.server_cert_with(sans, Validity::Expired)
     }
 
     /// A server certificate valid only from 2100.
-    pub fn not_yet_valid_server_cert(&self, sans: &[San]) -> CertAndKey {
+    pub(crate) fn not_yet_valid_server_cert(&self, sans: &[San]) -> CertAndKey {
         self.server_cert_with(sans, Validity::NotYetValid)
     }
 
-    pub fn server_cert_with(&self, sans: &[San], validity: Validity) -> CertAndKey {
+    pub(crate) fn server_cert_with(&self, sans: &[San], validity: Validity) -> CertAndKey {
         let cn = sans.first().map_or_else(
             || "server".to_owned(),
             |san| match san {
@@ -206,7 +206,7 @@ impl TestCa {
     }
 
     /// A client certificate (clientAuth) with subject CN `cn` and no SANs.
-    pub fn client_cert(&self, cn: &str) -> CertAndKey {
+    pub(crate) fn client_cert(&self, cn: &str) -> CertAndKey {
         self.issue(
             cn,
             &[],
@@ -217,7 +217,7 @@ impl TestCa {
 
     /// A client certificate (clientAuth) with subject CN `cn` and `sans` (e.g. a SPIFFE ID:
     /// an X.509-SVID).
-    pub fn client_cert_with(&self, cn: &str, sans: &[San]) -> CertAndKey {
+    pub(crate) fn client_cert_with(&self, cn: &str, sans: &[San]) -> CertAndKey {
         self.issue(
             cn,
             sans,
@@ -258,23 +258,23 @@ fn common_name(cn: &str) -> DistinguishedName {
 
 /// Which TLS versions a [`TlsUpstream`] accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TlsVersions {
+pub(crate) enum TlsVersions {
     Both,
     Tls12Only,
     Tls13Only,
 }
 
 /// How a [`TlsUpstream`] behaves.
-pub struct TlsOptions<'a> {
+pub(crate) struct TlsOptions<'a> {
     /// Require a client certificate issued by this CA (mutual TLS).
-    pub require_client_cert_from: Option<&'a TestCa>,
+    pub(crate) require_client_cert_from: Option<&'a TestCa>,
     /// ALPN protocols the server accepts, in its order of preference. Default: `h2`,
     /// `http/1.1` (what a real web server offers); HTTP/2 is served when negotiated.
-    pub alpn: Vec<Vec<u8>>,
-    pub versions: TlsVersions,
+    pub(crate) alpn: Vec<Vec<u8>>,
+    pub(crate) versions: TlsVersions,
     /// Answer with `Connection: close`, so every request needs a new connection (and a new
     /// handshake): lets a test see what the client presents after a change.
-    pub close_connections: bool,
+    pub(crate) close_connections: bool,
 }
 
 impl Default for TlsOptions<'_> {
@@ -291,22 +291,22 @@ impl Default for TlsOptions<'_> {
 /// What a client put in its ClientHello (recorded for every connection, including those whose
 /// handshake then failed).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Hello {
+pub(crate) struct Hello {
     /// The SNI; `None` when the client sent none (as for an IP address).
-    pub sni: Option<String>,
+    pub(crate) sni: Option<String>,
     /// The ALPN protocols offered, in order (lossy UTF-8).
-    pub alpn: Vec<String>,
+    pub(crate) alpn: Vec<String>,
 }
 
 /// A handshake that completed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Handshake {
-    pub sni: Option<String>,
+pub(crate) struct Handshake {
+    pub(crate) sni: Option<String>,
     /// The negotiated ALPN protocol, if any.
-    pub alpn: Option<String>,
-    pub version: ProtocolVersion,
+    pub(crate) alpn: Option<String>,
+    pub(crate) version: ProtocolVersion,
     /// The subject CN of the client certificate, if one was presented.
-    pub client_cn: Option<String>,
+    pub(crate) client_cn: Option<String>,
 }
 
 #[derive(Default)]
@@ -322,14 +322,14 @@ struct TlsState {
 /// An HTTPS server on 127.0.0.1: TLS by rustls, HTTP/1.1 (or h2 when negotiated) by hyper,
 /// answering every request like [`super::upstream::Upstream::start`]: 200, `x-upstream: name`,
 /// body `name`.
-pub struct TlsUpstream {
-    pub addr: SocketAddr,
+pub(crate) struct TlsUpstream {
+    pub(crate) addr: SocketAddr,
     state: Arc<TlsState>,
     accept: JoinHandle<()>,
 }
 
 impl TlsUpstream {
-    pub async fn start(name: &str, server: CertAndKey, opts: TlsOptions<'_>) -> TlsUpstream {
+    pub(crate) async fn start(name: &str, server: CertAndKey, opts: TlsOptions<'_>) -> TlsUpstream {
         let addr = "127.0.0.1:0".parse().unwrap();
         Self::start_on(name, addr, server, opts)
             .await
@@ -337,7 +337,7 @@ impl TlsUpstream {
     }
 
     /// As [`TlsUpstream::start`], bound to `addr` (a fixed port may be refused: the error).
-    pub async fn start_on(
+    pub(crate) async fn start_on(
         name: &str,
         addr: SocketAddr,
         server: CertAndKey,
@@ -364,55 +364,55 @@ impl TlsUpstream {
     }
 
     /// Every ClientHello received, in order.
-    pub fn hellos(&self) -> Vec<Hello> {
+    pub(crate) fn hellos(&self) -> Vec<Hello> {
         self.state.hellos.lock().unwrap().clone()
     }
 
     /// The SNI of every ClientHello received (`None`: no SNI sent), in order.
-    pub fn snis(&self) -> Vec<Option<String>> {
+    pub(crate) fn snis(&self) -> Vec<Option<String>> {
         self.hellos().into_iter().map(|h| h.sni).collect()
     }
 
     /// The ALPN offers of every ClientHello received.
-    pub fn offered_alpns(&self) -> Vec<Vec<String>> {
+    pub(crate) fn offered_alpns(&self) -> Vec<Vec<String>> {
         self.hellos().into_iter().map(|h| h.alpn).collect()
     }
 
     /// Every completed handshake, in order.
-    pub fn handshakes(&self) -> Vec<Handshake> {
+    pub(crate) fn handshakes(&self) -> Vec<Handshake> {
         self.state.handshakes.lock().unwrap().clone()
     }
 
     /// The negotiated ALPN protocol of every completed handshake.
-    pub fn alpns(&self) -> Vec<Option<String>> {
+    pub(crate) fn alpns(&self) -> Vec<Option<String>> {
         self.handshakes().into_iter().map(|h| h.alpn).collect()
     }
 
     /// The TLS version of every completed handshake.
-    pub fn versions(&self) -> Vec<ProtocolVersion> {
+    pub(crate) fn versions(&self) -> Vec<ProtocolVersion> {
         self.handshakes().into_iter().map(|h| h.version).collect()
     }
 
     /// The client certificate CN of every completed handshake (`None`: no certificate).
-    pub fn client_cns(&self) -> Vec<Option<String>> {
+    pub(crate) fn client_cns(&self) -> Vec<Option<String>> {
         self.handshakes().into_iter().map(|h| h.client_cn).collect()
     }
 
     /// Completed handshakes (one per TLS connection that got as far as HTTP).
-    pub fn handshake_count(&self) -> usize {
+    pub(crate) fn handshake_count(&self) -> usize {
         self.state.handshakes.lock().unwrap().len()
     }
 
     /// Why handshakes failed, as the server saw it.
-    pub fn handshake_errors(&self) -> Vec<String> {
+    pub(crate) fn handshake_errors(&self) -> Vec<String> {
         self.state.errors.lock().unwrap().clone()
     }
 
-    pub fn requests(&self) -> Vec<Recorded> {
+    pub(crate) fn requests(&self) -> Vec<Recorded> {
         self.state.requests.lock().unwrap().clone()
     }
 
-    pub fn request_count(&self) -> usize {
+    pub(crate) fn request_count(&self) -> usize {
         self.state.requests.lock().unwrap().len()
     }
 }
@@ -560,7 +560,7 @@ async fn answer(
 
 /// A server that accepts TCP connections and never writes a byte (nor closes): a TLS
 /// handshake with it can only time out.
-pub async fn silent_server() -> RawUpstream {
+pub(crate) async fn silent_server() -> RawUpstream {
     RawUpstream::start(|stream| async move {
         // Holding the stream keeps the connection open until the server is dropped.
         let _stream = stream;
@@ -595,7 +595,7 @@ fn der_element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
 /// The subject common name of a DER certificate. rustls hands out certificates as DER only, and
 /// the CN is all the tests need, so this walks the few fields before the subject instead of
 /// pulling in an X.509 parser.
-pub fn subject_cn(cert: &[u8]) -> Option<String> {
+pub(crate) fn subject_cn(cert: &[u8]) -> Option<String> {
     const CONSTRUCTED_CONTEXT_0: u8 = 0xa0;
     const OID_COMMON_NAME: [u8; 3] = [0x55, 0x04, 0x03]; // 2.5.4.3
     let (_, certificate, _) = der_element(cert)?;
@@ -628,7 +628,7 @@ pub fn subject_cn(cert: &[u8]) -> Option<String> {
 }
 
 /// `egressd_tls_passthrough_rejected_total{cause}` of a proxy now (0 before the first).
-pub async fn passthrough_rejected(proxy: &super::proxy::TestProxy, cause: &str) -> u64 {
+pub(crate) async fn passthrough_rejected(proxy: &super::proxy::TestProxy, cause: &str) -> u64 {
     let metrics = super::proxy::get(proxy.admin, "127.0.0.1", "/metrics")
         .await
         .text();
@@ -641,7 +641,7 @@ pub async fn passthrough_rejected(proxy: &super::proxy::TestProxy, cause: &str) 
 
 /// `GET /` with `Host: host` over an established TLS stream, as HTTP/1.1: the status and the
 /// whole body. The connection closes once both are dropped.
-pub async fn get_over<S>(stream: S, host: &str) -> (http::StatusCode, bytes::Bytes)
+pub(crate) async fn get_over<S>(stream: S, host: &str) -> (http::StatusCode, bytes::Bytes)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {

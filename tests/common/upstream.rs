@@ -19,23 +19,23 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 /// The response body type handlers return.
-pub type BoxBody = HttpBoxBody<Bytes, std::io::Error>;
+pub(crate) type BoxBody = HttpBoxBody<Bytes, std::io::Error>;
 
 /// A whole body from bytes.
-pub fn full(body: impl Into<Bytes>) -> BoxBody {
+pub(crate) fn full(body: impl Into<Bytes>) -> BoxBody {
     Full::new(body.into())
         .map_err(|never| match never {})
         .boxed()
 }
 
 /// An empty body.
-pub fn empty() -> BoxBody {
+pub(crate) fn empty() -> BoxBody {
     Empty::new().map_err(|never| match never {}).boxed()
 }
 
 /// Reads a request body to the end, counting its bytes without keeping them (uploads in the
 /// tests can be hundreds of MiB).
-pub async fn count_body(mut body: Incoming) -> Result<u64, hyper::Error> {
+pub(crate) async fn count_body(mut body: Incoming) -> Result<u64, hyper::Error> {
     let mut total = 0u64;
     while let Some(frame) = body.frame().await {
         if let Some(data) = frame?.data_ref() {
@@ -47,15 +47,15 @@ pub async fn count_body(mut body: Incoming) -> Result<u64, hyper::Error> {
 
 /// One request as the upstream saw it.
 #[derive(Clone, Debug)]
-pub struct Recorded {
-    pub method: http::Method,
+pub(crate) struct Recorded {
+    pub(crate) method: http::Method,
     /// The request target exactly as received (origin-form for requests egressd forwards).
-    pub uri: String,
-    pub version: http::Version,
-    pub headers: http::HeaderMap,
+    pub(crate) uri: String,
+    pub(crate) version: http::Version,
+    pub(crate) headers: http::HeaderMap,
     /// Bytes of request body read by the default handler of [`Upstream::start`]; custom
     /// handlers consume the body themselves, so for them this stays 0.
-    pub body_len: u64,
+    pub(crate) body_len: u64,
 }
 
 #[derive(Default)]
@@ -65,8 +65,8 @@ struct State {
 }
 
 /// A hyper HTTP/1.1 server on 127.0.0.1 with keep-alive, recording every request.
-pub struct Upstream {
-    pub addr: SocketAddr,
+pub(crate) struct Upstream {
+    pub(crate) addr: SocketAddr,
     state: Arc<State>,
     accept: JoinHandle<()>,
 }
@@ -74,18 +74,18 @@ pub struct Upstream {
 impl Upstream {
     /// Answers every request with 200, header `x-upstream: <name>` and body `<name>`, after
     /// reading (and counting) the whole request body.
-    pub async fn start(name: &str) -> Upstream {
+    pub(crate) async fn start(name: &str) -> Upstream {
         Self::start_on(name, "127.0.0.1:0".parse().unwrap()).await
     }
 
     /// As [`Upstream::start`], bound to `addr` (for example another loopback address with the
     /// same port, to stand for a host whose DNS answer changes).
-    pub async fn start_on(name: &str, addr: SocketAddr) -> Upstream {
+    pub(crate) async fn start_on(name: &str, addr: SocketAddr) -> Upstream {
         Self::start_inner(addr, Handler::Named(Arc::from(name))).await
     }
 
     /// As [`Upstream::start_with`], bound to `addr`.
-    pub async fn start_on_with<F, Fut>(addr: SocketAddr, handler: F) -> Upstream
+    pub(crate) async fn start_on_with<F, Fut>(addr: SocketAddr, handler: F) -> Upstream
     where
         F: Fn(http::Request<Incoming>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = http::Response<BoxBody>> + Send + 'static,
@@ -96,7 +96,7 @@ impl Upstream {
 
     /// Answers every request with `handler`. Recording still happens (before the handler runs,
     /// so a request whose response never comes is still seen).
-    pub async fn start_with<F, Fut>(handler: F) -> Upstream
+    pub(crate) async fn start_with<F, Fut>(handler: F) -> Upstream
     where
         F: Fn(http::Request<Incoming>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = http::Response<BoxBody>> + Send + 'static,
@@ -118,21 +118,21 @@ impl Upstream {
     }
 
     /// Every request received so far, in arrival order.
-    pub fn requests(&self) -> Vec<Recorded> {
+    pub(crate) fn requests(&self) -> Vec<Recorded> {
         self.state.requests.lock().unwrap().clone()
     }
 
-    pub fn request_count(&self) -> usize {
+    pub(crate) fn request_count(&self) -> usize {
         self.state.requests.lock().unwrap().len()
     }
 
     /// Connections accepted so far (to assert pooling / keep-alive reuse).
-    pub fn connection_count(&self) -> usize {
+    pub(crate) fn connection_count(&self) -> usize {
         self.state.connections.load(Ordering::SeqCst)
     }
 
     /// The most recent request; panics when there is none.
-    pub fn last_request(&self) -> Recorded {
+    pub(crate) fn last_request(&self) -> Recorded {
         self.requests().pop().expect("upstream received no request")
     }
 }
@@ -218,14 +218,14 @@ async fn handle(
 
 /// A raw TCP server for upstreams that break HTTP: each accepted connection is handed to
 /// `on_connection` (for example: read the request head, then close without answering).
-pub struct RawUpstream {
-    pub addr: SocketAddr,
+pub(crate) struct RawUpstream {
+    pub(crate) addr: SocketAddr,
     connections: Arc<AtomicUsize>,
     accept: JoinHandle<()>,
 }
 
 impl RawUpstream {
-    pub async fn start<F, Fut>(on_connection: F) -> RawUpstream
+    pub(crate) async fn start<F, Fut>(on_connection: F) -> RawUpstream
     where
         F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
@@ -256,7 +256,7 @@ impl RawUpstream {
         }
     }
 
-    pub fn connection_count(&self) -> usize {
+    pub(crate) fn connection_count(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
     }
 }
@@ -269,7 +269,7 @@ impl Drop for RawUpstream {
 
 /// Reads from `stream` until the end of an HTTP/1.1 request head (`\r\n\r\n`) or EOF, and
 /// returns what was read. For [`RawUpstream`] handlers.
-pub async fn read_request_head(stream: &mut TcpStream) -> Vec<u8> {
+pub(crate) async fn read_request_head(stream: &mut TcpStream) -> Vec<u8> {
     use tokio::io::AsyncReadExt;
     let mut head = Vec::new();
     let mut buf = [0u8; 4096];
@@ -285,8 +285,8 @@ pub async fn read_request_head(stream: &mut TcpStream) -> Vec<u8> {
 /// A listening socket that never accepts, with its accept queue filled, so that further SYNs
 /// to it are dropped and connecting hangs until the connector's timeout (on Linux, a backlog of
 /// 0 queues one connection; later ones are not answered).
-pub struct Unresponsive {
-    pub addr: SocketAddr,
+pub(crate) struct Unresponsive {
+    pub(crate) addr: SocketAddr,
     _listener: socket2::Socket,
     _queued: Vec<std::net::TcpStream>,
 }
@@ -294,7 +294,7 @@ pub struct Unresponsive {
 impl Unresponsive {
     /// Binds and fills the queue. Blocks for a few hundred milliseconds; call it before starting
     /// anything that shares the test's runtime thread.
-    pub fn start() -> Unresponsive {
+    pub(crate) fn start() -> Unresponsive {
         use socket2::{Domain, Socket, Type};
         use std::time::Duration;
         let listener = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
@@ -326,7 +326,7 @@ impl Unresponsive {
 }
 
 /// A response body that sends `first` and then nothing, forever (the connection stays open).
-pub fn stalling_body(first: &'static [u8]) -> BoxBody {
+pub(crate) fn stalling_body(first: &'static [u8]) -> BoxBody {
     use futures_util::StreamExt;
     let first = Ok(hyper::body::Frame::data(Bytes::from_static(first)));
     let frames = futures_util::stream::iter([first]).chain(futures_util::stream::pending());
@@ -334,7 +334,7 @@ pub fn stalling_body(first: &'static [u8]) -> BoxBody {
 }
 
 /// A response body that sends `chunk` every `interval`, forever.
-pub fn dripping_body(chunk: &'static [u8], interval: std::time::Duration) -> BoxBody {
+pub(crate) fn dripping_body(chunk: &'static [u8], interval: std::time::Duration) -> BoxBody {
     let frames = futures_util::stream::unfold((), move |()| async move {
         tokio::time::sleep(interval).await;
         Some((Ok(hyper::body::Frame::data(Bytes::from_static(chunk))), ()))

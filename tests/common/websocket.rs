@@ -11,14 +11,14 @@ use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 
 /// Echoes every data message; pings are answered and closes echoed by tungstenite itself.
 /// Offered a `Sec-WebSocket-Protocol`, it picks the first one.
-pub struct EchoServer {
-    pub addr: SocketAddr,
+pub(crate) struct EchoServer {
+    pub(crate) addr: SocketAddr,
     handshakes: Arc<Mutex<Vec<http::Request<()>>>>,
     accept: JoinHandle<()>,
 }
 
 impl EchoServer {
-    pub async fn start() -> EchoServer {
+    pub(crate) async fn start() -> EchoServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let handshakes: Arc<Mutex<Vec<http::Request<()>>>> = Arc::default();
@@ -70,7 +70,7 @@ impl EchoServer {
     }
 
     /// The handshake requests received so far (URI and headers).
-    pub fn handshakes(&self) -> Vec<http::Request<()>> {
+    pub(crate) fn handshakes(&self) -> Vec<http::Request<()>> {
         self.handshakes
             .lock()
             .unwrap()
@@ -94,8 +94,9 @@ impl Drop for EchoServer {
 
 /// Through an echo server: a text message, a 16 MiB binary message (both ways), a ping
 /// answered by a pong, and close code 4001 with its reason echoed back.
-pub async fn echo_text_binary_ping_and_close<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>)
-where
+pub(crate) async fn echo_text_binary_ping_and_close<S>(
+    ws: &mut tokio_tungstenite::WebSocketStream<S>,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;

@@ -12,212 +12,212 @@ use crate::config::yaml::Spanned;
 
 #[apply(wire!)]
 pub struct BackendSpec {
-    pub destination: Spanned<Destination>,
+    pub(crate) destination: Spanned<Destination>,
     /// `HTTP` when omitted.
-    pub protocol: Option<Spanned<Protocol>>,
+    pub(crate) protocol: Option<Spanned<Protocol>>,
     /// `Simple` (verified TLS) when omitted: plaintext is always an explicit choice.
-    pub tls: Option<Spanned<Box<BackendTls>>>,
+    pub(crate) tls: Option<Spanned<Box<BackendTls>>>,
     // Boxed, like `tls` and `trafficPolicy`: most Backends have none.
     /// Protocol-specific settings (`mcp`).
-    pub protocol_options: Option<Spanned<Box<ProtocolOptions>>>,
+    pub(crate) protocol_options: Option<Spanned<Box<ProtocolOptions>>>,
     /// Used only when a route's primary backends are unhealthy.
-    pub fallback: Option<Spanned<bool>>,
+    pub(crate) fallback: Option<Spanned<bool>>,
     /// Processing added to every request to this Backend (`CredentialInjector`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub extensions: Vec<Spanned<BackendExtension>>,
+    pub(crate) extensions: Vec<Spanned<BackendExtension>>,
     // Boxed (and `tls` too): 1.5 KB (312 bytes) that most Backends do not use, kept for every
     // Backend for as long as its config serves (`/config`).
     /// Inline BackendTrafficPolicy for this Backend (no targetRefs).
-    pub traffic_policy: Option<Spanned<Box<TrafficPolicySpec>>>,
+    pub(crate) traffic_policy: Option<Spanned<Box<TrafficPolicySpec>>>,
 }
 
 #[apply(wire!)]
-pub struct Destination {
+pub(crate) struct Destination {
     #[serde(rename = "type")]
-    pub kind: Spanned<DestinationType>,
-    pub fqdn: Option<Spanned<FqdnDestination>>,
-    pub ip: Option<Spanned<IpDestination>>,
-    pub ports: Vec<Spanned<BackendPort>>,
+    pub(crate) kind: Spanned<DestinationType>,
+    pub(crate) fqdn: Option<Spanned<FqdnDestination>>,
+    pub(crate) ip: Option<Spanned<IpDestination>>,
+    pub(crate) ports: Vec<Spanned<BackendPort>>,
 }
 
 #[apply(wire!)]
-pub struct FqdnDestination {
-    pub hostname: Spanned<String>,
+pub(crate) struct FqdnDestination {
+    pub(crate) hostname: Spanned<String>,
     /// Send the backend hostname as `Host`/`:authority` (default true).
-    pub rewrite_authority: Option<bool>,
+    pub(crate) rewrite_authority: Option<bool>,
     /// CIDRs this name may resolve to although they are refused by default: link-local
     /// (cloud metadata), unspecified, broadcast, multicast, and loopback unless the name is
     /// `localhost` or ends in `.localhost`.
-    pub allowed_addresses: Option<Vec<Spanned<String>>>,
+    pub(crate) allowed_addresses: Option<Vec<Spanned<String>>>,
     /// A wildcard `hostname` (`*.example.com`): the concrete hosts kept at once, each with
     /// its DNS refresher and endpoints (default 256); the least recently used makes room.
-    pub max_hosts: Option<Spanned<u32>>,
+    pub(crate) max_hosts: Option<Spanned<u32>>,
     /// A wildcard `hostname`: a concrete host nobody asked for this long is forgotten
     /// (default 5m).
-    pub host_idle_timeout: Option<Spanned<GwDuration>>,
+    pub(crate) host_idle_timeout: Option<Spanned<GwDuration>>,
 }
 
 #[apply(wire!)]
-pub struct IpDestination {
-    pub endpoints: Vec<Spanned<IpEndpoint>>,
+pub(crate) struct IpDestination {
+    pub(crate) endpoints: Vec<Spanned<IpEndpoint>>,
 }
 
 #[apply(wire!)]
-pub struct IpEndpoint {
-    pub address: Spanned<String>,
+pub(crate) struct IpEndpoint {
+    pub(crate) address: Spanned<String>,
     /// This endpoint's port, instead of the Backend port's number (two instances on one host,
     /// a blue/green pair). Only in a Backend that declares exactly one port.
-    pub port: Option<Spanned<u16>>,
+    pub(crate) port: Option<Spanned<u16>>,
     /// Relative weight (default 1).
-    pub weight: Option<u32>,
-    pub priority: Option<Spanned<u32>>,
+    pub(crate) weight: Option<u32>,
+    pub(crate) priority: Option<Spanned<u32>>,
     // Boxed strings here and in references: the parsed config is kept while it serves, and
     // most of these are unset (an unset `Option<String>` is 24 bytes, a `Box<str>` 16).
-    pub zone: Option<Box<str>>,
+    pub(crate) zone: Option<Box<str>>,
     /// Name of this endpoint, sent as `Host` and used for TLS when set.
-    pub hostname: Option<Spanned<Box<str>>>,
+    pub(crate) hostname: Option<Spanned<Box<str>>>,
 }
 
 #[apply(wire!)]
-pub struct BackendPort {
-    pub name: Option<String>,
-    pub number: Spanned<u16>,
+pub(crate) struct BackendPort {
+    pub(crate) name: Option<String>,
+    pub(crate) number: Spanned<u16>,
     /// Overrides the Backend's `protocol` for this port.
-    pub protocol: Option<Spanned<Protocol>>,
+    pub(crate) protocol: Option<Spanned<Protocol>>,
     /// Overrides the Backend's `tls` for this port.
-    pub tls: Option<Spanned<Box<BackendTls>>>,
+    pub(crate) tls: Option<Spanned<Box<BackendTls>>>,
     // Boxed: most ports have none, and the MCP options are a hundred bytes kept per port.
     /// Overrides the Backend's `protocolOptions` for this port.
-    pub protocol_options: Option<Spanned<Box<ProtocolOptions>>>,
+    pub(crate) protocol_options: Option<Spanned<Box<ProtocolOptions>>>,
 }
 
 /// `protocolOptions`.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct ProtocolOptions {
+pub(crate) struct ProtocolOptions {
     /// For `protocol: MCP`.
-    pub mcp: Option<Spanned<McpOptions>>,
+    pub(crate) mcp: Option<Spanned<McpOptions>>,
 }
 
 /// `protocolOptions.mcp`.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct McpOptions {
+pub(crate) struct McpOptions {
     /// The MCP endpoint's path (default `/mcp`); other paths are plain HTTP.
-    pub path: Option<Spanned<String>>,
+    pub(crate) path: Option<Spanned<String>>,
     /// `StreamableHTTP` (default), or `SSE`: the legacy HTTP+SSE transport (2024-11-05), `path`
     /// then being the event stream's (default `/sse`).
-    pub transport: Option<Spanned<String>>,
+    pub(crate) transport: Option<Spanned<String>>,
     /// The one protocol version the server speaks (e.g. `2025-11-25`); requests carrying
     /// another `MCP-Protocol-Version` get 400, so pin it only for a server that speaks just
     /// that one. Unset (recommended): any.
-    pub version: Option<Spanned<String>>,
+    pub(crate) version: Option<Spanned<String>>,
     /// `Stateful` (default): every request of a session goes to the endpoint that issued
     /// it. `Stateless`: balanced per request.
-    pub session_routing: Option<Spanned<String>>,
+    pub(crate) session_routing: Option<Spanned<String>>,
     /// Which tools clients may call: `allow` (only these) and `deny` (never these); exact
     /// names or a prefix ending in `*`. A denied `tools/call` gets a JSON-RPC error from
     /// egressd and never reaches the server.
-    pub tools: Option<Spanned<McpToolPolicy>>,
+    pub(crate) tools: Option<Spanned<McpToolPolicy>>,
 }
 
 /// `protocolOptions.mcp.tools`.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct McpToolPolicy {
-    pub allow: Option<Vec<String>>,
+pub(crate) struct McpToolPolicy {
+    pub(crate) allow: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub deny: Vec<String>,
+    pub(crate) deny: Vec<String>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct BackendTls {
-    pub mode: Option<Spanned<TlsMode>>,
+pub(crate) struct BackendTls {
+    pub(crate) mode: Option<Spanned<TlsMode>>,
     /// Server name sent in the ClientHello; never copied from the client's Host.
-    pub sni: Option<String>,
+    pub(crate) sni: Option<String>,
     // Boxed: most Backends set none of these, and the parsed config is kept while it serves.
-    pub validation: Option<Box<TlsValidation>>,
-    pub client_certificate: Option<Box<CertificateFiles>>,
-    pub client_certificate_ref: Option<Spanned<Box<SecretRef>>>,
-    pub min_version: Option<TlsVersion>,
-    pub max_version: Option<TlsVersion>,
-    pub alpn_protocols: Option<Vec<String>>,
+    pub(crate) validation: Option<Box<TlsValidation>>,
+    pub(crate) client_certificate: Option<Box<CertificateFiles>>,
+    pub(crate) client_certificate_ref: Option<Spanned<Box<SecretRef>>>,
+    pub(crate) min_version: Option<TlsVersion>,
+    pub(crate) max_version: Option<TlsVersion>,
+    pub(crate) alpn_protocols: Option<Vec<String>>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct TlsValidation {
+pub(crate) struct TlsValidation {
     // Gateway API's spelling; camelCase would make it `wellKnownCaCertificates`, which
     // earlier builds took and is still accepted.
     #[serde(rename = "wellKnownCACertificates", alias = "wellKnownCaCertificates")]
-    pub well_known_ca_certificates: Option<WellKnownCa>,
+    pub(crate) well_known_ca_certificates: Option<WellKnownCa>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ca_certificate_files: Vec<String>,
+    pub(crate) ca_certificate_files: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ca_certificate_refs: Vec<Spanned<SecretRef>>,
-    pub hostname: Option<String>,
+    pub(crate) ca_certificate_refs: Vec<Spanned<SecretRef>>,
+    pub(crate) hostname: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub subject_alt_names: Vec<SubjectAltName>,
-    pub insecure_skip_verify: Option<bool>,
+    pub(crate) subject_alt_names: Vec<SubjectAltName>,
+    pub(crate) insecure_skip_verify: Option<bool>,
 }
 
 #[apply(wire!)]
-pub struct SubjectAltName {
+pub(crate) struct SubjectAltName {
     #[serde(rename = "type")]
-    pub kind: SanType,
-    pub hostname: Option<String>,
-    pub uri: Option<String>,
+    pub(crate) kind: SanType,
+    pub(crate) hostname: Option<String>,
+    pub(crate) uri: Option<String>,
 }
 
 /// `spec.extensions[]`.
 #[apply(wire!)]
-pub struct BackendExtension {
+pub(crate) struct BackendExtension {
     /// Names the extension in logs, errors and `x-egressd-error` details.
-    pub name: Spanned<String>,
+    pub(crate) name: Spanned<String>,
     /// `CredentialInjector` (the only type this build has).
     #[serde(rename = "type")]
-    pub kind: Spanned<String>,
+    pub(crate) kind: Spanned<String>,
     /// When the extension cannot do its work (an unreadable credential): `false` (default)
     /// answers 503 and sends nothing upstream; `true` sends the request without it.
-    pub fail_open: Option<bool>,
-    pub config: Option<Spanned<CredentialInjectorConfig>>,
+    pub(crate) fail_open: Option<bool>,
+    pub(crate) config: Option<Spanned<CredentialInjectorConfig>>,
 }
 
 /// `config` of a `CredentialInjector`: puts a credential the application never sees into a
 /// request header.
 #[apply(wire!)]
-pub struct CredentialInjectorConfig {
+pub(crate) struct CredentialInjectorConfig {
     /// The header to set (default `Authorization`).
-    pub header: Option<Spanned<String>>,
+    pub(crate) header: Option<Spanned<String>>,
     /// Put before the credential, e.g. `"Bearer "` (default none).
-    pub prefix: Option<String>,
+    pub(crate) prefix: Option<String>,
     /// Replace a value the client sent (default `true`); `false` keeps the client's.
-    pub overwrite: Option<bool>,
-    pub credential: Spanned<CredentialSource>,
+    pub(crate) overwrite: Option<bool>,
+    pub(crate) credential: Spanned<CredentialSource>,
 }
 
 /// Where a credential comes from.
 #[apply(wire!)]
-pub struct CredentialSource {
+pub(crate) struct CredentialSource {
     /// A file holding the credential (trailing line breaks ignored); watched, a change applies
     /// without a restart. Relative to the YAML file.
-    pub value_file: Option<Spanned<String>>,
+    pub(crate) value_file: Option<Spanned<String>>,
     /// A key of a `Secret` in the config directories (`credential` by default). Exactly one of
     /// `valueFile` and `secretRef`.
-    pub secret_ref: Option<Spanned<CredentialSecretRef>>,
+    pub(crate) secret_ref: Option<Spanned<CredentialSecretRef>>,
 }
 
 /// The Secret (core `v1`, any type: `Opaque` usually) and key holding a credential.
 #[apply(wire!)]
-pub struct CredentialSecretRef {
+pub(crate) struct CredentialSecretRef {
     /// `""` (the core group, the default).
-    pub group: Option<String>,
+    pub(crate) group: Option<String>,
     /// `Secret` (the default and the only kind).
-    pub kind: Option<String>,
-    pub name: String,
+    pub(crate) kind: Option<String>,
+    pub(crate) name: String,
     /// The Backend's namespace by default.
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// The key whose value is the credential (default `credential`).
-    pub key: Option<String>,
+    pub(crate) key: Option<String>,
 }

@@ -10,77 +10,77 @@ use serde::{Deserialize, Serialize};
 /// Kubernetes-style object metadata. Only the fields egressd uses are accepted.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct ObjectMeta {
-    pub name: String,
+pub(crate) struct ObjectMeta {
+    pub(crate) name: String,
     /// Defaults to `default`.
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
+    pub(crate) annotations: BTreeMap<String, String>,
 }
 
 /// A field of the config model that this build parses but does not implement yet. Setting it is
 /// an error ("not supported yet"), never silently ignored.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(transparent)]
-pub struct NotYetSupported(pub serde_json::Value);
+pub(crate) struct NotYetSupported(pub(crate) serde_json::Value);
 
 /// A reference to a Backend from a route (`backendRefs[]`).
 #[apply(wire!)]
-pub struct BackendRef {
+pub(crate) struct BackendRef {
     /// `egressd.dev` (default).
-    pub group: Option<Box<str>>,
+    pub(crate) group: Option<Box<str>>,
     /// `Backend` (default).
-    pub kind: Option<Box<str>>,
-    pub name: String,
+    pub(crate) kind: Option<Box<str>>,
+    pub(crate) name: String,
     /// Same namespace as the route by default.
-    pub namespace: Option<Box<str>>,
+    pub(crate) namespace: Option<Box<str>>,
     /// Required when the Backend has several ports.
-    pub port: Option<u16>,
+    pub(crate) port: Option<u16>,
     /// Relative weight among the rule's backendRefs (default 1; 0 disables).
-    pub weight: Option<u32>,
+    pub(crate) weight: Option<u32>,
     /// Per-backend filters (not supported yet).
-    pub filters: Option<Box<NotYetSupported>>,
+    pub(crate) filters: Option<Box<NotYetSupported>>,
 }
 
 /// A reference from a route to the Gateway (listener) it attaches to.
 #[apply(wire!)]
-pub struct ParentRef {
-    pub group: Option<Box<str>>,
-    pub kind: Option<Box<str>>,
-    pub namespace: Option<Box<str>>,
-    pub name: String,
+pub(crate) struct ParentRef {
+    pub(crate) group: Option<Box<str>>,
+    pub(crate) kind: Option<Box<str>>,
+    pub(crate) namespace: Option<Box<str>>,
+    pub(crate) name: String,
     /// Listener name; all HTTP listeners of the Gateway when omitted.
-    pub section_name: Option<Box<str>>,
-    pub port: Option<u16>,
+    pub(crate) section_name: Option<Box<str>>,
+    pub(crate) port: Option<u16>,
 }
 
 /// A reference from a policy to the object it applies to.
 #[apply(wire!)]
-pub struct PolicyTargetRef {
-    pub group: String,
-    pub kind: String,
-    pub name: String,
-    pub namespace: Option<String>,
-    pub section_name: Option<String>,
+pub(crate) struct PolicyTargetRef {
+    pub(crate) group: String,
+    pub(crate) kind: String,
+    pub(crate) name: String,
+    pub(crate) namespace: Option<String>,
+    pub(crate) section_name: Option<String>,
 }
 
 /// A reference to a `Secret`/`ConfigMap` holding PEM material.
 #[apply(wire!)]
-pub struct SecretRef {
+pub(crate) struct SecretRef {
     /// `""` (the core group, the default).
-    pub group: Option<String>,
+    pub(crate) group: Option<String>,
     /// `Secret` (the default; CA references also take `ConfigMap`).
-    pub kind: Option<String>,
-    pub name: String,
+    pub(crate) kind: Option<String>,
+    pub(crate) name: String,
     /// The referrer's namespace by default.
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
 }
 
 /// A certificate chain and private key read from PEM files.
 #[apply(wire!)]
-pub struct CertificateFiles {
-    pub certificate_file: String,
-    pub private_key_file: String,
+pub(crate) struct CertificateFiles {
+    pub(crate) certificate_file: String,
+    pub(crate) private_key_file: String,
 }

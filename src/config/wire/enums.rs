@@ -10,7 +10,7 @@ use crate::config::yaml::Pos;
 
 /// One use of an alias: as written, the canonical spelling, and where it was written
 /// (`Pos::default()` when the deserializer does not track positions).
-pub type AliasUse = (String, &'static str, Pos);
+pub(crate) type AliasUse = (String, &'static str, Pos);
 
 thread_local! {
     /// Aliases used while deserializing the current document.
@@ -23,7 +23,7 @@ pub(crate) fn record_alias(written: &str, canonical: &'static str, pos: Pos) {
 }
 
 /// Takes the aliases recorded on this thread since the last call.
-pub fn take_alias_uses() -> Vec<AliasUse> {
+pub(crate) fn take_alias_uses() -> Vec<AliasUse> {
     ALIAS_USES.with(|uses| std::mem::take(&mut *uses.borrow_mut()))
 }
 
@@ -47,15 +47,15 @@ macro_rules! wire_enum {
 
         impl $name {
             /// The canonical spelling of every value.
-            pub const CANONICAL: &'static [&'static str] = &[$($canon),+];
+            pub(crate) const CANONICAL: &'static [&'static str] = &[$($canon),+];
 
             /// The canonical spelling of this value.
-            pub fn as_str(self) -> &'static str {
+            pub(crate) fn as_str(self) -> &'static str {
                 match self { $(Self::$variant => $canon),+ }
             }
 
             /// Parses a canonical value or an alias; the flag says whether an alias was used.
-            pub fn parse(s: &str) -> Option<(Self, bool)> {
+            pub(crate) fn parse(s: &str) -> Option<(Self, bool)> {
                 $( if s == $canon { return Some((Self::$variant, false)); } )+
                 $(
                     if $crate::config::wire::enums::is_screaming($canon) && s.eq_ignore_ascii_case($canon) {
@@ -120,7 +120,7 @@ macro_rules! wire_enum {
 
 wire_enum! {
     /// What a Gateway listener speaks.
-    pub enum ListenerProtocol {
+    pub(crate) enum ListenerProtocol {
         Http = "HTTP",
         Https = "HTTPS",
         Tls = "TLS",
@@ -130,7 +130,7 @@ wire_enum! {
 
 wire_enum! {
     /// How a listener handles TLS.
-    pub enum ListenerTlsMode {
+    pub(crate) enum ListenerTlsMode {
         Terminate = "Terminate",
         Passthrough = "Passthrough",
     }
@@ -138,7 +138,7 @@ wire_enum! {
 
 wire_enum! {
     /// Which namespaces may attach routes to a listener.
-    pub enum FromNamespaces {
+    pub(crate) enum FromNamespaces {
         All = "All",
         Same = "Same",
         Selector = "Selector",
@@ -147,7 +147,7 @@ wire_enum! {
 
 wire_enum! {
     /// HTTPRoute path match kinds.
-    pub enum PathMatchType {
+    pub(crate) enum PathMatchType {
         Exact = "Exact",
         PathPrefix = "PathPrefix",
         RegularExpression = "RegularExpression",
@@ -156,7 +156,7 @@ wire_enum! {
 
 wire_enum! {
     /// HTTPRoute header and query parameter match kinds.
-    pub enum ValueMatchType {
+    pub(crate) enum ValueMatchType {
         Exact = "Exact",
         RegularExpression = "RegularExpression",
     }
@@ -164,7 +164,7 @@ wire_enum! {
 
 wire_enum! {
     /// HTTP methods an HTTPRoute can match.
-    pub enum HttpMethod {
+    pub(crate) enum HttpMethod {
         Get = "GET",
         Head = "HEAD",
         Post = "POST",
@@ -179,7 +179,7 @@ wire_enum! {
 
 wire_enum! {
     /// HTTPRoute filter kinds.
-    pub enum FilterType {
+    pub(crate) enum FilterType {
         RequestHeaderModifier = "RequestHeaderModifier",
         ResponseHeaderModifier = "ResponseHeaderModifier",
         UrlRewrite = "URLRewrite",
@@ -192,7 +192,7 @@ wire_enum! {
 
 wire_enum! {
     /// URLRewrite path modifier kinds.
-    pub enum PathModifierType {
+    pub(crate) enum PathModifierType {
         ReplaceFullPath = "ReplaceFullPath",
         ReplacePrefixMatch = "ReplacePrefixMatch",
     }
@@ -200,7 +200,7 @@ wire_enum! {
 
 wire_enum! {
     /// How a Backend's destination is given.
-    pub enum DestinationType {
+    pub(crate) enum DestinationType {
         Fqdn = "FQDN" | "Fqdn" | "ExternalHostname",
         Ip = "IP" | "Ip",
     }
@@ -208,7 +208,7 @@ wire_enum! {
 
 wire_enum! {
     /// The application protocol egressd speaks to a Backend.
-    pub enum Protocol {
+    pub(crate) enum Protocol {
         Http = "HTTP",
         Http11 = "HTTP11",
         Http2 = "HTTP2",
@@ -221,7 +221,7 @@ wire_enum! {
 
 wire_enum! {
     /// How egressd connects to a Backend (see docs/configuration.md, TLS modes).
-    pub enum TlsMode {
+    pub(crate) enum TlsMode {
         Simple = "Simple" | "SIMPLE" | "ServerOnly",
         Mutual = "Mutual" | "MUTUAL" | "ClientAndServer",
         Passthrough = "Passthrough" | "PASSTHROUGH",
@@ -232,7 +232,7 @@ wire_enum! {
 
 wire_enum! {
     /// TLS protocol versions.
-    pub enum TlsVersion {
+    pub(crate) enum TlsVersion {
         V1_2 = "1.2" | "TLSv1_2" | "TLSV1_2",
         V1_3 = "1.3" | "TLSv1_3" | "TLSV1_3",
     }
@@ -240,14 +240,14 @@ wire_enum! {
 
 wire_enum! {
     /// Trust store names.
-    pub enum WellKnownCa {
+    pub(crate) enum WellKnownCa {
         System = "System",
     }
 }
 
 wire_enum! {
     /// Subject alternative name kinds to verify.
-    pub enum SanType {
+    pub(crate) enum SanType {
         Hostname = "Hostname",
         Uri = "URI",
     }
@@ -255,7 +255,7 @@ wire_enum! {
 
 wire_enum! {
     /// Load balancing algorithms.
-    pub enum LoadBalancerType {
+    pub(crate) enum LoadBalancerType {
         LeastRequest = "LeastRequest" | "LEAST_REQUEST",
         RoundRobin = "RoundRobin" | "ROUND_ROBIN",
         Random = "Random" | "RANDOM",
@@ -265,7 +265,7 @@ wire_enum! {
 
 wire_enum! {
     /// What an active health check sends (`healthCheck.active.type`).
-    pub enum HealthCheckType {
+    pub(crate) enum HealthCheckType {
         Http = "HTTP",
         Tcp = "TCP",
         Mcp = "MCP",
@@ -274,7 +274,7 @@ wire_enum! {
 
 wire_enum! {
     /// What consistent hashing hashes.
-    pub enum ConsistentHashType {
+    pub(crate) enum ConsistentHashType {
         Header = "Header" | "HEADER",
         Cookie = "Cookie" | "COOKIE",
         SourceIp = "SourceIP" | "SOURCE_IP",
@@ -283,7 +283,7 @@ wire_enum! {
 
 wire_enum! {
     /// Address families to resolve.
-    pub enum LookupFamily {
+    pub(crate) enum LookupFamily {
         IPv4Only = "IPv4Only" | "V4_ONLY",
         IPv6Only = "IPv6Only" | "V6_ONLY",
         IPv4Preferred = "IPv4Preferred" | "V4_PREFERRED",
@@ -294,7 +294,7 @@ wire_enum! {
 
 wire_enum! {
     /// What happens to requests for undeclared destinations.
-    pub enum OutboundPolicy {
+    pub(crate) enum OutboundPolicy {
         RegistryOnly = "RegistryOnly" | "REGISTRY_ONLY",
         AllowAny = "AllowAny" | "ALLOW_ANY",
         AuditOnly = "AuditOnly" | "AUDIT_ONLY",
@@ -303,7 +303,7 @@ wire_enum! {
 
 wire_enum! {
     /// Access log line formats.
-    pub enum AccessLogFormat {
+    pub(crate) enum AccessLogFormat {
         Json = "JSON" | "Json",
         Text = "Text" | "TEXT",
     }
@@ -311,7 +311,7 @@ wire_enum! {
 
 wire_enum! {
     /// Whether an `EgressPolicy` refuses the clients it does not list, or only records them.
-    pub enum EgressPolicyMode {
+    pub(crate) enum EgressPolicyMode {
         Enforce = "Enforce" | "ENFORCE",
         Report = "Report" | "REPORT",
     }
@@ -319,7 +319,7 @@ wire_enum! {
 
 wire_enum! {
     /// What clients may reach destinations no `EgressPolicy` names.
-    pub enum ClientPolicyDefault {
+    pub(crate) enum ClientPolicyDefault {
         Allow = "Allow" | "ALLOW",
         Deny = "Deny" | "DENY",
     }
@@ -327,7 +327,7 @@ wire_enum! {
 
 wire_enum! {
     /// Whether an HTTPS listener's clients must present a certificate.
-    pub enum FrontendValidationMode {
+    pub(crate) enum FrontendValidationMode {
         Require = "Require" | "REQUIRE",
         AllowMissing = "AllowMissing" | "ALLOW_MISSING",
     }
@@ -335,7 +335,7 @@ wire_enum! {
 
 wire_enum! {
     /// `XBackend.spec.type` (Gateway API, GEP-4894).
-    pub enum XBackendType {
+    pub(crate) enum XBackendType {
         ExternalHostname = "ExternalHostname",
         EndpointSelector = "EndpointSelector",
     }
@@ -343,7 +343,7 @@ wire_enum! {
 
 wire_enum! {
     /// `XBackend.spec.protocol`: Gateway API's spelling of a backend protocol.
-    pub enum XBackendProtocol {
+    pub(crate) enum XBackendProtocol {
         Tcp = "TCP",
         Http = "HTTP",
         Http2 = "HTTP2",
@@ -357,7 +357,7 @@ wire_enum! {
 
 wire_enum! {
     /// `XBackend.spec.tls.mode`.
-    pub enum XBackendTlsMode {
+    pub(crate) enum XBackendTlsMode {
         None = "None",
         ServerOnly = "ServerOnly",
         ClientAndServer = "ClientAndServer",

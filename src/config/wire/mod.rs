@@ -15,17 +15,17 @@ macro_rules! wire {
     };
 }
 
-pub mod backend;
-pub mod common;
-pub mod egress_policy;
-pub mod enums;
-pub mod gateway;
-pub mod policy;
-pub mod proxy;
-pub mod route;
-pub mod secret;
-pub mod tls_route;
-pub mod xbackend;
+pub(crate) mod backend;
+pub(crate) mod common;
+pub(crate) mod egress_policy;
+pub(crate) mod enums;
+pub(crate) mod gateway;
+pub(crate) mod policy;
+pub(crate) mod proxy;
+pub(crate) mod route;
+pub(crate) mod secret;
+pub(crate) mod tls_route;
+pub(crate) mod xbackend;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -35,11 +35,11 @@ use crate::config::error::ObjectId;
 use crate::config::yaml::Pos;
 
 /// API group of egressd's own kinds.
-pub const EGRESSD_GROUP: &str = "egressd.dev";
+pub(crate) const EGRESSD_GROUP: &str = "egressd.dev";
 /// API group of the Gateway API kinds.
-pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+pub(crate) const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 /// API group of Gateway API's experimental kinds (`XBackend`).
-pub const GATEWAY_X_GROUP: &str = "gateway.networking.x-k8s.io";
+pub(crate) const GATEWAY_X_GROUP: &str = "gateway.networking.x-k8s.io";
 
 /// The kinds a config may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -86,15 +86,6 @@ impl Kind {
         }
     }
 
-    pub fn group(self) -> &'static str {
-        match self {
-            Kind::Gateway | Kind::HttpRoute | Kind::TlsRoute => GATEWAY_GROUP,
-            Kind::XBackend => GATEWAY_X_GROUP,
-            Kind::Secret | Kind::ConfigMap => "",
-            _ => EGRESSD_GROUP,
-        }
-    }
-
     /// The accepted `apiVersion` values; the first is canonical.
     pub fn api_versions(self) -> &'static [&'static str] {
         match self {
@@ -115,13 +106,13 @@ impl Kind {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<Kind> {
+    pub(crate) fn from_name(name: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.name() == name)
     }
 }
 
 /// Kinds that belong to the model but are not implemented by this build yet.
-pub const KINDS_NOT_YET_SUPPORTED: &[&str] = &["GRPCRoute", "TCPRoute", "ReferenceGrant"];
+pub(crate) const KINDS_NOT_YET_SUPPORTED: &[&str] = &["GRPCRoute", "TCPRoute", "ReferenceGrant"];
 
 /// One parsed object with where it came from.
 #[derive(Clone, Debug)]
@@ -129,25 +120,25 @@ pub struct Object<S> {
     pub id: ObjectId,
     /// `metadata.labels` and `annotations`, when it has any (most objects: none). The name
     /// and namespace are in `id`, not kept twice: a config serves as long as it is loaded.
-    pub labels: Option<Box<Labels>>,
+    pub(crate) labels: Option<Box<Labels>>,
     /// Whether `metadata.namespace` was written (`id` says `default` when it was not).
-    pub namespace_written: bool,
-    pub file: Arc<Path>,
+    pub(crate) namespace_written: bool,
+    pub(crate) file: Arc<Path>,
     /// Position of the document (its first key).
-    pub pos: Pos,
-    pub spec: S,
+    pub(crate) pos: Pos,
+    pub(crate) spec: S,
 }
 
 /// `metadata.labels` and `metadata.annotations`.
 #[derive(Clone, Debug, Default)]
-pub struct Labels {
-    pub labels: std::collections::BTreeMap<String, String>,
-    pub annotations: std::collections::BTreeMap<String, String>,
+pub(crate) struct Labels {
+    pub(crate) labels: std::collections::BTreeMap<String, String>,
+    pub(crate) annotations: std::collections::BTreeMap<String, String>,
 }
 
 impl<S> Object<S> {
     /// `metadata` as it was written.
-    pub fn meta(&self) -> ObjectMeta {
+    pub(crate) fn meta(&self) -> ObjectMeta {
         let labels = self.labels.as_deref().cloned().unwrap_or_default();
         ObjectMeta {
             name: self.id.name.to_string(),
@@ -159,11 +150,8 @@ impl<S> Object<S> {
         }
     }
 
-    pub fn namespace(&self) -> &str {
-        &self.id.namespace
-    }
-
-    pub fn name(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn name(&self) -> &str {
         &self.id.name
     }
 }

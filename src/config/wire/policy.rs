@@ -12,40 +12,40 @@ use crate::config::yaml::Spanned;
 /// Declares the policy sections once, for both the standalone kind (with `targetRefs`) and the
 /// inline form. serde cannot combine `flatten` with `deny_unknown_fields`, hence the macro.
 macro_rules! policy_sections {
-    ($(#[$meta:meta])* pub struct $name:ident { $($extra:tt)* }) => {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident { $($extra:tt)* }) => {
         $(#[$meta])*
         #[apply(wire!)]
         #[derive(Default)]
-        pub struct $name {
+        $vis struct $name {
             $($extra)*
-            pub load_balancer: Option<Spanned<LoadBalancer>>,
-            pub health_check: Option<Spanned<HealthCheck>>,
-            pub circuit_breaker: Option<Spanned<CircuitBreaker>>,
-            pub retry: Option<Spanned<RetrySpec>>,
-            pub timeout: Option<Spanned<TimeoutPolicy>>,
-            pub tcp_keepalive: Option<Spanned<TcpKeepaliveConfig>>,
-            pub dns: Option<Spanned<DnsPolicy>>,
-            pub http2: Option<Spanned<Http2Policy>>,
-            pub http_upgrade: Option<Spanned<Vec<HttpUpgrade>>>,
+            $vis load_balancer: Option<Spanned<LoadBalancer>>,
+            $vis health_check: Option<Spanned<HealthCheck>>,
+            $vis circuit_breaker: Option<Spanned<CircuitBreaker>>,
+            $vis retry: Option<Spanned<RetrySpec>>,
+            $vis timeout: Option<Spanned<TimeoutPolicy>>,
+            $vis tcp_keepalive: Option<Spanned<TcpKeepaliveConfig>>,
+            $vis dns: Option<Spanned<DnsPolicy>>,
+            $vis http2: Option<Spanned<Http2Policy>>,
+            $vis http_upgrade: Option<Spanned<Vec<HttpUpgrade>>>,
         }
     };
 }
 
 policy_sections! {
     /// A standalone policy attached to Backends, Gateways or HTTPRoutes through `targetRefs`.
-    pub struct BackendTrafficPolicySpec {
-        pub target_refs: Vec<Spanned<PolicyTargetRef>>,
+    pub(crate) struct BackendTrafficPolicySpec {
+        pub(crate) target_refs: Vec<Spanned<PolicyTargetRef>>,
     }
 }
 
 policy_sections! {
     /// The policy sections, as written inline in `Backend.spec.trafficPolicy`.
-    pub struct TrafficPolicySpec {}
+    pub(crate) struct TrafficPolicySpec {}
 }
 
 impl BackendTrafficPolicySpec {
     /// The sections without the target references.
-    pub fn sections(&self) -> TrafficPolicySpec {
+    pub(crate) fn sections(&self) -> TrafficPolicySpec {
         TrafficPolicySpec {
             load_balancer: self.load_balancer.clone(),
             health_check: self.health_check.clone(),
@@ -61,231 +61,231 @@ impl BackendTrafficPolicySpec {
 }
 
 #[apply(wire!)]
-pub struct LoadBalancer {
+pub(crate) struct LoadBalancer {
     #[serde(rename = "type")]
-    pub kind: Spanned<LoadBalancerType>,
-    pub least_request: Option<Spanned<LeastRequestConfig>>,
-    pub slow_start: Option<Spanned<SlowStartConfig>>,
-    pub consistent_hash: Option<Spanned<ConsistentHashConfig>>,
+    pub(crate) kind: Spanned<LoadBalancerType>,
+    pub(crate) least_request: Option<Spanned<LeastRequestConfig>>,
+    pub(crate) slow_start: Option<Spanned<SlowStartConfig>>,
+    pub(crate) consistent_hash: Option<Spanned<ConsistentHashConfig>>,
 }
 
 /// `loadBalancer.consistentHash` (type `ConsistentHash`): what requests are hashed by, and
 /// the ring or table that maps hashes to endpoints (`ringHash` when neither is given).
 #[apply(wire!)]
-pub struct ConsistentHashConfig {
+pub(crate) struct ConsistentHashConfig {
     /// `Header`, `Cookie` or `SourceIP`.
     #[serde(rename = "type")]
-    pub kind: Spanned<ConsistentHashType>,
+    pub(crate) kind: Spanned<ConsistentHashType>,
     /// The header whose (first) value is hashed, for type `Header`.
-    pub header: Option<Spanned<HashHeader>>,
+    pub(crate) header: Option<Spanned<HashHeader>>,
     /// The cookie whose value is hashed, for type `Cookie`.
-    pub cookie: Option<Spanned<HashCookie>>,
+    pub(crate) cookie: Option<Spanned<HashCookie>>,
     /// Ring hash (Envoy's `RING_HASH`), the default.
-    pub ring_hash: Option<Spanned<RingHashConfig>>,
+    pub(crate) ring_hash: Option<Spanned<RingHashConfig>>,
     /// Maglev (Envoy's `MAGLEV`).
-    pub maglev: Option<Spanned<MaglevConfig>>,
+    pub(crate) maglev: Option<Spanned<MaglevConfig>>,
 }
 
 #[apply(wire!)]
-pub struct HashHeader {
-    pub name: Spanned<String>,
+pub(crate) struct HashHeader {
+    pub(crate) name: Spanned<String>,
 }
 
 #[apply(wire!)]
-pub struct HashCookie {
-    pub name: Spanned<String>,
+pub(crate) struct HashCookie {
+    pub(crate) name: Spanned<String>,
     /// Generating the cookie when the request has none (Envoy's `ttl`): not supported yet.
-    pub ttl: Option<Spanned<NotYetSupported>>,
-    pub attributes: Option<Spanned<NotYetSupported>>,
+    pub(crate) ttl: Option<Spanned<NotYetSupported>>,
+    pub(crate) attributes: Option<Spanned<NotYetSupported>>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct RingHashConfig {
+pub(crate) struct RingHashConfig {
     /// Fewest points on the ring (default 1024; at most 8Mi).
-    pub minimum_ring_size: Option<Spanned<u64>>,
+    pub(crate) minimum_ring_size: Option<Spanned<u64>>,
     /// Most points on the ring (default and largest 8Mi).
-    pub maximum_ring_size: Option<Spanned<u64>>,
+    pub(crate) maximum_ring_size: Option<Spanned<u64>>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct MaglevConfig {
+pub(crate) struct MaglevConfig {
     /// Slots in the lookup table: a prime, at most 5000011 (default 65537).
-    pub table_size: Option<Spanned<u64>>,
+    pub(crate) table_size: Option<Spanned<u64>>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct TimeoutPolicy {
-    pub tcp: Option<TcpTimeouts>,
-    pub http: Option<HttpTimeouts>,
+pub(crate) struct TimeoutPolicy {
+    pub(crate) tcp: Option<TcpTimeouts>,
+    pub(crate) http: Option<HttpTimeouts>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct TcpTimeouts {
+pub(crate) struct TcpTimeouts {
     /// Time allowed to establish an upstream connection (default 10s).
-    pub connect_timeout: Option<GwDuration>,
+    pub(crate) connect_timeout: Option<GwDuration>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct HttpTimeouts {
+pub(crate) struct HttpTimeouts {
     /// The whole exchange, until the end of the response (default: none).
-    pub request_timeout: Option<GwDuration>,
+    pub(crate) request_timeout: Option<GwDuration>,
     /// Longest silence, in either direction, on a request or response in progress (default 5m).
-    pub stream_idle_timeout: Option<GwDuration>,
+    pub(crate) stream_idle_timeout: Option<GwDuration>,
     /// How long an idle pooled upstream connection is kept (default 60s).
-    pub connection_idle_timeout: Option<GwDuration>,
+    pub(crate) connection_idle_timeout: Option<GwDuration>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct DnsPolicy {
+pub(crate) struct DnsPolicy {
     /// Re-resolve when the record's TTL expires (default true).
-    pub respect_dns_ttl: Option<bool>,
+    pub(crate) respect_dns_ttl: Option<bool>,
     /// Re-resolution interval when TTLs are not respected (default 30s).
-    pub dns_refresh_rate: Option<GwDuration>,
-    pub lookup_family: Option<LookupFamily>,
+    pub(crate) dns_refresh_rate: Option<GwDuration>,
+    pub(crate) lookup_family: Option<LookupFamily>,
 }
 
 /// A protocol upgrade requests may ask for (`httpUpgrade: [{type: websocket}]`; `[]` refuses
 /// every upgrade).
 #[apply(wire!)]
-pub struct HttpUpgrade {
+pub(crate) struct HttpUpgrade {
     #[serde(rename = "type")]
-    pub kind: Spanned<String>,
+    pub(crate) kind: Spanned<String>,
 }
 
 /// HTTP/2 towards the Backend's endpoints (a connection-level section).
 #[apply(wire!)]
 #[derive(Default)]
-pub struct Http2Policy {
+pub(crate) struct Http2Policy {
     /// Streams one upstream connection carries at most; past it (or past the server's own
     /// `SETTINGS_MAX_CONCURRENT_STREAMS`, whichever is smaller) another connection is opened.
     /// Default: the server's limit.
-    pub max_concurrent_streams: Option<Spanned<u32>>,
+    pub(crate) max_concurrent_streams: Option<Spanned<u32>>,
     /// Receive window per stream (default 2Mi).
-    pub initial_stream_window_size: Option<Spanned<Quantity>>,
+    pub(crate) initial_stream_window_size: Option<Spanned<Quantity>>,
     /// Receive window per connection (default 5Mi).
-    pub initial_connection_window_size: Option<Spanned<Quantity>>,
+    pub(crate) initial_connection_window_size: Option<Spanned<Quantity>>,
     /// PINGs that detect a dead connection while streams are open (default: off, as in Envoy;
     /// many gRPC servers close connections that ping more often than every 5 minutes).
-    pub connection_keepalive: Option<Http2Keepalive>,
+    pub(crate) connection_keepalive: Option<Http2Keepalive>,
 }
 
 #[apply(wire!)]
-pub struct Http2Keepalive {
+pub(crate) struct Http2Keepalive {
     /// Time between PINGs.
-    pub interval: Spanned<GwDuration>,
+    pub(crate) interval: Spanned<GwDuration>,
     /// How long to wait for the PING's answer before closing the connection (default 20s).
-    pub timeout: Option<GwDuration>,
+    pub(crate) timeout: Option<GwDuration>,
 }
 
 /// `tcpKeepalive`: TCP keepalive probes on upstream connections (connection level).
 #[apply(wire!)]
 #[derive(Default)]
-pub struct TcpKeepaliveConfig {
+pub(crate) struct TcpKeepaliveConfig {
     /// Idle time before the first probe (default 7200s).
-    pub idle_time: Option<Spanned<GwDuration>>,
+    pub(crate) idle_time: Option<Spanned<GwDuration>>,
     /// Time between probes (default 75s).
-    pub interval: Option<Spanned<GwDuration>>,
+    pub(crate) interval: Option<Spanned<GwDuration>>,
     /// Unanswered probes before the connection is dropped (default 9).
-    pub probes: Option<Spanned<u32>>,
+    pub(crate) probes: Option<Spanned<u32>>,
 }
 
 /// `loadBalancer.slowStart`: endpoints that just became ready get a growing share of traffic.
 #[apply(wire!)]
-pub struct SlowStartConfig {
+pub(crate) struct SlowStartConfig {
     /// How long the ramp lasts (required).
-    pub window: Spanned<GwDuration>,
+    pub(crate) window: Spanned<GwDuration>,
     /// Shape of the ramp: 1.0 linear, larger ramps up faster at first (default 1.0).
-    pub aggression: Option<Spanned<f64>>,
+    pub(crate) aggression: Option<Spanned<f64>>,
     /// The smallest share, in percent of the full weight (default 10).
-    pub min_weight_percent: Option<Spanned<u32>>,
+    pub(crate) min_weight_percent: Option<Spanned<u32>>,
 }
 
 /// `loadBalancer.leastRequest`.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct LeastRequestConfig {
+pub(crate) struct LeastRequestConfig {
     /// Endpoints sampled per pick when weights are equal (2..=16, default 2).
-    pub choice_count: Option<Spanned<u32>>,
+    pub(crate) choice_count: Option<Spanned<u32>>,
     /// Exponent of `active + 1` in `weight / (active + 1)^bias` (default 1.0; 0 ignores load).
     /// Setting it makes even equal weights use the weighted schedule, as in Envoy.
-    pub active_request_bias: Option<Spanned<f64>>,
+    pub(crate) active_request_bias: Option<Spanned<f64>>,
     /// Sample distinct endpoints (default true); false samples with replacement like Envoy,
     /// so the busier of two endpoints is still chosen a quarter of the time.
-    pub distinct_choices: Option<bool>,
+    pub(crate) distinct_choices: Option<bool>,
 }
 
 /// `healthCheck`: passive (outlier detection) and, later, active checks.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct HealthCheck {
+pub(crate) struct HealthCheck {
     /// Below this percentage of healthy endpoints, picks ignore health (Envoy's panic mode;
     /// default 50, 0 disables).
-    pub panic_threshold: Option<Spanned<u32>>,
+    pub(crate) panic_threshold: Option<Spanned<u32>>,
     /// Outlier detection from live traffic.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         alias = "outlierDetection"
     )]
-    pub passive: Option<Spanned<PassiveHealthCheck>>,
+    pub(crate) passive: Option<Spanned<PassiveHealthCheck>>,
     /// Active checks: egressd probes every endpoint on a timer.
-    pub active: Option<Spanned<ActiveHealthCheck>>,
+    pub(crate) active: Option<Spanned<ActiveHealthCheck>>,
 }
 
 /// `healthCheck.active`. See docs/balancing-and-health.md for defaults and semantics.
 #[apply(wire!)]
-pub struct ActiveHealthCheck {
+pub(crate) struct ActiveHealthCheck {
     /// `HTTP` (a request over a new connection made as the Backend port says), `TCP` (a
     /// connect) or `MCP` (`initialize`, `ping`, then `DELETE` of the session; one `ping` for
     /// the stateless protocol).
     #[serde(rename = "type")]
-    pub kind: Spanned<HealthCheckType>,
+    pub(crate) kind: Spanned<HealthCheckType>,
     /// Time between two checks of one endpoint (default 10s).
-    pub interval: Option<Spanned<GwDuration>>,
+    pub(crate) interval: Option<Spanned<GwDuration>>,
     /// Random extra time added to each interval, up to this (default 0).
-    pub interval_jitter: Option<Spanned<GwDuration>>,
+    pub(crate) interval_jitter: Option<Spanned<GwDuration>>,
     /// A check without a passing answer within this time fails (default 1s).
-    pub timeout: Option<Spanned<GwDuration>>,
+    pub(crate) timeout: Option<Spanned<GwDuration>>,
     /// Failed checks in a row that mark a healthy endpoint unhealthy (default 3).
-    pub unhealthy_threshold: Option<Spanned<u32>>,
+    pub(crate) unhealthy_threshold: Option<Spanned<u32>>,
     /// Passed checks in a row that mark an unhealthy endpoint healthy (default 1).
-    pub healthy_threshold: Option<Spanned<u32>>,
+    pub(crate) healthy_threshold: Option<Spanned<u32>>,
     /// A passing check ends an outlier ejection at once (default true, as in Envoy).
-    pub uneject_on_pass: Option<bool>,
+    pub(crate) uneject_on_pass: Option<bool>,
     /// The request of `type: HTTP`.
-    pub http: Option<Spanned<HttpHealthCheck>>,
+    pub(crate) http: Option<Spanned<HttpHealthCheck>>,
 }
 
 /// `healthCheck.active.http`.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct HttpHealthCheck {
+pub(crate) struct HttpHealthCheck {
     /// Path (and query) requested (default `/`).
-    pub path: Option<Spanned<String>>,
+    pub(crate) path: Option<Spanned<String>>,
     /// Method (default GET).
-    pub method: Option<Spanned<String>>,
+    pub(crate) method: Option<Spanned<String>>,
     /// `Host` sent (default: the Backend's hostname, or the endpoint address for IP Backends).
-    pub host: Option<Spanned<String>>,
+    pub(crate) host: Option<Spanned<String>>,
     /// Statuses that pass (default [200], as in Envoy).
-    pub expected_statuses: Option<Vec<Spanned<u16>>>,
+    pub(crate) expected_statuses: Option<Vec<Spanned<u16>>>,
 }
 
 /// `healthCheck.passive` (outlier detection). See docs/balancing-and-health.md for defaults
 /// and semantics.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct PassiveHealthCheck {
+pub(crate) struct PassiveHealthCheck {
     /// How often ejections are reviewed (default 10s).
-    pub interval: Option<Spanned<GwDuration>>,
+    pub(crate) interval: Option<Spanned<GwDuration>>,
     /// Consecutive 502/503/504, connect failures, resets and timeouts that eject (default 5,
     /// enforced; 0 turns it off).
-    pub consecutive_gateway_errors: Option<Spanned<u32>>,
+    pub(crate) consecutive_gateway_errors: Option<Spanned<u32>>,
     /// Consecutive 5xx (and the failures above) that eject; detected at 5 and enforced only
     /// when set (0 turns detection off).
     #[serde(
@@ -293,119 +293,119 @@ pub struct PassiveHealthCheck {
         rename = "consecutive5XxErrors",
         skip_serializing_if = "Option::is_none"
     )]
-    pub consecutive_5xx_errors: Option<Spanned<u32>>,
+    pub(crate) consecutive_5xx_errors: Option<Spanned<u32>>,
     /// Consecutive local-origin failures (connect failures, resets, timeouts, TLS and
     /// protocol errors) that eject, when `splitExternalLocalOriginErrors` is on (default 5).
-    pub consecutive_local_origin_failures: Option<Spanned<u32>>,
+    pub(crate) consecutive_local_origin_failures: Option<Spanned<u32>>,
     /// Count failures egressd saw itself apart from HTTP statuses (default false: they count
     /// as gateway errors).
-    pub split_external_local_origin_errors: Option<bool>,
+    pub(crate) split_external_local_origin_errors: Option<bool>,
     /// Eject endpoints failing at least `threshold` percent of an interval's requests
     /// (off unless set).
-    pub failure_percentage: Option<Spanned<FailurePercentageConfig>>,
+    pub(crate) failure_percentage: Option<Spanned<FailurePercentageConfig>>,
     /// Eject endpoints whose success rate is far below the group's mean (off unless set).
-    pub success_rate: Option<Spanned<SuccessRateConfig>>,
+    pub(crate) success_rate: Option<Spanned<SuccessRateConfig>>,
     /// First ejection's length; the n-th consecutive one lasts n times this (default 30s).
-    pub base_ejection_time: Option<Spanned<GwDuration>>,
+    pub(crate) base_ejection_time: Option<Spanned<GwDuration>>,
     /// Longest ejection (default max(300s, base)).
-    pub max_ejection_time: Option<Spanned<GwDuration>>,
+    pub(crate) max_ejection_time: Option<Spanned<GwDuration>>,
     /// Random extra ejection time, up to this (default 0).
-    pub max_ejection_time_jitter: Option<Spanned<GwDuration>>,
+    pub(crate) max_ejection_time_jitter: Option<Spanned<GwDuration>>,
     /// Most endpoints ejected at once, in percent of the group (default 50).
-    pub max_ejection_percent: Option<Spanned<u32>>,
+    pub(crate) max_ejection_percent: Option<Spanned<u32>>,
     /// One endpoint may always be ejected, whatever maxEjectionPercent says (default true).
-    pub always_eject_one_endpoint: Option<bool>,
+    pub(crate) always_eject_one_endpoint: Option<bool>,
 }
 
 /// `healthCheck.passive.failurePercentage`.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct FailurePercentageConfig {
+pub(crate) struct FailurePercentageConfig {
     /// Failure percentage (0-100) at which an endpoint is ejected (default 85).
-    pub threshold: Option<Spanned<u32>>,
+    pub(crate) threshold: Option<Spanned<u32>>,
     /// Endpoints with enough requests needed before anything is ejected (default 5).
-    pub minimum_hosts: Option<Spanned<u32>>,
+    pub(crate) minimum_hosts: Option<Spanned<u32>>,
     /// Requests in the interval for an endpoint to be judged (default 50).
-    pub request_volume: Option<Spanned<u32>>,
+    pub(crate) request_volume: Option<Spanned<u32>>,
 }
 
 /// `healthCheck.passive.successRate`.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct SuccessRateConfig {
+pub(crate) struct SuccessRateConfig {
     /// Ejected below `mean - stdevFactor/1000 × stdev` (default 1900).
-    pub stdev_factor: Option<Spanned<u32>>,
+    pub(crate) stdev_factor: Option<Spanned<u32>>,
     /// Endpoints with enough requests needed before anything is ejected (default 5).
-    pub minimum_hosts: Option<Spanned<u32>>,
+    pub(crate) minimum_hosts: Option<Spanned<u32>>,
     /// Requests in the interval for an endpoint to be judged (default 100).
-    pub request_volume: Option<Spanned<u32>>,
+    pub(crate) request_volume: Option<Spanned<u32>>,
 }
 
 /// `circuitBreaker`: limits that turn overload into fast 503s instead of queues.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct CircuitBreaker {
+pub(crate) struct CircuitBreaker {
     /// Requests in flight to one Backend port, all endpoints together (default 1024); one
     /// more gets 503 `overflow` at once.
-    pub max_parallel_requests: Option<Spanned<u32>>,
+    pub(crate) max_parallel_requests: Option<Spanned<u32>>,
     /// Connections open to the Backend port's endpoints at once (default 1024). At the limit
     /// a request without a free pooled connection waits for one (or for a connection to close).
-    pub max_connections: Option<Spanned<u32>>,
+    pub(crate) max_connections: Option<Spanned<u32>>,
     /// Requests waiting for a connection at once (default 1024); one more gets 503 `overflow`.
-    pub max_pending_requests: Option<Spanned<u32>>,
+    pub(crate) max_pending_requests: Option<Spanned<u32>>,
     /// Retries in progress at once (default 1024; Envoy's is 3); past it, the failed attempt's
     /// answer is final.
-    pub max_parallel_retries: Option<Spanned<u32>>,
+    pub(crate) max_parallel_retries: Option<Spanned<u32>>,
     /// Retries in progress as a share of the requests in flight; replaces
     /// `maxParallelRetries` when set.
-    pub retry_budget: Option<Spanned<RetryBudgetConfig>>,
+    pub(crate) retry_budget: Option<Spanned<RetryBudgetConfig>>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct RetryBudgetConfig {
+pub(crate) struct RetryBudgetConfig {
     /// Percent of the requests in flight that may be retries (default 20).
-    pub percent: Option<Spanned<f64>>,
+    pub(crate) percent: Option<Spanned<f64>>,
     /// Retries always allowed, however few requests are in flight (default 3).
-    pub min_retry_concurrency: Option<Spanned<u32>>,
+    pub(crate) min_retry_concurrency: Option<Spanned<u32>>,
 }
 
 /// `retry`: sending a failed request again, when that is safe.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct RetrySpec {
+pub(crate) struct RetrySpec {
     /// Attempts after the first (default 2).
-    pub num_retries: Option<Spanned<u32>>,
-    pub retry_on: Option<RetryOn>,
-    pub per_retry: Option<PerRetry>,
+    pub(crate) num_retries: Option<Spanned<u32>>,
+    pub(crate) retry_on: Option<RetryOn>,
+    pub(crate) per_retry: Option<PerRetry>,
     /// Request bodies up to this size, with a known length, are held so they can be sent
     /// again (default 64Ki; 0: only body-less requests are retried).
-    pub replay_body_limit: Option<Quantity>,
+    pub(crate) replay_body_limit: Option<Quantity>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct RetryOn {
+pub(crate) struct RetryOn {
     /// `connect-failure`, `refused-stream`, `reset`, `gateway-error`, `retriable-status-codes`
     /// (default: the first four).
-    pub triggers: Option<Vec<Spanned<String>>>,
+    pub(crate) triggers: Option<Vec<Spanned<String>>>,
     /// Statuses retried with `retriable-status-codes` (setting them turns that trigger on).
-    pub http_status_codes: Option<Vec<Spanned<u16>>>,
+    pub(crate) http_status_codes: Option<Vec<Spanned<u16>>>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct PerRetry {
+pub(crate) struct PerRetry {
     /// Time allowed for each attempt until the response headers (default: none).
-    pub timeout: Option<Spanned<GwDuration>>,
-    pub back_off: Option<BackOff>,
+    pub(crate) timeout: Option<Spanned<GwDuration>>,
+    pub(crate) back_off: Option<BackOff>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct BackOff {
+pub(crate) struct BackOff {
     /// Fully jittered exponential backoff: retry n waits a random time up to
     /// min(base × 2^(n-1), max) (defaults 25ms and 250ms).
-    pub base_interval: Option<GwDuration>,
-    pub max_interval: Option<GwDuration>,
+    pub(crate) base_interval: Option<GwDuration>,
+    pub(crate) max_interval: Option<GwDuration>,
 }

@@ -10,234 +10,234 @@ use crate::config::yaml::Spanned;
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct ProxyConfigSpec {
-    pub admin: Option<AdminSpec>,
+pub(crate) struct ProxyConfigSpec {
+    pub(crate) admin: Option<AdminSpec>,
     /// `RegistryOnly` (default): only declared destinations are reachable. `AllowAny`: every
     /// destination is; `AuditOnly`: every destination is, and those `RegistryOnly` would
     /// refuse are recorded (admin `/blocked`).
-    pub outbound_policy: Option<Spanned<OutboundPolicy>>,
+    pub(crate) outbound_policy: Option<Spanned<OutboundPolicy>>,
     /// How `AllowAny` and `AuditOnly` reach destinations no Backend declares.
-    pub undeclared_destinations: Option<UndeclaredDestinationsSpec>,
+    pub(crate) undeclared_destinations: Option<UndeclaredDestinationsSpec>,
     /// The blocked-egress audit (admin `/blocked`).
-    pub blocked_audit: Option<BlockedAuditSpec>,
+    pub(crate) blocked_audit: Option<BlockedAuditSpec>,
     /// Bodies egressd holds whole (MCP inspection, retry read-ahead): their memory budget.
-    pub buffered_bodies: Option<BufferedBodiesSpec>,
-    pub drain: Option<DrainSpec>,
-    pub access_log: Option<AccessLogSpec>,
+    pub(crate) buffered_bodies: Option<BufferedBodiesSpec>,
+    pub(crate) drain: Option<DrainSpec>,
+    pub(crate) access_log: Option<AccessLogSpec>,
     /// Hostnames (exact or `*.suffix`) no Backend may name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub denied_hostnames: Vec<Spanned<String>>,
+    pub(crate) denied_hostnames: Vec<Spanned<String>>,
     /// Name servers for FQDN destinations.
-    pub dns: Option<ProxyDnsSpec>,
-    pub platform_identity: Option<Spanned<PlatformIdentity>>,
+    pub(crate) dns: Option<ProxyDnsSpec>,
+    pub(crate) platform_identity: Option<Spanned<PlatformIdentity>>,
     /// MCP settings shared by every `protocol: MCP` Backend.
-    pub mcp: Option<Spanned<ProxyMcpSpec>>,
+    pub(crate) mcp: Option<Spanned<ProxyMcpSpec>>,
     /// How egressd serves its clients' connections (every listener).
-    pub downstream: Option<DownstreamSpec>,
+    pub(crate) downstream: Option<DownstreamSpec>,
     /// egressd's own span per request, exported over OTLP/HTTP (builds with the `otel`
     /// feature only).
-    pub tracing: Option<Spanned<TracingSpec>>,
+    pub(crate) tracing: Option<Spanned<TracingSpec>>,
     /// Who may call what: destinations no `EgressPolicy` names, and proxy users.
-    pub client_policy: Option<Spanned<ClientPolicySpec>>,
+    pub(crate) client_policy: Option<Spanned<ClientPolicySpec>>,
 }
 
 /// `ProxyConfig.spec.clientPolicy`.
 #[apply(wire!)]
-pub struct ClientPolicySpec {
+pub(crate) struct ClientPolicySpec {
     /// `Allow` (default): a destination no `EgressPolicy` names is open to every client.
     /// `Deny`: it is refused (403 `client_not_allowed`).
-    pub default: Option<Spanned<ClientPolicyDefault>>,
+    pub(crate) default: Option<Spanned<ClientPolicyDefault>>,
     /// Users of forward-proxy clients, authenticated by `Proxy-Authorization: Basic`.
-    pub proxy_users: Option<Spanned<ProxyUsersSpec>>,
+    pub(crate) proxy_users: Option<Spanned<ProxyUsersSpec>>,
 }
 
 /// `ProxyConfig.spec.clientPolicy.proxyUsers`.
 #[apply(wire!)]
-pub struct ProxyUsersSpec {
+pub(crate) struct ProxyUsersSpec {
     /// A file of `user:hash` lines, watched: bcrypt (`htpasswd -B`, `$2y$`) or SHA-crypt
     /// (`openssl passwd -5` / `-6`, `$5$`/`$6$`). Relative to this YAML file.
-    pub file: Spanned<String>,
+    pub(crate) file: Spanned<String>,
     /// Every request must carry valid credentials (407 otherwise). Default false: a request
     /// without `Proxy-Authorization` has no user; wrong credentials are 407 either way.
-    pub required: Option<bool>,
+    pub(crate) required: Option<bool>,
     /// The realm of `Proxy-Authenticate` (default `egressd`).
-    pub realm: Option<Spanned<String>>,
+    pub(crate) realm: Option<Spanned<String>>,
 }
 
 /// `ProxyConfig.spec.tracing`.
 #[apply(wire!)]
-pub struct TracingSpec {
+pub(crate) struct TracingSpec {
     /// OTLP/HTTP (protobuf) traces URL of a collector, e.g.
     /// `http://127.0.0.1:4318/v1/traces`. Plain `http://` only.
-    pub otlp_endpoint: Spanned<String>,
+    pub(crate) otlp_endpoint: Spanned<String>,
     /// Percent of new traces sampled (0–100, default 100); requests with a `traceparent`
     /// follow its sampled flag.
-    pub sampling_percent: Option<Spanned<f64>>,
+    pub(crate) sampling_percent: Option<Spanned<f64>>,
     /// `service.name` of the spans (default `egressd`).
-    pub service_name: Option<Spanned<String>>,
+    pub(crate) service_name: Option<Spanned<String>>,
     /// How long finished spans wait to be exported together (default 5s).
-    pub export_interval: Option<GwDuration>,
+    pub(crate) export_interval: Option<GwDuration>,
 }
 
 /// `ProxyConfig.spec.undeclaredDestinations`.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct UndeclaredDestinationsSpec {
+pub(crate) struct UndeclaredDestinationsSpec {
     /// CIDRs an undeclared destination may not be or resolve to. Default: every non-public
     /// network (loopback, where egressd's admin port listens; RFC 1918; CGNAT; link-local;
     /// ULA; multicast; documentation and reserved ranges). Setting it replaces that list
     /// (`[]` denies nothing but link-local and unspecified addresses, which are refused
     /// whatever this says). Addresses are compared in canonical form (`::ffff:127.0.0.1` is
     /// 127.0.0.1).
-    pub denied_addresses: Option<Vec<Spanned<String>>>,
+    pub(crate) denied_addresses: Option<Vec<Spanned<String>>>,
     /// CIDRs undeclared destinations may reach although `deniedAddresses` holds them, e.g.
     /// `10.0.0.0/8` for an internal network (default none).
-    pub allowed_addresses: Option<Vec<Spanned<String>>>,
+    pub(crate) allowed_addresses: Option<Vec<Spanned<String>>>,
     /// Undeclared destinations (host, port, how) kept at once, each with its DNS refresher
     /// and connection pool (default 1024); the least recently used makes room.
-    pub max_destinations: Option<Spanned<u32>>,
+    pub(crate) max_destinations: Option<Spanned<u32>>,
     /// An undeclared destination nobody asked for this long is forgotten, and its DNS
     /// refresher stops (default 5m, as Envoy's dynamic forward proxy `host_ttl`).
-    pub idle_timeout: Option<Spanned<GwDuration>>,
+    pub(crate) idle_timeout: Option<Spanned<GwDuration>>,
 }
 
 /// `ProxyConfig.spec.bufferedBodies`.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct BufferedBodiesSpec {
+pub(crate) struct BufferedBodiesSpec {
     /// Bytes all bodies egressd holds whole may take together, process-wide (default `32Mi`).
     /// Past it, a retry read-ahead is skipped (the request streams, without retries), an MCP
     /// request without a tool policy passes uninspected, and what needs its body whole gets
     /// 503 `overflow`.
-    pub budget: Option<Spanned<Quantity>>,
+    pub(crate) budget: Option<Spanned<Quantity>>,
     /// How long a body egressd holds whole may take to arrive (default 30s); later: 408.
-    pub read_timeout: Option<Spanned<GwDuration>>,
+    pub(crate) read_timeout: Option<Spanned<GwDuration>>,
 }
 
 /// `ProxyConfig.spec.blockedAudit`: how much of what was refused admin `/blocked` remembers.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct BlockedAuditSpec {
+pub(crate) struct BlockedAuditSpec {
     /// Destinations listed at most (default 1024); the least recently seen makes room.
-    pub max_entries: Option<Spanned<u32>>,
+    pub(crate) max_entries: Option<Spanned<u32>>,
     /// A destination not seen for this long leaves the list (default 24h).
-    pub retention: Option<Spanned<GwDuration>>,
+    pub(crate) retention: Option<Spanned<GwDuration>>,
 }
 
 /// `ProxyConfig.spec.mcp`.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct ProxyMcpSpec {
+pub(crate) struct ProxyMcpSpec {
     /// File with the key (at least 32 bytes) that authenticates the MCP session ids egressd
     /// hands out; replicas that share it route each other's sessions. Unset: a key made at
     /// start, valid for this process only.
-    pub session_key_file: Option<Spanned<String>>,
+    pub(crate) session_key_file: Option<Spanned<String>>,
 }
 
 /// Settings of downstream (client) connections.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct DownstreamSpec {
+pub(crate) struct DownstreamSpec {
     /// HTTP/2 server settings: h2c (prior knowledge) on HTTP listeners, `h2` by ALPN on HTTPS
     /// listeners. A change applies to connections accepted after the reload.
-    pub http2: Option<DownstreamHttp2Spec>,
+    pub(crate) http2: Option<DownstreamHttp2Spec>,
     /// Client connections open at once, over every listener (TLS passthrough and tunnels
     /// included); more are closed as soon as they are accepted. Default: half of the file
     /// descriptors the process may open (`RLIMIT_NOFILE`) less 64.
-    pub max_connections: Option<Spanned<u32>>,
+    pub(crate) max_connections: Option<Spanned<u32>>,
     /// From accept until the first request head is complete (TLS handshake, HTTP/2 preface
     /// and TLS passthrough ClientHello included); a connection that sends nothing is closed
     /// too (default 10s; `0s` disables).
-    pub header_read_timeout: Option<Spanned<GwDuration>>,
+    pub(crate) header_read_timeout: Option<Spanned<GwDuration>>,
     /// How long a connection with no request in flight stays open: HTTP/1.1 keep-alive, and
     /// HTTP/2 without streams (closed with GOAWAY). Default 5m; `0s` disables.
-    pub idle_timeout: Option<Spanned<GwDuration>>,
+    pub(crate) idle_timeout: Option<Spanned<GwDuration>>,
     /// Largest request head: request line and headers as HTTP/1.1 writes them (default
     /// 60Ki); larger ones are answered 431.
-    pub max_request_headers_bytes: Option<Spanned<Quantity>>,
+    pub(crate) max_request_headers_bytes: Option<Spanned<Quantity>>,
     /// Most header fields in a request (default 100); more are answered 431.
-    pub max_request_headers: Option<Spanned<u32>>,
+    pub(crate) max_request_headers: Option<Spanned<u32>>,
     /// Longest request target, path and query or absolute URI (default 16Ki); longer ones
     /// are answered 414.
-    pub max_request_uri_bytes: Option<Spanned<Quantity>>,
+    pub(crate) max_request_uri_bytes: Option<Spanned<Quantity>>,
     /// Longest request method (default 32); longer ones are answered 400.
-    pub max_request_method_bytes: Option<Spanned<u32>>,
+    pub(crate) max_request_method_bytes: Option<Spanned<u32>>,
 }
 
 /// What egressd announces in its HTTP/2 SETTINGS and how much abuse it tolerates before it
 /// closes a client connection with GOAWAY `ENHANCE_YOUR_CALM`.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct DownstreamHttp2Spec {
+pub(crate) struct DownstreamHttp2Spec {
     /// SETTINGS_MAX_CONCURRENT_STREAMS: requests in flight per connection (default 256).
-    pub max_concurrent_streams: Option<Spanned<u32>>,
+    pub(crate) max_concurrent_streams: Option<Spanned<u32>>,
     /// SETTINGS_MAX_HEADER_LIST_SIZE: larger request headers are answered 431 (default 64Ki).
-    pub max_header_list_size: Option<Spanned<Quantity>>,
+    pub(crate) max_header_list_size: Option<Spanned<Quantity>>,
     /// SETTINGS_INITIAL_WINDOW_SIZE: request body bytes a client may send on one stream before
     /// egressd has forwarded them (default 1Mi, at most 2147483647).
-    pub initial_stream_window_size: Option<Spanned<Quantity>>,
+    pub(crate) initial_stream_window_size: Option<Spanned<Quantity>>,
     /// Request body bytes a client may send on the whole connection before egressd has
     /// forwarded them (default 1Mi, 65535 to 2147483647).
-    pub initial_connection_window_size: Option<Spanned<Quantity>>,
+    pub(crate) initial_connection_window_size: Option<Spanned<Quantity>>,
     /// Streams a client may reset before egressd has accepted them, at any one time, before
     /// the connection is closed (Rapid Reset, CVE-2023-44487; default 20).
-    pub max_pending_accept_reset_streams: Option<Spanned<u32>>,
+    pub(crate) max_pending_accept_reset_streams: Option<Spanned<u32>>,
     /// Streams egressd may have to reset because of the client's protocol errors, over the
     /// connection's life, before the connection is closed (MadeYouReset, CVE-2025-8671;
     /// default 1024).
-    pub max_local_error_reset_streams: Option<Spanned<u32>>,
+    pub(crate) max_local_error_reset_streams: Option<Spanned<u32>>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct AdminSpec {
+pub(crate) struct AdminSpec {
     /// `127.0.0.1:15000` by default. Binding a non-loopback address exposes config dumps.
-    pub address: Option<Spanned<String>>,
+    pub(crate) address: Option<Spanned<String>>,
     /// Admin connections open at once (default 32); more are closed as soon as they are
     /// accepted. The admin server also applies `downstream.headerReadTimeout` and
     /// `downstream.idleTimeout`.
-    pub max_connections: Option<Spanned<u32>>,
+    pub(crate) max_connections: Option<Spanned<u32>>,
     /// Host names the admin server answers besides IP addresses, `localhost` and
     /// `*.localhost`: exact, `*.suffix`, or `*` for any. Another `Host` gets 403 (DNS
     /// rebinding: a web page pointing its own name at 127.0.0.1 cannot read the admin API).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub allowed_hosts: Vec<Spanned<String>>,
+    pub(crate) allowed_hosts: Vec<Spanned<String>>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct DrainSpec {
+pub(crate) struct DrainSpec {
     /// On SIGTERM, in-flight requests get at most this long to finish (default 30s).
-    pub timeout: Option<GwDuration>,
+    pub(crate) timeout: Option<GwDuration>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct AccessLogSpec {
+pub(crate) struct AccessLogSpec {
     /// Default true.
-    pub enabled: Option<bool>,
+    pub(crate) enabled: Option<bool>,
     /// `JSON` (default) or `Text`.
-    pub format: Option<AccessLogFormat>,
+    pub(crate) format: Option<AccessLogFormat>,
     /// `stdout` (default), `stderr` or a file path.
-    pub path: Option<String>,
+    pub(crate) path: Option<String>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct ProxyDnsSpec {
+pub(crate) struct ProxyDnsSpec {
     /// `ip:port` of DNS servers to ask instead of the system's (`/etc/resolv.conf`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nameservers: Vec<Spanned<String>>,
+    pub(crate) nameservers: Vec<Spanned<String>>,
 }
 
 /// The workload identity a platform (e.g. a SPIFFE agent) keeps current on disk, used by
 /// Backends with `tls.mode: PlatformProvided`.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct PlatformIdentity {
+pub(crate) struct PlatformIdentity {
     /// PEM certificate chain presented as the client certificate.
-    pub certificate_file: String,
-    pub private_key_file: String,
+    pub(crate) certificate_file: String,
+    pub(crate) private_key_file: String,
     /// PEM trust bundle; verifies PlatformProvided Backends that set no CA of their own.
-    pub ca_certificate_file: Option<String>,
+    pub(crate) ca_certificate_file: Option<String>,
 }

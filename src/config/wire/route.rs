@@ -10,128 +10,128 @@ use crate::config::units::GwDuration;
 use crate::config::yaml::Spanned;
 
 #[apply(wire!)]
-pub struct HttpRouteSpec {
+pub(crate) struct HttpRouteSpec {
     /// Gateways (and listeners) this route attaches to; every HTTP listener when omitted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub parent_refs: Vec<Spanned<ParentRef>>,
+    pub(crate) parent_refs: Vec<Spanned<ParentRef>>,
     /// Hostnames (exact or `*.suffix`) this route serves; any host when omitted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub hostnames: Vec<Spanned<String>>,
+    pub(crate) hostnames: Vec<Spanned<String>>,
     #[serde(default)]
-    pub rules: Vec<Spanned<HttpRouteRule>>,
+    pub(crate) rules: Vec<Spanned<HttpRouteRule>>,
 }
 
 #[apply(wire!)]
-pub struct HttpRouteRule {
-    pub name: Option<String>,
+pub(crate) struct HttpRouteRule {
+    pub(crate) name: Option<String>,
     /// Any of these matches selects the rule; a rule without matches matches every path (`/` prefix).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub matches: Vec<HttpRouteMatch>,
+    pub(crate) matches: Vec<HttpRouteMatch>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub filters: Vec<Spanned<HttpRouteFilter>>,
+    pub(crate) filters: Vec<Spanned<HttpRouteFilter>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub backend_refs: Vec<Spanned<BackendRef>>,
+    pub(crate) backend_refs: Vec<Spanned<BackendRef>>,
     // Boxed: most rules set none of these, and the parsed config is kept while it serves.
-    pub timeouts: Option<Spanned<Box<HttpRouteTimeouts>>>,
-    pub retry: Option<Spanned<Box<HttpRouteRetry>>>,
-    pub session_persistence: Option<Spanned<Box<NotYetSupported>>>,
+    pub(crate) timeouts: Option<Spanned<Box<HttpRouteTimeouts>>>,
+    pub(crate) retry: Option<Spanned<Box<HttpRouteRetry>>>,
+    pub(crate) session_persistence: Option<Spanned<Box<NotYetSupported>>>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct HttpRouteMatch {
-    pub path: Option<Spanned<PathMatch>>,
+pub(crate) struct HttpRouteMatch {
+    pub(crate) path: Option<Spanned<PathMatch>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub headers: Vec<Spanned<ValueMatch>>,
+    pub(crate) headers: Vec<Spanned<ValueMatch>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub query_params: Vec<Spanned<ValueMatch>>,
-    pub method: Option<HttpMethod>,
+    pub(crate) query_params: Vec<Spanned<ValueMatch>>,
+    pub(crate) method: Option<HttpMethod>,
 }
 
 #[apply(wire!)]
-pub struct PathMatch {
+pub(crate) struct PathMatch {
     /// `PathPrefix` when omitted.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<PathMatchType>,
+    pub(crate) kind: Option<PathMatchType>,
     /// `/` when omitted.
-    pub value: Option<Spanned<String>>,
+    pub(crate) value: Option<Spanned<String>>,
 }
 
 /// A header or query parameter match.
 #[apply(wire!)]
-pub struct ValueMatch {
+pub(crate) struct ValueMatch {
     /// `Exact` when omitted.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<ValueMatchType>,
-    pub name: String,
-    pub value: Spanned<String>,
+    pub(crate) kind: Option<ValueMatchType>,
+    pub(crate) name: String,
+    pub(crate) value: Spanned<String>,
 }
 
 #[apply(wire!)]
-pub struct HttpRouteFilter {
+pub(crate) struct HttpRouteFilter {
     #[serde(rename = "type")]
-    pub kind: FilterType,
-    pub request_header_modifier: Option<HeaderModifier>,
-    pub response_header_modifier: Option<HeaderModifier>,
-    pub url_rewrite: Option<UrlRewrite>,
-    pub request_redirect: Option<NotYetSupported>,
-    pub request_mirror: Option<NotYetSupported>,
-    pub extension_ref: Option<NotYetSupported>,
-    pub cors: Option<NotYetSupported>,
+    pub(crate) kind: FilterType,
+    pub(crate) request_header_modifier: Option<HeaderModifier>,
+    pub(crate) response_header_modifier: Option<HeaderModifier>,
+    pub(crate) url_rewrite: Option<UrlRewrite>,
+    pub(crate) request_redirect: Option<NotYetSupported>,
+    pub(crate) request_mirror: Option<NotYetSupported>,
+    pub(crate) extension_ref: Option<NotYetSupported>,
+    pub(crate) cors: Option<NotYetSupported>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct HeaderModifier {
+pub(crate) struct HeaderModifier {
     /// Replace (or add) these headers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub set: Vec<HttpHeader>,
+    pub(crate) set: Vec<HttpHeader>,
     /// Append these values.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub add: Vec<HttpHeader>,
+    pub(crate) add: Vec<HttpHeader>,
     /// Remove these headers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub remove: Vec<String>,
+    pub(crate) remove: Vec<String>,
 }
 
 #[apply(wire!)]
-pub struct HttpHeader {
-    pub name: String,
-    pub value: String,
+pub(crate) struct HttpHeader {
+    pub(crate) name: String,
+    pub(crate) value: String,
 }
 
 #[apply(wire!)]
-pub struct UrlRewrite {
+pub(crate) struct UrlRewrite {
     /// Sent as `Host` upstream (takes precedence over the Backend's `rewriteAuthority`).
-    pub hostname: Option<String>,
-    pub path: Option<PathModifier>,
+    pub(crate) hostname: Option<String>,
+    pub(crate) path: Option<PathModifier>,
 }
 
 #[apply(wire!)]
-pub struct PathModifier {
+pub(crate) struct PathModifier {
     #[serde(rename = "type")]
-    pub kind: PathModifierType,
-    pub replace_full_path: Option<String>,
-    pub replace_prefix_match: Option<String>,
+    pub(crate) kind: PathModifierType,
+    pub(crate) replace_full_path: Option<String>,
+    pub(crate) replace_prefix_match: Option<String>,
 }
 
 #[apply(wire!)]
 #[derive(Default)]
-pub struct HttpRouteTimeouts {
+pub(crate) struct HttpRouteTimeouts {
     /// The whole exchange, from the request's arrival to the end of the response.
-    pub request: Option<GwDuration>,
+    pub(crate) request: Option<GwDuration>,
     /// One attempt to a backend, until the end of its response.
-    pub backend_request: Option<GwDuration>,
+    pub(crate) backend_request: Option<GwDuration>,
 }
 
 /// Gateway API `HTTPRouteRetry` (GEP-1731), mapped onto the `retry` policy.
 #[apply(wire!)]
 #[derive(Default)]
-pub struct HttpRouteRetry {
+pub(crate) struct HttpRouteRetry {
     /// Retries after the first attempt (egressd's `numRetries`; default 2).
-    pub attempts: Option<u32>,
+    pub(crate) attempts: Option<u32>,
     /// Base of the jittered exponential backoff (default 25ms; the cap is 10 × this).
-    pub backoff: Option<GwDuration>,
+    pub(crate) backoff: Option<GwDuration>,
     /// Statuses retried (idempotent methods); when set, 502/503/504 are retried only if listed.
-    pub codes: Option<Vec<u16>>,
+    pub(crate) codes: Option<Vec<u16>>,
 }

@@ -10,24 +10,24 @@ use std::sync::Arc;
 use crate::config::yaml::{Pos, Spanned};
 
 /// The `type` a Secret needs to serve a certificate and its key.
-pub const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
+pub(crate) const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
 
 /// What a Secret or ConfigMap holds, by key (`tls.crt`, `tls.key`, `ca.crt`, ...).
 #[derive(Clone, Default)]
-pub struct KeyedData {
+pub(crate) struct KeyedData {
     /// A Secret's `type` (`Opaque` when not written, as Kubernetes defaults it); `None` for a
     /// ConfigMap.
-    pub secret_type: Option<Spanned<String>>,
-    pub entries: BTreeMap<String, DataEntry>,
+    pub(crate) secret_type: Option<Spanned<String>>,
+    pub(crate) entries: BTreeMap<String, DataEntry>,
 }
 
 /// One key's value and where it is written.
 #[derive(Clone)]
-pub struct DataEntry {
-    pub pos: Pos,
+pub(crate) struct DataEntry {
+    pub(crate) pos: Pos,
     /// The decoded bytes; `None` when a `data` value is not valid base64 (an error reported
     /// where it is written, and again by whatever refers to the key).
-    pub bytes: Option<Arc<[u8]>>,
+    pub(crate) bytes: Option<Arc<[u8]>>,
 }
 
 // Never print the bytes, whatever `{:?}` a log line or a test might use.
@@ -51,7 +51,7 @@ impl fmt::Debug for DataEntry {
 
 impl KeyedData {
     /// The Secret's type, as Kubernetes reads it.
-    pub fn secret_type(&self) -> &str {
+    pub(crate) fn secret_type(&self) -> &str {
         self.secret_type.as_ref().map_or("Opaque", |t| &t.value)
     }
 }

@@ -9,22 +9,22 @@ use super::common::{BackendRef, ParentRef};
 use crate::config::yaml::Spanned;
 
 #[apply(wire!)]
-pub struct TlsRouteSpec {
+pub(crate) struct TlsRouteSpec {
     /// Gateways (and listeners) this route attaches to; every TLS Passthrough listener when
     /// omitted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub parent_refs: Vec<Spanned<ParentRef>>,
+    pub(crate) parent_refs: Vec<Spanned<ParentRef>>,
     /// SNI hostnames (exact or `*.suffix`) this route serves; any SNI when omitted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub hostnames: Vec<Spanned<String>>,
+    pub(crate) hostnames: Vec<Spanned<String>>,
     #[serde(default)]
-    pub rules: Vec<Spanned<TlsRouteRule>>,
+    pub(crate) rules: Vec<Spanned<TlsRouteRule>>,
 }
 
 #[apply(wire!)]
-pub struct TlsRouteRule {
-    pub name: Option<String>,
+pub(crate) struct TlsRouteRule {
+    pub(crate) name: Option<String>,
     /// Passthrough Backends the connection goes to, picked by weight.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub backend_refs: Vec<Spanned<BackendRef>>,
+    pub(crate) backend_refs: Vec<Spanned<BackendRef>>,
 }

@@ -12,55 +12,55 @@ use super::enums::{WellKnownCa, XBackendProtocol, XBackendTlsMode, XBackendType}
 use crate::config::yaml::Spanned;
 
 #[apply(wire!)]
-pub struct XBackendSpec {
+pub(crate) struct XBackendSpec {
     /// `ExternalHostname` (the only type egressd serves).
     #[serde(rename = "type")]
-    pub kind: Spanned<XBackendType>,
+    pub(crate) kind: Spanned<XBackendType>,
     /// The one port to connect to.
-    pub port: Spanned<XBackendPort>,
+    pub(crate) port: Spanned<XBackendPort>,
     /// Where to connect, for type `ExternalHostname`.
-    pub external_hostname: Option<Spanned<ExternalHostname>>,
+    pub(crate) external_hostname: Option<Spanned<ExternalHostname>>,
     /// Type `EndpointSelector` selects cluster pods: egressd reads no cluster.
-    pub endpoint_selector: Option<Spanned<NotYetSupported>>,
+    pub(crate) endpoint_selector: Option<Spanned<NotYetSupported>>,
     /// `HTTP` when omitted.
-    pub protocol: Option<Spanned<XBackendProtocol>>,
+    pub(crate) protocol: Option<Spanned<XBackendProtocol>>,
     /// Omitted: no TLS (Gateway API's reading; egressd's own `Backend` defaults to verified
     /// TLS instead).
-    pub tls: Option<Spanned<XBackendTls>>,
+    pub(crate) tls: Option<Spanned<XBackendTls>>,
 }
 
 /// The port: `number` (the upstream type), or `port` with an optional `name` (the spelling
 /// of Service ports, which manifests also use); exactly one of `number` and `port`.
 #[apply(wire!)]
-pub struct XBackendPort {
-    pub name: Option<String>,
-    pub number: Option<Spanned<u16>>,
-    pub port: Option<Spanned<u16>>,
+pub(crate) struct XBackendPort {
+    pub(crate) name: Option<String>,
+    pub(crate) number: Option<Spanned<u16>>,
+    pub(crate) port: Option<Spanned<u16>>,
 }
 
 #[apply(wire!)]
-pub struct ExternalHostname {
-    pub hostname: Spanned<String>,
+pub(crate) struct ExternalHostname {
+    pub(crate) hostname: Spanned<String>,
 }
 
 #[apply(wire!)]
-pub struct XBackendTls {
-    pub mode: Spanned<XBackendTlsMode>,
+pub(crate) struct XBackendTls {
+    pub(crate) mode: Spanned<XBackendTlsMode>,
     /// A `kubernetes.io/tls` Secret; set exactly when mode is `ClientAndServer`.
-    pub client_certificate_ref: Option<Spanned<SecretRef>>,
-    pub validation: Option<Spanned<XBackendTlsValidation>>,
+    pub(crate) client_certificate_ref: Option<Spanned<SecretRef>>,
+    pub(crate) validation: Option<Spanned<XBackendTlsValidation>>,
 }
 
 /// The shape of BackendTLSPolicy's `validation`.
 #[apply(wire!)]
-pub struct XBackendTlsValidation {
+pub(crate) struct XBackendTlsValidation {
     /// ConfigMaps (or Secrets) whose `ca.crt` holds the CA certificates to trust.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ca_certificate_refs: Vec<Spanned<SecretRef>>,
+    pub(crate) ca_certificate_refs: Vec<Spanned<SecretRef>>,
     #[serde(rename = "wellKnownCACertificates")]
-    pub well_known_ca_certificates: Option<WellKnownCa>,
+    pub(crate) well_known_ca_certificates: Option<WellKnownCa>,
     /// The name the certificate must carry (and the SNI); default the external hostname.
-    pub hostname: Option<String>,
+    pub(crate) hostname: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub subject_alt_names: Vec<SubjectAltName>,
+    pub(crate) subject_alt_names: Vec<SubjectAltName>,
 }

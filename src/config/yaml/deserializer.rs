@@ -15,13 +15,13 @@ use super::{shorten, Node, Pos, Value};
 /// string at the root). Keys that are not plain words are written as `["a.b/c"]`.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
-pub struct DeError {
+pub(crate) struct DeError {
     /// Position of the node the error is about.
-    pub pos: Pos,
+    pub(crate) pos: Pos,
     /// Dotted path of that node.
-    pub path: String,
+    pub(crate) path: String,
     /// What went wrong.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// Deserialize `T` from a node.
@@ -32,7 +32,8 @@ pub struct DeError {
 ///
 /// # Errors
 /// Any mismatch between the YAML and `T`, as a [`DeError`].
-pub fn from_node<T: de::DeserializeOwned>(node: &Node) -> Result<T, DeError> {
+#[cfg(test)]
+pub(crate) fn from_node<T: de::DeserializeOwned>(node: &Node) -> Result<T, DeError> {
     attempt(node, &Pruned::new()).map_err(|e| e.positioned(node))
 }
 
@@ -46,7 +47,7 @@ pub fn from_node<T: de::DeserializeOwned>(node: &Node) -> Result<T, DeError> {
 ///
 /// # Errors
 /// Every mismatch found, in the order found (at least one).
-pub fn from_node_all<T: de::DeserializeOwned>(
+pub(crate) fn from_node_all<T: de::DeserializeOwned>(
     node: &Node,
     max_errors: usize,
 ) -> Result<T, Vec<DeError>> {

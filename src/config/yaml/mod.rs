@@ -24,9 +24,13 @@ mod tests;
 use std::borrow::Cow;
 use std::fmt::{self, Display};
 
-pub use deserializer::{from_node, from_node_all, DeError};
-pub use parse::{parse_documents, parse_documents_with, Limit, ParseLimits, SyntaxError};
-pub use spanned::Spanned;
+pub(crate) use deserializer::from_node_all;
+#[cfg(test)]
+pub(crate) use deserializer::{from_node, DeError};
+#[cfg(test)]
+pub(crate) use parse::parse_documents;
+pub(crate) use parse::{parse_documents_with, Limit, ParseLimits};
+pub(crate) use spanned::Spanned;
 
 /// Longest string shown verbatim in an error message before it is shortened.
 const MAX_SHOWN_CHARS: usize = 40;
@@ -35,17 +39,17 @@ const MAX_SHOWN_CHARS: usize = 40;
 ///
 /// Both fields are 1-based, as editors show them; the column counts characters, not bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Pos {
+pub(crate) struct Pos {
     /// Line number, starting at 1.
-    pub line: u32,
+    pub(crate) line: u32,
     /// Column number in characters, starting at 1.
-    pub column: u32,
+    pub(crate) column: u32,
 }
 
 impl Pos {
     /// Creates a position from a 1-based line and column.
     #[must_use]
-    pub const fn new(line: u32, column: u32) -> Self {
+    pub(crate) const fn new(line: u32, column: u32) -> Self {
         Self { line, column }
     }
 }
@@ -58,23 +62,23 @@ impl Display for Pos {
 
 /// One node of a YAML document together with where it starts in the source.
 #[derive(Clone, Debug)]
-pub struct Node {
+pub(crate) struct Node {
     /// Where the node starts: the first character of a scalar, the `[`/`{` of a flow
     /// collection, the first key or `-` of a block collection, or its anchor/tag if it has one.
-    pub pos: Pos,
+    pub(crate) pos: Pos,
     /// The resolved value.
-    pub value: Value,
+    pub(crate) value: Value,
     /// The source text of a plain scalar that resolved to null, a boolean or a number.
     ///
     /// Kept so that a field typed as a string reads exactly what was written (`1.10` stays
     /// `"1.10"`, `0123` stays `"0123"`). `None` for strings (their value already is the text)
     /// and for collections.
-    pub raw: Option<Box<str>>,
+    pub(crate) raw: Option<Box<str>>,
 }
 
 /// The value of a [`Node`], resolved with the YAML 1.2 core schema.
 #[derive(Clone, Debug)]
-pub enum Value {
+pub(crate) enum Value {
     /// `null`, `~` or an empty value.
     Null,
     /// `true` or `false`.
@@ -94,7 +98,7 @@ pub enum Value {
 impl Node {
     /// Creates a node without source text; [`Node::scalar_text`] then formats the value.
     #[must_use]
-    pub fn new(pos: Pos, value: Value) -> Self {
+    pub(crate) fn new(pos: Pos, value: Value) -> Self {
         Self {
             pos,
             value,
@@ -105,7 +109,7 @@ impl Node {
     /// Looks up a mapping entry by key, comparing against each scalar key's text
     /// (so `get("80")` finds the key `80`). `None` if this is not a mapping.
     #[must_use]
-    pub fn get(&self, key: &str) -> Option<&Node> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Node> {
         let Value::Map(entries) = &self.value else {
             return None;
         };
@@ -117,7 +121,7 @@ impl Node {
 
     /// The value of a string scalar; `None` for anything else (including numbers).
     #[must_use]
-    pub fn as_str(&self) -> Option<&str> {
+    pub(crate) fn as_str(&self) -> Option<&str> {
         match &self.value {
             Value::String(s) => Some(s),
             _ => None,
@@ -126,7 +130,8 @@ impl Node {
 
     /// The items of a sequence.
     #[must_use]
-    pub fn as_seq(&self) -> Option<&[Node]> {
+    #[cfg(test)]
+    pub(crate) fn as_seq(&self) -> Option<&[Node]> {
         match &self.value {
             Value::Seq(items) => Some(items),
             _ => None,
@@ -135,7 +140,7 @@ impl Node {
 
     /// The entries of a mapping, in source order.
     #[must_use]
-    pub fn as_map(&self) -> Option<&[(Node, Node)]> {
+    pub(crate) fn as_map(&self) -> Option<&[(Node, Node)]> {
         match &self.value {
             Value::Map(entries) => Some(entries),
             _ => None,
@@ -146,7 +151,7 @@ impl Node {
     ///
     /// Nodes built by hand without `raw` get their value formatted instead.
     #[must_use]
-    pub fn scalar_text(&self) -> Option<Cow<'_, str>> {
+    pub(crate) fn scalar_text(&self) -> Option<Cow<'_, str>> {
         if let Some(raw) = &self.raw {
             return Some(Cow::Borrowed(raw));
         }
@@ -163,7 +168,7 @@ impl Node {
     /// A human name for the node's kind, for messages: "null", "boolean", "integer", "float",
     /// "string", "sequence" or "mapping".
     #[must_use]
-    pub fn kind_name(&self) -> &'static str {
+    pub(crate) fn kind_name(&self) -> &'static str {
         match self.value {
             Value::Null => "null",
             Value::Bool(_) => "boolean",

@@ -18,18 +18,18 @@ const NODE_BYTES: usize = std::mem::size_of::<Node>();
 
 /// Bounds on what parsing one file may build beyond what its text spells out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ParseLimits {
+pub(crate) struct ParseLimits {
     /// Bytes of tree that anchors and aliases may copy in one file: every alias is a copy of
     /// its anchored node (and registering an anchor keeps one copy). Counted in bytes (each
     /// node's own size plus its text), not nodes, so that 10,000 aliases of one 50 KB string
     /// cost 500 MB of budget, not 10,000 nodes ("billion laughs" and its long-string cousin).
-    pub max_copy_bytes: usize,
+    pub(crate) max_copy_bytes: usize,
 }
 
 impl ParseLimits {
     /// 4 MiB: thousands of copies of a typical shared block (a policy, a header list) fit,
     /// and the worst a file can add stays small next to the process.
-    pub const DEFAULT_MAX_COPY_BYTES: usize = 4 << 20;
+    pub(crate) const DEFAULT_MAX_COPY_BYTES: usize = 4 << 20;
 }
 
 impl Default for ParseLimits {
@@ -57,18 +57,18 @@ fn saturating_u32(n: usize) -> u32 {
 /// A YAML syntax error (from saphyr), or a file that goes beyond a parse limit; positioned.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
-pub struct SyntaxError {
+pub(crate) struct SyntaxError {
     /// Where the problem was detected.
-    pub pos: Pos,
+    pub(crate) pos: Pos,
     /// What went wrong.
-    pub message: String,
+    pub(crate) message: String,
     /// Set when the file may be well-formed but goes beyond a limit.
-    pub limit: Option<Limit>,
+    pub(crate) limit: Option<Limit>,
 }
 
 /// The limit a [`SyntaxError`] is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limit {
+pub(crate) enum Limit {
     /// Collections nested deeper than 128 levels, aliases included.
     Nesting,
     /// Anchors and aliases copying more than [`ParseLimits::max_copy_bytes`].
@@ -109,7 +109,8 @@ impl From<ScanError> for SyntaxError {
 /// # Errors
 /// Malformed YAML, duplicate keys, undefined aliases, nesting deeper than 128 levels, or
 /// anchors and aliases copying more than the default [`ParseLimits`].
-pub fn parse_documents(text: &str) -> Result<Vec<Node>, SyntaxError> {
+#[cfg(test)]
+pub(crate) fn parse_documents(text: &str) -> Result<Vec<Node>, SyntaxError> {
     parse_documents_with(text, ParseLimits::default())
 }
 
@@ -117,7 +118,10 @@ pub fn parse_documents(text: &str) -> Result<Vec<Node>, SyntaxError> {
 ///
 /// # Errors
 /// As [`parse_documents`], with `limits` instead of the defaults.
-pub fn parse_documents_with(text: &str, limits: ParseLimits) -> Result<Vec<Node>, SyntaxError> {
+pub(crate) fn parse_documents_with(
+    text: &str,
+    limits: ParseLimits,
+) -> Result<Vec<Node>, SyntaxError> {
     let mut parser = Parser::new_from_str(text);
     let mut builder = Builder::new(limits);
     let mut docs = Vec::new();

@@ -29,21 +29,22 @@ pub(super) const SPANNED_VALUE: &str = "$__egressd_spanned_value";
 ///
 /// [`from_node`]: super::from_node
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Spanned<T> {
+pub(crate) struct Spanned<T> {
     /// Where the value's node starts.
-    pub pos: Pos,
+    pub(crate) pos: Pos,
     /// The value itself.
-    pub value: T,
+    pub(crate) value: T,
 }
 
 impl<T> Spanned<T> {
     /// Wraps a value with a position.
-    pub const fn new(pos: Pos, value: T) -> Self {
+    pub(crate) const fn new(pos: Pos, value: T) -> Self {
         Self { pos, value }
     }
 
     /// Drops the position.
-    pub fn into_inner(self) -> T {
+    #[cfg(test)]
+    pub(crate) fn into_inner(self) -> T {
         self.value
     }
 }

@@ -26,7 +26,7 @@ fn every_kind() -> Vec<ProxyError> {
             host: text(),
             port: 80,
             via: crate::telemetry::blocked::Via::Connect,
-            reason: crate::snapshot::undeclared::Refusal::NotAllowed,
+            reason: crate::snapshot::undeclared::Refusal::Declared,
         },
         ProxyError::PortNotAllowed {
             host: text(),

@@ -21,25 +21,25 @@ use crate::upstream::connect::TlsSummary;
 
 /// What the proxy knows about the connection a request arrived on.
 #[derive(Debug)]
-pub struct ConnInfo {
-    pub listener: Arc<str>,
-    pub client: SocketAddr,
+pub(crate) struct ConnInfo {
+    pub(crate) listener: Arc<str>,
+    pub(crate) client: SocketAddr,
     /// `client`'s address as an `X-Forwarded-For` value, formatted once per connection.
-    pub client_header: HeaderValue,
+    pub(crate) client_header: HeaderValue,
     /// Whether the client connected with TLS (an HTTPS listener): `X-Forwarded-Proto: https`.
-    pub tls: bool,
+    pub(crate) tls: bool,
     /// What the client's certificate proved (HTTPS listeners with `tls.frontendValidation`).
-    pub identity: Option<Arc<crate::policy::identity::TlsIdentity>>,
+    pub(crate) identity: Option<Arc<crate::policy::identity::TlsIdentity>>,
     /// The drain tracker: a CONNECT tunnel or websocket outlives its HTTP exchange and
     /// registers itself, so SIGTERM waits for it (up to the drain timeout) like for any
     /// connection.
-    pub tracker: Option<Arc<dyn Outliving>>,
+    pub(crate) tracker: Option<Arc<dyn Outliving>>,
     /// The listener's request metrics (looked up once per connection).
-    pub stats: Option<Arc<crate::telemetry::metrics::RequestStats>>,
+    pub(crate) stats: Option<Arc<crate::telemetry::metrics::RequestStats>>,
 }
 
 impl ConnInfo {
-    pub fn new(listener: Arc<str>, client: SocketAddr) -> Self {
+    pub(crate) fn new(listener: Arc<str>, client: SocketAddr) -> Self {
         ConnInfo {
             listener,
             client_header: client_address_value(client.ip()),
@@ -55,13 +55,13 @@ impl ConnInfo {
 /// Where a CONNECT tunnel or websocket registers while it outlives its HTTP exchange: the
 /// listener's drain tracker, so that SIGTERM waits for it and its connection is not idle
 /// meanwhile. A trait, so the pipeline knows nothing of listeners.
-pub trait Outliving: Send + Sync + std::fmt::Debug {
+pub(crate) trait Outliving: Send + Sync + std::fmt::Debug {
     /// Registers one; it counts until the returned guard is dropped.
     fn hold(self: Arc<Self>) -> Held;
 }
 
 /// What [`Outliving::hold`] gives: dropping it ends the registration.
-pub type Held = Box<dyn std::fmt::Debug + Send + Sync>;
+pub(crate) type Held = Box<dyn std::fmt::Debug + Send + Sync>;
 
 /// One request on its way through the phases.
 pub(super) struct RequestCtx<'a> {

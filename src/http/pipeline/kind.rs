@@ -63,7 +63,7 @@ impl Kind {
 
 /// How a client asks for a websocket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Upgrade {
+pub(crate) enum Upgrade {
     /// HTTP/1.1 `GET` with `Connection: upgrade` and `Upgrade: websocket` (RFC 6455 §4.1).
     Http1,
     /// HTTP/2 `CONNECT` with `:protocol: websocket` (RFC 8441 §4).
@@ -73,7 +73,7 @@ pub enum Upgrade {
 impl Upgrade {
     /// Whether `req` asks for a websocket, and how. An extended CONNECT for any other protocol
     /// is refused: it is no tunnel to `host:port`, and egressd knows no other protocol.
-    pub fn of<B>(req: &Request<B>) -> Result<Option<Upgrade>, ProxyError> {
+    pub(crate) fn of<B>(req: &Request<B>) -> Result<Option<Upgrade>, ProxyError> {
         if req.method() == Method::CONNECT {
             return match req.extensions().get::<hyper::ext::Protocol>() {
                 None => Ok(None),
@@ -99,7 +99,7 @@ impl Upgrade {
     /// The method `req` is routed by: an extended CONNECT routes as the `GET` of the HTTP/1.1
     /// handshake it stands for (RFC 8441 §5), so routes and method matches treat websockets
     /// alike whatever the client's HTTP version.
-    pub fn routing_method<B>(upgrade: Option<Upgrade>, req: &Request<B>) -> &Method {
+    pub(crate) fn routing_method<B>(upgrade: Option<Upgrade>, req: &Request<B>) -> &Method {
         static GET: Method = Method::GET;
         match upgrade {
             Some(Upgrade::ExtendedConnect) => &GET,
@@ -111,7 +111,7 @@ impl Upgrade {
     /// an HTTP/1.1 upgrade goes on as the plain `GET` it also is (its upgrade headers are
     /// removed); an extended CONNECT has no plain form (RFC 8441 has no fallback), so it is
     /// refused with 403 `upgrade_not_allowed`.
-    pub fn refused(self, target: &Target) -> Result<(), ProxyError> {
+    pub(crate) fn refused(self, target: &Target) -> Result<(), ProxyError> {
         match self {
             Upgrade::Http1 => Ok(()),
             Upgrade::ExtendedConnect => Err(ProxyError::UpgradeNotAllowed {

@@ -35,7 +35,7 @@ mod kind;
 mod log;
 mod logged;
 mod mcp;
-pub mod passthrough;
+pub(crate) mod passthrough;
 mod prepare;
 mod respond;
 mod retry;
@@ -50,7 +50,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 
 use ctx::RequestCtx;
-pub use ctx::{ConnInfo, Held, Outliving};
+pub(crate) use ctx::{ConnInfo, Held, Outliving};
 use kind::Kind;
 
 use crate::http::body::ProxyBody;
@@ -58,7 +58,7 @@ use crate::http::error::ProxyError;
 use crate::snapshot::shared::Shared;
 
 /// Handles one request: never fails, every failure becomes a local reply.
-pub async fn handle(
+pub(crate) async fn handle(
     shared: Arc<Shared>,
     conn: Arc<ConnInfo>,
     mut req: Request<Incoming>,

@@ -25,22 +25,22 @@ use crate::telemetry::log_limit::limited;
 use crate::telemetry::metrics::CauseLabel;
 
 /// A complete ClientHello, as the listener read it.
-pub struct ClientHello {
+pub(crate) struct ClientHello {
     /// Its bytes, sent to the endpoint before anything else.
-    pub bytes: Vec<u8>,
+    pub(crate) bytes: Vec<u8>,
     /// Its server name, as the client sent it.
-    pub sni: String,
+    pub(crate) sni: String,
 }
 
 /// When a passthrough connection arrived: its log line's time and duration start there, not
 /// when its ClientHello was complete.
-pub struct Arrival {
-    pub time: std::time::SystemTime,
-    pub started: Instant,
+pub(crate) struct Arrival {
+    pub(crate) time: std::time::SystemTime,
+    pub(crate) started: Instant,
 }
 
 impl Arrival {
-    pub fn now() -> Self {
+    pub(crate) fn now() -> Self {
         Arrival {
             time: std::time::SystemTime::now(),
             started: Instant::now(),
@@ -52,7 +52,7 @@ impl Arrival {
 /// every phase, then the relay until either side closes. Never fails: a refusal closes the
 /// connection. The access log line is written when the connection ends, also when a drain cuts
 /// it (this future is dropped).
-pub async fn serve(
+pub(crate) async fn serve(
     shared: &Arc<Shared>,
     conn: &ConnInfo,
     arrival: Arrival,

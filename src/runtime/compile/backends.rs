@@ -54,20 +54,20 @@ pub(crate) struct Backends<'a> {
     by_name: HashMap<&'a str, HashMap<&'a str, BackendEntry<'a>>>,
     order: Vec<Arc<Backend>>,
     /// The same Backends, for the next reload to reuse.
-    pub compiled: CompiledBackends,
+    pub(crate) compiled: CompiledBackends,
 }
 
 impl<'a> Backends<'a> {
-    pub fn all(&self) -> Vec<Arc<Backend>> {
+    pub(crate) fn all(&self) -> Vec<Arc<Backend>> {
         self.order.clone()
     }
 
     /// Every compiled Backend with its inline policy, in no particular order.
-    pub fn entries(&self) -> impl Iterator<Item = &BackendEntry<'a>> {
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &BackendEntry<'a>> {
         self.by_name.values().flat_map(HashMap::values)
     }
 
-    pub fn get(&self, namespace: &str, name: &str) -> Option<&BackendEntry<'a>> {
+    pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<&BackendEntry<'a>> {
         self.by_name.get(namespace)?.get(name)
     }
 }

@@ -16,25 +16,25 @@ use crate::upstream::address::{canonical_ip, is_never_reachable, AnswerPolicy};
 /// A listed IP endpoint.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct ListedAddr {
-    pub ip: IpAddr,
+    pub(crate) ip: IpAddr,
     /// The endpoint's own port; `None`: the Backend port's.
-    pub port: Option<u16>,
-    pub weight: u32,
-    pub priority: u32,
+    pub(crate) port: Option<u16>,
+    pub(crate) weight: u32,
+    pub(crate) priority: u32,
 }
 
 /// Where a Backend sends: an FQDN's hostname, or listed addresses. What is in error is left
 /// out (and reported).
 #[derive(Debug, Default)]
 pub(super) struct Destination {
-    pub hostname: Option<String>,
+    pub(crate) hostname: Option<String>,
     /// `hostname` is `*.suffix`: a wildcard Backend, with these limits on its hosts.
-    pub wildcard: Option<HostLimits>,
+    pub(crate) wildcard: Option<HostLimits>,
     /// Which DNS answers `hostname` may use.
-    pub answers: AnswerPolicy,
+    pub(crate) answers: AnswerPolicy,
     /// `fqdn.allowedAddresses` (a wildcard Backend's hosts each get an [`AnswerPolicy`]).
-    pub allowed: Vec<ipnet::IpNet>,
-    pub addrs: Vec<ListedAddr>,
+    pub(crate) allowed: Vec<ipnet::IpNet>,
+    pub(crate) addrs: Vec<ListedAddr>,
 }
 
 /// Where the `destination` block is.

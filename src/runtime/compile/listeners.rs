@@ -22,17 +22,17 @@ use crate::upstream::pem::PemSource;
 
 /// A compiled HTTP or HTTPS listener with what route attachment needs.
 pub(crate) struct CompiledListener {
-    pub plan: ListenerPlan,
-    pub gateway: ObjectId,
-    pub name: String,
-    pub port: u16,
-    pub hostname: Option<String>,
-    pub routes_from_all_namespaces: bool,
+    pub(crate) plan: ListenerPlan,
+    pub(crate) gateway: ObjectId,
+    pub(crate) name: String,
+    pub(crate) port: u16,
+    pub(crate) hostname: Option<String>,
+    pub(crate) routes_from_all_namespaces: bool,
 }
 
 impl CompiledListener {
     /// A TLS Passthrough listener (SNI routing, no HTTP).
-    pub fn is_passthrough(&self) -> bool {
+    pub(crate) fn is_passthrough(&self) -> bool {
         matches!(self.plan.mode, AcceptMode::TlsPassthrough)
     }
 }

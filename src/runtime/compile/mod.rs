@@ -29,7 +29,7 @@ mod undeclared;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use self::reuse::CompiledBackends;
+pub(crate) use self::reuse::CompiledBackends;
 use crate::config::status::StatusReport;
 use crate::config::wire::enums::OutboundPolicy;
 use crate::config::yaml::Pos;
@@ -45,27 +45,27 @@ use crate::upstream::GroupSettings;
 
 /// A new endpoint group whose outlier detector needs its interval tick, and the label of the
 /// Backend it belongs to (for the metrics of ejections made on the tick).
-pub type OutlierGroup = (std::sync::Weak<crate::upstream::EndpointGroup>, Arc<str>);
+pub(crate) type OutlierGroup = (std::sync::Weak<crate::upstream::EndpointGroup>, Arc<str>);
 
 /// The result of compiling: a snapshot (usable only when there are no errors), every
 /// diagnostic, and the DNS refreshers to start if the snapshot is accepted.
 pub struct Compiled {
     pub snapshot: Snapshot,
     pub diagnostics: Vec<Diagnostic>,
-    pub refreshers: Vec<RefreshPlan>,
+    pub(crate) refreshers: Vec<RefreshPlan>,
     /// New endpoint groups whose outlier detector needs its interval tick.
-    pub outlier_groups: Vec<OutlierGroup>,
+    pub(crate) outlier_groups: Vec<OutlierGroup>,
     /// Every endpoint group with active health checks (new or kept): each gets a checker of
     /// this config when it is accepted, replacing the previous config's checkers.
-    pub health_checks: Vec<crate::upstream::health_check::CheckPlan>,
+    pub(crate) health_checks: Vec<crate::upstream::health_check::CheckPlan>,
     /// Kept static groups whose addresses this config changes: published when it is accepted.
-    pub static_lists: Vec<StaticList>,
+    pub(crate) static_lists: Vec<StaticList>,
     /// The compiled Backends, for the next reload to reuse when this config is accepted.
-    pub backends: CompiledBackends,
+    pub(crate) backends: CompiledBackends,
 }
 
 /// A kept static endpoint group and the endpoints a new config gives it.
-pub type StaticList = (
+pub(crate) type StaticList = (
     Arc<crate::upstream::EndpointGroup>,
     Vec<Arc<crate::upstream::Endpoint>>,
 );
@@ -98,7 +98,7 @@ pub fn compile(
 
 /// [`compile`], taking the Backends of `previous` (the serving config's) that did not change
 /// as they are (see [`reuse`]).
-pub fn compile_reusing(
+pub(crate) fn compile_reusing(
     set: Arc<ConfigSet>,
     diagnostics: Vec<Diagnostic>,
     registry: &Arc<StateRegistry>,
@@ -110,9 +110,9 @@ pub fn compile_reusing(
 
 /// A config the compiler has checked: every diagnostic, and the runtime parts each section
 /// compiled on the way, which [`Checked::assemble`] makes into a [`Snapshot`].
-pub struct Checked {
+pub(crate) struct Checked {
     /// Errors first, then warnings; each group in file order.
-    pub diagnostics: Vec<Diagnostic>,
+    pub(crate) diagnostics: Vec<Diagnostic>,
     set: Arc<ConfigSet>,
     settings: settings::Settings,
     listeners: Vec<crate::snapshot::ListenerPlan>,
@@ -128,7 +128,7 @@ pub struct Checked {
 
 /// Checks every section of `set` (loading's `diagnostics` kept in front of the new ones),
 /// compiling each into its runtime parts, in the order later sections depend on them.
-pub fn check(
+pub(crate) fn check(
     set: Arc<ConfigSet>,
     diagnostics: Vec<Diagnostic>,
     registry: &Arc<StateRegistry>,
@@ -199,26 +199,26 @@ fn in_report_order(mut diagnostics: Vec<Diagnostic>) -> Vec<Diagnostic> {
 
 impl Checked {
     /// The conditions of every object: `Programmed` when the config has no error.
-    pub fn status(&self) -> StatusReport {
+    pub(crate) fn status(&self) -> StatusReport {
         StatusReport::build(&self.set, &self.diagnostics, !self.has_errors())
     }
 
-    pub fn has_errors(&self) -> bool {
+    pub(crate) fn has_errors(&self) -> bool {
         self.diagnostics.iter().any(Diagnostic::is_error)
     }
 
-    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+    pub(crate) fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
         self.diagnostics.iter().filter(|d| d.is_error())
     }
 
     /// Whether the config declares no listener at all.
-    pub fn serves_nothing(&self) -> bool {
+    pub(crate) fn serves_nothing(&self) -> bool {
         self.listeners.is_empty()
     }
 
     /// The snapshot of generation `generation` made of the checked parts (the referenced
     /// certificates read for their expiry), and the plans to start when it is accepted.
-    pub fn assemble(self, generation: u64) -> Compiled {
+    pub(crate) fn assemble(self, generation: u64) -> Compiled {
         let cx = self.cx;
         let certificate_expiries = cx
             .referenced
@@ -295,7 +295,7 @@ impl<T> Default for Interner<T> {
 
 impl<T: Eq + std::hash::Hash> Interner<T> {
     /// The shared object holding `value`.
-    pub fn get(&mut self, value: T) -> Arc<T> {
+    pub(crate) fn get(&mut self, value: T) -> Arc<T> {
         if let Some(shared) = self.0.get(&value) {
             return shared.clone();
         }
@@ -308,10 +308,10 @@ impl<T: Eq + std::hash::Hash> Interner<T> {
 /// Where a diagnostic points: an object, a position and a field path.
 #[derive(Clone)]
 pub(crate) struct At<'a> {
-    pub file: &'a Path,
-    pub id: &'a ObjectId,
-    pub pos: Pos,
-    pub field: String,
+    pub(crate) file: &'a Path,
+    pub(crate) id: &'a ObjectId,
+    pub(crate) pos: Pos,
+    pub(crate) field: String,
 }
 
 impl Cx {
@@ -334,18 +334,23 @@ impl Cx {
     }
 
     /// The shared HTTP/2 connection options made from `settings`.
-    pub fn http2_options(&mut self, settings: &Http2Settings) -> Arc<Http2Options> {
+    pub(crate) fn http2_options(&mut self, settings: &Http2Settings) -> Arc<Http2Options> {
         self.http2
             .entry(*settings)
             .or_insert_with(|| Arc::new(Http2Options::new(settings)))
             .clone()
     }
 
-    pub fn error(&mut self, at: At<'_>, message: impl Into<String>, hint: impl Into<String>) {
+    pub(crate) fn error(
+        &mut self,
+        at: At<'_>,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+    ) {
         self.push(Diagnostic::error(at.file, at.pos, message), at, hint);
     }
 
-    pub fn warn(
+    pub(crate) fn warn(
         &mut self,
         at: At<'_>,
         reason: Reason,
@@ -357,7 +362,7 @@ impl Cx {
     }
 
     /// An error for a field that is part of the model but not implemented by this build.
-    pub fn not_yet(&mut self, at: At<'_>, what: &str, issue: &str) {
+    pub(crate) fn not_yet(&mut self, at: At<'_>, what: &str, issue: &str) {
         let d = Diagnostic::error(at.file, at.pos, format!("{what} is not supported yet"))
             .reason(Reason::UnsupportedValue);
         let hint = if issue.is_empty() {
@@ -370,7 +375,12 @@ impl Cx {
         self.push(d, at, hint);
     }
 
-    pub fn missing_ref(&mut self, at: At<'_>, message: impl Into<String>, hint: impl Into<String>) {
+    pub(crate) fn missing_ref(
+        &mut self,
+        at: At<'_>,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+    ) {
         let d = Diagnostic::error(at.file, at.pos, message).reason(Reason::RefNotFound);
         self.push(d, at, hint);
     }
@@ -386,7 +396,7 @@ impl Cx {
     }
 
     /// Notes a file the config reads (watched; its change is a config change).
-    pub fn refer(&mut self, path: &Path) {
+    pub(crate) fn refer(&mut self, path: &Path) {
         self.referred_by_backend.push(path.to_owned());
         if !self.referenced.contains(path) {
             self.referenced.insert(path.to_owned());
@@ -394,7 +404,7 @@ impl Cx {
     }
 
     /// How many errors were reported so far (loading's included).
-    pub fn error_count(&self) -> usize {
+    pub(crate) fn error_count(&self) -> usize {
         self.errors
     }
 }

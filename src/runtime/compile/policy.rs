@@ -22,8 +22,8 @@ use crate::snapshot::RequestPolicy;
 
 /// A policy's sections with the policy's identity.
 pub(crate) struct Source<'a> {
-    pub id: &'a ObjectId,
-    pub spec: TrafficPolicySpec,
+    pub(crate) id: &'a ObjectId,
+    pub(crate) spec: TrafficPolicySpec,
 }
 
 type Key = (Kind, String, String);
@@ -139,7 +139,7 @@ const CONNECTION_SECTIONS: [&str; 6] = [
 impl<'a> PolicyIndex<'a> {
     /// Checks every BackendTrafficPolicy (in `namespace/name` order) and indexes its valid
     /// targets; reports policies at one rank that conflict.
-    pub fn build(cx: &mut Cx, set: &'a ConfigSet) -> Self {
+    pub(crate) fn build(cx: &mut Cx, set: &'a ConfigSet) -> Self {
         let mut by_target: HashMap<Key, Vec<Source<'a>>> = HashMap::new();
         let mut policies: Vec<_> = set.policies.iter().collect();
         policies.sort_by(|a, b| a.id.cmp(&b.id));
@@ -219,7 +219,7 @@ impl<'a> PolicyIndex<'a> {
     }
 
     /// A connection-level section for a Backend: inline > Backend policies > Gateway policies.
-    pub fn backend_section<T: Clone>(
+    pub(crate) fn backend_section<T: Clone>(
         &self,
         backend: &ObjectId,
         inline: Option<&TrafficPolicySpec>,
@@ -262,7 +262,7 @@ impl<'a> PolicyIndex<'a> {
 
     /// The request policy for a request to `backend`, routed by `route` (if any) on `gateway`.
     /// Route rule fields (timeouts, retry) come first, then policies by precedence.
-    pub fn request_policy(
+    pub(crate) fn request_policy(
         &self,
         route: Option<RouteSettings<'_>>,
         backend: &ObjectId,
@@ -411,10 +411,10 @@ pub(super) const GRPC_RETRY_TRIGGERS: [(&str, u32); 5] = [
 
 /// What a matched HTTPRoute rule says itself.
 #[derive(Clone, Copy)]
-pub struct RouteSettings<'a> {
-    pub id: &'a ObjectId,
-    pub timeouts: Option<&'a crate::config::wire::route::HttpRouteTimeouts>,
-    pub retry: Option<&'a crate::config::wire::route::HttpRouteRetry>,
+pub(crate) struct RouteSettings<'a> {
+    pub(crate) id: &'a ObjectId,
+    pub(crate) timeouts: Option<&'a crate::config::wire::route::HttpRouteTimeouts>,
+    pub(crate) retry: Option<&'a crate::config::wire::route::HttpRouteRetry>,
 }
 
 /// Gateway API `HTTPRouteRetry` onto egressd's retry policy.

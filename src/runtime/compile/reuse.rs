@@ -33,7 +33,7 @@ use crate::upstream::health_check::CheckPlan;
 
 /// The compiled Backends of one accepted config, by object identity.
 #[derive(Default)]
-pub struct CompiledBackends {
+pub(crate) struct CompiledBackends {
     /// The objects the entries were compiled under: when any differs, nothing is reused.
     policies: Vec<Arc<Object<BackendTrafficPolicySpec>>>,
     proxy_configs: Vec<Arc<Object<ProxyConfigSpec>>>,
@@ -50,7 +50,7 @@ pub struct CompiledBackends {
 #[derive(Clone)]
 pub(crate) struct Entry {
     object: Arc<Object<BackendSpec>>,
-    pub backend: Arc<Backend>,
+    pub(crate) backend: Arc<Backend>,
     /// None when compiling gave nothing besides the Backend (most do not): 10,000 entries
     /// of three empty vectors were a megabyte.
     side: Option<Arc<Side>>,
@@ -67,11 +67,11 @@ struct Side {
 }
 
 impl Entry {
-    pub fn diagnostics(&self) -> &[Diagnostic] {
+    pub(crate) fn diagnostics(&self) -> &[Diagnostic] {
         self.side.as_ref().map_or(&[], |s| &s.diagnostics)
     }
 
-    pub fn health_checks(&self) -> &[CheckPlan] {
+    pub(crate) fn health_checks(&self) -> &[CheckPlan] {
         self.side.as_ref().map_or(&[], |s| &s.health_checks)
     }
 
@@ -79,7 +79,7 @@ impl Entry {
         self.side.as_ref().map_or(&[], |s| &s.files)
     }
 
-    pub fn files(&self) -> impl Iterator<Item = &PathBuf> {
+    pub(crate) fn files(&self) -> impl Iterator<Item = &PathBuf> {
         self.file_states().iter().map(|(path, _)| path)
     }
 }
@@ -116,11 +116,13 @@ impl CompiledBackends {
                 .is_none_or(|g| same_objects(g, &set.gateways))
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
@@ -184,10 +186,10 @@ fn key<T>(object: &Arc<T>) -> usize {
 
 /// What compiling one Backend gave besides the Backend.
 pub(crate) struct SideOutputs {
-    pub started: SystemTime,
-    pub diagnostics: Vec<Diagnostic>,
-    pub health_checks: Vec<CheckPlan>,
-    pub files: Vec<PathBuf>,
+    pub(crate) started: SystemTime,
+    pub(crate) diagnostics: Vec<Diagnostic>,
+    pub(crate) health_checks: Vec<CheckPlan>,
+    pub(crate) files: Vec<PathBuf>,
 }
 
 /// The content of referenced files, read once per compile however many Backends name them.
@@ -259,7 +261,8 @@ fn status_change(path: &Path) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{load_paths_cached, LoadCache, LoadLimits};
+    use crate::config::load::load_paths_cached;
+    use crate::config::{LoadCache, LoadLimits};
     use crate::runtime::compile::{compile_reusing, Compiled};
     use crate::upstream::dns::DnsResolver;
     use crate::upstream::registry::StateRegistry;

@@ -25,7 +25,7 @@ pub(crate) struct Secrets {
 }
 
 impl Secrets {
-    pub fn new(set: &ConfigSet) -> Secrets {
+    pub(crate) fn new(set: &ConfigSet) -> Secrets {
         Secrets {
             by_id: set
                 .secrets

@@ -16,22 +16,22 @@ use crate::telemetry::trace::TracingSettings;
 /// The files of `ProxyConfig.spec.platformIdentity`, resolved.
 #[derive(Clone, Debug)]
 pub(crate) struct PlatformFiles {
-    pub certificate: std::path::PathBuf,
-    pub private_key: std::path::PathBuf,
-    pub ca: Option<std::path::PathBuf>,
+    pub(crate) certificate: std::path::PathBuf,
+    pub(crate) private_key: std::path::PathBuf,
+    pub(crate) ca: Option<std::path::PathBuf>,
 }
 
 /// Settings plus what backends need from them.
 pub(crate) struct Settings {
-    pub proxy: ProxySettings,
+    pub(crate) proxy: ProxySettings,
     /// For `tls.mode: PlatformProvided`.
-    pub platform_identity: Option<PlatformFiles>,
+    pub(crate) platform_identity: Option<PlatformFiles>,
     /// `deniedHostnames` patterns, lower-case.
-    pub denied_hostnames: Vec<String>,
+    pub(crate) denied_hostnames: Vec<String>,
     /// The key MCP session ids are authenticated with.
-    pub mcp_session_key: std::sync::Arc<crate::mcp::session::SessionKey>,
+    pub(crate) mcp_session_key: std::sync::Arc<crate::mcp::session::SessionKey>,
     /// `Gateway.spec.tls.backend.clientCertificateRef`, for Mutual Backends without one.
-    pub gateway_client_certificate: super::gateway_tls::GatewayClientCertificate,
+    pub(crate) gateway_client_certificate: super::gateway_tls::GatewayClientCertificate,
 }
 
 impl std::ops::Deref for Settings {

@@ -13,26 +13,26 @@ use crate::upstream::tls::{NameCheck, Roots, TlsSpec, TlsVersion};
 
 /// The checked TLS settings of one port.
 pub(super) struct TlsPlan {
-    pub mode: TlsMode,
+    pub(crate) mode: TlsMode,
     /// What to build the client config from; `None` for plaintext.
-    pub spec: Option<TlsSpec>,
+    pub(crate) spec: Option<TlsSpec>,
 }
 
 /// Where the `tls` block is and what it is about.
 pub(super) struct TlsSite<'a> {
-    pub file: &'a Path,
-    pub id: &'a ObjectId,
+    pub(crate) file: &'a Path,
+    pub(crate) id: &'a ObjectId,
     /// The block and its position; `None` when omitted (mode Simple).
-    pub tls: Option<(&'a BackendTls, Pos)>,
-    pub object_pos: Pos,
-    pub field: &'a str,
+    pub(crate) tls: Option<(&'a BackendTls, Pos)>,
+    pub(crate) object_pos: Pos,
+    pub(crate) field: &'a str,
     /// The FQDN destination, the default SNI.
-    pub hostname: Option<&'a str>,
-    pub protocol: Protocol,
+    pub(crate) hostname: Option<&'a str>,
+    pub(crate) protocol: Protocol,
     /// `ProxyConfig.spec.platformIdentity`, for mode PlatformProvided.
-    pub platform: Option<&'a super::settings::PlatformFiles>,
+    pub(crate) platform: Option<&'a super::settings::PlatformFiles>,
     /// The Gateways' default client certificate, for mode Mutual without one of its own.
-    pub gateway_default: &'a GatewayClientCertificate,
+    pub(crate) gateway_default: &'a GatewayClientCertificate,
 }
 
 /// The `tls` block being checked (an empty one when omitted), with its mode.

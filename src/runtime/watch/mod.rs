@@ -72,7 +72,7 @@ impl Default for WatchOptions {
 
 /// Why a reload was triggered (for logs).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReloadCause {
+pub(crate) enum ReloadCause {
     /// File system events reported changes to these paths (de-duplicated, sorted). Empty
     /// when the kernel's event queue overflowed and the individual events were lost.
     FileChange {
@@ -119,7 +119,7 @@ pub enum WatchError {
 /// Dropping it stops everything: the driver task ends (so the receiver yields `None`) and
 /// the notify thread shuts down.
 #[derive(Debug)]
-pub struct ConfigWatcher {
+pub(crate) struct ConfigWatcher {
     shared: Arc<Shared>,
     /// Never sent on: dropping it is the shutdown signal for the driver task.
     _shutdown: oneshot::Sender<()>,
@@ -131,7 +131,7 @@ impl ConfigWatcher {
     /// Must be called inside a tokio runtime with timers enabled. Returns the watcher and
     /// the receiving end. The channel holds a single pending cause: if one is already
     /// waiting, later changes are covered by it and are not queued separately.
-    pub fn start(
+    pub(crate) fn start(
         dirs: Vec<PathBuf>,
         opts: WatchOptions,
     ) -> Result<(ConfigWatcher, mpsc::Receiver<ReloadCause>), WatchError> {
@@ -199,7 +199,7 @@ impl ConfigWatcher {
     ///
     /// Their parent directories are watched non-recursively; for symlinks, the target's
     /// directory too. Blocks briefly while watches are (un)registered.
-    pub fn set_extra_files(&self, files: Vec<PathBuf>) {
+    pub(crate) fn set_extra_files(&self, files: Vec<PathBuf>) {
         let files: Vec<PathBuf> = files
             .into_iter()
             .map(absolutize)

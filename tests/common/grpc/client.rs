@@ -24,15 +24,15 @@ const PATIENCE: Duration = Duration::from_secs(10);
 
 /// Options of one call.
 #[derive(Clone, Debug, Default)]
-pub struct CallOptions {
+pub(crate) struct CallOptions {
     /// Sent as `grpc-timeout`; the client itself never enforces it.
-    pub timeout: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
     /// Custom request metadata (ASCII).
-    pub metadata: Vec<(&'static str, String)>,
+    pub(crate) metadata: Vec<(&'static str, String)>,
 }
 
 impl CallOptions {
-    pub fn timeout(timeout: Duration) -> CallOptions {
+    pub(crate) fn timeout(timeout: Duration) -> CallOptions {
         CallOptions {
             timeout: Some(timeout),
             ..CallOptions::default()
@@ -55,21 +55,21 @@ impl CallOptions {
 
 /// One response of a stream and when it arrived.
 #[derive(Clone, Debug)]
-pub struct Arrival {
-    pub at: Instant,
-    pub message: EchoResponse,
+pub(crate) struct Arrival {
+    pub(crate) at: Instant,
+    pub(crate) message: EchoResponse,
 }
 
 /// A whole streaming call: what arrived and how it ended (`Code::Ok` when it ended well; the
 /// trailers' custom metadata is in the status's metadata either way).
 #[derive(Debug)]
-pub struct StreamOutcome {
-    pub arrivals: Vec<Arrival>,
-    pub status: Status,
+pub(crate) struct StreamOutcome {
+    pub(crate) arrivals: Vec<Arrival>,
+    pub(crate) status: Status,
 }
 
 impl StreamOutcome {
-    pub fn messages(&self) -> Vec<EchoResponse> {
+    pub(crate) fn messages(&self) -> Vec<EchoResponse> {
         self.arrivals.iter().map(|a| a.message.clone()).collect()
     }
 }
@@ -97,19 +97,19 @@ impl Service<http::Request<tonic::body::Body>> for H2Conn {
 /// A tonic client of the Echo service over one HTTP/2 connection to `addr`, with requests
 /// addressed to `authority` (so a proxy can route them by it). Clones share the connection.
 #[derive(Clone)]
-pub struct GrpcClient {
+pub(crate) struct GrpcClient {
     grpc: tonic::client::Grpc<H2Conn>,
 }
 
 impl GrpcClient {
     /// h2c by prior knowledge, as gRPC clients speak to an `http://` target.
-    pub async fn connect(addr: SocketAddr, authority: &str) -> GrpcClient {
+    pub(crate) async fn connect(addr: SocketAddr, authority: &str) -> GrpcClient {
         let stream = TcpStream::connect(addr).await.expect("connect gRPC client");
         Self::handshake(stream, &format!("http://{authority}")).await
     }
 
     /// TLS with ALPN `h2`, trusting only `ca`, with SNI `server_name`.
-    pub async fn connect_tls(
+    pub(crate) async fn connect_tls(
         addr: SocketAddr,
         authority: &str,
         ca: &TestCa,
@@ -158,7 +158,7 @@ impl GrpcClient {
     }
 
     /// `Unary`: the response (with its headers and trailers as metadata) or the status.
-    pub async fn unary(
+    pub(crate) async fn unary(
         &mut self,
         request: EchoRequest,
         options: &CallOptions,
@@ -174,7 +174,7 @@ impl GrpcClient {
     }
 
     /// `ServerStream`, read to its end.
-    pub async fn server_stream(
+    pub(crate) async fn server_stream(
         &mut self,
         request: EchoRequest,
         options: &CallOptions,
@@ -202,7 +202,7 @@ impl GrpcClient {
     }
 
     /// Opens `Bidi`; messages go out with [`BidiCall::send`] as the test decides.
-    pub async fn bidi(&mut self, options: &CallOptions) -> Result<BidiCall, Status> {
+    pub(crate) async fn bidi(&mut self, options: &CallOptions) -> Result<BidiCall, Status> {
         self.ready().await?;
         let (sender, receiver) = mpsc::channel::<EchoRequest>(16);
         let requests = futures_util::stream::unfold(receiver, |mut receiver| async move {
@@ -251,13 +251,13 @@ async fn read_to_end(
 }
 
 /// An open `Bidi` call.
-pub struct BidiCall {
+pub(crate) struct BidiCall {
     requests: mpsc::Sender<EchoRequest>,
     responses: Streaming<EchoResponse>,
 }
 
 impl BidiCall {
-    pub async fn send(&mut self, message: &str) {
+    pub(crate) async fn send(&mut self, message: &str) {
         self.requests
             .send(EchoRequest::new(message))
             .await
@@ -265,14 +265,14 @@ impl BidiCall {
     }
 
     /// The next response (`None` once the server ended the stream).
-    pub async fn receive(&mut self) -> Result<Option<EchoResponse>, Status> {
+    pub(crate) async fn receive(&mut self) -> Result<Option<EchoResponse>, Status> {
         tokio::time::timeout(PATIENCE, self.responses.message())
             .await
             .expect("a message or the end of the stream in time")
     }
 
     /// Half-closes the request stream and reads what is left and how the call ended.
-    pub async fn finish(self) -> StreamOutcome {
+    pub(crate) async fn finish(self) -> StreamOutcome {
         drop(self.requests);
         read_to_end(self.responses, Vec::new()).await
     }

@@ -28,7 +28,7 @@ use super::{
 
 /// Whether the server stops a `Unary` call when its `grpc-timeout` passes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Deadlines {
+pub(crate) enum Deadlines {
     /// Answer `DEADLINE_EXCEEDED` when the deadline passes during the sleep (as grpc-go does).
     Enforce,
     /// Sleep the full `sleep_ms` whatever the deadline: only something in between (the proxy)
@@ -38,19 +38,19 @@ pub enum Deadlines {
 
 /// One RPC as the server received it.
 #[derive(Clone, Debug)]
-pub struct Rpc {
+pub(crate) struct Rpc {
     /// Which accepted connection carried it (0 for the first).
-    pub connection: usize,
+    pub(crate) connection: usize,
     /// The request path, e.g. [`UNARY`].
-    pub path: String,
+    pub(crate) path: String,
     /// The `:authority` it arrived with.
-    pub authority: Option<String>,
+    pub(crate) authority: Option<String>,
     /// Every request header (custom metadata, `grpc-timeout`, `te`, `content-type`...).
-    pub headers: http::HeaderMap,
+    pub(crate) headers: http::HeaderMap,
 }
 
 impl Rpc {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .get(name)
             .map(|v| v.to_str().expect("ASCII header"))
@@ -83,20 +83,20 @@ impl Drop for InFlight<'_> {
 }
 
 /// The Echo service on 127.0.0.1:0, HTTP/2 only: h2c by prior knowledge, or TLS with ALPN `h2`.
-pub struct EchoServer {
-    pub addr: SocketAddr,
+pub(crate) struct EchoServer {
+    pub(crate) addr: SocketAddr,
     state: Arc<ServerState>,
     accept: JoinHandle<()>,
 }
 
 impl EchoServer {
     /// Plaintext HTTP/2 (h2c, prior knowledge).
-    pub async fn start(deadlines: Deadlines) -> EchoServer {
+    pub(crate) async fn start(deadlines: Deadlines) -> EchoServer {
         Self::start_with(deadlines, None).await
     }
 
     /// HTTP/2 over TLS with `cert`, ALPN `h2`.
-    pub async fn start_tls(deadlines: Deadlines, cert: &CertAndKey) -> EchoServer {
+    pub(crate) async fn start_tls(deadlines: Deadlines, cert: &CertAndKey) -> EchoServer {
         let mut config = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .expect("default protocol versions")
@@ -132,17 +132,17 @@ impl EchoServer {
     }
 
     /// TCP connections accepted so far.
-    pub fn connection_count(&self) -> usize {
+    pub(crate) fn connection_count(&self) -> usize {
         self.state.connections.load(Ordering::SeqCst)
     }
 
     /// Every RPC received, in order of arrival.
-    pub fn rpcs(&self) -> Vec<Rpc> {
+    pub(crate) fn rpcs(&self) -> Vec<Rpc> {
         self.state.rpcs.lock().unwrap().clone()
     }
 
     /// The most `Unary` calls that were running at once.
-    pub fn max_in_flight(&self) -> usize {
+    pub(crate) fn max_in_flight(&self) -> usize {
         self.state.max_in_flight.load(Ordering::SeqCst)
     }
 }
@@ -301,7 +301,7 @@ async fn unary(
 }
 
 /// A `grpc-timeout` value: at most 8 digits and a unit (gRPC over HTTP/2, "Timeout").
-pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+pub(crate) fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
     if digits.is_empty() || digits.len() > 8 {
         return None;
