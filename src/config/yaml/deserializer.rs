@@ -11,7 +11,7 @@ use super::spanned::{SPANNED_COLUMN, SPANNED_LINE, SPANNED_NAME, SPANNED_VALUE};
 use super::{shorten, Node, Pos, Value};
 
 /// A deserialization error with the position of the offending node and a dotted path from the
-/// root of the node given to [`from_node`], e.g. `spec.rules[0].matches[1].path.type` (empty
+/// root of the node given to [`from_node_all`], e.g. `spec.rules[0].matches[1].path.type` (empty
 /// string at the root). Keys that are not plain words are written as `["a.b/c"]`.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
@@ -24,20 +24,21 @@ pub(crate) struct DeError {
     pub(crate) message: String,
 }
 
-/// Deserialize `T` from a node.
-///
-/// Strict about types: numbers and booleans are only read from unquoted scalars, while strings
-/// accept any non-null scalar verbatim. Errors are positioned at the deepest node involved: an
-/// unknown field at its key, a missing field at the mapping, a bad value at the value.
+/// Deserialize `T` from a node, stopping at the first error: the unit tests' entry point (the
+/// loader reads with [`from_node_all`]).
 ///
 /// # Errors
-/// Any mismatch between the YAML and `T`, as a [`DeError`].
+/// The first mismatch between the YAML and `T`, as a [`DeError`].
 #[cfg(test)]
 pub(crate) fn from_node<T: de::DeserializeOwned>(node: &Node) -> Result<T, DeError> {
     attempt(node, &Pruned::new()).map_err(|e| e.positioned(node))
 }
 
-/// Like [`from_node`], but reports every error of the node, up to `max_errors`.
+/// Deserialize `T` from a node, reporting every error of the node, up to `max_errors`.
+///
+/// Strict about types: numbers and booleans are only read from unquoted scalars, while strings
+/// accept any non-null scalar verbatim. Errors are positioned at the deepest node involved: an
+/// unknown field at its key, a missing field at the mapping, a bad value at the value.
 ///
 /// serde stops at the first error, so after each error the offending node is left out (its
 /// mapping entry, its sequence item) and deserialization starts over, until it succeeds or

@@ -9,10 +9,10 @@
 //!
 //! The module is split by concern:
 //! - this file: the tree itself ([`Pos`], [`Node`], [`Value`]);
-//! - `parse`: building the tree from saphyr-parser events ([`parse_documents`], [`SyntaxError`],
-//!   the nesting and alias-expansion limits);
-//! - `deserializer`: the serde deserializer over the tree ([`from_node`], [`DeError`], error
-//!   paths);
+//! - `parse`: building the tree from saphyr-parser events ([`parse_documents_with`],
+//!   [`parse::SyntaxError`], the nesting and alias-expansion limits);
+//! - `deserializer`: the serde deserializer over the tree ([`from_node_all`],
+//!   [`deserializer::DeError`], error paths);
 //! - `spanned`: [`Spanned`], a value that remembers its position.
 
 mod deserializer;

@@ -98,6 +98,15 @@ impl From<ScanError> for SyntaxError {
     }
 }
 
+/// [`parse_documents_with`] with the default [`ParseLimits`]: the unit tests' shorthand.
+///
+/// # Errors
+/// As [`parse_documents_with`].
+#[cfg(test)]
+pub(crate) fn parse_documents(text: &str) -> Result<Vec<Node>, SyntaxError> {
+    parse_documents_with(text, ParseLimits::default())
+}
+
 /// Parse every `---`-separated document of a file. Empty documents (e.g. a trailing `---`, or a
 /// file of only comments) are skipped.
 ///
@@ -108,16 +117,7 @@ impl From<ScanError> for SyntaxError {
 ///
 /// # Errors
 /// Malformed YAML, duplicate keys, undefined aliases, nesting deeper than 128 levels, or
-/// anchors and aliases copying more than the default [`ParseLimits`].
-#[cfg(test)]
-pub(crate) fn parse_documents(text: &str) -> Result<Vec<Node>, SyntaxError> {
-    parse_documents_with(text, ParseLimits::default())
-}
-
-/// [`parse_documents`] with explicit limits.
-///
-/// # Errors
-/// As [`parse_documents`], with `limits` instead of the defaults.
+/// anchors and aliases copying more than `limits` allow.
 pub(crate) fn parse_documents_with(
     text: &str,
     limits: ParseLimits,

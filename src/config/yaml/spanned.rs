@@ -20,14 +20,14 @@ pub(super) const SPANNED_VALUE: &str = "$__egressd_spanned_value";
 
 /// A value plus the position of the node it was read from.
 ///
-/// Works inside any serde-derived type deserialized by [`from_node`]. With any other
+/// Works inside any serde-derived type deserialized by [`from_node_all`]. With any other
 /// deserializer (e.g. `serde_json`), or below `#[serde(flatten)]`/untagged enums (which buffer
 /// their input and lose positions), it deserializes the plain value with `Pos::default()`.
 ///
 /// For an optional field, use `Option<Spanned<T>>` rather than `Spanned<Option<T>>`: the
 /// latter is a required field for serde.
 ///
-/// [`from_node`]: super::from_node
+/// [`from_node_all`]: super::from_node_all
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Spanned<T> {
     /// Where the value's node starts.
