@@ -161,25 +161,8 @@ impl<'a> RequestCtx<'a> {
             authority: request_authority(req).to_owned(),
             path: req.uri().path().to_owned(),
         });
-        // Written out rather than through `bare`: built once per request, in place.
-        RequestCtx {
-            shared,
-            snapshot,
-            conn,
-            started,
-            grpc: crate::http::grpc::call(req.headers()),
-            logged,
-            span,
-            route: None,
-            backend: None,
-            user: None,
-            upstream: UpstreamFacts::default(),
-            mcp_method: None,
-            mcp_tool: None,
-            local_error: None,
-            bytes_in: None,
-            relay_end: None,
-        }
+        let grpc = crate::http::grpc::call(req.headers());
+        RequestCtx::arrived(shared, snapshot, conn, started, logged, grpc, span)
     }
 
     /// A TLS passthrough connection that has just been accepted: no HTTP request, so no span
@@ -203,24 +186,29 @@ impl<'a> RequestCtx<'a> {
             path: String::new(),
             bytes_in: None,
         });
-        RequestCtx::bare(shared, snapshot, conn, started, logged)
+        RequestCtx::arrived(shared, snapshot, conn, started, logged, None, None)
     }
 
-    fn bare(
+    /// What is known when a request or connection arrives; every phase's findings empty.
+    /// Built in one literal (inlined), not assigned field by field after: once per request.
+    #[inline]
+    fn arrived(
         shared: &'a Arc<Shared>,
         snapshot: &'a Snapshot,
         conn: &'a ConnInfo,
         started: Instant,
         logged: Option<LoggedRequest>,
+        grpc: Option<GrpcCall>,
+        span: Option<RequestSpan>,
     ) -> Self {
         RequestCtx {
             shared,
             snapshot,
             conn,
             started,
-            grpc: None,
+            grpc,
             logged,
-            span: None,
+            span,
             route: None,
             backend: None,
             user: None,
