@@ -25,6 +25,7 @@ pub(super) struct Answered {
 /// `answered` on its way down: headers cleaned and filtered, body streamed with the remaining
 /// timeouts, holding the request's circuit-breaker `admission` until it ends. `grpc`: a gRPC
 /// call, whose body ends with status trailers when a limit cuts it.
+#[inline]
 pub(super) fn upstream_response(
     answered: Answered,
     admission: Admission,

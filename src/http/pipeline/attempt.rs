@@ -75,7 +75,7 @@ impl Attempt {
 
     /// The attempt is over: recorded. What it carries stays in flight (the request, the
     /// websocket, the tunnel) until the returned guard is dropped.
-    #[inline]
+    #[inline(always)]
     pub(super) fn finish(
         self,
         shared: &Shared,
