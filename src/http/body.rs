@@ -121,7 +121,7 @@ pub(crate) struct UpstreamBody {
 /// fires early because there was activity since it was armed, so a busy stream costs one
 /// clock read per frame.
 #[derive(Debug)]
-struct StreamTimers {
+pub(crate) struct StreamTimers {
     idle: Option<Duration>,
     /// When the whole request must be over.
     deadline: Option<Deadline>,
@@ -130,6 +130,21 @@ struct StreamTimers {
 }
 
 impl StreamTimers {
+    /// `idle`: the stream idle timeout, counted from `last_activity` (when the response
+    /// headers came); `deadline`: when the request's timeout expires.
+    pub(crate) fn new(
+        idle: Option<Duration>,
+        deadline: Option<Deadline>,
+        last_activity: Instant,
+    ) -> Self {
+        StreamTimers {
+            idle,
+            deadline,
+            last_activity,
+            sleep: None,
+        }
+    }
+
     fn is_off(&self) -> bool {
         self.idle.is_none() && self.deadline.is_none()
     }
@@ -172,30 +187,24 @@ impl StreamTimers {
 }
 
 impl UpstreamBody {
-    /// `deadline` is when the request's timeout expires.
     pub(crate) fn new(
         inner: Incoming,
         lease: Lease,
         active: ActiveRequest,
-        idle_timeout: Option<Duration>,
-        deadline: Option<Deadline>,
+        timers: StreamTimers,
     ) -> Self {
+        let now = timers.last_activity;
         let mut body = UpstreamBody {
             inner,
             lease: Some(lease),
             active,
-            timers: StreamTimers {
-                idle: idle_timeout,
-                deadline,
-                last_activity: Instant::now(),
-                sleep: None,
-            },
+            timers,
             grpc: false,
             cut: false,
             failed: None,
         };
         if body.inner.is_end_stream() {
-            body.finish();
+            body.finish(now);
         }
         body
     }
@@ -226,10 +235,10 @@ impl UpstreamBody {
         self.active.endpoint()
     }
 
-    /// The response was read completely: the connection can carry another request.
-    fn finish(&mut self) {
+    /// The response was read completely (`now`): the connection can carry another request.
+    fn finish(&mut self, now: Instant) {
         match self.lease.take() {
-            Some(Lease::Http1(conn)) => self.endpoint().pool.checkin(conn),
+            Some(Lease::Http1(conn)) => self.endpoint().pool.checkin(conn, now.into_std()),
             // Dropping the slot makes room for another stream.
             Some(Lease::Http2(_)) | None => {}
         }
@@ -274,8 +283,13 @@ impl Body for UpstreamBody {
         };
         match polled {
             Poll::Ready(Some(Ok(frame))) => {
+                let ended = this.inner.is_end_stream();
+                if this.timers.is_off() && !ended {
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+                // One clock read for the timers and the pool's idle clock.
+                let now = Instant::now();
                 if !this.timers.is_off() {
-                    let now = Instant::now();
                     // A stream that never waits must still end at its deadline.
                     if let Some(deadline) = this.timers.deadline {
                         if now >= deadline.at {
@@ -284,8 +298,8 @@ impl Body for UpstreamBody {
                     }
                     this.timers.last_activity = now;
                 }
-                if this.inner.is_end_stream() {
-                    this.finish();
+                if ended {
+                    this.finish(now);
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -301,7 +315,7 @@ impl Body for UpstreamBody {
                 Poll::Pending
             }
             Poll::Ready(None) => {
-                this.finish();
+                this.finish(Instant::now());
                 Poll::Ready(None)
             }
             Poll::Pending => match this.timers.poll_expired(cx) {

@@ -16,7 +16,6 @@ pub(crate) mod shared;
 pub(crate) mod undeclared;
 pub(crate) mod wildcard;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,9 +38,9 @@ pub struct Snapshot {
     /// The listeners this config wants bound.
     pub listeners: Vec<ListenerPlan>,
     /// Request routing, per listener key.
-    pub routers: HashMap<Arc<str>, Arc<HttpRouter>>,
+    pub routers: router::FastMap<Arc<str>, Arc<HttpRouter>>,
     /// SNI routing of Passthrough listeners, per listener key.
-    pub(crate) sni_routers: HashMap<Arc<str>, Arc<crate::snapshot::router::SniRouter>>,
+    pub(crate) sni_routers: router::FastMap<Arc<str>, Arc<crate::snapshot::router::SniRouter>>,
     pub backends: Vec<Arc<Backend>>,
     /// The span exporter of `settings.tracing`, attached when the config is applied (the
     /// same one across reloads while the settings do not change).
@@ -81,8 +80,8 @@ impl Snapshot {
             generation: 0,
             settings: ProxySettings::default(),
             listeners: Vec::new(),
-            routers: HashMap::new(),
-            sni_routers: HashMap::new(),
+            routers: router::FastMap::default(),
+            sni_routers: router::FastMap::default(),
             backends: Vec::new(),
             undeclared: None,
             client_access: None,

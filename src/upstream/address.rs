@@ -94,35 +94,41 @@ pub fn canonical_host(raw: &str) -> Result<Cow<'_, str>, InvalidHost> {
     if host.len() > MAX_HOST_LEN {
         return Err(InvalidHost::TooLong(host.len()));
     }
-    if let Ok(v4) = host.parse::<Ipv4Addr>() {
-        // Rust reads only the four-decimal form; anything else is refused below.
-        return Ok(if host.len() == raw.len() {
-            Cow::Borrowed(raw)
-        } else {
-            Cow::Owned(v4.to_string())
-        });
+    // An IPv4 literal starts with a digit: a name skips the parser.
+    if host.as_bytes()[0].is_ascii_digit() {
+        if let Ok(v4) = host.parse::<Ipv4Addr>() {
+            // Rust reads only the four-decimal form; anything else is refused below.
+            return Ok(if host.len() == raw.len() {
+                Cow::Borrowed(raw)
+            } else {
+                Cow::Owned(v4.to_string())
+            });
+        }
     }
+    // One pass over the bytes, label by label (this runs for every request). A label's
+    // length is judged before its characters.
     let mut upper = false;
-    let mut last_label_numeric = true;
-    for label in host.split('.') {
-        if label.is_empty() || label.len() > MAX_LABEL_LEN {
-            return Err(InvalidHost::BadLabel);
-        }
-        let mut numeric = true;
-        for b in label.bytes() {
-            match b {
-                b'a'..=b'z' | b'-' | b'_' => numeric = false,
-                b'A'..=b'Z' => {
-                    numeric = false;
-                    upper = true;
-                }
-                b'0'..=b'9' => {}
-                _ => return Err(InvalidHost::BadCharacter),
+    let mut label = Label::default();
+    for (at, b) in host.bytes().enumerate() {
+        match b {
+            b'a'..=b'z' | b'-' | b'_' => label.numeric = false,
+            b'A'..=b'Z' => {
+                label.numeric = false;
+                upper = true;
             }
+            b'0'..=b'9' => {}
+            b'.' => {
+                label.end(at)?;
+                label = Label {
+                    start: at + 1,
+                    ..Label::default()
+                };
+            }
+            _ => label.bad_character = true,
         }
-        last_label_numeric = numeric || is_hex_number(label);
     }
-    if last_label_numeric {
+    label.end(host.len())?;
+    if label.numeric || is_hex_number(&host[label.start..]) {
         return Err(InvalidHost::NumericHost);
     }
     Ok(match (upper, host.len() == raw.len()) {
@@ -130,6 +136,37 @@ pub fn canonical_host(raw: &str) -> Result<Cow<'_, str>, InvalidHost> {
         (false, false) => Cow::Borrowed(host),
         (true, _) => Cow::Owned(host.to_ascii_lowercase()),
     })
+}
+
+/// The label of a host name being read by `canonical_host`.
+struct Label {
+    start: usize,
+    numeric: bool,
+    bad_character: bool,
+}
+
+impl Default for Label {
+    fn default() -> Self {
+        Label {
+            start: 0,
+            numeric: true,
+            bad_character: false,
+        }
+    }
+}
+
+impl Label {
+    /// The label ends before `end`: judged.
+    fn end(&self, end: usize) -> Result<(), InvalidHost> {
+        let len = end - self.start;
+        if len == 0 || len > MAX_LABEL_LEN {
+            return Err(InvalidHost::BadLabel);
+        }
+        if self.bad_character {
+            return Err(InvalidHost::BadCharacter);
+        }
+        Ok(())
+    }
 }
 
 /// `0x7f`: a label `inet_aton` reads as a hexadecimal number.

@@ -124,7 +124,8 @@ impl H1Pool {
     /// Returns a connection after its response was read completely. One that cannot take
     /// another request right away (closed, or still sending a request body the server answered
     /// before it ended) is closed instead.
-    pub(crate) fn checkin(&self, mut conn: H1Conn) {
+    /// `now`: the caller has just read the clock.
+    pub(crate) fn checkin(&self, mut conn: H1Conn, now: Instant) {
         if !conn.is_done() {
             return;
         }
@@ -133,10 +134,7 @@ impl H1Pool {
             if idle.conns.len() >= self.settings.max_idle {
                 return;
             }
-            idle.conns.push(Idle {
-                conn,
-                since: Instant::now(),
-            });
+            idle.conns.push(Idle { conn, since: now });
         }
         if self.waiting.load(Ordering::Acquire) > 0 {
             self.returned.notify_waiters();
@@ -241,7 +239,7 @@ mod tests {
             let (sender, driver) = hyper::client::conn::http1::handshake::<_, RequestBody>(io)
                 .await
                 .unwrap();
-            pool.checkin(H1Conn::new(sender, driver, addr, None));
+            pool.checkin(H1Conn::new(sender, driver, addr, None), Instant::now());
         }
         (pool, server)
     }
@@ -257,7 +255,7 @@ mod tests {
         assert_eq!(pool.idle_count(), 4);
         // One used and returned in this period: three stayed idle throughout, two go.
         let used = pool.checkout().unwrap();
-        pool.checkin(used);
+        pool.checkin(used, Instant::now());
         pool.sweep();
         assert_eq!(pool.idle_count(), 2);
         pool.sweep();
@@ -272,7 +270,7 @@ mod tests {
         pool.sweep();
         // The top one used in this period: three untouched below it.
         let used = pool.checkout().unwrap();
-        pool.checkin(used);
+        pool.checkin(used, Instant::now());
         // The oldest goes to make room elsewhere: two untouched left, one of them closes.
         assert!(pool.close_oldest_idle());
         pool.sweep();
@@ -287,13 +285,17 @@ mod tests {
             // Every connection in use at some point of each period.
             let senders: Vec<H1Conn> = std::iter::from_fn(|| pool.checkout()).collect();
             assert_eq!(senders.len(), 6);
-            senders.into_iter().for_each(|s| pool.checkin(s));
+            senders
+                .into_iter()
+                .for_each(|s| pool.checkin(s, Instant::now()));
             pool.sweep();
             assert_eq!(pool.idle_count(), 6);
         }
         // Four of six used in a period: two stayed idle throughout, one goes.
         let senders: Vec<H1Conn> = (0..4).map_while(|_| pool.checkout()).collect();
-        senders.into_iter().for_each(|s| pool.checkin(s));
+        senders
+            .into_iter()
+            .for_each(|s| pool.checkin(s, Instant::now()));
         pool.sweep();
         assert_eq!(pool.idle_count(), 5);
     }
@@ -315,7 +317,7 @@ mod tests {
                 "another runtime's connection was taken"
             );
             let conn = pool.checkout_any().expect("any runtime's connection");
-            pool.checkin(conn);
+            pool.checkin(conn, Instant::now());
         });
         home.block_on(async {
             assert!(pool.checkout().is_some(), "its own runtime did not get it");

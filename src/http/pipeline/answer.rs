@@ -4,8 +4,9 @@
 
 use http::{Response, Version};
 use hyper::body::Incoming;
+use tokio::time::Instant;
 
-use crate::http::body::{ProxyBody, UpstreamBody};
+use crate::http::body::{ProxyBody, StreamTimers, UpstreamBody};
 use crate::http::deadline::Deadline;
 use crate::http::headers::{append_via, strip_hop_by_hop};
 use crate::snapshot::router::RouteEntry;
@@ -20,6 +21,8 @@ pub(super) struct Answered {
     pub(super) lease: Lease,
     /// Counts the request as in flight to its endpoint until the response ends.
     pub(super) active: ActiveRequest,
+    /// When the response headers came: the body's idle timer starts there.
+    pub(super) at: Instant,
 }
 
 /// `answered` on its way down: headers cleaned and filtered, body streamed with the remaining
@@ -38,6 +41,7 @@ pub(super) fn upstream_response(
         response,
         lease,
         active,
+        at,
     } = answered;
     let (mut parts, body) = response.into_parts();
     clean_response_headers(&mut parts, entry);
@@ -45,8 +49,7 @@ pub(super) fn upstream_response(
         body,
         lease,
         active.holding(admission),
-        target.policy.stream_idle_timeout,
-        deadline,
+        StreamTimers::new(target.policy.stream_idle_timeout, deadline, at),
     )
     .ending_grpc_calls_with_status(grpc);
     parts.version = Version::HTTP_11;

@@ -73,24 +73,32 @@ impl Attempt {
         }
     }
 
-    /// The attempt is over: recorded. What it carries stays in flight (the request, the
-    /// websocket, the tunnel) until the returned guard is dropped.
+    /// When the attempt started: the clock read once for everything the attempt times.
+    pub(super) fn started(&self) -> Instant {
+        self.at
+    }
+
+    /// The attempt is over (at `ended`, read once by the caller for all it times): recorded.
+    /// What it carries stays in flight (the request, the websocket, the tunnel) until the
+    /// returned guard is dropped.
     #[inline(always)]
     pub(super) fn finish(
         self,
         shared: &Shared,
         target: &Target,
         outcome: Outcome<'_>,
+        ended: Instant,
     ) -> ActiveRequest {
+        let took = ended.saturating_duration_since(self.at);
         let endpoint = &**self.active.endpoint();
         let stats = target.backend.stats(&shared.metrics);
         let seen = match outcome {
             Outcome::Answered(status) => {
-                stats.responses.record(status.as_u16(), self.at.elapsed());
+                stats.responses.record(status.as_u16(), took);
                 Some(OutlierOutcome::of_status(status.as_u16()))
             }
             Outcome::AnsweredJudgedLater(status) => {
-                stats.responses.record(status.as_u16(), self.at.elapsed());
+                stats.responses.record(status.as_u16(), took);
                 None
             }
             Outcome::Connected => Some(OutlierOutcome::Success),

@@ -120,7 +120,7 @@ fn destination<B>(req: &Request<B>, tls: bool) -> Result<Destination, ProxyError
     // Checked and canonicalised before anything routes, records or judges it: a host that is
     // no host name or IP literal never reaches a table, and every spelling of an address is
     // one address.
-    let raw = authority.host();
+    let raw = host_of(authority.as_str());
     // After the host: nothing, or `:` and the port (`Authority` checked it is digits; RFC 3986
     // §3.2.3 allows it empty, meaning the scheme's).
     let port = match &authority.as_str()[raw.len()..] {
@@ -144,6 +144,20 @@ fn destination<B>(req: &Request<B>, tls: bool) -> Result<Destination, ProxyError
     })
 }
 
+/// `Authority::host` of an authority without userinfo (refused before), in one byte loop:
+/// `[v6]` with its brackets, else the text before the port.
+fn host_of(authority: &str) -> &str {
+    let bytes = authority.as_bytes();
+    let end = if bytes.first() == Some(&b'[') {
+        bytes.iter().position(|&b| b == b']').map(|at| at + 1)
+    } else {
+        bytes.iter().position(|&b| b == b':')
+    };
+    authority
+        .get(..end.unwrap_or(bytes.len()))
+        .unwrap_or(authority)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +168,25 @@ mod tests {
             .body(())
             .unwrap();
         destination(&req, false)
+    }
+
+    #[test]
+    fn the_host_is_found_as_http_finds_it() {
+        for given in [
+            "example.com",
+            "example.com:80",
+            "example.com:",
+            "[::1]",
+            "[::1]:8443",
+            "a:b:c",
+            "",
+            "[",
+        ] {
+            let expected = given.parse::<Authority>().map(|a| a.host().to_owned());
+            if let Ok(expected) = expected {
+                assert_eq!(host_of(given), expected, "{given}");
+            }
+        }
     }
 
     #[test]

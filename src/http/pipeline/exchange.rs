@@ -40,7 +40,8 @@ const MAX_SLOT_ROUNDS: u32 = 4;
 const MAX_ROUNDS: u32 = 2 * MAX_SLOT_ROUNDS;
 
 /// Phase "send": a pooled (or new) connection carries the request; the deadline covers
-/// connecting and waiting for the response headers. `deadline` is when the whole request must
+/// connecting and waiting for the response headers (the Backend's timeouts count from
+/// `attempt_started`). `deadline` is when the whole request must
 /// be over (request timeout or gRPC deadline). When the request opened a connection,
 /// `connected` learns how long that took.
 pub(super) async fn send(
@@ -48,10 +49,11 @@ pub(super) async fn send(
     endpoint: &Arc<Endpoint>,
     req: Request<RequestBody>,
     deadline: Option<Deadline>,
+    attempt_started: Instant,
     connected: &mut Option<Duration>,
 ) -> Result<(Response<Incoming>, Lease), ProxyError> {
     let exchange = exchange(target, endpoint, req, connected);
-    let Some(limit) = HeadersLimit::first(target, deadline) else {
+    let Some(limit) = HeadersLimit::first(target, deadline, attempt_started) else {
         return exchange.await;
     };
     match tokio::time::timeout_at(limit.deadline.at, exchange).await {
@@ -69,10 +71,10 @@ struct HeadersLimit {
 }
 
 impl HeadersLimit {
-    /// The first of the limits that apply (the earlier-named one when two fall together).
-    fn first(target: &Target, deadline: Option<Deadline>) -> Option<HeadersLimit> {
+    /// The first of the limits that apply (the earlier-named one when two fall together);
+    /// the Backend's own timeouts count from `now`.
+    fn first(target: &Target, deadline: Option<Deadline>, now: Instant) -> Option<HeadersLimit> {
         let policy = &target.policy;
-        let now = Instant::now();
         let mut first = deadline.map(|deadline| HeadersLimit {
             deadline,
             idle: false,

@@ -77,7 +77,6 @@ pub(super) async fn open(
         .and_then(|k| k.hash_connection(ctx.conn.client.ip()));
     let endpoint = pick(target, hash).await?;
     let attempt = Attempt::start(ctx, &endpoint);
-    let started = Instant::now();
     let connected = crate::upstream::connect::connect_tcp_keepalive(
         endpoint.addr,
         target.policy.connect_timeout,
@@ -85,13 +84,14 @@ pub(super) async fn open(
     )
     .await
     .map_err(|e| connect_error(&e, &target.backend.label, endpoint.addr));
+    let ended = Instant::now();
     if ctx.timed() && connected.is_ok() {
-        ctx.upstream.connect = Some(started.elapsed());
+        ctx.upstream.connect = Some(ended.saturating_duration_since(attempt.started()));
     }
     let outcome = match &connected {
         Ok(_) => Outcome::Connected,
         Err(e) => Outcome::Failed(e),
     };
-    let active = attempt.finish(ctx.shared, target, outcome);
+    let active = attempt.finish(ctx.shared, target, outcome, ended);
     Ok((connected?, active))
 }

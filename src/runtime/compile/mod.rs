@@ -35,6 +35,7 @@ use crate::config::wire::enums::OutboundPolicy;
 use crate::config::yaml::Pos;
 use crate::config::{ConfigSet, Diagnostic, ObjectId, Reason};
 use crate::snapshot::filters::Filters;
+use crate::snapshot::router::FastMap;
 use crate::snapshot::undeclared::UndeclaredDestinations;
 use crate::snapshot::Snapshot;
 use crate::upstream::connect::{Http2Options, Http2Settings};
@@ -116,8 +117,8 @@ pub(crate) struct Checked {
     set: Arc<ConfigSet>,
     settings: settings::Settings,
     listeners: Vec<crate::snapshot::ListenerPlan>,
-    routers: std::collections::HashMap<Arc<str>, Arc<crate::snapshot::router::HttpRouter>>,
-    sni_routers: std::collections::HashMap<Arc<str>, Arc<crate::snapshot::router::SniRouter>>,
+    routers: FastMap<Arc<str>, Arc<crate::snapshot::router::HttpRouter>>,
+    sni_routers: FastMap<Arc<str>, Arc<crate::snapshot::router::SniRouter>>,
     backends: Vec<Arc<crate::snapshot::Backend>>,
     compiled_backends: CompiledBackends,
     undeclared: Option<Arc<UndeclaredDestinations>>,

@@ -16,7 +16,8 @@ use crate::config::wire::Object;
 use crate::config::{ConfigSet, ObjectId, Reason};
 use crate::names::hostname_matches;
 use crate::snapshot::router::{
-    HttpRouter, ImplicitRoute, PathMatcher, RequestMatch, RouteAction, RouteEntry, WeightedTarget,
+    FastMap, HttpRouter, ImplicitRoute, PathMatcher, RequestMatch, RouteAction, RouteEntry,
+    WeightedTarget,
 };
 use crate::snapshot::Target;
 
@@ -29,9 +30,9 @@ pub(crate) fn compile(
     backends: &Backends<'_>,
     declared: &DeclaredPorts<'_>,
     policies: &PolicyIndex<'_>,
-) -> HashMap<Arc<str>, Arc<HttpRouter>> {
+) -> FastMap<Arc<str>, Arc<HttpRouter>> {
     let routes = CheckedRoutes::check(cx, set, listeners, backends);
-    let mut routers = HashMap::new();
+    let mut routers = FastMap::default();
     for (li, listener) in listeners.iter().enumerate() {
         if listener.is_passthrough() {
             continue;
@@ -199,8 +200,8 @@ fn implicit_routes(
     serves: impl Fn(&crate::snapshot::BackendPort) -> bool,
     listener: &CompiledListener,
     policies: &PolicyIndex<'_>,
-) -> HashMap<String, ImplicitRoute> {
-    let mut out = HashMap::new();
+) -> FastMap<String, ImplicitRoute> {
+    let mut out = FastMap::default();
     for (host, ports) in declared {
         if listener
             .hostname
@@ -374,8 +375,8 @@ impl Tiers {
     /// The router: each tier's entries sorted by precedence.
     fn into_router(
         self,
-        implicit: HashMap<String, ImplicitRoute>,
-        tunnels: HashMap<String, ImplicitRoute>,
+        implicit: FastMap<String, ImplicitRoute>,
+        tunnels: FastMap<String, ImplicitRoute>,
     ) -> HttpRouter {
         fn sorted(mut v: Vec<(SortKey, RouteEntry)>) -> Vec<RouteEntry> {
             v.sort_by(|a, b| a.0.cmp(&b.0));
@@ -414,9 +415,9 @@ pub(crate) fn compile_sni(
     backends: &Backends<'_>,
     declared: &DeclaredPorts<'_>,
     policies: &PolicyIndex<'_>,
-) -> HashMap<Arc<str>, Arc<crate::snapshot::router::SniRouter>> {
+) -> FastMap<Arc<str>, Arc<crate::snapshot::router::SniRouter>> {
     let tls_routes = super::tls_routes::check(cx, set, listeners, backends);
-    let mut out = HashMap::new();
+    let mut out = FastMap::default();
     for (li, listener) in listeners.iter().enumerate() {
         if !listener.is_passthrough() {
             continue;

@@ -12,7 +12,7 @@ use http::Response;
 
 use super::McpExchange;
 use crate::balance::outlier::Outcome as OutlierOutcome;
-use crate::http::body::{ProxyBody, UpstreamBody};
+use crate::http::body::{ProxyBody, StreamTimers, UpstreamBody};
 use crate::http::budget;
 use crate::http::deadline::Deadline;
 use crate::http::error::ProxyError;
@@ -56,8 +56,10 @@ impl McpExchange<'_> {
                 response,
                 lease,
                 active,
+                at,
             } = answered;
-            let response = response.map(|body| UpstreamBody::new(body, lease, active, None, None));
+            let timers = StreamTimers::new(None, None, at);
+            let response = response.map(|body| UpstreamBody::new(body, lease, active, timers));
             let place = (routed.entry, target, addr);
             return filtered_tools_list(ctx.shared, response, policy, place, verdict).await;
         }

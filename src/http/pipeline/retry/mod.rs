@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use http::Response;
 use hyper::body::Incoming;
+use tokio::time::Instant;
 
 use super::answer::Answered;
 use super::attempt::{pick, Attempt, Outcome};
@@ -67,14 +68,25 @@ pub(super) async fn phase(
         // of futures is one more copy of the ones below it per request.
         let attempt = Attempt::start(ctx, &endpoint);
         let mut connected = None;
-        let sent = exchange::send(target, &endpoint, req, deadline, &mut connected).await;
+        let sent = exchange::send(
+            target,
+            &endpoint,
+            req,
+            deadline,
+            attempt.started(),
+            &mut connected,
+        )
+        .await;
+        // The clock read once for the attempt's end, the access log and the response body.
+        let answered_at = Instant::now();
         if ctx.timed() {
-            note_timing(ctx, &endpoint, &sent, connected);
+            note_timing(ctx, &endpoint, &sent, connected, answered_at);
         }
         let active = attempt.finish(
             ctx.shared,
             target,
             Outcome::of_exchange(&sent, plan.mcp_post),
+            answered_at,
         );
         if let (Some(policy), Some(next)) = (retry, replay) {
             if let Some(slot) = policy::decide(ctx, target, policy, &sent, &next, plan.deadline) {
@@ -96,6 +108,7 @@ pub(super) async fn phase(
             response,
             lease,
             active,
+            at: answered_at,
         });
     }
 }
@@ -106,17 +119,18 @@ fn note_timing(
     endpoint: &Endpoint,
     sent: &Result<(Response<Incoming>, Lease), ProxyError>,
     connected: Option<Duration>,
+    answered_at: Instant,
 ) {
     ctx.upstream.connect = connected;
     ctx.upstream.tls = endpoint.tls();
     if sent.is_ok() {
-        ctx.upstream.ttfb = Some(ctx.started.elapsed());
+        ctx.upstream.ttfb = Some(answered_at.saturating_duration_since(ctx.started));
     }
 }
 
 /// An attempt's deadline: the request's, or the per-try timeout's when that comes first.
 fn attempt_deadline(plan: &Plan<'_>, per_try: Option<Duration>) -> Option<Deadline> {
-    let Some(per_try) = per_try.map(|t| Deadline::after(tokio::time::Instant::now(), t)) else {
+    let Some(per_try) = per_try.map(|t| Deadline::after(Instant::now(), t)) else {
         return plan.deadline;
     };
     Some(match plan.deadline {

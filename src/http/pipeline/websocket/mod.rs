@@ -17,6 +17,7 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
+use tokio::time::Instant;
 
 use super::admit::Admitted;
 use super::answer::clean_response_headers;
@@ -71,7 +72,7 @@ pub(super) async fn phase(
         Ok(response) => Outcome::Answered(response.status()),
         Err(e) => Outcome::Failed(e),
     };
-    let active = attempt.finish(ctx.shared, target, outcome);
+    let active = attempt.finish(ctx.shared, target, outcome, Instant::now());
     let mut response = answer?;
     let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
     let upstream = switched.then(|| hyper::upgrade::on(&mut response));
