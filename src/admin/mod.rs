@@ -30,6 +30,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::http::sending::BodyLimits;
 use crate::listener::cap::{AcceptBackoff, ConnectionCap, Slot};
 use crate::listener::detect::{Prefix, ServedIo};
 use crate::listener::watchdog::{Activity, Tracked};
@@ -126,7 +127,8 @@ async fn serve(
         let (shared, activity) = (shared.clone(), activity.clone());
         service_fn(move |req| {
             let in_flight = activity.begin();
-            let response = route(&shared, &req).map(|body| Tracked::new(body, in_flight));
+            let response = route(&shared, &req)
+                .map(|body| Tracked::new(body, in_flight, None, BodyLimits::default()));
             async move { Ok::<_, Infallible>(response) }
         })
     };

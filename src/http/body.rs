@@ -48,6 +48,16 @@ impl ProxyBody {
     pub(crate) fn empty() -> Self {
         ProxyBody::Local(None)
     }
+
+    /// The limits an upstream response's body applies while it streams: when the request
+    /// must be over, and the stream idle timeout. The task serving the response applies them
+    /// too while the client does not read (`listener::sending`), when the body is not asked.
+    pub(crate) fn limits(&self) -> (Option<Instant>, Option<Duration>) {
+        match self {
+            ProxyBody::Upstream(body) => (body.timers.deadline.map(|d| d.at), body.timers.idle),
+            ProxyBody::Local(_) | ProxyBody::Stream(_) => (None, None),
+        }
+    }
 }
 
 impl Body for ProxyBody {

@@ -12,3 +12,4 @@ pub(crate) mod headers;
 pub(crate) mod limits;
 pub(crate) mod pipeline;
 pub(crate) mod relay;
+pub(crate) mod sending;

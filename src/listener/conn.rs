@@ -12,6 +12,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -28,9 +29,11 @@ use super::detect::{sniff, Protocol, ServedIo};
 use super::gate::Gated;
 use super::http::HttpServer;
 use super::tracker::{ConnGuard, ConnTracker};
-use super::watchdog::{watchdog, Activity, Expiry, Tracked};
+use super::watchdog::{watchdog, Activity, Expiry, InFlight, Tracked};
 use super::Accept;
+use crate::http::body::ProxyBody;
 use crate::http::pipeline::{handle, ConnInfo};
+use crate::http::sending::{self, BodyLimits, SendTimer, SendWatch};
 use crate::policy::identity::TlsIdentity;
 use crate::snapshot::shared::Shared;
 use crate::snapshot::{AcceptMode, DownstreamSettings};
@@ -295,7 +298,7 @@ impl Served<'_> {
                 // twice (12 KiB instead of 6 per request, and copied).
                 async move {
                     let response = handle(shared, info, req).await?;
-                    Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
+                    Ok::<_, Infallible>(response.map(|body| tracked(body, in_flight)))
                 }
             })
         };
@@ -341,11 +344,21 @@ impl Served<'_> {
     }
 }
 
+/// A response body as it goes to the client: in flight for the watchdog, watched for the send
+/// timeout (on its HTTP/2 stream's watch, or its connection's) with its own limits.
+fn tracked(body: ProxyBody, in_flight: InFlight) -> Tracked<ProxyBody> {
+    let (deadline, idle) = body.limits();
+    let limits = BodyLimits { deadline, idle };
+    Tracked::new(body, in_flight, sending::current_stream(), limits)
+}
+
 /// The timeouts a connection's watchdog applies.
 pub(crate) struct Timers<'a> {
     pub(crate) activity: &'a Activity,
     pub(crate) head_deadline: Option<Instant>,
     pub(crate) idle: Option<Duration>,
+    /// `sendTimeout`, for the HTTP/1.1 response being sent (`sending`).
+    pub(crate) send: Option<Duration>,
 }
 
 impl<'a> Timers<'a> {
@@ -358,6 +371,7 @@ impl<'a> Timers<'a> {
             activity,
             head_deadline,
             idle: settings.idle_timeout,
+            send: settings.send_timeout,
         }
     }
 }
@@ -397,13 +411,19 @@ where
             }
         }
     });
+    let conn = SendGuarded {
+        conn,
+        watch: &timers.activity.send,
+        timer: SendTimer::new(timers.send),
+        shared,
+    };
     tokio::pin!(conn, control);
     tokio::select! {
         biased;
         result = conn.as_mut() => result,
         control = control => match control {
             Control::Closing => {
-                graceful_shutdown(conn.as_mut());
+                graceful_shutdown(conn.as_mut().conn());
                 conn.await
             }
             Control::Expired(expiry) => {
@@ -412,7 +432,7 @@ where
                 match on_expiry {
                     OnExpiry::Close => Ok(()),
                     OnExpiry::GoAway => {
-                        graceful_shutdown(conn.as_mut());
+                        graceful_shutdown(conn.as_mut().conn());
                         // A request the client sent before it saw the GOAWAY is still served.
                         loop {
                             match tokio::time::timeout(GOAWAY_GRACE, conn.as_mut()).await {
@@ -425,6 +445,48 @@ where
                 }
             }
         },
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A connection whose HTTP/1.1 response is cut (the connection closed) when it waits for
+    /// the client too long (`sending`).
+    struct SendGuarded<'a, C> {
+        #[pin]
+        conn: C,
+        watch: &'a SendWatch,
+        timer: SendTimer,
+        shared: &'a Shared,
+    }
+}
+
+impl<C> SendGuarded<'_, C> {
+    fn conn(self: Pin<&mut Self>) -> Pin<&mut C> {
+        self.project().conn
+    }
+}
+
+impl<C: Future<Output = hyper::Result<()>>> Future for SendGuarded<'_, C> {
+    type Output = hyper::Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(result) = this.conn.poll(cx) {
+            return Poll::Ready(result);
+        }
+        match this.timer.poll_expired(this.watch, cx) {
+            Poll::Ready(cut) => {
+                sending::count(&this.shared.metrics.downstream_send_timeouts, cut);
+                tracing::debug!(
+                    reason = cut.as_str(),
+                    "downstream connection closed: the client did not read its response"
+                );
+                // Dropped by the caller: the socket closes, the response body and the
+                // upstream connection it read from are released.
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 

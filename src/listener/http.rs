@@ -32,24 +32,37 @@
 //! off: h2 allows disabling the second, egressd does not offer it.
 
 use hyper::server::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioTimer;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 
+use crate::http::sending::StreamExecutor;
 use crate::snapshot::{DownstreamSettings, Http2ServerSettings};
+use crate::telemetry::metrics::ReasonLabel;
 
 /// The HTTP servers of downstream connections, one per protocol (see `detect`), and the
 /// connection settings they were built with.
 #[derive(Debug)]
 pub(crate) struct HttpServer {
     pub(crate) h1: http1::Builder,
-    pub(crate) h2: http2::Builder<TokioExecutor>,
+    pub(crate) h2: http2::Builder<StreamExecutor>,
     pub(crate) settings: DownstreamSettings,
 }
 
-/// The servers for connections accepted under `http2` and `settings`.
-pub(super) fn server(http2: &Http2ServerSettings, settings: &DownstreamSettings) -> HttpServer {
+/// The servers for connections accepted under `http2` and `settings`; `send_cuts` counts
+/// the HTTP/2 streams reset because their client did not read them.
+pub(super) fn server(
+    http2: &Http2ServerSettings,
+    settings: &DownstreamSettings,
+    send_cuts: Family<ReasonLabel, Counter>,
+) -> HttpServer {
+    let streams = StreamExecutor {
+        send: settings.send_timeout,
+        cuts: send_cuts,
+    };
     HttpServer {
         h1: http1_server(settings),
-        h2: http2_server(http2),
+        h2: http2_server(http2, streams),
         settings: *settings,
     }
 }
@@ -69,8 +82,11 @@ pub(crate) fn http1_server(settings: &DownstreamSettings) -> http1::Builder {
     h1
 }
 
-fn http2_server(http2: &Http2ServerSettings) -> http2::Builder<TokioExecutor> {
-    let mut builder = http2::Builder::new(TokioExecutor::new());
+fn http2_server(
+    http2: &Http2ServerSettings,
+    streams: StreamExecutor,
+) -> http2::Builder<StreamExecutor> {
+    let mut builder = http2::Builder::new(streams);
     builder
         .timer(TokioTimer::new())
         .max_concurrent_streams(http2.max_concurrent_streams)

@@ -90,12 +90,13 @@ impl ListenerManager {
         tracker: Arc<ConnTracker>,
     ) -> Self {
         let http2 = Http2ServerSettings::default();
+        let cuts = shared.metrics.downstream_send_timeouts.clone();
         ListenerManager {
             workers,
             running: HashMap::new(),
             shared,
             tracker,
-            http: Arc::new(http::server(&http2, &DownstreamSettings::default())),
+            http: Arc::new(http::server(&http2, &DownstreamSettings::default(), cuts)),
             http2,
         }
     }
@@ -139,7 +140,8 @@ impl ListenerManager {
     ) {
         let downstream = self.shared.snapshot.load().settings.downstream;
         if *http2 != self.http2 || downstream != self.http.settings {
-            self.http = Arc::new(http::server(http2, &downstream));
+            let cuts = self.shared.metrics.downstream_send_timeouts.clone();
+            self.http = Arc::new(http::server(http2, &downstream, cuts));
             self.http2 = *http2;
         }
         for (plan, listener, local) in bound.new {

@@ -17,6 +17,8 @@ use bytes::Buf;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
+use crate::http::sending::{BodyLimits, SendWatch};
+
 /// Why the watchdog closed a connection (the `reason` of
 /// `egressd_downstream_connection_timeouts_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +48,8 @@ pub(crate) struct Activity {
     /// When the last request ended (or the connection became idle otherwise), plus one;
     /// 0 while none has.
     idle_since: AtomicU64,
+    /// The HTTP/1.1 response being sent (`sending`).
+    pub(crate) send: SendWatch,
 }
 
 impl Activity {
@@ -54,6 +58,7 @@ impl Activity {
             born,
             in_flight: AtomicUsize::new(0),
             idle_since: AtomicU64::new(0),
+            send: SendWatch::new(born),
         })
     }
 
@@ -139,20 +144,47 @@ pub(crate) async fn watchdog(
 }
 
 pin_project_lite::pin_project! {
-    /// A response body that keeps its request [`InFlight`] until it is dropped.
+    /// A response body that keeps its request [`InFlight`] until it is dropped, and tells
+    /// the [`SendWatch`] of its connection (HTTP/1.1) or stream (HTTP/2) what it hands over.
     pub(crate) struct Tracked<B> {
         #[pin]
         body: B,
-        _in_flight: InFlight,
+        in_flight: InFlight,
+        stream: Option<Arc<SendWatch>>,
+        handed: u64,
+    }
+
+    impl<B> PinnedDrop for Tracked<B> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            watch_of(this.stream, this.in_flight).asked(*this.handed);
+        }
     }
 }
 
 impl<B> Tracked<B> {
-    pub(crate) fn new(body: B, in_flight: InFlight) -> Self {
+    /// `stream`: the HTTP/2 stream's watch (`sending::current_stream`), else the
+    /// connection's is used; `limits`: the body's own.
+    pub(crate) fn new(
+        body: B,
+        in_flight: InFlight,
+        stream: Option<Arc<SendWatch>>,
+        limits: BodyLimits,
+    ) -> Self {
+        let handed = watch_of(&stream, &in_flight).begin(limits);
         Tracked {
             body,
-            _in_flight: in_flight,
+            in_flight,
+            stream,
+            handed,
         }
+    }
+}
+
+fn watch_of<'w>(stream: &'w Option<Arc<SendWatch>>, in_flight: &'w InFlight) -> &'w SendWatch {
+    match stream {
+        Some(watch) => watch,
+        None => &in_flight.0.send,
     }
 }
 
@@ -168,7 +200,15 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        self.project().body.poll_frame(cx)
+        let this = self.project();
+        let watch = watch_of(this.stream, this.in_flight);
+        watch.asked(*this.handed);
+        let polled = this.body.poll_frame(cx);
+        if let Poll::Ready(Some(Ok(_))) = &polled {
+            *this.handed += 1;
+            watch.handed(*this.handed);
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

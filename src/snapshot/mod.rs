@@ -165,6 +165,9 @@ pub(crate) struct DownstreamSettings {
     /// How long a connection with no request in flight stays open (HTTP/1.1 keep-alive,
     /// HTTP/2 without streams). `None`: no limit.
     pub(crate) idle_timeout: Option<Duration>,
+    /// How long response bytes may wait for a client that does not read them (`sending`).
+    /// `None`: no limit.
+    pub(crate) send_timeout: Option<Duration>,
     /// Bounds of a request head.
     pub(crate) head: RequestHeadLimits,
 }
@@ -179,6 +182,9 @@ impl Default for DownstreamSettings {
             // Longer than most clients keep an idle connection (30–120 s), so the client,
             // not egressd, usually closes it; bounded so abandoned ones are reclaimed.
             idle_timeout: Some(Duration::from_secs(300)),
+            // nginx's `send_timeout`: a client that takes nothing for a minute is gone or
+            // hostile, and holds an upstream connection meanwhile.
+            send_timeout: Some(Duration::from_secs(60)),
             head: RequestHeadLimits::default(),
         }
     }

@@ -318,6 +318,9 @@ pub struct Metrics {
     /// Client connections closed by egressd's timers, by reason (`header_read_timeout`,
     /// `idle_timeout`).
     pub(crate) downstream_connection_timeouts: Family<ReasonLabel, Counter>,
+    /// Responses cut because the client did not read them, by the limit that ran out
+    /// (`listener::sending`).
+    pub(crate) downstream_send_timeouts: Family<ReasonLabel, Counter>,
     pub(crate) access_log_dropped: Counter,
     pub(crate) upstream_tls_failures: Family<CauseLabel, Counter>,
     pub(crate) insecure_upstreams: Gauge,

@@ -152,6 +152,11 @@ pub(crate) struct DownstreamSpec {
     /// How long a connection with no request in flight stays open: HTTP/1.1 keep-alive, and
     /// HTTP/2 without streams (closed with GOAWAY). Default 5m; `0s` disables.
     pub(crate) idle_timeout: Option<Spanned<GwDuration>>,
+    /// How long response bytes may wait for a client that does not read them: an HTTP/1.1
+    /// response (the connection is closed), an HTTP/2 stream (reset), a tunnel or websocket
+    /// (closed). A stream that is slow because its upstream is slow is not affected.
+    /// Default 60s; `0s` disables.
+    pub(crate) send_timeout: Option<Spanned<GwDuration>>,
     /// Largest request head: request line and headers as HTTP/1.1 writes them (default
     /// 60Ki); larger ones are answered 431.
     pub(crate) max_request_headers_bytes: Option<Spanned<Quantity>>,

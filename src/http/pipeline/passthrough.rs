@@ -114,7 +114,10 @@ async fn proxy(
             endpoint: addr,
             cause: format!("closed before the ClientHello was sent: {e}"),
         })?;
-    let end = crate::http::relay::relay(client, upstream, target.policy.stream_idle_timeout).await;
+    let send = ctx.snapshot.settings.downstream.send_timeout;
+    let idle = target.policy.stream_idle_timeout;
+    let end = crate::http::relay::relay(client, upstream, idle, send).await;
+    end.count_cut(&ctx.shared.metrics);
     tracing::debug!(listener = %ctx.conn.listener, sni = dest.host(), backend = %target.backend.label, endpoint = %addr, ?end, "passthrough closed");
     // Only now is the connection over for the endpoint's count and the circuit breaker.
     drop(active);

@@ -31,6 +31,8 @@ pub(super) async fn phase(
     let (upstream, active) = open(ctx, target).await?;
     let backend = target.backend.label.clone();
     let idle = target.policy.stream_idle_timeout;
+    let send = ctx.snapshot.settings.downstream.send_timeout;
+    let shared = ctx.shared.clone();
     let open = ctx.conn.tracker.clone().map(|t| t.hold());
     let on_upgrade = hyper::upgrade::on(req);
     let report = ctx.report_relay_end();
@@ -38,7 +40,9 @@ pub(super) async fn phase(
         let mut bytes = None;
         match on_upgrade.await {
             Ok(upgraded) => {
-                let end = crate::http::relay::relay(TokioIo::new(upgraded), upstream, idle).await;
+                let end =
+                    crate::http::relay::relay(TokioIo::new(upgraded), upstream, idle, send).await;
+                end.count_cut(&shared.metrics);
                 bytes = Some(RelayBytes {
                     up: end.up,
                     down: end.down,

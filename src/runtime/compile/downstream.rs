@@ -76,6 +76,12 @@ pub(super) fn compile_limits(
             defaults.idle_timeout,
             "idle keep-alive and HTTP/2 connections then stay open until the client closes them",
         ),
+        send_timeout: check.timeout(
+            spec.send_timeout.as_ref(),
+            "sendTimeout",
+            defaults.send_timeout,
+            "a client that stops reading then holds its response and the upstream connection forever",
+        ),
         head,
     }
 }

@@ -37,6 +37,7 @@ impl Metrics {
             downstream_connections_refused: Default::default(),
             downstream_accept_errors: Default::default(),
             downstream_connection_timeouts: Default::default(),
+            downstream_send_timeouts: Default::default(),
             access_log_dropped: Default::default(),
             upstream_tls_failures: Default::default(),
             insecure_upstreams: Default::default(),
@@ -112,6 +113,7 @@ impl Metrics {
         );
         registry.register("downstream_connections_refused", "Client connections closed as soon as they were accepted, by reason (max_connections, admin_max_connections)", self.downstream_connections_refused.clone());
         registry.register("downstream_accept_errors", "Failed accepts on listeners and the admin port (e.g. out of file descriptors); accepting backs off meanwhile", self.downstream_accept_errors.clone());
+        registry.register("downstream_send_timeouts", "Responses (HTTP/1.1 connections, HTTP/2 streams, tunnels and websockets) egressd cut because the client did not read them, by the limit that ran out while bytes waited for the client (send_timeout, request_timeout, stream_idle_timeout)", self.downstream_send_timeouts.clone());
         registry.register("downstream_connection_timeouts", "Client connections egressd closed because a timer ran out, by reason (header_read_timeout: no complete request head, TLS handshake or ClientHello in time; idle_timeout: no request for that long)", self.downstream_connection_timeouts.clone());
         registry.register(
             "access_log_dropped",

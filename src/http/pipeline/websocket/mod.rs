@@ -97,6 +97,7 @@ pub(super) async fn phase(
         shared: ctx.shared.clone(),
         backend: target.backend.label.clone(),
         idle: target.policy.stream_idle_timeout,
+        send: ctx.snapshot.settings.downstream.send_timeout,
         active,
         admitted,
         open: ctx.conn.tracker.clone().map(|t| t.hold()),
@@ -200,6 +201,8 @@ struct Relay {
     shared: Arc<Shared>,
     backend: Arc<str>,
     idle: Option<std::time::Duration>,
+    /// `downstream.sendTimeout`.
+    send: Option<std::time::Duration>,
     /// Counts as a request in flight to the endpoint while open.
     active: ActiveRequest,
     /// Its circuit-breaker slots (a request and a connection) while open.
@@ -218,6 +221,7 @@ impl Relay {
             shared,
             backend,
             idle,
+            send,
             active,
             admitted,
             open,
@@ -235,9 +239,9 @@ impl Relay {
                     .get_or_create(&backend_label)
                     .clone();
                 active_gauge.inc();
-                let end =
-                    crate::http::relay::relay(TokioIo::new(client), TokioIo::new(server), idle)
-                        .await;
+                let (client, server) = (TokioIo::new(client), TokioIo::new(server));
+                let end = crate::http::relay::relay(client, server, idle, send).await;
+                end.count_cut(metrics);
                 active_gauge.dec();
                 for (direction, bytes) in [("upstream", end.up), ("downstream", end.down)] {
                     metrics
