@@ -75,6 +75,13 @@ pub(crate) struct SendWatch {
 
 const NONE: u64 = u64::MAX;
 
+/// Whole milliseconds, without `as_millis`'s 128-bit arithmetic (this runs per response).
+fn millis(d: Duration) -> u64 {
+    d.as_secs()
+        .saturating_mul(1000)
+        .saturating_add(u64::from(d.subsec_millis()))
+}
+
 impl SendWatch {
     pub(crate) fn new(base: Instant) -> Self {
         SendWatch {
@@ -89,11 +96,11 @@ impl SendWatch {
     /// waiting until the server asks for the body (HTTP/2 asks only once the client's window
     /// has room). Returns the count of frames handed, from which the response counts on.
     pub(crate) fn begin(&self, limits: BodyLimits) -> u64 {
-        let deadline = limits.deadline.map_or(NONE, |d| {
-            d.saturating_duration_since(self.base).as_millis() as u64
-        });
+        let deadline = limits
+            .deadline
+            .map_or(NONE, |d| millis(d.saturating_duration_since(self.base)));
         self.deadline_ms.store(deadline, Ordering::Relaxed);
-        let idle = limits.idle.map_or(NONE, |i| i.as_millis() as u64);
+        let idle = limits.idle.map_or(NONE, millis);
         self.idle_ms.store(idle, Ordering::Relaxed);
         let handed = (self.state.load(Ordering::Relaxed) >> 1) + 1;
         self.handed(handed);
@@ -171,7 +178,17 @@ impl SendTimer {
 
     /// Polled when the serving task has nothing else to do: `Ready` with the limit that
     /// expired while a frame waited for the client all along.
+    #[inline]
     pub(crate) fn poll_expired(&mut self, watch: &SendWatch, cx: &mut Context<'_>) -> Poll<Cut> {
+        // The common case, inline: nothing waits for the client.
+        if watch.state.load(Ordering::Relaxed) & 1 == 0 {
+            return Poll::Pending;
+        }
+        self.poll_waiting(watch, cx)
+    }
+
+    #[inline(never)]
+    fn poll_waiting(&mut self, watch: &SendWatch, cx: &mut Context<'_>) -> Poll<Cut> {
         loop {
             let state = watch.state.load(Ordering::Relaxed);
             if state & 1 == 0 {

@@ -287,6 +287,7 @@ impl Served<'_> {
         let io = TokioIo::new(ServedIo::new(io, prefix, Some(slot)));
         let activity = &self.activity;
         let info = Arc::new(info);
+        let http2 = protocol == Protocol::Http2;
         let service = {
             let (shared, activity) = (self.shared.clone(), activity.clone());
             service_fn(move |req| {
@@ -298,7 +299,7 @@ impl Served<'_> {
                 // twice (12 KiB instead of 6 per request, and copied).
                 async move {
                     let response = handle(shared, info, req).await?;
-                    Ok::<_, Infallible>(response.map(|body| tracked(body, in_flight)))
+                    Ok::<_, Infallible>(response.map(|body| tracked(body, in_flight, http2)))
                 }
             })
         };
@@ -346,10 +347,16 @@ impl Served<'_> {
 
 /// A response body as it goes to the client: in flight for the watchdog, watched for the send
 /// timeout (on its HTTP/2 stream's watch, or its connection's) with its own limits.
-fn tracked(body: ProxyBody, in_flight: InFlight) -> Tracked<ProxyBody> {
+fn tracked(body: ProxyBody, in_flight: InFlight, http2: bool) -> Tracked<ProxyBody> {
     let (deadline, idle) = body.limits();
     let limits = BodyLimits { deadline, idle };
-    Tracked::new(body, in_flight, sending::current_stream(), limits)
+    // Only HTTP/2 streams run in a task of their own, with a watch of their own.
+    let stream = if http2 {
+        sending::current_stream()
+    } else {
+        None
+    };
+    Tracked::new(body, in_flight, stream, limits)
 }
 
 /// The timeouts a connection's watchdog applies.
