@@ -10,6 +10,8 @@ use tokio::time::Instant;
 pub(crate) struct Deadline {
     pub(crate) at: Instant,
     pub(crate) timeout: Duration,
+    /// The client set it (`grpc-timeout`): running out is not the upstream's failure.
+    pub(crate) client: bool,
 }
 
 impl Deadline {
@@ -18,6 +20,7 @@ impl Deadline {
         Deadline {
             at: start + timeout,
             timeout,
+            client: false,
         }
     }
 

@@ -12,6 +12,8 @@ use super::body::ProxyBody;
 use super::grpc::GrpcStatus;
 use crate::upstream::tls::TlsFailure;
 
+pub(crate) use blame::Blame;
+
 /// The response header that carries the short error code of a local reply.
 pub(crate) const ERROR_HEADER: &str = "x-egressd-error";
 
@@ -75,17 +77,19 @@ pub(crate) enum ProxyError {
         endpoint: SocketAddr,
         timeout: Duration,
     },
-    #[error("Backend {backend} ({endpoint}) did not answer within {timeout:?}")]
+    #[error("Backend {backend} ({endpoint}) did not answer within {timeout:?}{}", blame.explain())]
     UpstreamTimeout {
         backend: Arc<str>,
         endpoint: SocketAddr,
         timeout: Duration,
+        blame: Blame,
     },
-    #[error("Backend {backend} ({endpoint}) sent nothing for {timeout:?}")]
+    #[error("Backend {backend} ({endpoint}) sent nothing for {timeout:?}{}", blame.explain())]
     StreamIdleTimeout {
         backend: Arc<str>,
         endpoint: SocketAddr,
         timeout: Duration,
+        blame: Blame,
     },
     #[error("TLS handshake with {endpoint} for Backend {backend} failed: {}: {} ({detail})", failure.code(), failure.explain())]
     UpstreamTls {
@@ -440,8 +444,22 @@ impl ProxyError {
     /// connection, no answer, a broken answer) are local-origin failures (gateway errors unless
     /// split out); failures egressd decided on its own (routing, policy) do not count.
     pub(crate) fn outlier_outcome(&self) -> Option<crate::balance::outlier::Outcome> {
-        self.endpoint()
+        self.charged_endpoint()
             .map(|_| crate::balance::outlier::Outcome::LocalOriginFailure)
+    }
+
+    /// The endpoint the failure is charged to (see [`Blame`]): one involved in it, unless
+    /// the client caused it.
+    pub(crate) fn charged_endpoint(&self) -> Option<SocketAddr> {
+        match self {
+            ProxyError::UpstreamTimeout { blame, .. }
+            | ProxyError::StreamIdleTimeout { blame, .. }
+                if *blame != Blame::Endpoint =>
+            {
+                None
+            }
+            _ => self.endpoint(),
+        }
     }
 
     /// The upstream address involved, if any (for the access log).
@@ -474,5 +492,6 @@ pub(crate) fn local_reply(err: &ProxyError) -> Response<ProxyBody> {
     response
 }
 
+mod blame;
 #[cfg(test)]
 mod tests;

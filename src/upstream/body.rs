@@ -2,7 +2,7 @@
 //! it streams ([`Lease`]): the types the connection pools and the request path share.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -52,8 +52,9 @@ impl ClientBodyError {
 #[derive(Debug)]
 pub(crate) enum RequestBody {
     /// The client's request body, streamed; with a counter of its bytes when the access log
-    /// must say how long a body without a declared length was.
-    Client(Incoming, Option<Arc<AtomicU64>>),
+    /// must say how long a body without a declared length was, and whether the upstream is
+    /// waiting for the client's next bytes ([`ClientWait`]).
+    Client(Incoming, Option<Arc<AtomicU64>>, ClientWait),
     /// No body: a request without one can be sent again as is (a stream refused by an
     /// HTTP/2 server, a connection that went away before the request was written).
     Empty,
@@ -70,7 +71,7 @@ impl RequestBody {
         if body.is_end_stream() {
             RequestBody::Empty
         } else {
-            RequestBody::Client(body, None)
+            RequestBody::Client(body, None, ClientWait::default())
         }
     }
 
@@ -78,7 +79,7 @@ impl RequestBody {
     /// HTTP/2 without `content-length`); the counter, if one was started.
     pub(crate) fn count_undeclared(&mut self) -> Option<Arc<AtomicU64>> {
         match self {
-            RequestBody::Client(body, counter @ None) if body.size_hint().exact().is_none() => {
+            RequestBody::Client(body, counter @ None, _) if body.size_hint().exact().is_none() => {
                 Some(counter.insert(Arc::default()).clone())
             }
             _ => None,
@@ -95,8 +96,9 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
         match self.get_mut() {
-            RequestBody::Client(body, counter) => {
+            RequestBody::Client(body, counter, wait) => {
                 let polled = Pin::new(body).poll_frame(cx).map_err(ClientBodyError);
+                wait.0.store(polled.is_pending(), Ordering::Relaxed);
                 if let (Some(counter), Poll::Ready(Some(Ok(frame)))) = (counter, &polled) {
                     if let Some(data) = frame.data_ref() {
                         counter.fetch_add(data.len() as u64, Ordering::Relaxed);
@@ -113,7 +115,7 @@ impl Body for RequestBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            RequestBody::Client(body, _) => body.is_end_stream(),
+            RequestBody::Client(body, ..) => body.is_end_stream(),
             RequestBody::Empty => true,
             RequestBody::Buffered(bytes, _) => bytes.is_none(),
         }
@@ -121,11 +123,34 @@ impl Body for RequestBody {
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            RequestBody::Client(body, _) => body.size_hint(),
+            RequestBody::Client(body, ..) => body.size_hint(),
             RequestBody::Empty => SizeHint::with_exact(0),
             RequestBody::Buffered(bytes, _) => {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }
+        }
+    }
+}
+
+/// Whether the upstream is waiting for the client: the last poll of the client's body found
+/// nothing yet. A timeout then is the client's slowness, not the endpoint's
+/// (`http::error::Blame`); a body the upstream does not read is never polled, so its wait
+/// stays the endpoint's.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ClientWait(Arc<AtomicBool>);
+
+impl ClientWait {
+    pub(crate) fn waiting(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl RequestBody {
+    /// The client body's [`ClientWait`], for a streamed client body.
+    pub(crate) fn client_wait(&self) -> Option<ClientWait> {
+        match self {
+            RequestBody::Client(_, _, wait) => Some(wait.clone()),
+            _ => None,
         }
     }
 }

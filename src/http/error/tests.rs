@@ -56,11 +56,13 @@ fn every_kind() -> Vec<ProxyError> {
             backend: b(),
             endpoint,
             timeout: t,
+            blame: Blame::Endpoint,
         },
         ProxyError::StreamIdleTimeout {
             backend: b(),
             endpoint,
             timeout: t,
+            blame: Blame::Endpoint,
         },
         ProxyError::UpstreamTls {
             backend: b(),
@@ -171,4 +173,40 @@ fn the_table_is_consistent_with_who_a_failure_is_about() {
             "{err:?}"
         );
     }
+}
+
+#[test]
+fn a_timeout_is_charged_to_the_endpoint_only_when_the_endpoint_caused_it() {
+    let endpoint: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let t = Duration::from_secs(1);
+    for blame in [Blame::Endpoint, Blame::ClientDeadline, Blame::ClientBody] {
+        let timeouts = [
+            ProxyError::UpstreamTimeout {
+                backend: "default/api".into(),
+                endpoint,
+                timeout: t,
+                blame,
+            },
+            ProxyError::StreamIdleTimeout {
+                backend: "default/api".into(),
+                endpoint,
+                timeout: t,
+                blame,
+            },
+        ];
+        for err in timeouts {
+            let charged = blame == Blame::Endpoint;
+            assert_eq!(err.charged_endpoint().is_some(), charged, "{err:?}");
+            assert_eq!(err.outlier_outcome().is_some(), charged, "{err:?}");
+            // The reply and the access log's endpoint are the same whoever caused it.
+            assert_eq!(err.endpoint(), Some(endpoint));
+            assert_eq!(err.status(), StatusCode::GATEWAY_TIMEOUT);
+        }
+    }
+    // The client's reset or early close is the client's, never an endpoint's.
+    let closed = ProxyError::ClientClosed {
+        cause: "reset".into(),
+    };
+    assert_eq!(closed.charged_endpoint(), None);
+    assert_eq!(closed.outlier_outcome(), None);
 }

@@ -115,7 +115,7 @@ impl Attempt {
             record(shared, target, endpoint, seen);
         }
         match outcome {
-            Outcome::Failed(e) if e.endpoint().is_some() => {
+            Outcome::Failed(e) if e.charged_endpoint().is_some() => {
                 endpoint.note_failure(format!("{}: {e}", e.code()))
             }
             Outcome::Answered(status) if status.is_server_error() => {

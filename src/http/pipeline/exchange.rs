@@ -19,7 +19,7 @@ use super::attempt::connect_error;
 use super::connection_slot;
 use super::retry::unprocessed;
 use crate::http::deadline::Deadline;
-use crate::http::error::ProxyError;
+use crate::http::error::{Blame, ProxyError};
 use crate::snapshot::Target;
 use crate::telemetry::error_chain;
 use crate::upstream::body::{Lease, RequestBody};
@@ -52,13 +52,17 @@ pub(super) async fn send(
     attempt_started: Instant,
     connected: &mut Option<Duration>,
 ) -> Result<(Response<Incoming>, Lease), ProxyError> {
+    let client_wait = req.body().client_wait();
     let exchange = exchange(target, endpoint, req, connected);
     let Some(limit) = HeadersLimit::first(target, deadline, attempt_started) else {
         return exchange.await;
     };
     match tokio::time::timeout_at(limit.deadline.at, exchange).await {
         Ok(r) => r,
-        Err(_) => Err(limit.error(target, endpoint)),
+        Err(_) => {
+            let client_slow = client_wait.is_some_and(|w| w.waiting());
+            Err(limit.error(target, endpoint, client_slow))
+        }
     }
 }
 
@@ -93,23 +97,34 @@ impl HeadersLimit {
         first
     }
 
-    fn error(&self, target: &Target, endpoint: &Endpoint) -> ProxyError {
+    /// The failure, blamed on whoever caused it (`client_slow`: the upstream was waiting for
+    /// the client's request body).
+    fn error(&self, target: &Target, endpoint: &Endpoint, client_slow: bool) -> ProxyError {
         let (backend, endpoint, timeout) = (
             target.backend.label.clone(),
             endpoint.addr,
             self.deadline.timeout,
         );
+        let blame = if self.deadline.client {
+            Blame::ClientDeadline
+        } else if client_slow {
+            Blame::ClientBody
+        } else {
+            Blame::Endpoint
+        };
         if self.idle {
             ProxyError::StreamIdleTimeout {
                 backend,
                 endpoint,
                 timeout,
+                blame,
             }
         } else {
             ProxyError::UpstreamTimeout {
                 backend,
                 endpoint,
                 timeout,
+                blame,
             }
         }
     }

@@ -142,14 +142,18 @@ fn attempt_deadline(plan: &Plan<'_>, per_try: Option<Duration>) -> Option<Deadli
 /// When the whole exchange must be over: the request timeout, or a gRPC client's own deadline
 /// (`grpc-timeout`) when that comes first.
 pub(super) fn request_deadline(ctx: &RequestCtx<'_>, target: &Target) -> Option<Deadline> {
-    let shortest = match (
-        target.policy.request_timeout,
-        ctx.grpc.and_then(|g| g.timeout),
-    ) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+    let backend = target.policy.request_timeout;
+    let client = ctx.grpc.and_then(|g| g.timeout);
+    // The client's own deadline decides only when it is the shorter one.
+    let (shortest, by_client) = match (backend, client) {
+        (Some(a), Some(b)) => (Some(a.min(b)), b < a),
+        (None, Some(b)) => (Some(b), true),
+        (a, None) => (a, false),
     };
-    shortest.map(|t| Deadline::after(ctx.started, t))
+    shortest.map(|t| Deadline {
+        client: by_client,
+        ..Deadline::after(ctx.started, t)
+    })
 }
 
 /// For a retry: another endpoint than the one that just failed, when the group has one.

@@ -28,7 +28,7 @@ use super::kind::Upgrade;
 use super::prepare::Prepared;
 use super::route::Routed;
 use crate::http::body::ProxyBody;
-use crate::http::error::ProxyError;
+use crate::http::error::{Blame, ProxyError};
 use crate::snapshot::shared::Shared;
 use crate::snapshot::Target;
 use crate::telemetry::metrics::{BackendDirectionLabel, BackendLabel};
@@ -180,6 +180,7 @@ async fn send(
                     backend: backend.clone(),
                     endpoint: addr,
                     timeout: t,
+                    blame: Blame::Endpoint,
                 })?
         }
     }
