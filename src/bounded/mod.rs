@@ -4,8 +4,10 @@
 //!   client trying random hosts cannot grow egressd's memory: when the map is full, a new key
 //!   makes room by evicting the entry used least recently.
 //! - [`budget`]: the process-wide byte budget of bodies held whole.
+//! - [`file`]: files the config names, read only when regular and up to a bound.
 
 pub(crate) mod budget;
+pub(crate) mod file;
 
 use std::collections::HashMap;
 use std::hash::Hash;

@@ -3,9 +3,12 @@
 //! regular file is ever opened (a FIFO would block the loader), and a file is read only up to
 //! its size bound.
 
-use std::fs::{self, File, Metadata, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+
+use crate::bounded::file::not_a_file;
+pub(crate) use crate::bounded::file::read_regular_file;
 
 use super::error::Diagnostic;
 use super::limits::show_bytes;
@@ -138,23 +141,6 @@ fn regular_file(file: &Path) -> Result<(), Box<Diagnostic>> {
     }
 }
 
-/// What a non-regular file is, for messages ("a FIFO (named pipe)").
-fn not_a_file(meta: &Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else {
-        "not a regular file"
-    }
-}
-
 /// The bytes of a regular file, at most `max` of them.
 ///
 /// `size` is the size the file had when opened; it is checked against the bounds before
@@ -172,37 +158,6 @@ pub(crate) fn hash_file_state(path: &Path, hasher: &mut impl std::hash::Hasher) 
     read_regular_file(path, crate::config::LoadLimits::current().max_file_bytes)
         .map_err(|e| e.to_string())
         .hash(hasher);
-}
-
-/// The bytes of the regular file `path`, at most `max` of them; an error for anything else
-/// (nothing but a regular file is opened, see [`open`]) or a larger file.
-///
-/// # Errors
-/// The file cannot be opened or read, is not a regular file, or holds more than `max` bytes.
-pub(crate) fn read_regular_file(path: &Path, max: u64) -> io::Result<Vec<u8>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(io::Error::other(format!(
-            "{} is {}",
-            path.display(),
-            not_a_file(&meta)
-        )));
-    }
-    let mut bytes = Vec::new();
-    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max {
-        return Err(io::Error::other(format!(
-            "{} is {} bytes, more than {max}",
-            path.display(),
-            meta.len()
-        )));
-    }
-    Ok(bytes)
 }
 
 /// Opens `path` for reading if it is a regular file.

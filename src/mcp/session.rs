@@ -94,7 +94,8 @@ impl SessionKey {
     /// The key in `path`: its bytes (at least 32; surrounding whitespace of a text key is
     /// ignored), so `openssl rand -base64 48 > key` makes a good one.
     pub(crate) fn from_file(path: &Path) -> Result<SessionKey, KeyError> {
-        let bytes = std::fs::read(path).map_err(|source| KeyError::Read {
+        use crate::bounded::file::{read_regular_file, MAX_KEY_FILE};
+        let bytes = read_regular_file(path, MAX_KEY_FILE).map_err(|source| KeyError::Read {
             path: path.display().to_string(),
             source,
         })?;

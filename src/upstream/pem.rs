@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::pki_types::pem::{self, PemObject};
+
+use crate::bounded::file::{read_regular_file, MAX_PEM_FILE};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Where PEM material comes from.
@@ -126,12 +128,20 @@ fn read_error(source: &PemSource, e: &pem::Error) -> PemError {
     }
 }
 
+/// A PEM file's bytes: a regular file only, at most [`MAX_PEM_FILE`] of them.
+fn read_file(source: &PemSource, path: &std::path::Path) -> Result<Vec<u8>, PemError> {
+    read_regular_file(path, MAX_PEM_FILE).map_err(|e| PemError::Read {
+        origin: source.to_string(),
+        message: e.to_string(),
+    })
+}
+
 /// Every certificate of a PEM source, in order (a chain: leaf first).
 pub(crate) fn read_certs(source: &PemSource) -> Result<Vec<CertificateDer<'static>>, PemError> {
     let certs: Result<Vec<_>, pem::Error> = match source {
-        PemSource::File(path) => CertificateDer::pem_file_iter(path)
-            .map_err(|e| read_error(source, &e))?
-            .collect(),
+        PemSource::File(path) => {
+            CertificateDer::pem_slice_iter(&read_file(source, path)?).collect()
+        }
         PemSource::Inline(inline) => CertificateDer::pem_slice_iter(&inline.pem).collect(),
     };
     let certs = certs.map_err(|e| read_error(source, &e))?;
@@ -146,7 +156,7 @@ pub(crate) fn read_certs(source: &PemSource) -> Result<Vec<CertificateDer<'stati
 /// The first private key (PKCS#8, PKCS#1 RSA or SEC1 EC) of a PEM source.
 pub(crate) fn read_key(source: &PemSource) -> Result<PrivateKeyDer<'static>, PemError> {
     let key = match source {
-        PemSource::File(path) => PrivateKeyDer::from_pem_file(path),
+        PemSource::File(path) => PrivateKeyDer::from_pem_slice(&read_file(source, path)?),
         PemSource::Inline(inline) => PrivateKeyDer::from_pem_slice(&inline.pem),
     };
     key.map_err(|e| match e {

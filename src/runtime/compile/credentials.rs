@@ -199,8 +199,9 @@ impl<'a> Site<'a> {
 /// `prefix` + the file's content without trailing line breaks, as a sensitive header value.
 /// The reasons never quote the content.
 fn read_credential(path: &std::path::Path, prefix: &str) -> Result<HeaderValue, String> {
-    let content =
-        std::fs::read(path).map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
+    use crate::bounded::file::{read_regular_file, MAX_CREDENTIAL_FILE};
+    let content = read_regular_file(path, MAX_CREDENTIAL_FILE)
+        .map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
     credential_value(&content, prefix).map_err(|problem| format!("{} {problem}", path.display()))
 }
 
