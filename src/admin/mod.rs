@@ -17,9 +17,10 @@ mod endpoints;
 mod guard;
 mod redact;
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
@@ -60,14 +61,16 @@ impl Drop for AdminHandle {
 
 /// Binds the admin address and serves it on the current runtime. Connections are capped
 /// (`admin.maxConnections`) and get the proxy's `downstream.headerReadTimeout` and
-/// `downstream.idleTimeout`, both read at each accept: a stuck prober or a flood of silent
-/// sockets cannot take the readiness endpoint's descriptors.
+/// `downstream.idleTimeout`, both read at each accept. At the cap, a new connection makes
+/// room by closing the oldest one that has no request in flight (a silent socket, an idle
+/// keep-alive): a flood of silent sockets cannot keep a probe out ([`Open`]).
 pub(crate) async fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<AdminHandle> {
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let (stop, mut stopped) = watch::channel(false);
     tokio::spawn(async move {
         let cap = Arc::new(ConnectionCap::default());
+        let mut open = Open::default();
         let mut backoff = AcceptBackoff::default();
         loop {
             let accepted = tokio::select! {
@@ -91,20 +94,24 @@ pub(crate) async fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Res
                 let settings = &snapshot.settings;
                 (settings.downstream, settings.admin_max_connections)
             };
-            let Some(slot) = cap.try_take(max) else {
+            let Some(slot) = cap
+                .try_take(max)
+                .or_else(|| make_room(&mut open, &cap, max, &shared))
+            else {
                 listener_refused(&shared, "admin_max_connections");
                 drop(stream);
                 limited!(
                     warn,
                     max_connections = max,
-                    "admin connection refused: admin.maxConnections connections are open"
+                    "admin connection refused: admin.maxConnections connections are open, all busy"
                 );
                 continue;
             };
             let shared = shared.clone();
             let stopped = stopped.clone();
+            let conn = open.register(accepted_at);
             tokio::spawn(async move {
-                serve(stream, slot, accepted_at, &downstream, shared, stopped).await;
+                serve(stream, slot, &downstream, shared, stopped, conn).await;
             });
         }
     });
@@ -112,17 +119,81 @@ pub(crate) async fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Res
     Ok(AdminHandle { addr, stop })
 }
 
-/// Serves one admin connection (HTTP/1.1) until the client closes it, a timeout does, or
-/// the admin server stops.
+/// At the cap: closes the oldest admin connection with no request in flight, and lets the new
+/// one in over the cap while that one closes (never past twice the cap).
+fn make_room(
+    open: &mut Open,
+    cap: &Arc<ConnectionCap>,
+    max: usize,
+    shared: &Shared,
+) -> Option<Slot> {
+    if !open.evict_idle() {
+        return None;
+    }
+    listener_refused(shared, "admin_idle_evicted");
+    limited!(
+        debug,
+        "admin connection closed to make room: admin.maxConnections were open, this one idle"
+    );
+    cap.try_take(max.saturating_mul(2))
+}
+
+/// The admin connections open now, oldest first, each with the switch that closes it.
+#[derive(Default)]
+struct Open(VecDeque<OpenConn>);
+
+struct OpenConn {
+    activity: Weak<Activity>,
+    evict: watch::Sender<bool>,
+}
+
+/// What a served admin connection gets from [`Open::register`].
+struct Registered {
+    activity: Arc<Activity>,
+    evicted: watch::Receiver<bool>,
+}
+
+impl Open {
+    fn register(&mut self, accepted_at: tokio::time::Instant) -> Registered {
+        self.0.retain(|c| c.activity.strong_count() > 0);
+        let activity = Activity::new(accepted_at);
+        let (evict, evicted) = watch::channel(false);
+        self.0.push_back(OpenConn {
+            activity: Arc::downgrade(&activity),
+            evict,
+        });
+        Registered { activity, evicted }
+    }
+
+    /// Tells the oldest connection with no request in flight to close; whether there was one.
+    fn evict_idle(&mut self) -> bool {
+        self.0.retain(|c| c.activity.strong_count() > 0);
+        let idle = self
+            .0
+            .iter()
+            .position(|c| c.activity.upgrade().is_some_and(|a| !a.is_busy()) && !*c.evict.borrow());
+        match idle.and_then(|i| self.0.remove(i)) {
+            Some(conn) => conn.evict.send(true).is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// Serves one admin connection (HTTP/1.1) until the client closes it, a timeout does, the
+/// admin server stops, or a new connection needs its slot while it does nothing.
 async fn serve(
     stream: tokio::net::TcpStream,
     slot: Slot,
-    accepted_at: tokio::time::Instant,
     settings: &DownstreamSettings,
     shared: Arc<Shared>,
     mut stopped: watch::Receiver<bool>,
+    conn: Registered,
 ) {
-    let activity = Activity::new(accepted_at);
+    let Registered {
+        activity,
+        mut evicted,
+    } = conn;
+    let accepted_at = activity.born();
     let service = {
         let (shared, activity) = (shared.clone(), activity.clone());
         service_fn(move |req| {
@@ -139,15 +210,15 @@ async fn serve(
         settings.header_read_timeout.map(|t| accepted_at + t),
         settings,
     );
-    // The admin server has no drain of its own: it stops with the process.
-    let (_never, mut no_drain) = watch::channel(false);
+    // The admin server has no drain of its own (it stops with the process): a connection is
+    // "drained" when a new one needs its slot while it does nothing.
     let result = drive(
         conn,
         |c| c.graceful_shutdown(),
         OnExpiry::Close,
         timers,
         &mut stopped,
-        &mut no_drain,
+        &mut evicted,
         &shared,
     )
     .await;

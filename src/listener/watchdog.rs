@@ -62,6 +62,11 @@ impl Activity {
         })
     }
 
+    /// When the connection was accepted.
+    pub(crate) fn born(&self) -> Instant {
+        self.born
+    }
+
     /// Marks the connection idle from now: an HTTP/2 connection after its preface, which
     /// may then wait for its first stream as long as any idle connection.
     pub(crate) fn idle_from_now(&self) {
