@@ -444,3 +444,79 @@ async fn source_addresses_and_the_default_decide_for_requests_and_tunnels() {
         "{entries:?}"
     );
 }
+
+/// `GET http://{host}/` with `credentials` from the source address `source`: the status line's
+/// code and the whole answer.
+async fn proxied_get_from(
+    source: std::net::IpAddr,
+    proxy: SocketAddr,
+    host: &str,
+    credentials: &str,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(source, 0)).unwrap();
+    let mut stream = socket.connect(proxy).await.expect("connect to egressd");
+    let request = format!(
+        "GET http://{host}/ HTTP/1.1\r\nHost: {host}\r\nProxy-Authorization: {credentials}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, answer)
+}
+
+#[tokio::test]
+async fn a_password_guessing_flood_waits_per_source_and_a_user_elsewhere_gets_through() {
+    let env = Env::new().await;
+    // A real cost: each check takes a while, so the flood piles up.
+    let users = env.dir.path().join("users");
+    let hash = bcrypt::hash("s3cret", 8).unwrap();
+    std::fs::write(&users, format!("alice:{hash}\n")).unwrap();
+    let client_policy = format!(
+        "  clientPolicy:\n    proxyUsers: {{file: {}, required: true}}\n",
+        users.display()
+    );
+    let yaml =
+        head(&env.log(), &client_policy, None) + &routed_backend("pay", "pay.test", env.pay.addr);
+    let proxy = TestProxy::start(&yaml).await;
+    let edge = proxy.listener("default/gw/edge");
+    let flooder: std::net::IpAddr = [127, 0, 0, 1].into();
+    let wrong = basic("alice", "guess");
+    let flood: Vec<_> = (0..20)
+        .map(|_| {
+            let wrong = wrong.clone();
+            tokio::spawn(async move { proxied_get_from(flooder, edge, "pay.test", &wrong).await })
+        })
+        .collect();
+    // Alice, from another address, is not queued behind the guesses.
+    let (status, answer) = proxied_get_from(
+        [127, 0, 0, 2].into(),
+        edge,
+        "pay.test",
+        &basic("alice", "s3cret"),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let mut busy = 0;
+    for guess in flood {
+        let (status, answer) = guess.await.unwrap();
+        match status {
+            407 => {}
+            429 => {
+                assert!(
+                    answer.contains("x-egressd-error: proxy_auth_busy"),
+                    "{answer}"
+                );
+                busy += 1;
+            }
+            other => panic!("a guess answered {other}: {answer}"),
+        }
+    }
+    assert!(
+        busy >= 1,
+        "20 guesses at once from one address were all queued"
+    );
+}

@@ -13,6 +13,7 @@ use super::grpc::GrpcStatus;
 use crate::upstream::tls::TlsFailure;
 
 pub(crate) use blame::Blame;
+pub(crate) use hello::HelloRejection;
 
 /// The response header that carries the short error code of a local reply.
 pub(crate) const ERROR_HEADER: &str = "x-egressd-error";
@@ -152,6 +153,9 @@ pub(crate) enum ProxyError {
         /// The `Proxy-Authenticate` value.
         challenge: HeaderValue,
     },
+    /// Too many password checks pending for the client's address (a guessing client).
+    #[error("too many proxy password checks pending for this client address; retry later")]
+    ProxyAuthBusy,
     #[error("request loop: it has already passed egressd {hops} times (Via); a Backend or destination points back at egressd")]
     LoopDetected { hops: usize },
     #[error("{0} is not supported yet")]
@@ -175,30 +179,6 @@ pub(crate) enum ProxyError {
         "the request body did not arrive whole within {timeout:?} (bufferedBodies.readTimeout)"
     )]
     BodyTimeout { timeout: Duration },
-}
-
-/// Why a passthrough connection's ClientHello gives nothing to route by: the client's doing.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum HelloRejection {
-    #[error("no ClientHello within headerReadTimeout")]
-    Timeout,
-    #[error("no usable ClientHello: {0}")]
-    NotTls(&'static str),
-    #[error("ClientHello without SNI: nothing to route by")]
-    NoSni,
-    #[error("the SNI is no host name: {0}")]
-    InvalidSni(String),
-}
-
-impl HelloRejection {
-    fn class(&self) -> Class {
-        match self {
-            HelloRejection::Timeout => row::CLIENT_HELLO_TIMEOUT,
-            HelloRejection::NotTls(_) => row::NOT_TLS,
-            HelloRejection::NoSni => row::NO_SNI,
-            HelloRejection::InvalidSni(_) => row::INVALID_SNI,
-        }
-    }
 }
 
 /// A CONNECT names its port; a plain request's port is usually the scheme's.
@@ -312,6 +292,7 @@ mod row {
     pub(crate) const CREDENTIAL_UNAVAILABLE:   Class = local(S::SERVICE_UNAVAILABLE, "credential_unavailable", G::Unavailable, R::Never);
     pub(crate) const CLIENT_NOT_ALLOWED:       Class = local(S::FORBIDDEN, "client_not_allowed", G::PermissionDenied, R::Never);
     pub(crate) const PROXY_AUTH_REQUIRED:      Class = local(S::PROXY_AUTHENTICATION_REQUIRED, "proxy_auth_required", G::PermissionDenied, R::Never);
+    pub(crate) const PROXY_AUTH_BUSY:          Class = local(S::TOO_MANY_REQUESTS, "proxy_auth_busy", G::ResourceExhausted, R::Never);
     pub(crate) const LOOP_DETECTED:            Class = local(S::LOOP_DETECTED, "loop_detected", G::Internal, R::Never);
     pub(crate) const NOT_SUPPORTED:            Class = local(S::NOT_IMPLEMENTED, "not_supported", G::Unimplemented, R::Never);
     pub(crate) const LISTENER_DRAINING:        Class = local(S::SERVICE_UNAVAILABLE, "listener_draining", G::Unavailable, R::Never);
@@ -357,6 +338,7 @@ impl ProxyError {
             ProxyError::CredentialUnavailable { .. } => row::CREDENTIAL_UNAVAILABLE,
             ProxyError::ClientNotAllowed { .. } => row::CLIENT_NOT_ALLOWED,
             ProxyError::ProxyAuthRequired { .. } => row::PROXY_AUTH_REQUIRED,
+            ProxyError::ProxyAuthBusy => row::PROXY_AUTH_BUSY,
             ProxyError::LoopDetected { .. } => row::LOOP_DETECTED,
             ProxyError::NotSupported(_) => row::NOT_SUPPORTED,
             ProxyError::ListenerGone => row::LISTENER_DRAINING,
@@ -372,6 +354,7 @@ impl ProxyError {
             | ProxyError::MalformedBody { .. }
             | ProxyError::ClientClosed { .. }
             | ProxyError::ProxyAuthRequired { .. }
+            | ProxyError::ProxyAuthBusy
             | ProxyError::BodyTimeout { .. } => Origin::Downstream,
             ProxyError::ConnectFailure {
                 backend, endpoint, ..
@@ -493,5 +476,6 @@ pub(crate) fn local_reply(err: &ProxyError) -> Response<ProxyBody> {
 }
 
 mod blame;
+mod hello;
 #[cfg(test)]
 mod tests;

@@ -20,6 +20,7 @@ pub(crate) enum GrpcStatus {
     InvalidArgument = 3,
     DeadlineExceeded = 4,
     PermissionDenied = 7,
+    ResourceExhausted = 8,
     Unimplemented = 12,
     Internal = 13,
     Unavailable = 14,

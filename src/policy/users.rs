@@ -11,6 +11,7 @@
 //! them all.
 
 use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use http::HeaderValue;
@@ -18,6 +19,11 @@ use tokio::sync::Semaphore;
 
 /// Password checks running at once; more wait.
 pub(crate) const MAX_CONCURRENT_CHECKS: usize = 2;
+/// Checks one client address may have running or waiting; more are refused at once (429), so
+/// a client guessing passwords queues at most this many ahead of anyone else.
+pub(crate) const MAX_PENDING_PER_SOURCE: usize = 2;
+/// Checks running or waiting over every client address; more are refused at once (429).
+pub(crate) const MAX_PENDING: usize = 64;
 /// Credentials remembered as checked; when full, the memory starts over.
 pub(crate) const MAX_REMEMBERED: usize = 1024;
 /// The longest `Proxy-Authorization` value looked at (a user and password of 1 KiB each).
@@ -73,6 +79,8 @@ pub(crate) enum Rejected {
     Malformed,
     /// Unknown user or wrong password.
     Wrong,
+    /// Too many checks pending for this client address, or for all (see [`MAX_PENDING`]).
+    Busy,
 }
 
 impl Rejected {
@@ -81,6 +89,7 @@ impl Rejected {
             Rejected::Missing => "no Proxy-Authorization credentials",
             Rejected::Malformed => "Proxy-Authorization is not Basic base64(user:password)",
             Rejected::Wrong => "unknown user or wrong password",
+            Rejected::Busy => "too many password checks pending for this client; retry later",
         }
     }
 }
@@ -93,6 +102,11 @@ pub(crate) struct ProxyUsers {
     pub(crate) challenge: HeaderValue,
     remembered: Mutex<HashSet<[u8; 32]>>,
     checks: Arc<Semaphore>,
+    /// Checks running or waiting, by client address (entries only while some are).
+    pending: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    /// The hash an unknown user's password is checked against: a real user's, so that an
+    /// unknown user costs what a known one does (no user enumeration by timing).
+    decoy: Option<Hash>,
 }
 
 impl std::fmt::Debug for ProxyUsers {
@@ -114,6 +128,7 @@ impl ProxyUsers {
     ) -> Result<ProxyUsers, Vec<UsersFileError>> {
         let mut users = HashMap::new();
         let mut errors = Vec::new();
+        let mut decoy = None;
         for (i, line) in text.lines().enumerate() {
             let line_no = i + 1;
             let line = line.trim();
@@ -141,6 +156,7 @@ impl ProxyUsers {
                 ));
                 continue;
             };
+            decoy.get_or_insert_with(|| hash.clone());
             if users.insert(user.into(), hash).is_some() {
                 error(format!("user `{user}` is listed twice"));
             }
@@ -164,6 +180,8 @@ impl ProxyUsers {
             challenge,
             remembered: Mutex::new(HashSet::new()),
             checks: Arc::new(Semaphore::new(MAX_CONCURRENT_CHECKS)),
+            pending: Arc::default(),
+            decoy,
         })
     }
 
@@ -172,6 +190,7 @@ impl ProxyUsers {
     pub(crate) async fn authenticate(
         self: &Arc<Self>,
         header: Option<&HeaderValue>,
+        source: IpAddr,
     ) -> Result<Option<Box<str>>, Rejected> {
         let Some(header) = header else {
             return if self.required {
@@ -187,6 +206,8 @@ impl ProxyUsers {
         }
         // An unknown user costs what a wrong password costs: no timing tells them apart.
         let hash = self.users.get(user.as_str()).cloned();
+        let _pending = Pending::enter(&self.pending, source).ok_or(Rejected::Busy)?;
+        let decoy = self.decoy.clone();
         let permit = self
             .checks
             .clone()
@@ -198,7 +219,7 @@ impl ProxyUsers {
             match hash {
                 Some(hash) => hash.verify(&password),
                 None => {
-                    dummy_hash().verify(&password);
+                    decoy.unwrap_or_else(dummy_hash).verify(&password);
                     false
                 }
             }
@@ -223,7 +244,47 @@ impl ProxyUsers {
     }
 }
 
-/// A SHA-crypt hash of nothing anyone knows, checked for unknown users.
+/// A check counted against its client address while it runs or waits.
+struct Pending {
+    table: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    source: IpAddr,
+}
+
+impl Pending {
+    /// `None` when `source` has [`MAX_PENDING_PER_SOURCE`] checks pending, or all sources
+    /// [`MAX_PENDING`] (the table has at most that many entries).
+    fn enter(table: &Arc<Mutex<HashMap<IpAddr, usize>>>, source: IpAddr) -> Option<Pending> {
+        let mut pending = lock(table);
+        let total: usize = pending.values().sum();
+        let mine = pending.get(&source).copied().unwrap_or(0);
+        if mine >= MAX_PENDING_PER_SOURCE || total >= MAX_PENDING {
+            return None;
+        }
+        pending.insert(source, mine + 1);
+        Some(Pending {
+            table: table.clone(),
+            source,
+        })
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let mut pending = lock(&self.table);
+        if let Some(n) = pending.get_mut(&self.source) {
+            *n -= 1;
+            if *n == 0 {
+                pending.remove(&self.source);
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A SHA-crypt hash of nothing anyone knows, checked for unknown users when the file has none.
 fn dummy_hash() -> Hash {
     Hash::Sha256Crypt("$5$egressd.dummy$Tz7ZcQkuQ1h6zbbeO4T1lYIoVPXpMmI6X2BhoQ6TOZ0".into())
 }
@@ -265,6 +326,8 @@ fn basic_credentials(header: &HeaderValue) -> Option<(String, String)> {
 mod tests {
     use super::*;
 
+    const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
     fn basic(user_pass: &str) -> HeaderValue {
         let encoded = data_encoding::BASE64.encode(user_pass.as_bytes());
         HeaderValue::from_str(&format!("Basic {encoded}")).unwrap()
@@ -277,35 +340,42 @@ mod tests {
             .unwrap();
         let text = format!("# users\nalice:{bcrypt}\n\nbob:{sha}\n");
         let users = Arc::new(ProxyUsers::parse(&text, false, "egressd").unwrap());
-        let ok = users.authenticate(Some(&basic("alice:s3cret"))).await;
+        let ok = users
+            .authenticate(Some(&basic("alice:s3cret")), LOCAL)
+            .await;
         assert_eq!(ok, Ok(Some("alice".into())));
         // Remembered: the second check finds it without hashing.
         assert_eq!(
-            users.authenticate(Some(&basic("alice:s3cret"))).await,
+            users
+                .authenticate(Some(&basic("alice:s3cret")), LOCAL)
+                .await,
             Ok(Some("alice".into()))
         );
         assert_eq!(
-            users.authenticate(Some(&basic("bob:hunter2"))).await,
+            users.authenticate(Some(&basic("bob:hunter2")), LOCAL).await,
             Ok(Some("bob".into()))
         );
         for wrong in ["alice:nope", "bob:s3cret", "carol:hunter2"] {
             assert_eq!(
-                users.authenticate(Some(&basic(wrong))).await,
+                users.authenticate(Some(&basic(wrong)), LOCAL).await,
                 Err(Rejected::Wrong),
                 "{wrong}"
             );
         }
-        assert_eq!(users.authenticate(None).await, Ok(None));
+        assert_eq!(users.authenticate(None, LOCAL).await, Ok(None));
         for malformed in ["Bearer abc", "Basic !!!", "Basic"] {
             let header = HeaderValue::from_static(malformed);
             assert_eq!(
-                users.authenticate(Some(&header)).await,
+                users.authenticate(Some(&header), LOCAL).await,
                 Err(Rejected::Malformed),
                 "{malformed}"
             );
         }
         let required = Arc::new(ProxyUsers::parse(&text, true, "egressd").unwrap());
-        assert_eq!(required.authenticate(None).await, Err(Rejected::Missing));
+        assert_eq!(
+            required.authenticate(None, LOCAL).await,
+            Err(Rejected::Missing)
+        );
         assert_eq!(required.challenge, "Basic realm=\"egressd\"");
     }
 
@@ -316,11 +386,17 @@ mod tests {
         let text = include_str!("../../config/examples/central-gateway/proxy-users");
         let users = Arc::new(ProxyUsers::parse(text, true, "egressd").unwrap());
         let ok = users
-            .authenticate(Some(&basic("payments-batch:payments-example-password")))
+            .authenticate(
+                Some(&basic("payments-batch:payments-example-password")),
+                LOCAL,
+            )
             .await;
         assert_eq!(ok, Ok(Some("payments-batch".into())));
         let wrong = users
-            .authenticate(Some(&basic("payments-batch:search-example-password")))
+            .authenticate(
+                Some(&basic("payments-batch:search-example-password")),
+                LOCAL,
+            )
             .await;
         assert_eq!(wrong, Err(Rejected::Wrong));
     }
@@ -336,5 +412,46 @@ mod tests {
             "{}",
             errors[1]
         );
+    }
+
+    #[test]
+    fn a_source_may_have_two_checks_pending_and_all_sources_a_bounded_number() {
+        let table = Arc::default();
+        let (a, b) = (LOCAL, IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2)));
+        let first = Pending::enter(&table, a).expect("first check");
+        let _second = Pending::enter(&table, a).expect("second check");
+        assert!(
+            Pending::enter(&table, a).is_none(),
+            "a third check of one source waits"
+        );
+        // Another source is not queued behind the first one's guesses.
+        let other = Pending::enter(&table, b).expect("another source's check");
+        drop(first);
+        let _again = Pending::enter(&table, a).expect("a slot freed");
+        drop(other);
+        assert_eq!(
+            lock(&table).get(&b),
+            None,
+            "no entry left for a source with none pending"
+        );
+        // Over every source: at most MAX_PENDING.
+        let many: Vec<Pending> = (0..MAX_PENDING as u32 - 2)
+            .filter_map(|i| {
+                Pending::enter(
+                    &table,
+                    IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + i)),
+                )
+            })
+            .collect();
+        assert_eq!(many.len(), MAX_PENDING - 2);
+        assert!(Pending::enter(&table, IpAddr::V4(std::net::Ipv4Addr::new(10, 9, 9, 9))).is_none());
+    }
+
+    #[test]
+    fn an_unknown_user_is_checked_against_a_real_users_hash() {
+        let bcrypt = bcrypt::hash("s3cret", 4).unwrap();
+        let users = ProxyUsers::parse(&format!("alice:{bcrypt}\n"), true, "egressd").unwrap();
+        // The same kind and cost as alice's: an unknown name takes as long as a wrong password.
+        assert!(matches!(users.decoy, Some(Hash::Bcrypt(ref h)) if **h == *bcrypt));
     }
 }

@@ -14,6 +14,7 @@ use super::kind::Kind;
 use super::route::Routed;
 use crate::http::error::ProxyError;
 use crate::policy::identity::Client;
+use crate::policy::users::Rejected;
 use crate::policy::ClientAccess;
 
 /// The proxy user, before routing: a client without valid credentials learns that it needs
@@ -27,7 +28,7 @@ pub(super) async fn authenticate<B>(
         return Ok(());
     };
     match users
-        .authenticate(req.headers().get(PROXY_AUTHORIZATION))
+        .authenticate(req.headers().get(PROXY_AUTHORIZATION), ctx.conn.client.ip())
         .await
     {
         Ok(user) => {
@@ -41,9 +42,12 @@ pub(super) async fn authenticate<B>(
                 reason = rejected.as_str(),
                 "proxy authentication failed"
             );
-            Err(ProxyError::ProxyAuthRequired {
-                reason: rejected.as_str(),
-                challenge: users.challenge.clone(),
+            Err(match rejected {
+                Rejected::Busy => ProxyError::ProxyAuthBusy,
+                _ => ProxyError::ProxyAuthRequired {
+                    reason: rejected.as_str(),
+                    challenge: users.challenge.clone(),
+                },
             })
         }
     }
