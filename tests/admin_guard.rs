@@ -150,3 +150,30 @@ async fn a_change_a_browser_sends_from_another_site_is_refused() {
         assert_eq!(r.error_code(), None, "{headers:?}");
     }
 }
+
+#[tokio::test]
+async fn requests_without_a_host_or_with_two_are_refused_and_answers_are_nosniff() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let proxy = TestProxy::start(&preamble(None)).await;
+    for request in [
+        "GET /status HTTP/1.0\r\n\r\n".to_owned(),
+        "GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: rebind.attacker.test\r\nConnection: close\r\n\r\n".to_owned(),
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(proxy.admin).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.contains(" 403 "), "{request:?} answered {answer}");
+        assert!(!answer.contains("generation"), "nothing of /status leaks");
+    }
+    for path in ["/status", "/metrics", "/"] {
+        let r = get(proxy.admin, "127.0.0.1", path).await;
+        assert_eq!(r.status, 200, "{path}");
+        assert_eq!(
+            r.header("x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
+    }
+}

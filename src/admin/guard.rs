@@ -40,8 +40,8 @@ impl Refusal {
     pub(super) fn explain(self) -> &'static str {
         match self {
             Refusal::Host => {
-                "the admin server answers Hosts that are IP addresses, localhost, or listed in \
-                 ProxyConfig spec.admin.allowedHosts\n"
+                "the admin server answers requests with one Host that is an IP address, \
+                 localhost, or listed in ProxyConfig spec.admin.allowedHosts\n"
             }
             Refusal::CrossOrigin => {
                 "a change through the admin server must come from its own page or a non-browser \
@@ -52,13 +52,16 @@ impl Refusal {
 }
 
 /// The `Host` check: `Ok` for a request the admin server answers.
+/// Exactly one `Host` (or an absolute-form authority) is judged: none (HTTP/1.0) or two are
+/// refused, as a request whose host is ambiguous.
 pub(super) fn check_host<B>(req: &Request<B>, allowed: &[String]) -> Result<(), Refusal> {
-    let host = match req.headers().get(header::HOST) {
-        Some(value) => value.to_str().map_err(|_| Refusal::Host)?,
-        // HTTP/1.0 without Host: no browser sends that.
-        None => match req.uri().authority() {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    let host = match (hosts.next(), hosts.next()) {
+        (Some(value), None) => value.to_str().map_err(|_| Refusal::Host)?,
+        (Some(_), Some(_)) => return Err(Refusal::Host),
+        (None, _) => match req.uri().authority() {
             Some(authority) => authority.as_str(),
-            None => return Ok(()),
+            None => return Err(Refusal::Host),
         },
     };
     if host_allowed(host, allowed) {
@@ -149,7 +152,16 @@ mod tests {
         ] {
             assert_eq!(check_host(&get(Some(host)), &[]), Ok(()), "{host}");
         }
-        assert_eq!(check_host(&get(None), &[]), Ok(()), "no Host at all");
+    }
+
+    #[test]
+    fn no_host_or_two_hosts_are_refused() {
+        // HTTP/1.0 without Host, and a second Host behind an allowed one: whose host is it?
+        assert_eq!(check_host(&get(None), &[]), Err(Refusal::Host));
+        let mut two = get(Some("127.0.0.1"));
+        two.headers_mut()
+            .append(header::HOST, "rebind.attacker.test".parse().unwrap());
+        assert_eq!(check_host(&two, &[]), Err(Refusal::Host));
     }
 
     #[test]

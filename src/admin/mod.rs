@@ -198,8 +198,14 @@ async fn serve(
         let (shared, activity) = (shared.clone(), activity.clone());
         service_fn(move |req| {
             let in_flight = activity.begin();
-            let response = route(&shared, &req)
-                .map(|body| Tracked::new(body, in_flight, None, BodyLimits::default()));
+            let mut response = route(&shared, &req);
+            // Every answer is what its Content-Type says (JSON, text, the console's files).
+            response.headers_mut().insert(
+                header::X_CONTENT_TYPE_OPTIONS,
+                header::HeaderValue::from_static("nosniff"),
+            );
+            let response =
+                response.map(|body| Tracked::new(body, in_flight, None, BodyLimits::default()));
             async move { Ok::<_, Infallible>(response) }
         })
     };
