@@ -803,3 +803,20 @@ async fn rejected_values_are_not_quoted_in_status_nor_in_the_log() {
     let served = common::binary::try_get(egressd.listener_addr(LISTENER).await, HOST, "/").await;
     assert_eq!(served.map(|r| r.status).ok(), Some(http::StatusCode::OK));
 }
+
+#[test]
+fn an_upper_case_yaml_extension_is_a_warning_naming_the_file() {
+    let dir = valid_dir();
+    let shouting = write(dir.path(), "policy.YAML", BACKEND);
+    let diags = load_paths(&[dir.path().to_path_buf()]).diagnostics;
+    let warned: Vec<&Diagnostic> = diags
+        .iter()
+        .filter(|d| d.file == shouting && d.severity == Severity::Warning)
+        .collect();
+    assert_eq!(warned.len(), 1, "{}", render(&diags));
+    assert!(
+        warned[0].message.contains("lower-case .yaml"),
+        "{}",
+        warned[0]
+    );
+}

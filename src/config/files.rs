@@ -72,6 +72,16 @@ pub(super) fn list(path: &Path, diagnostics: &mut Vec<Diagnostic>) -> Vec<PathBu
         };
         let file = entry.path();
         if !is_config_file(&file) {
+            if looks_like_config(&file) {
+                diagnostics.push(
+                    Diagnostic::warning(
+                        &file,
+                        WHOLE_FILE,
+                        "is not read: config files end in lower-case .yaml or .yml",
+                    )
+                    .hint("rename it to end in .yaml if it is config"),
+                );
+            }
             continue;
         }
         match regular_file(&file) {
@@ -91,6 +101,16 @@ pub(crate) fn is_config_file(path: &Path) -> bool {
         return false;
     };
     !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
+}
+
+/// `*.YAML`, `*.Yml`, …: meant as config, but not read (the extension is matched exactly, as
+/// Kubernetes' ConfigMap keys and editors write it), so the operator is told.
+fn looks_like_config(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let lower = name.to_ascii_lowercase();
+    !name.starts_with('.') && (lower.ends_with(".yaml") || lower.ends_with(".yml"))
 }
 
 /// Ok when `file` is, or is a symlink to, a regular file; else the error that says why not.

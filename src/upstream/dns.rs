@@ -276,7 +276,8 @@ pub(crate) async fn refresh_loop(plan: RefreshPlan, registry: Arc<StateRegistry>
                     // fill the log.
                     tracing::debug!(host = %hostname, error = %e, kept = previous.endpoints.len(), "DNS resolution of an undeclared destination failed");
                 } else {
-                    tracing::warn!(host = %hostname, error = %e, kept = previous.endpoints.len(), "DNS resolution failed; keeping the last good addresses");
+                    // Limited per call site: a wildcard Backend's names are the clients' choice.
+                    crate::telemetry::log_limit::limited!(warn, host = %hostname, error = %e, kept = previous.endpoints.len(), "DNS resolution failed; keeping the last good addresses");
                 }
                 let mut kept = EndpointList::resolved(previous.endpoints.clone());
                 kept.last_error = Some(e.to_string());
