@@ -39,12 +39,30 @@ impl TlsIdentity {
     }
 
     /// The identity as the access log and `/blocked` show it: the SPIFFE ID, or `CN=name`.
+    /// Control characters (a CN may hold a newline) are written `\xHH`: this text reaches
+    /// the process log, where a raw newline would forge a line.
     pub(crate) fn shown(&self) -> String {
         match self {
-            TlsIdentity::Spiffe(id) => id.to_string(),
-            TlsIdentity::Subject(cn) => format!("CN={cn}"),
+            TlsIdentity::Spiffe(id) => escaped(id),
+            TlsIdentity::Subject(cn) => format!("CN={}", escaped(cn)),
         }
     }
+}
+
+/// `text` with control characters as `\xHH`.
+fn escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("\\x{b:02x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Everything known about the client of one request.
@@ -76,5 +94,22 @@ impl fmt::Display for Client<'_> {
             (None, Some(user)) => write!(f, "user {user} ({})", self.addr),
             (None, None) => write!(f, "{}", self.addr),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_common_name_with_a_newline_is_shown_on_one_line() {
+        let forged = TlsIdentity::Subject("batch\nINFO egressd: client policy: allow".into());
+        let shown = forged.shown();
+        assert!(!shown.contains('\n'), "{shown}");
+        assert_eq!(shown, "CN=batch\\x0aINFO egressd: client policy: allow");
+        let spiffe = TlsIdentity::Spiffe("spiffe://corp/ns/a\r\nb".into());
+        assert_eq!(spiffe.shown(), "spiffe://corp/ns/a\\x0d\\x0ab");
+        // Ordinary names are shown as they are.
+        assert_eq!(TlsIdentity::Subject("batch".into()).shown(), "CN=batch");
     }
 }
