@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::binary::{Egressd, KeepAlive};
 use common::h2frames::{self, read_until_goaway};
-use common::proxy::{get, ip_backend, route_to, TestProxy};
+use common::proxy::{get, ip_backend, route_to, sample, TestProxy};
 use common::tls::{San, TestCa};
 use common::upstream::{full, Upstream};
 use common::{eventually, poll_within};
@@ -134,8 +134,7 @@ impl Setup {
     /// The sample `series` (name and labels as exported) of the proxy's metrics; 0 when not
     /// exported yet. Read in-process, so that it costs no admin connection.
     fn metric(&self, series: &str) -> f64 {
-        let text = self.proxy.egressd().shared().metrics.encode();
-        sample(&text, series)
+        self.proxy.metric(series)
     }
 
     /// A TLS client connection to the HTTPS listener, handshake done.
@@ -146,13 +145,6 @@ impl Setup {
             .await
             .expect("TLS handshake with the HTTPS listener")
     }
-}
-
-/// The value of `series` in Prometheus text; 0 when absent.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .map_or(0.0, |v| v.trim().parse().expect("numeric sample"))
 }
 
 fn refused(reason: &str) -> String {
@@ -497,7 +489,7 @@ async fn an_http2_connection_carrying_only_a_tunnel_is_not_idle() {
 }
 
 fn proxy_metric(proxy: &TestProxy, series: &str) -> f64 {
-    sample(&proxy.egressd().shared().metrics.encode(), series)
+    proxy.metric(series)
 }
 
 // ---------------------------------------------------------------------------------------------

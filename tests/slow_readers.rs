@@ -75,10 +75,7 @@ fn cuts(reason: &str) -> String {
 }
 
 fn metric(proxy: &TestProxy, series: &str) -> f64 {
-    let text = proxy.egressd().shared().metrics.encode();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .map_or(0.0, |v| v.trim().parse().expect("numeric sample"))
+    proxy.metric(series)
 }
 
 /// Sends `GET path` on a new HTTP/1.1 connection and never reads the answer.

@@ -88,6 +88,12 @@ impl TestProxy {
         self.listener("default/gw/http")
     }
 
+    /// The sample `series` (name and labels as exported) of the proxy's metrics; 0 when not
+    /// exported yet. Read in-process, so that it costs no admin connection.
+    pub(crate) fn metric(&self, series: &str) -> f64 {
+        sample(&self.proxy().shared().metrics.encode(), series)
+    }
+
     /// The generation of the config being served.
     pub(crate) fn generation(&self) -> u64 {
         self.proxy().shared().snapshot.load().generation
@@ -408,4 +414,11 @@ pub(crate) fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect()
+}
+
+/// The value of `series` in Prometheus text; 0 when absent.
+pub(crate) fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0.0, |v| v.trim().parse().expect("numeric sample"))
 }
