@@ -4,7 +4,7 @@ use std::fmt::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::config::load_paths;
+use crate::config::{load_paths, promote_warnings};
 use crate::runtime::compile::{compile, Compiled};
 use crate::runtime::reload::refuse_without_listeners;
 use crate::upstream::dns::DnsResolver;
@@ -16,14 +16,33 @@ pub struct Validation {
     pub report: String,
 }
 
+/// How `egressd validate` judges and reports.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ValidateOptions {
+    /// Every warning is an error (`--strict`), as `ProxyConfig.spec.strict` makes it for
+    /// reloads.
+    pub strict: bool,
+    /// Every object's conditions, the fine ones too (`--verbose`); by default only what is
+    /// not fine is listed.
+    pub verbose: bool,
+}
+
 /// Loads and compiles `paths` exactly as a reload would, without touching the network.
 pub fn validate(paths: &[PathBuf]) -> Validation {
-    validate_compiled(paths).0
+    validate_compiled(paths, ValidateOptions::default()).0
+}
+
+/// [`validate`] with `options`.
+pub fn validate_with(paths: &[PathBuf], options: ValidateOptions) -> Validation {
+    validate_compiled(paths, options).0
 }
 
 /// As [`validate`], also handing back what was compiled (`None` only when DNS could not even
 /// be set up), for `egressd check --probe` to probe exactly the Backends a reload would serve.
-pub fn validate_compiled(paths: &[PathBuf]) -> (Validation, Option<Compiled>) {
+pub fn validate_compiled(
+    paths: &[PathBuf],
+    options: ValidateOptions,
+) -> (Validation, Option<Compiled>) {
     let loaded = load_paths(paths);
     let files = loaded.set.files.len();
     // A resolver is needed to build the registry; nothing is resolved during validation.
@@ -42,6 +61,20 @@ pub fn validate_compiled(paths: &[PathBuf]) -> (Validation, Option<Compiled>) {
     let mut compiled = compile(Arc::new(loaded.set), loaded.diagnostics, &registry, 1);
     // A reload would refuse it, so validation does too.
     refuse_without_listeners(&mut compiled, paths);
+    if options.strict {
+        promote_warnings(&mut compiled.diagnostics, "--strict");
+    }
+    let report = report(&compiled, files, options.verbose);
+    let validation = Validation {
+        ok: compiled.errors().next().is_none(),
+        report,
+    };
+    (validation, Some(compiled))
+}
+
+/// Every diagnostic, then each object's conditions (only those not fine unless `verbose`),
+/// then the counts.
+fn report(compiled: &Compiled, files: usize, verbose: bool) -> String {
     let mut report = String::new();
     for d in &compiled.diagnostics {
         let _ = writeln!(report, "{d}");
@@ -52,9 +85,19 @@ pub fn validate_compiled(paths: &[PathBuf]) -> (Validation, Option<Compiled>) {
         report.push('\n');
     }
     let status = compiled.status();
+    let mut fine = 0;
     for object in &status.objects {
+        let shown: Vec<_> = object
+            .conditions
+            .iter()
+            .filter(|c| verbose || !c.is_fine())
+            .collect();
+        if shown.is_empty() {
+            fine += 1;
+            continue;
+        }
         let _ = writeln!(report, "{} ({})", object.object, object.file.display());
-        for c in &object.conditions {
+        for c in shown {
             let _ = write!(report, "  {}={} {}", c.kind, c.status, c.reason);
             if !c.message.is_empty() {
                 let _ = write!(report, ": {}", c.message);
@@ -63,14 +106,16 @@ pub fn validate_compiled(paths: &[PathBuf]) -> (Validation, Option<Compiled>) {
         }
     }
     let objects = status.objects.len();
+    if fine > 0 && !verbose {
+        let _ = writeln!(
+            report,
+            "{fine} object(s) with nothing to report (--verbose lists their conditions)"
+        );
+    }
     let _ = writeln!(
         report,
         "\n{}: {files} file(s), {objects} object(s), {errors} error(s), {warnings} warning(s)",
         if errors == 0 { "valid" } else { "invalid" }
     );
-    let validation = Validation {
-        ok: errors == 0,
-        report,
-    };
-    (validation, Some(compiled))
+    report
 }

@@ -34,6 +34,12 @@ struct Cli {
     #[arg(long, global = true, env = "EGRESSD_MAX_CONFIG_ALIAS_EXPANSION",
           value_parser = parse_size, default_value = "4Mi")]
     max_config_alias_expansion: u64,
+    /// How long each step of a config load (read, parse, check, assemble) may take; a step
+    /// that takes longer (a file on a hung network mount) fails the reload, which is reported
+    /// like any other failure, and the last good config keeps serving.
+    #[arg(long, global = true, env = "EGRESSD_RELOAD_TIMEOUT",
+          value_parser = egressd::config::units::parse_duration, default_value = "60s")]
+    reload_timeout: std::time::Duration,
     /// Lines each repeated warning (a refused connection, a failed accept: messages traffic
     /// can cause once per event) may log per 10 s; the rest are counted and reported in one
     /// "N similar messages suppressed" line. 0: no limit.
@@ -67,6 +73,12 @@ enum Command {
     /// Check a config without serving it: prints every error and each object's conditions;
     /// exit status 1 if there is any error.
     Validate {
+        /// Every warning is an error (as `ProxyConfig.spec.strict: true` makes it for reloads).
+        #[arg(long)]
+        strict: bool,
+        /// List every object's conditions, not only what is not fine.
+        #[arg(long, short = 'v')]
+        verbose: bool,
         /// Config directories or files.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
@@ -103,24 +115,24 @@ fn main() -> ExitCode {
         max_file_bytes: cli.max_config_file_size,
         max_total_bytes: cli.max_config_size,
         max_alias_bytes: usize::try_from(cli.max_config_alias_expansion).unwrap_or(usize::MAX),
+        reload_timeout: cli.reload_timeout,
     }
     .install();
     egressd::telemetry::log_limit::set_lines_per_window(cli.log_rate_limit);
     match cli.command {
-        Command::Validate { paths }
-        | Command::Check {
+        Command::Validate {
+            paths,
+            strict,
+            verbose,
+        } => {
+            let options = egressd::commands::ValidateOptions { strict, verbose };
+            print_validation(&egressd::commands::validate_with(&paths, options))
+        }
+        Command::Check {
             probe: false,
             paths,
             ..
-        } => {
-            let v = egressd::commands::validate(&paths);
-            print!("{}", v.report);
-            if v.ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
+        } => print_validation(&egressd::commands::validate(&paths)),
         Command::Check {
             probe: true,
             paths,
@@ -151,6 +163,16 @@ fn main() -> ExitCode {
             };
             run(options, admin_address_file)
         }
+    }
+}
+
+/// Prints `egressd validate`'s report; the exit status says whether the config is valid.
+fn print_validation(v: &egressd::commands::Validation) -> ExitCode {
+    print!("{}", v.report);
+    if v.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -820,3 +820,100 @@ fn an_upper_case_yaml_extension_is_a_warning_naming_the_file() {
         warned[0]
     );
 }
+
+/// What a refused config says keeps serving: at start with the listener's port taken there is
+/// none ("no config is serving yet", not "the last good config keeps serving"); once one is
+/// accepted, a refused reload names its generation, in the error, the log and `/status`.
+#[tokio::test]
+async fn a_refused_start_and_a_refused_reload_say_what_keeps_serving() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = GATEWAY.replace("port: 0", &format!("port: {port}"));
+    let config = write(dir.path(), "egressd.yaml", &gateway);
+    let options = egressd::Options {
+        config: vec![dir.path().to_path_buf()],
+        workers: 1,
+        admin_address: Some("127.0.0.1:0".parse().unwrap()),
+        watch: None,
+    };
+    let proxy = egressd::Proxy::start(options)
+        .await
+        .expect("egressd starts");
+    assert_eq!(proxy.shared().snapshot.load().generation, 0);
+    let refused = proxy
+        .reload()
+        .await
+        .expect_err("the port is taken")
+        .to_string();
+    assert!(refused.ends_with("; no config is serving yet"), "{refused}");
+    assert!(!refused.contains("last good"), "{refused}");
+
+    drop(taken);
+    let serving = proxy.reload().await.expect("the port is free now");
+    // A Backend that loads, with an error the compiler finds: it has a status.
+    let mutual = format!("{BACKEND}  tls: {{mode: Mutual}}\n");
+    std::fs::write(&config, format!("{gateway}---\n{mutual}")).unwrap();
+    let refused = proxy
+        .reload()
+        .await
+        .expect_err("an invalid config")
+        .to_string();
+    assert!(
+        refused.ends_with(&format!("; still serving generation {serving}")),
+        "{refused}"
+    );
+    let admin = proxy.admin_addr().await.expect("admin");
+    let status = get(admin, "localhost", "/status").await.text();
+    assert!(
+        status.contains(&format!(
+            "the config has errors; generation {serving} keeps serving"
+        )),
+        "{status}"
+    );
+    proxy.shutdown().await;
+}
+
+/// A reload step that takes longer than `--reload-timeout` fails the reload, said as such
+/// (a config file on a hung mount would otherwise wedge reloads for good). 1 ms is far less
+/// than checking 3,000 Backends takes.
+#[tokio::test]
+async fn a_reload_over_the_reload_timeout_is_reported_as_failed() {
+    let dir = valid_dir();
+    let mut many = String::new();
+    for i in 0..3000 {
+        many.push_str(&format!(
+            "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: b{i}}}\n\
+             spec:\n  destination:\n    type: FQDN\n    fqdn: {{hostname: h{i}.many.test}}\n    \
+             ports: [{{number: 443}}]\n"
+        ));
+    }
+    write(dir.path(), "many.yaml", &many);
+    let scratch = tempfile::tempdir().unwrap();
+    let address_file = scratch.path().join("admin");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_egressd"))
+        .args(["run", "--no-watch", "--reload-timeout", "1ms", "--config"])
+        .arg(dir.path())
+        .args(["--admin-address", "127.0.0.1:0", "--admin-address-file"])
+        .arg(&address_file)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run egressd");
+    // The admin server comes up once the first load has failed.
+    poll_within(Duration::from_secs(30), || {
+        let written = address_file.exists().then_some(());
+        async move { written }
+    })
+    .await
+    .expect("the admin address is written");
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("egressd output");
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        log.contains("did not finish within 1ms (reload timeout)")
+            && log.contains("no config is serving yet"),
+        "{log}"
+    );
+}

@@ -279,3 +279,78 @@ spec:
     assert_eq!(served("backend=\"default/first\""), 1.0, "{metrics}");
     assert_eq!(served("backend=\"default/second\""), 1.0, "{metrics}");
 }
+
+/// Requests each Backend served, by its `namespace/name`, from the response metrics.
+async fn served_by(proxy: &TestProxy, backend: &str) -> f64 {
+    let metrics = get(proxy.admin, "localhost", "/metrics").await.text();
+    let label = format!("backend=\"{backend}\"");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("egressd_upstream_responses_total{") && l.contains(&label))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+/// On a shared gateway a team adds a Backend for a host and port another team's Backend
+/// already serves, under a name that sorts first: the port stays with the Backend that held
+/// it, reload after reload, and the newcomer is `Conflicted`, naming both. With
+/// `strict: true` in the ProxyConfig the same change is refused.
+#[tokio::test]
+async fn a_newcomer_for_a_held_port_does_not_take_it_over_and_strict_refuses_it() {
+    let dns = TestDns::start().await;
+    dns.set(HOST, &[Ipv4Addr::LOCALHOST], 60);
+    let up = Upstream::start("up").await;
+    let port = up.addr.port();
+    let owner = backend("zz-payments", port, "HTTP", "InsecureDisable");
+    let proxy = TestProxy::start(&(preamble(dns.addr) + &owner)).await;
+    let host = format!("{HOST}:{port}");
+    assert_eq!(get(proxy.http(), &host, "/").await.status, 200);
+
+    let newcomer = backend("aa-intruder", port, "HTTP", "InsecureDisable");
+    proxy.rewrite(&(preamble(dns.addr) + &newcomer + &owner));
+    proxy.reload().await;
+    // And once more, unchanged: the port is still held.
+    proxy.reload().await;
+    for _ in 0..3 {
+        assert_eq!(get(proxy.http(), &host, "/").await.status, 200);
+    }
+    assert_eq!(served_by(&proxy, "default/zz-payments").await, 4.0);
+    assert_eq!(served_by(&proxy, "default/aa-intruder").await, 0.0);
+    let status = get(proxy.admin, "localhost", "/status").await.text();
+    let clash = format!(
+        "`{host}` is also declared by Backend default/zz-payments, which held it before this \
+         Backend appeared and keeps it; Backend default/aa-intruder serves nothing on that port"
+    );
+    assert!(status.contains(&clash), "{status}");
+
+    // Strict: the same config is refused, the serving one goes on.
+    let strict = preamble(dns.addr).replacen(
+        "  accessLog: {enabled: false}\n",
+        "  accessLog: {enabled: false}\n  strict: true\n",
+        1,
+    );
+    let serving = proxy.generation();
+    proxy.rewrite(&(strict + &newcomer + &owner));
+    let refused = proxy
+        .egressd()
+        .reload()
+        .await
+        .expect_err("strict refuses a warning");
+    assert!(
+        refused
+            .to_string()
+            .contains(&format!("error(s); still serving generation {serving}")),
+        "{refused}: {:?}",
+        proxy.egressd().shared().reload_status().messages
+    );
+    let messages = proxy.egressd().shared().reload_status().messages;
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("error: Backend default/aa-intruder")
+                && m.contains("(an error under ProxyConfig `strict: true`)")),
+        "{messages:?}"
+    );
+    assert_eq!(get(proxy.http(), &host, "/").await.status, 200);
+    assert_eq!(served_by(&proxy, "default/zz-payments").await, 5.0);
+}

@@ -660,7 +660,8 @@ async fn a_listener_switched_from_http_to_https_keeps_its_port_and_reads_certifi
 /// ResolvedRefs?), as `egressd validate` computes them.
 fn config_errors(dir: &Path, yaml: &str) -> Vec<(String, String, bool)> {
     std::fs::write(dir.join("egressd.yaml"), yaml).expect("write config");
-    let (validation, compiled) = egressd::commands::validate_compiled(&[dir.to_path_buf()]);
+    let (validation, compiled) =
+        egressd::commands::validate_compiled(&[dir.to_path_buf()], Default::default());
     let compiled = compiled.expect("compiled");
     let errors: Vec<_> = compiled
         .errors()

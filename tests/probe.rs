@@ -266,7 +266,7 @@ async fn probe_of_a_good_simple_backend_reports_sni_version_alpn_chain_name_and_
     assert!(plain_ep.field("tcp").starts_with("connected"));
     assert!(probe
         .stdout
-        .contains("\nprobe ok: 2 port(s), 2 endpoint(s), 0 failed"));
+        .contains("\nprobe ok: 2 port(s), 0 failed; 2 endpoint(s), 0 failed"));
     // The server saw the handshake the report describes.
     assert_eq!(upstream.snis(), vec![Some(API.to_owned())]);
     assert_eq!(upstream.offered_alpns(), vec![vec!["http/1.1".to_owned()]]);
@@ -312,7 +312,7 @@ async fn probe_of_a_certificate_from_an_unknown_ca_fails_and_names_the_cause() {
     assert!(api.field("expires").starts_with("2200-01-01, in "));
     assert!(probe
         .stdout
-        .contains("\nprobe FAILED: 1 port(s), 1 endpoint(s), 1 failed"));
+        .contains("\nprobe FAILED: 1 port(s), 1 failed; 1 endpoint(s), 1 failed"));
     // The real handshake, then the diagnostic one that accepts any certificate.
     assert_eq!(upstream.hellos().len(), 2);
     common::eventually(
@@ -600,6 +600,15 @@ async fn probe_of_unreachable_destinations_fails_on_dns_and_on_connect() {
     let closed_ep = probe.endpoint(closed);
     assert!(closed_ep.status.starts_with("FAILED connect_failed"));
     assert!(closed_ep.field("tcp").starts_with("FAILED"));
+    // Both ports count as failed, the one whose name did not resolve too (it has no
+    // endpoint to fail).
+    assert!(
+        probe
+            .stdout
+            .contains("\nprobe FAILED: 2 port(s), 2 failed; 1 endpoint(s), 1 failed"),
+        "{}",
+        probe.stdout
+    );
 }
 
 #[tokio::test]

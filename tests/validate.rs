@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use egressd::commands::{validate, Validation};
+use egressd::commands::{validate_with, ValidateOptions, Validation};
 use egressd::config::{load_paths, Diagnostic, Reason, Severity};
 use egressd::runtime::compile::compile;
 use egressd::upstream::dns::DnsResolver;
@@ -81,9 +81,14 @@ fn diagnostics(dir: &Path) -> Vec<Diagnostic> {
     compile(Arc::new(loaded.set), loaded.diagnostics, &registry, 1).diagnostics
 }
 
-/// What `egressd validate DIR` reports, from the library.
+/// What `egressd validate --verbose DIR` reports (every object's conditions), from the
+/// library.
 fn validate_dir(dir: &Path) -> Validation {
-    validate(&[dir.to_path_buf()])
+    let verbose = ValidateOptions {
+        verbose: true,
+        ..ValidateOptions::default()
+    };
+    validate_with(&[dir.to_path_buf()], verbose)
 }
 
 fn render(diags: &[Diagnostic]) -> String {
@@ -183,9 +188,10 @@ fn has_condition(report: &str, object: &str, file: &Path, prefix: &str) -> bool 
         .any(|c| c.starts_with(prefix))
 }
 
-fn run_validate_binary(dir: &Path) -> (Option<i32>, String) {
+fn run_validate_binary(dir: &Path, flags: &[&str]) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_egressd"))
         .arg("validate")
+        .args(flags)
         .arg(dir)
         .output()
         .expect("run egressd validate");
@@ -473,7 +479,7 @@ fn backend_ref_to_a_missing_backend_is_ref_not_found() {
         [
             "Accepted=True Accepted",
             "ResolvedRefs=False RefNotFound: Backend default/inventroy does not exist or has errors",
-            "Programmed=False Invalid: the config has errors; the last good config keeps serving",
+            "Programmed=False Invalid: the config has errors",
         ],
         "{}",
         v.report
@@ -644,10 +650,26 @@ fn enum_alias_is_a_warning_at_the_value_and_the_config_stays_valid() {
         "{report}"
     );
     // And the binary agrees: warnings alone exit 0.
-    let (code, stdout) = run_validate_binary(&dir);
+    let (code, stdout) = run_validate_binary(&dir, &[]);
     assert_eq!(code, Some(0), "{stdout}");
     assert!(
         stdout.contains("warning: Backend default/inventory"),
+        "{stdout}"
+    );
+    // `--strict`: the warning is an error, and says why.
+    let (code, stdout) = run_validate_binary(&dir, &["--strict"]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("error: Backend default/inventory")
+                && l.contains("(an error under --strict)")),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("invalid: ") && l.ends_with("1 error(s), 0 warning(s)")),
         "{stdout}"
     );
 }
@@ -885,7 +907,7 @@ fn every_mistake_of_a_directory_is_reported_in_one_run_at_its_position() {
 fn validate_binary_prints_every_mistake_and_the_conditions_and_exits_1() {
     let dir = fixture("many-mistakes");
     let expected = many_mistakes();
-    let (code, stdout) = run_validate_binary(&dir);
+    let (code, stdout) = run_validate_binary(&dir, &[]);
     assert_eq!(code, Some(1), "{stdout}");
     for e in &expected {
         let (line, column) = position(&dir, &e.at);
@@ -942,11 +964,6 @@ fn validate_binary_prints_every_mistake_and_the_conditions_and_exits_1() {
             &dir.join("policy.yaml"),
             "ResolvedRefs=False RefNotFound: target Backend default/ledger-v2",
         ),
-        (
-            "Gateway default/sidecar",
-            &dir.join("gateway.yaml"),
-            "Accepted=True Accepted",
-        ),
     ];
     for (object, file, condition) in cases {
         assert!(
@@ -955,6 +972,26 @@ fn validate_binary_prints_every_mistake_and_the_conditions_and_exits_1() {
             conditions(&stdout, object, file).join("\n")
         );
     }
+    // An object with nothing wrong is not listed (nor the conditions that are fine of those
+    // that are); `--verbose` lists every condition.
+    let gateway = dir.join("gateway.yaml");
+    let header = format!("Gateway default/sidecar ({})", gateway.display());
+    assert!(!stdout.lines().any(|l| l == header), "{stdout}");
+    assert!(!stdout.contains("=True Accepted"), "{stdout}");
+    assert!(
+        stdout.contains("object(s) with nothing to report (--verbose lists their conditions)"),
+        "{stdout}"
+    );
+    let (_, verbose) = run_validate_binary(&dir, &["--verbose"]);
+    assert!(
+        has_condition(
+            &verbose,
+            "Gateway default/sidecar",
+            &gateway,
+            "Accepted=True Accepted"
+        ),
+        "{verbose}"
+    );
 }
 
 #[test]

@@ -126,6 +126,15 @@ impl Diagnostic {
     }
 }
 
+/// Strict mode (`validate --strict`, `ProxyConfig.spec.strict`): every warning of
+/// `diagnostics` becomes an error, its message saying which switch made it one.
+pub fn promote_warnings(diagnostics: &mut [Diagnostic], switch: &str) {
+    for d in diagnostics.iter_mut().filter(|d| !d.is_error()) {
+        d.severity = Severity::Error;
+        d.message.push_str(&format!(" (an error under {switch})"));
+    }
+}
+
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let level = match self.severity {

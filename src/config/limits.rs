@@ -16,6 +16,9 @@ pub struct LoadLimits {
     pub max_total_bytes: u64,
     /// Bytes of tree anchors and aliases may copy in one file (see [`ParseLimits`]).
     pub max_alias_bytes: usize,
+    /// How long one step of a reload (reading, parsing, checking, assembling the config) may
+    /// take before the reload is reported as failed; the last good config keeps serving.
+    pub reload_timeout: std::time::Duration,
 }
 
 impl LoadLimits {
@@ -26,6 +29,9 @@ impl LoadLimits {
     pub(crate) const DEFAULT_MAX_TOTAL_BYTES: u64 = 16 << 20;
     /// 4 MiB (see [`ParseLimits::DEFAULT_MAX_COPY_BYTES`]).
     pub(crate) const DEFAULT_MAX_ALIAS_BYTES: usize = ParseLimits::DEFAULT_MAX_COPY_BYTES;
+    /// 60 s: a config of 10,000 Backends loads in well under a second on a busy machine; a
+    /// step taking a minute is stuck (a config file on a hung network mount).
+    pub const DEFAULT_RELOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
     /// The bounds of this process: those given to [`LoadLimits::install`], else the defaults.
     pub(crate) fn current() -> Self {
@@ -53,6 +59,7 @@ impl Default for LoadLimits {
             max_file_bytes: Self::DEFAULT_MAX_FILE_BYTES,
             max_total_bytes: Self::DEFAULT_MAX_TOTAL_BYTES,
             max_alias_bytes: Self::DEFAULT_MAX_ALIAS_BYTES,
+            reload_timeout: Self::DEFAULT_RELOAD_TIMEOUT,
         }
     }
 }

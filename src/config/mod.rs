@@ -15,7 +15,7 @@ pub(crate) mod xbackend;
 pub(crate) mod yaml;
 
 pub(crate) use error::ObjectId;
-pub use error::{Diagnostic, Reason, Severity};
+pub use error::{promote_warnings, Diagnostic, Reason, Severity};
 pub(crate) use files::{hash_file_state, read_regular_file};
 pub use limits::LoadLimits;
 pub use load::{load_paths, load_paths_with};

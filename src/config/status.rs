@@ -20,6 +20,16 @@ pub struct Condition {
     pub message: String,
 }
 
+impl Condition {
+    /// Whether the condition says all is well: a positive condition that holds, or a
+    /// negative one (`Degraded`, `Conflicted`, `Overridden`) that does not; and
+    /// `ConfigRejected`, which says only that another object has errors.
+    pub fn is_fine(&self) -> bool {
+        let negative = matches!(self.kind, "Degraded" | "Conflicted" | "Overridden");
+        (self.status == "True") != negative || self.reason == "ConfigRejected"
+    }
+}
+
 /// Conditions of one object.
 #[derive(Clone, Debug, Serialize)]
 pub struct ObjectStatus {
@@ -41,10 +51,38 @@ pub struct StatusReport {
     pub objects: Vec<ObjectStatus>,
 }
 
+/// What became of the config whose conditions are derived: its `Programmed` condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// It is the one serving.
+    Serving,
+    /// A reload refused it; the config of generation `serving` keeps serving (0: none yet).
+    Rejected { serving: u64 },
+    /// Only checked (`egressd validate`): applied nowhere, whatever its errors.
+    Checked,
+}
+
+impl Outcome {
+    /// The `Programmed=False` message of a config with errors.
+    fn unprogrammed(self) -> String {
+        match self {
+            Outcome::Rejected { serving: 0 } => {
+                "the config has errors; no config is serving yet".to_owned()
+            }
+            Outcome::Rejected { serving } => {
+                format!("the config has errors; generation {serving} keeps serving")
+            }
+            Outcome::Serving | Outcome::Checked => "the config has errors".to_owned(),
+        }
+    }
+}
+
 impl StatusReport {
-    /// Derives every object's conditions. `programmed` says whether this config is the one
-    /// serving (false when it was rejected because some object has errors).
-    pub(crate) fn build(set: &ConfigSet, diagnostics: &[Diagnostic], programmed: bool) -> Self {
+    /// Derives every object's conditions; `outcome` says whether this config is the one
+    /// serving (not when it was rejected because some object has errors).
+    pub(crate) fn build(set: &ConfigSet, diagnostics: &[Diagnostic], outcome: Outcome) -> Self {
+        let programmed = outcome == Outcome::Serving
+            || (outcome == Outcome::Checked && !diagnostics.iter().any(Diagnostic::is_error));
         // Each object's diagnostics, found in one pass (a scan per object made a config of
         // 10,000 Backends with a warning each take seconds).
         let mut by_object: HashMap<&ObjectId, Vec<&Diagnostic>> = HashMap::new();
@@ -70,14 +108,14 @@ impl StatusReport {
             objects.push(ObjectStatus {
                 object: id.clone(),
                 file: file.clone(),
-                conditions: conditions(mine, programmed),
+                conditions: conditions(mine, programmed, outcome),
             });
         }
         StatusReport { objects }
     }
 }
 
-fn conditions(diags: &[&Diagnostic], programmed: bool) -> Vec<Condition> {
+fn conditions(diags: &[&Diagnostic], programmed: bool, outcome: Outcome) -> Vec<Condition> {
     let first = |pred: &dyn Fn(&Diagnostic) -> bool| diags.iter().find(|d| pred(d)).copied();
     let mut out = Vec::new();
 
@@ -107,7 +145,7 @@ fn conditions(diags: &[&Diagnostic], programmed: bool) -> Vec<Condition> {
             } else {
                 "ConfigRejected"
             },
-            message: "the config has errors; the last good config keeps serving".to_owned(),
+            message: outcome.unprogrammed(),
         }
     });
     for (kind, reason) in [

@@ -112,6 +112,13 @@ impl FromStr for GwDuration {
     }
 }
 
+/// A duration of the command line (`--reload-timeout 90s`), in the config's grammar.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    s.parse::<GwDuration>()
+        .map(Duration::from)
+        .map_err(|e| e.to_string())
+}
+
 /// Parses the Gateway API grammar by hand (no regex dependency), returning milliseconds.
 fn parse_duration_millis(s: &str) -> Option<u64> {
     let bytes = s.as_bytes();

@@ -30,7 +30,7 @@ use futures_util::future::join_all;
 use self::certificate::Expected;
 use self::describe::describe_tls;
 use self::handshake::probe_tls;
-use crate::commands::validate_compiled;
+use crate::commands::{validate_compiled, ValidateOptions};
 use crate::config::wire::backend::{BackendSpec, BackendTls};
 use crate::config::wire::enums::{LookupFamily, SanType, TlsMode};
 use crate::config::wire::EGRESSD_GROUP;
@@ -54,7 +54,7 @@ pub struct ProbeReport {
 /// Validates `paths`, then probes every endpoint of every Backend port; a wildcard Backend's
 /// port for each of `hosts` it covers.
 pub async fn probe(paths: &[PathBuf], hosts: &[String]) -> ProbeReport {
-    let (validation, compiled) = validate_compiled(paths);
+    let (validation, compiled) = validate_compiled(paths, ValidateOptions::default());
     let mut text = validation.report;
     let compiled = match compiled {
         Some(compiled) if validation.ok => compiled,
@@ -85,7 +85,8 @@ pub async fn probe(paths: &[PathBuf], hosts: &[String]) -> ProbeReport {
     let plans = plan_ports(&compiled, &hosts);
     let reports = join_all(plans.iter().map(|p| probe_port(p, &resolver, &dns))).await;
 
-    let (mut endpoints, mut failed, mut ok) = (0, 0, true);
+    // A port fails as a whole (its name did not resolve) or by its endpoints.
+    let (mut endpoints, mut failed, mut failed_ports, mut ok) = (0, 0, 0, true);
     for host in unprobed_hosts(&compiled, &hosts) {
         let _ = writeln!(
             text,
@@ -97,18 +98,21 @@ pub async fn probe(paths: &[PathBuf], hosts: &[String]) -> ProbeReport {
     for (plan, report) in plans.iter().zip(&reports) {
         text.push('\n');
         render_port(&mut text, plan, report);
-        ok &= report.error.is_none();
         endpoints += report.endpoints.len();
-        failed += report
+        let failures = report
             .endpoints
             .iter()
             .filter(|e| e.failure.is_some())
             .count();
+        failed += failures;
+        if report.error.is_some() || failures > 0 {
+            failed_ports += 1;
+        }
     }
-    ok &= failed == 0;
+    ok &= failed_ports == 0;
     let _ = writeln!(
         text,
-        "\nprobe {}: {} port(s), {endpoints} endpoint(s), {failed} failed",
+        "\nprobe {}: {} port(s), {failed_ports} failed; {endpoints} endpoint(s), {failed} failed",
         if ok { "ok" } else { "FAILED" },
         plans.len(),
     );

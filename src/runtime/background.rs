@@ -26,6 +26,8 @@ pub(crate) enum BackgroundError {
     Spawn(std::io::Error),
     #[error("the background work panicked")]
     Panicked,
+    #[error("the background work did not finish within {0:?} (reload timeout)")]
+    TimedOut(std::time::Duration),
 }
 
 /// Runs `work` on the background thread and waits for its result without blocking a worker.
@@ -40,6 +42,33 @@ pub(crate) async fn run<T: Send + 'static>(
     rx.await.map_err(|_| BackgroundError::Panicked)
 }
 
+/// [`run`], giving up after `limit`: a job that hangs (a config file on a stuck network
+/// mount) fails the reload instead of wedging every later one. The thread that runs it is
+/// left to finish on its own, and later jobs go to a new thread. A zero `limit` waits as long
+/// as the job takes.
+pub(crate) async fn run_within<T: Send + 'static>(
+    limit: std::time::Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, BackgroundError> {
+    if limit.is_zero() {
+        return run(work).await;
+    }
+    match tokio::time::timeout(limit, run(work)).await {
+        Ok(result) => result,
+        Err(_) => {
+            // Dropping the sender ends the stuck thread once its job returns (its queue is
+            // then closed); the next job starts a fresh one.
+            *queue().lock().unwrap_or_else(|p| p.into_inner()) = None;
+            Err(BackgroundError::TimedOut(limit))
+        }
+    }
+}
+
+fn queue() -> &'static Mutex<Option<mpsc::Sender<Job>>> {
+    static QUEUE: OnceLock<Mutex<Option<mpsc::Sender<Job>>>> = OnceLock::new();
+    QUEUE.get_or_init(Mutex::default)
+}
+
 /// Runs `work` on the background thread without waiting for it (freeing a replaced config).
 pub(crate) fn detach(work: impl FnOnce() + Send + 'static) {
     if let Err(e) = submit(Box::new(work)) {
@@ -48,9 +77,7 @@ pub(crate) fn detach(work: impl FnOnce() + Send + 'static) {
 }
 
 fn submit(job: Job) -> Result<(), BackgroundError> {
-    static QUEUE: OnceLock<Mutex<Option<mpsc::Sender<Job>>>> = OnceLock::new();
-    let queue = QUEUE.get_or_init(Mutex::default);
-    let mut sender = queue.lock().unwrap_or_else(|p| p.into_inner());
+    let mut sender = queue().lock().unwrap_or_else(|p| p.into_inner());
     let job = match sender.as_ref() {
         Some(running) => match running.send(job) {
             Ok(()) => return Ok(()),
@@ -95,5 +122,22 @@ mod tests {
             let _ = tx.send(std::thread::current().name().map(str::to_owned));
         });
         assert_eq!(rx.await.unwrap().as_deref(), Some("egressd-reload"));
+    }
+
+    /// A job that hangs fails its caller at the limit; the next job runs on a new thread.
+    #[tokio::test]
+    async fn a_hung_job_times_out_and_the_next_runs() {
+        let (release, hang) = std::sync::mpsc::channel::<()>();
+        let limit = std::time::Duration::from_millis(50);
+        let hung = super::run_within(limit, move || {
+            let _ = hang.recv();
+        });
+        assert!(matches!(
+            hung.await,
+            Err(super::BackgroundError::TimedOut(_))
+        ));
+        let next = super::run_within(std::time::Duration::from_secs(30), || 7);
+        assert_eq!(next.await.unwrap(), 7);
+        drop(release);
     }
 }

@@ -29,13 +29,26 @@ use crate::upstream::health_check::CheckPlan;
 use crate::upstream::registry::StateRegistry;
 use crate::upstream::EndpointGroup;
 
-/// Why a reload did not take effect.
+/// Why a reload did not take effect, and what serves instead.
 #[derive(Debug, thiserror::Error)]
 pub enum ReloadError {
-    #[error("config has {0} error(s); the last good config keeps serving")]
-    Invalid(usize),
-    #[error("{0}; the last good config keeps serving")]
-    Apply(String),
+    #[error("config has {errors} error(s); {serving}")]
+    Invalid { errors: usize, serving: Serving },
+    #[error("{message}; {serving}")]
+    Apply { message: String, serving: Serving },
+}
+
+/// The generation that keeps serving when a reload fails (0: none was accepted yet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Serving(pub u64);
+
+impl std::fmt::Display for Serving {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            0 => f.write_str("no config is serving yet"),
+            generation => write!(f, "still serving generation {generation}"),
+        }
+    }
 }
 
 /// How long a reload waits for new FQDN Backends to resolve before swapping, so the first
@@ -104,7 +117,7 @@ impl Reloader {
     pub(crate) async fn reload(&self, cause: &str, force: bool) -> Result<u64, ReloadError> {
         let mut inner = self.inner.lock().await;
         let mut attempt = Attempt::new(cause, self.generation.load(Ordering::Acquire) + 1);
-        let Some(read) = self.read(&inner, force).await? else {
+        let Some(read) = self.read(&inner, cause, force).await? else {
             tracing::debug!(cause, "config files unchanged; nothing to reload");
             return Ok(self.generation.load(Ordering::Acquire));
         };
@@ -118,20 +131,36 @@ impl Reloader {
     /// Read: the config files, and the state of the files the serving config refers to
     /// (rotating a certificate is a change even when no YAML changed). `None` when neither
     /// changed since the last accepted config, unless `force`d.
-    async fn read(&self, inner: &Inner, force: bool) -> Result<Option<ReadConfig>, ReloadError> {
+    async fn read(
+        &self,
+        inner: &Inner,
+        cause: &str,
+        force: bool,
+    ) -> Result<Option<ReadConfig>, ReloadError> {
         let serving_files = self.shared.snapshot.load().referenced_files.clone();
         let unchanged = (!force).then_some(inner.last_fingerprint).flatten();
         let paths = self.paths.clone();
         // Reading, parsing and compiling take a while for a large config (10,000 Backends: a
         // hundred milliseconds and more): never on a worker, and below the workers' priority.
-        background::run(move || {
+        self.in_background(cause, move || {
             let limits = LoadLimits::current();
             let files = read_paths(&paths, &limits);
             let fingerprint = combined_fingerprint(files.fingerprint, &serving_files);
             (unchanged != Some(fingerprint)).then_some(ReadConfig { files, limits })
         })
         .await
-        .map_err(loader_failed)
+    }
+
+    /// One step of a reload on the background thread, within the reload timeout
+    /// (`--reload-timeout`): a step that fails or hangs fails the reload, recorded and logged.
+    async fn in_background<T: Send + 'static>(
+        &self,
+        cause: &str,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, ReloadError> {
+        background::run_within(LoadLimits::current().reload_timeout, work)
+            .await
+            .map_err(|e| self.fail_apply(cause, format!("config loader failed: {e}")))
     }
 
     /// Parse: the YAML of the files read into typed objects; the files whose bytes did not
@@ -144,12 +173,12 @@ impl Reloader {
     ) -> Result<Loaded, ReloadError> {
         let mut cache = std::mem::take(&mut inner.load_cache);
         let started = attempt.started;
-        let (cache, loaded, load_took) = background::run(move || {
-            let loaded = parse_files(read.files, &read.limits, &mut cache);
-            (cache, loaded, started.elapsed())
-        })
-        .await
-        .map_err(loader_failed)?;
+        let (cache, loaded, load_took) = self
+            .in_background(attempt.cause, move || {
+                let loaded = parse_files(read.files, &read.limits, &mut cache);
+                (cache, loaded, started.elapsed())
+            })
+            .await?;
         inner.load_cache = cache;
         attempt.load_took = load_took;
         Ok(loaded)
@@ -166,13 +195,16 @@ impl Reloader {
     ) -> Result<Checked, ReloadError> {
         let registry = self.registry.clone();
         let previous = std::mem::take(&mut inner.compiled_backends);
-        let (previous, mut checked) = background::run(move || {
-            let set = Arc::new(loaded.set);
-            let checked = check(set, loaded.diagnostics, &registry, Some(&previous));
-            (previous, checked)
-        })
-        .await
-        .map_err(loader_failed)?;
+        // Who holds each declared port outlives a reload that times out (the rest of the
+        // serving config's Backends are then compiled again next time).
+        inner.compiled_backends.held_ports = previous.held_ports.clone();
+        let (previous, mut checked) = self
+            .in_background(attempt.cause, move || {
+                let set = Arc::new(loaded.set);
+                let checked = check(set, loaded.diagnostics, &registry, Some(&previous));
+                (previous, checked)
+            })
+            .await?;
         // Until a new config is accepted, the serving one's Backends are the ones to reuse.
         inner.compiled_backends = previous;
         let serves_nothing = checked.serves_nothing();
@@ -185,9 +217,12 @@ impl Reloader {
             for d in checked.errors() {
                 tracing::error!(target: "egressd::config", "{d}");
             }
-            let rejected = checked.status().objects;
+            let serving = Serving(self.shared.snapshot.load().generation);
+            let rejected = checked.rejected_status(serving.0).objects;
             self.record_failure(attempt.cause, checked.diagnostics, rejected);
-            return Err(ReloadError::Invalid(errors));
+            let error = ReloadError::Invalid { errors, serving };
+            tracing::error!(target: "egressd::config", cause = attempt.cause, "config rejected: {error}");
+            return Err(error);
         }
         for d in checked.diagnostics.iter().filter(|d| !d.is_error()) {
             tracing::warn!(target: "egressd::config", "{d}");
@@ -205,12 +240,12 @@ impl Reloader {
     ) -> Result<Compiled, ReloadError> {
         let (generation, started) = (attempt.generation, attempt.started);
         // Reads every referenced certificate for its expiry: off the workers too.
-        let (mut compiled, compiled_at) = background::run(move || {
-            let compiled = checked.assemble(generation);
-            (compiled, started.elapsed())
-        })
-        .await
-        .map_err(loader_failed)?;
+        let (mut compiled, compiled_at) = self
+            .in_background(attempt.cause, move || {
+                let compiled = checked.assemble(generation);
+                (compiled, started.elapsed())
+            })
+            .await?;
         attempt.compiled_at = compiled_at;
         let wanted = compiled.snapshot.settings.tracing.clone();
         compiled.snapshot.tracing = self.span_exporter(inner, attempt.cause, wanted).await?;
@@ -497,15 +532,14 @@ impl Reloader {
     }
 
     fn fail_apply(&self, cause: &str, message: String) -> ReloadError {
-        tracing::error!(cause, "{message}; the last good config keeps serving");
-        let snapshot = self.shared.snapshot.load();
-        self.record_failure_message(
-            cause,
-            vec![message.clone()],
-            Vec::new(),
-            snapshot.generation,
-        );
-        ReloadError::Apply(message)
+        let serving = Serving(self.shared.snapshot.load().generation);
+        let error = ReloadError::Apply { message, serving };
+        tracing::error!(cause, "{error}");
+        let ReloadError::Apply { message, .. } = &error else {
+            unreachable!("built just above")
+        };
+        self.record_failure_message(cause, vec![message.clone()], Vec::new(), serving.0);
+        error
     }
 
     fn record_failure(
@@ -591,11 +625,6 @@ struct Bound {
     admin: Option<AdminHandle>,
     /// The address the admin server was asked to bind.
     admin_addr: SocketAddr,
-}
-
-/// The background thread could not load or compile the config.
-fn loader_failed(e: background::BackgroundError) -> ReloadError {
-    ReloadError::Apply(format!("config loader failed: {e}"))
 }
 
 /// Gives the new FQDN groups a moment so the first requests find addresses ready.

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use http::HeaderValue;
 
-use crate::config::status::StatusReport;
+use crate::config::status::{Outcome, StatusReport};
 use crate::config::wire::enums::{OutboundPolicy, Protocol};
 use crate::config::{ConfigSet, ObjectId};
 use crate::snapshot::router::HttpRouter;
@@ -71,7 +71,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// The conditions of every object of this config, which is the one serving.
     pub(crate) fn status(&self) -> StatusReport {
-        StatusReport::build(&self.config, &self.diagnostics, true)
+        StatusReport::build(&self.config, &self.diagnostics, Outcome::Serving)
     }
 
     /// A snapshot that serves nothing: used before the first config is accepted.

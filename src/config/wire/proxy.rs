@@ -39,6 +39,11 @@ pub(crate) struct ProxyConfigSpec {
     pub(crate) tracing: Option<Spanned<TracingSpec>>,
     /// Who may call what: destinations no `EgressPolicy` names, and proxy users.
     pub(crate) client_policy: Option<Spanned<ClientPolicySpec>>,
+    /// Every warning is an error: a reload with one is refused (the last good config keeps
+    /// serving), as `egressd validate --strict` reports it. Default false. For shared
+    /// gateways, where a warning such as a `Conflicted` Backend means another team's change
+    /// did not do what it says.
+    pub(crate) strict: Option<bool>,
 }
 
 /// `ProxyConfig.spec.clientPolicy`.

@@ -315,16 +315,15 @@ impl<'a> NodeDe<'a> {
         }
     }
 
-    fn integer_in<T>(&self, ty: &str, min: T, max: T) -> Result<T, Error>
+    /// The integer, if `min..=max` holds it. The error says only the range: the Rust type
+    /// means nothing to whoever writes YAML.
+    fn integer_in<T>(&self, min: T, max: T) -> Result<T, Error>
     where
         T: TryFrom<i128> + Display + Copy,
     {
         let n = self.integer()?;
-        T::try_from(n).map_err(|_| {
-            self.error(format!(
-                "integer {n} is out of range for {ty} ({min}..={max})"
-            ))
-        })
+        T::try_from(n)
+            .map_err(|_| self.error(format!("{n} is out of range: it must be {min} to {max}")))
     }
 
     fn float(&self) -> Result<f64, Error> {
@@ -388,7 +387,7 @@ impl<'a> NodeDe<'a> {
 macro_rules! deserialize_integers {
     ($($method:ident => $ty:ident, $visit:ident;)*) => {$(
         fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-            let n = self.integer_in(stringify!($ty), $ty::MIN, $ty::MAX)?;
+            let n = self.integer_in($ty::MIN, $ty::MAX)?;
             self.wrap(visitor.$visit(n))
         }
     )*};

@@ -30,10 +30,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub(crate) use self::reuse::CompiledBackends;
-use crate::config::status::StatusReport;
+use crate::config::status::{Outcome, StatusReport};
 use crate::config::wire::enums::OutboundPolicy;
 use crate::config::yaml::Pos;
-use crate::config::{ConfigSet, Diagnostic, ObjectId, Reason};
+use crate::config::{promote_warnings, ConfigSet, Diagnostic, ObjectId, Reason};
 use crate::snapshot::filters::Filters;
 use crate::snapshot::router::FastMap;
 use crate::snapshot::undeclared::UndeclaredDestinations;
@@ -72,10 +72,10 @@ pub(crate) type StaticList = (
 );
 
 impl Compiled {
-    /// The conditions of every object: `Programmed` when the config has no error.
+    /// The conditions of every object, as `egressd validate` shows them: `Programmed` when
+    /// the config has no error.
     pub fn status(&self) -> StatusReport {
-        let programmed = !self.has_errors();
-        StatusReport::build(&self.snapshot.config, &self.diagnostics, programmed)
+        StatusReport::build(&self.snapshot.config, &self.diagnostics, Outcome::Checked)
     }
 
     pub fn has_errors(&self) -> bool {
@@ -140,15 +140,22 @@ pub(crate) fn check(
     let policies = policy::PolicyIndex::build(&mut cx, &set);
     let mut backends = backends::compile(&mut cx, &set, &policies, &settings, registry, previous);
     let listeners = listeners::compile(&mut cx, &set, &settings);
-    let declared = routes::declared_ports(&mut cx, &set, &backends);
+    let no_holders = routes::HeldPorts::new();
+    let held = previous.map_or(&no_holders, |p| &p.held_ports);
+    let declared = routes::declared_ports(&mut cx, &set, &backends, held);
+    let held_ports = routes::held_ports(&declared);
     let routers = routes::compile(&mut cx, &set, &listeners, &backends, &declared, &policies);
     let sni_routers =
         routes::compile_sni(&mut cx, &set, &listeners, &backends, &declared, &policies);
     let backend_labels = backends.all().iter().map(|b| b.label.to_string()).collect();
     let client_access = client_policy::compile(&mut cx, &set, &backend_labels);
     let undeclared = undeclared_destinations(&settings, &backends, registry);
-    let compiled_backends = std::mem::take(&mut backends.compiled);
+    let mut compiled_backends = std::mem::take(&mut backends.compiled);
+    compiled_backends.held_ports = held_ports;
     let backends = backends.all();
+    if set.proxy_configs.first().and_then(|p| p.spec.strict) == Some(true) {
+        promote_warnings(&mut cx.diagnostics, "ProxyConfig `strict: true`");
+    }
     Checked {
         diagnostics: in_report_order(std::mem::take(&mut cx.diagnostics)),
         listeners: listeners.into_iter().map(|l| l.plan).collect(),
@@ -199,9 +206,10 @@ fn in_report_order(mut diagnostics: Vec<Diagnostic>) -> Vec<Diagnostic> {
 }
 
 impl Checked {
-    /// The conditions of every object: `Programmed` when the config has no error.
-    pub(crate) fn status(&self) -> StatusReport {
-        StatusReport::build(&self.set, &self.diagnostics, !self.has_errors())
+    /// The conditions of every object of a config a reload refused, the config of generation
+    /// `serving` (0: none) serving on.
+    pub(crate) fn rejected_status(&self, serving: u64) -> StatusReport {
+        StatusReport::build(&self.set, &self.diagnostics, Outcome::Rejected { serving })
     }
 
     pub(crate) fn has_errors(&self) -> bool {

@@ -44,6 +44,8 @@ pub(crate) struct CompiledBackends {
     gateways: Option<Vec<Arc<Object<GatewaySpec>>>>,
     /// By the address of the object (kept alive by the entry, so it cannot be another's).
     entries: HashMap<usize, Entry, FastHash>,
+    /// Which Backend serves each declared (hostname, port): it keeps it at the next reload.
+    pub(crate) held_ports: super::routes::HeldPorts,
 }
 
 /// One compiled Backend and what compiling it gave besides.
@@ -101,6 +103,7 @@ impl CompiledBackends {
             secrets: set.secrets.clone(),
             gateways: targets_gateway.then(|| set.gateways.clone()),
             entries: HashMap::default(),
+            held_ports: super::routes::HeldPorts::default(),
         }
     }
 

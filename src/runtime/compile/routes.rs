@@ -145,52 +145,98 @@ impl<'a> CheckedRoutes<'a> {
 /// and the index of its port, in `namespace/name` order, then port order. A hostname may have
 /// many Backends (one per port is the normal way to declare `api.example.com:443` next to
 /// `:80`, and the only way with one-port-per-Backend APIs); only the same hostname *and* port in
-/// two Backends clash: the lower `namespace/name` keeps the port, the other is `Conflicted`
-/// (its other ports stay reachable).
+/// two Backends clash. The Backend that held the port in the serving config keeps it (as the
+/// Gateway API gives a conflict to the oldest object: a team adding a Backend for a host
+/// another team's Backend serves cannot take it over, whatever their names); between two
+/// newcomers the lower `namespace/name` wins. The other is `Conflicted` (its other ports stay
+/// reachable).
 pub(crate) type DeclaredPorts<'a> = HashMap<String, Vec<(&'a BackendEntry<'a>, usize)>>;
+
+/// Who holds each declared (hostname, port) of an accepted config: the next reload keeps them.
+pub(crate) type HeldPorts = HashMap<(String, u16), ObjectId>;
 
 pub(crate) fn declared_ports<'a>(
     cx: &mut Cx,
     set: &ConfigSet,
     backends: &'a Backends<'_>,
+    held: &HeldPorts,
 ) -> DeclaredPorts<'a> {
+    let mut claims: Vec<(&'a BackendEntry<'a>, &str, usize)> = Vec::new();
+    for entry in backends.entries() {
+        if let Some(host) = &entry.0.hostname {
+            claims.extend((0..entry.0.ports.len()).map(|index| (entry, host.as_str(), index)));
+        }
+    }
+    // Holders first, so that they claim before any newcomer; then name order.
+    let holds = |(entry, host, index): &(&BackendEntry<'_>, &str, usize)| {
+        let key = ((*host).to_owned(), entry.0.ports[*index].number);
+        held.get(&key) == Some(&entry.0.id)
+    };
+    claims.sort_by_cached_key(|c| (!holds(c), c.0 .0.id.clone(), c.2));
     let mut out: DeclaredPorts<'a> = HashMap::new();
-    let mut sorted: Vec<_> = backends.entries().collect();
-    sorted.sort_by(|a, b| a.0.id.cmp(&b.0.id));
-    for entry in sorted {
+    for (entry, host, index) in claims {
         let backend = &entry.0;
-        let Some(host) = &backend.hostname else {
-            continue;
-        };
-        let claimed = out.entry(host.clone()).or_default();
-        for (index, port) in backend.ports.iter().enumerate() {
-            let owner = claimed
-                .iter()
-                .find(|(other, i)| other.0.ports[*i].number == port.number)
-                .map(|(other, _)| other.0.id.clone());
-            if let Some(winner) = owner {
-                if let Some(obj) = set.backends.iter().find(|o| o.id == backend.id) {
-                    cx.warn(
-                        at(
-                            &obj.file,
-                            &obj.id,
-                            obj.spec.destination.pos,
-                            "spec.destination.fqdn.hostname",
-                        ),
-                        Reason::Conflicted,
-                        format!(
-                            "`{host}:{}` is also declared by {winner}, which wins it",
-                            port.number
-                        ),
-                        "give each hostname and port one Backend, or route explicitly with an HTTPRoute",
-                    );
-                }
-                continue;
-            }
-            claimed.push((entry, index));
+        let port = backend.ports[index].number;
+        let claimed = out.entry(host.to_owned()).or_default();
+        let owner = claimed
+            .iter()
+            .find(|(other, i)| other.0.ports[*i].number == port)
+            .map(|(other, _)| other.0.id.clone());
+        match owner {
+            Some(winner) => warn_conflicted(cx, set, backend, host, port, &winner, held),
+            None => claimed.push((entry, index)),
+        }
+    }
+    for ports in out.values_mut() {
+        ports.sort_by(|a, b| (&a.0 .0.id, a.1).cmp(&(&b.0 .0.id, b.1)));
+    }
+    out
+}
+
+/// The (hostname, port) pairs `declared` gives each Backend, for the next reload.
+pub(crate) fn held_ports(declared: &DeclaredPorts<'_>) -> HeldPorts {
+    let mut out = HeldPorts::new();
+    for (host, ports) in declared {
+        for (entry, index) in ports {
+            let key = (host.clone(), entry.0.ports[*index].number);
+            out.insert(key, entry.0.id.clone());
         }
     }
     out
+}
+
+/// `backend` declares `host:port`, which `winner` keeps.
+fn warn_conflicted(
+    cx: &mut Cx,
+    set: &ConfigSet,
+    backend: &crate::snapshot::Backend,
+    host: &str,
+    port: u16,
+    winner: &ObjectId,
+    held: &HeldPorts,
+) {
+    let Some(obj) = set.backends.iter().find(|o| o.id == backend.id) else {
+        return;
+    };
+    let why = if held.get(&(host.to_owned(), port)) == Some(winner) {
+        "which held it before this Backend appeared and keeps it"
+    } else {
+        "which sorts first by namespace/name and wins it"
+    };
+    cx.warn(
+        at(
+            &obj.file,
+            &obj.id,
+            obj.spec.destination.pos,
+            "spec.destination.fqdn.hostname",
+        ),
+        Reason::Conflicted,
+        format!(
+            "`{host}:{port}` is also declared by {}, {why}; {} serves nothing on that port",
+            winner, backend.id
+        ),
+        "give each hostname and port one Backend, or route explicitly with an HTTPRoute",
+    );
 }
 
 /// The declared ports that `serves` accepts, as one implicit route per hostname, each port

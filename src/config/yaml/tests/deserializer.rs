@@ -85,21 +85,22 @@ fn integers_out_of_range_name_the_range() {
         &err,
         (3, 7),
         "port",
-        "integer 70000 is out of range for u16 (0..=65535)",
+        "70000 is out of range: it must be 0 to 65535",
     );
     let err = load::<u32>("-1").unwrap_err();
     assert_err(
         &err,
         (1, 1),
         "",
-        "integer -1 is out of range for u32 (0..=4294967295)",
+        "-1 is out of range: it must be 0 to 4294967295",
     );
     // Beyond i64 but within u64: saphyr sees a float, the source text still has the integer.
     assert_eq!(load::<u64>("18446744073709551615").unwrap(), u64::MAX);
     assert_eq!(load::<u128>("18446744073709551616").unwrap(), 1 << 64);
     let err = load::<u64>("18446744073709551616").unwrap_err();
     assert!(
-        err.message.contains("out of range for u64"),
+        err.message
+            .contains("out of range: it must be 0 to 18446744073709551615"),
         "{}",
         err.message
     );
