@@ -520,3 +520,51 @@ async fn a_password_guessing_flood_waits_per_source_and_a_user_elsewhere_gets_th
         "20 guesses at once from one address were all queued"
     );
 }
+
+/// A newcomer under `clientPolicy.default: Deny` adds a policy in `mode: Report` to try it
+/// out: the default refuses every client of that destination, listed or not. `validate`
+/// warns at the policy's `mode`, the refusal says the default decided it and names the
+/// Report policy, and `/blocked` names `clientPolicy.default` as the log does.
+#[tokio::test]
+async fn a_report_policy_under_default_deny_is_warned_about_and_the_refusal_says_why() {
+    let env = Env::new().await;
+    let extra = "  clientPolicy: {default: Deny}\n";
+    let yaml = head(&env.log(), extra, None)
+        + &routed_backend("pay", "pay.test", env.pay.addr)
+        + &egress_policy(
+            "trial",
+            "Report",
+            "cidrs: [127.0.0.0/8]",
+            "backendRefs: [{name: pay}]",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("egressd.yaml"), &yaml).unwrap();
+    let report = egressd::commands::validate(&[dir.path().to_path_buf()]).report;
+    assert!(
+        report.lines().any(|l| l.contains(
+            "warning: EgressPolicy default/trial: spec.mode: \
+             mode Report under clientPolicy.default: Deny"
+        )),
+        "{report}"
+    );
+
+    let proxy = TestProxy::start(&yaml).await;
+    let r = get(proxy.listener("default/gw/edge"), "pay.test", "/").await;
+    assert_eq!(r.error_code(), Some("client_not_allowed"), "{}", r.text());
+    assert!(
+        r.text().contains(
+            "clientPolicy.default is Deny and decided: EgressPolicy default/trial covers the \
+             destination in mode Report"
+        ),
+        "{}",
+        r.text()
+    );
+    assert_eq!(env.pay.request_count(), 0);
+    let entries = blocked(&proxy).await;
+    assert!(
+        entries
+            .iter()
+            .any(|b| b["action"] == "client_denied" && b["policy"] == "clientPolicy.default"),
+        "{entries:?}"
+    );
+}

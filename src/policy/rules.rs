@@ -93,6 +93,9 @@ pub(crate) enum Verdict<'p> {
     /// Refused by the `Enforce` policy named (`None`: by `clientPolicy.default: Deny`).
     Deny {
         policy: Option<&'p str>,
+        /// When the default refused although a `Report` policy covers the destination: that
+        /// policy (a `Report` policy decides nothing, so the default does, for every client).
+        report_only: Option<&'p str>,
     },
     /// Let through, but the `Report` policy named would refuse it.
     WouldDeny {
@@ -200,8 +203,14 @@ impl ClientPolicy {
             Some(_) => enforce.clone().any(|i| listed(&i)),
         };
         if !allowed {
+            let policy = enforce.next().map(|i| &*rule(i).name);
+            let report_only = covering
+                .iter()
+                .find(|i| policy.is_none() && rule(i).report)
+                .map(|i| &*rule(i).name);
             return Verdict::Deny {
-                policy: enforce.next().map(|i| &*rule(i).name),
+                policy,
+                report_only,
             };
         }
         // As if every policy were enforced.
@@ -279,7 +288,8 @@ mod tests {
         assert_eq!(
             policy.decide(stripe, &client(Some(&web))),
             Verdict::Deny {
-                policy: Some("default/pay")
+                policy: Some("default/pay"),
+                report_only: None,
             }
         );
         // Covered by the wildcard hostname alone (an undeclared destination).
@@ -300,7 +310,10 @@ mod tests {
         let closed = ClientPolicy::new(true, Vec::new());
         assert_eq!(
             closed.decide(github, &client(None)),
-            Verdict::Deny { policy: None }
+            Verdict::Deny {
+                policy: None,
+                report_only: None,
+            }
         );
     }
 
@@ -337,6 +350,22 @@ mod tests {
         );
         // IPv4-mapped source addresses are the IPv4 address.
         assert_eq!(policy.decide(api, &from("::ffff:10.1.2.3")), Verdict::Allow);
+        // Under `default: Deny`, a Report policy decides nothing: the default refuses every
+        // client, listed or not, and the verdict names the Report policy.
+        let closed = ClientPolicy::new(
+            true,
+            vec![(
+                rule("default/trial", true, &[], &["10.1.0.0/16"]),
+                covers(&["default/api"], &[]),
+            )],
+        );
+        assert_eq!(
+            closed.decide(api, &from("10.1.2.3")),
+            Verdict::Deny {
+                policy: None,
+                report_only: Some("default/trial"),
+            }
+        );
     }
 
     #[test]
@@ -370,7 +399,8 @@ mod tests {
         assert_eq!(
             policy.decide(api, &bob),
             Verdict::Deny {
-                policy: Some("default/a-spiffe")
+                policy: Some("default/a-spiffe"),
+                report_only: None,
             },
             "the refusal names the first policy by name"
         );

@@ -76,6 +76,9 @@ impl Default for Shared {
     }
 }
 
+/// How `/blocked`, the metric and the log name a refusal by `clientPolicy.default: Deny`.
+const DEFAULT_POLICY: &str = "clientPolicy.default";
+
 /// A client an `EgressPolicy` (or `clientPolicy.default`) refused.
 #[derive(Debug)]
 pub(crate) struct ClientRefused {
@@ -141,21 +144,35 @@ impl Shared {
                 other => other,
             },
         };
-        let (action, policy) = match access.rules.decide(destination, client) {
+        let (action, policy, report_only) = match access.rules.decide(destination, client) {
             Verdict::Allow => return Ok(()),
-            Verdict::Deny { policy } => (Action::ClientDenied, policy),
-            Verdict::WouldDeny { policy } => (Action::WouldDeny, Some(policy)),
+            Verdict::Deny {
+                policy,
+                report_only,
+            } => (Action::ClientDenied, policy, report_only),
+            Verdict::WouldDeny { policy } => (Action::WouldDeny, Some(policy), None),
         };
         let shown = client.to_string();
         let limits = self.snapshot.load().settings.blocked_audit;
-        self.blocked_destinations
-            .record_client(host, port, via, action, &shown, policy, limits);
-        let shown_policy = policy.unwrap_or("clientPolicy.default");
+        let shown_policy = policy.unwrap_or(DEFAULT_POLICY);
+        self.blocked_destinations.record_client(
+            host,
+            port,
+            via,
+            action,
+            &shown,
+            Some(shown_policy),
+            limits,
+        );
         self.metrics
             .client_policy(shown_policy, action.as_str(), &client.label());
-        let reason = match policy {
-            Some(p) => format!("EgressPolicy {p} does not list the client"),
-            None => {
+        let reason = match (policy, report_only) {
+            (Some(p), _) => format!("EgressPolicy {p} does not list the client"),
+            (None, Some(p)) => format!(
+                "clientPolicy.default is Deny and decided: EgressPolicy {p} covers the \
+                 destination in mode Report, which lets through nothing it lists"
+            ),
+            (None, None) => {
                 "no EgressPolicy covers the destination and clientPolicy.default is Deny".to_owned()
             }
         };

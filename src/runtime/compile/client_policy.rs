@@ -42,6 +42,9 @@ pub(super) fn compile(
     for policy in &set.egress_policies {
         let (file, id) = (&*policy.file, &policy.id);
         rules.push(rule(cx, file, id, &policy.spec, backends));
+        if default_deny {
+            warn_report_under_deny(cx, file, id, &policy.spec);
+        }
     }
     if rules.is_empty() && !default_deny && users.is_none() {
         return None;
@@ -50,6 +53,27 @@ pub(super) fn compile(
         rules: ClientPolicy::new(default_deny, rules),
         users,
     }))
+}
+
+/// A `Report` policy decides nothing: under `default: Deny` the default refuses every client
+/// of what it alone covers, the clients it lists too — rarely what its author meant.
+fn warn_report_under_deny(cx: &mut Cx, file: &Path, id: &ObjectId, spec: &EgressPolicySpec) {
+    let Some(mode) = spec
+        .mode
+        .as_ref()
+        .filter(|m| m.value == EgressPolicyMode::Report)
+    else {
+        return;
+    };
+    cx.warn(
+        at(file, id, mode.pos, "spec.mode"),
+        crate::config::Reason::Degraded,
+        "mode Report under clientPolicy.default: Deny: a Report policy lets nothing through, so \
+         the default refuses every client of the destinations no Enforce policy covers, the \
+         clients this policy lists too",
+        "to try a policy out before enforcing it, keep clientPolicy.default: Allow meanwhile, \
+         or make this policy mode: Enforce",
+    );
 }
 
 /// One `EgressPolicy`.
