@@ -568,3 +568,47 @@ async fn a_report_policy_under_default_deny_is_warned_about_and_the_refusal_says
         "{entries:?}"
     );
 }
+
+/// Two ways a policy does not mean what it says, each a `validate` warning at the field:
+/// under `outboundPolicy: AllowAny` with `clientPolicy.default: Allow`, a refused client
+/// reaches the same server by its address (an undeclared destination, open to everyone); and a
+/// `to.hostnames` entry only an HTTPRoute to an IP Backend serves covers nothing.
+#[tokio::test]
+async fn policies_that_cover_less_than_they_say_are_warned_about() {
+    let env = Env::new().await;
+    let yaml = head(&env.log(), "  outboundPolicy: AllowAny\n", None)
+        + &routed_backend("pay", "pay.test", env.pay.addr)
+        + &egress_policy(
+            "pay-by-name",
+            "Enforce",
+            "cidrs: [10.0.0.0/8]",
+            "hostnames: [pay.test]",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("egressd.yaml"), &yaml).unwrap();
+    let report = egressd::commands::validate(&[dir.path().to_path_buf()]).report;
+    let warning = |needle: &str| {
+        report
+            .lines()
+            .any(|l| l.contains("warning:") && l.contains(needle))
+    };
+    assert!(
+        warning(
+            "ProxyConfig default/egressd: spec.outboundPolicy: outboundPolicy AllowAny with \
+             clientPolicy.default Allow: a client EgressPolicy default/pay-by-name refuses can \
+             still reach the same servers by IP address"
+        ),
+        "{report}"
+    );
+    assert!(
+        warning(
+            "EgressPolicy default/pay-by-name: spec.to.hostnames[0]: `pay.test` covers nothing \
+             HTTPRoute default/pay sends to Backend default/pay"
+        ),
+        "{report}"
+    );
+    // And what the second warning says is so: the policy does not refuse 127.0.0.1.
+    let proxy = TestProxy::start(&yaml).await;
+    let r = get(proxy.listener("default/gw/edge"), "pay.test", "/").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+}

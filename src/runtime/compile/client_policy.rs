@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use super::{at, Cx};
 use crate::config::wire::egress_policy::{EgressClients, EgressPolicySpec};
-use crate::config::wire::enums::{ClientPolicyDefault, EgressPolicyMode};
+use crate::config::wire::enums::{ClientPolicyDefault, EgressPolicyMode, OutboundPolicy};
 use crate::config::wire::proxy::ProxyUsersSpec;
 use crate::config::wire::{EGRESSD_GROUP, GATEWAY_X_GROUP};
 use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, ObjectId};
-use crate::names::is_valid_hostname;
+use crate::names::{hostname_matches, is_valid_hostname};
 use crate::policy::rules::{ClientPolicy, ClientSet, Covers, Rule};
 use crate::policy::users::ProxyUsers;
 use crate::policy::ClientAccess;
@@ -46,6 +46,10 @@ pub(super) fn compile(
             warn_report_under_deny(cx, file, id, &policy.spec);
         }
     }
+    if !default_deny {
+        warn_undeclared_bypass(cx, set);
+    }
+    warn_hostnames_of_ip_routes(cx, set);
     if rules.is_empty() && !default_deny && users.is_none() {
         return None;
     }
@@ -53,6 +57,118 @@ pub(super) fn compile(
         rules: ClientPolicy::new(default_deny, rules),
         users,
     }))
+}
+
+/// Under `outboundPolicy: AllowAny`/`AuditOnly` with `clientPolicy.default: Allow`, an
+/// `Enforce` policy keeps its clients off a Backend only by that Backend's name: the same
+/// server is open to everyone by IP address, another DNS name, or `CONNECT` to the address.
+fn warn_undeclared_bypass(cx: &mut Cx, set: &ConfigSet) {
+    let Some(proxy) = set.proxy_configs.first() else {
+        return;
+    };
+    let Some(outbound) = proxy
+        .spec
+        .outbound_policy
+        .as_ref()
+        .filter(|o| o.value != OutboundPolicy::RegistryOnly)
+    else {
+        return;
+    };
+    let enforcing: Vec<String> = set
+        .egress_policies
+        .iter()
+        .filter(|p| {
+            p.spec
+                .mode
+                .as_ref()
+                .map_or(true, |m| m.value == EgressPolicyMode::Enforce)
+        })
+        .map(|p| format!("{}/{}", p.id.namespace, p.id.name))
+        .collect();
+    if enforcing.is_empty() {
+        return;
+    }
+    cx.warn(
+        at(&proxy.file, &proxy.id, outbound.pos, "spec.outboundPolicy"),
+        crate::config::Reason::Degraded,
+        format!(
+            "outboundPolicy {:?} with clientPolicy.default Allow: a client EgressPolicy {} \
+             refuses can still reach the same servers by IP address, by another DNS name or \
+             by CONNECT to the address, which are undeclared destinations open to every client",
+            outbound.value,
+            enforcing.join(", ")
+        ),
+        "set clientPolicy.default: Deny (then undeclared destinations need a policy too), or \
+         outboundPolicy: RegistryOnly",
+    );
+}
+
+/// Policies match a request by its Backend's `fqdn.hostname` (or an undeclared host), never
+/// by the HTTPRoute's hostnames: a `to.hostnames` entry that only an HTTPRoute sending to an
+/// IP Backend serves covers nothing.
+fn warn_hostnames_of_ip_routes(cx: &mut Cx, set: &ConfigSet) {
+    let ip_backends: HashSet<(&str, &str)> = set
+        .backends
+        .iter()
+        .filter(|b| b.spec.destination.fqdn.is_none())
+        .map(|b| (&*b.id.namespace, &*b.id.name))
+        .collect();
+    for policy in &set.egress_policies {
+        for (i, h) in policy.spec.to.hostnames.iter().enumerate() {
+            let Some((route, backend)) = ip_route_for(set, &ip_backends, &h.value) else {
+                continue;
+            };
+            cx.warn(
+                at(
+                    &policy.file,
+                    &policy.id,
+                    h.pos,
+                    format!("spec.to.hostnames[{i}]"),
+                ),
+                crate::config::Reason::Degraded,
+                format!(
+                    "`{}` covers nothing HTTPRoute {route} sends to Backend {}/{}: an IP \
+                     Backend has no hostname, and policies match the Backend's, not the route's",
+                    h.value, backend.0, backend.1
+                ),
+                format!(
+                    "name the Backend instead: `backendRefs: [{{name: {}}}]`",
+                    backend.1
+                ),
+            );
+        }
+    }
+}
+
+/// An HTTPRoute whose hostnames include `host` (or a pattern matching it) and that sends to
+/// one of `ip_backends`: the route's and the Backend's `namespace/name`.
+fn ip_route_for<'a>(
+    set: &'a ConfigSet,
+    ip_backends: &HashSet<(&'a str, &'a str)>,
+    host: &str,
+) -> Option<(String, (&'a str, &'a str))> {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    set.http_routes.iter().find_map(|route| {
+        let namespace = &*route.id.namespace;
+        let serves = route.spec.hostnames.iter().any(|h| {
+            let served = h.value.trim_end_matches('.').to_ascii_lowercase();
+            // Either may be a `*.suffix` pattern.
+            hostname_matches(&served, &host) || hostname_matches(&host, &served)
+        });
+        if !serves {
+            return None;
+        }
+        let backend = route
+            .spec
+            .rules
+            .iter()
+            .flat_map(|r| r.value.backend_refs.iter())
+            .find_map(|r| {
+                let ns = r.namespace.as_deref().unwrap_or(namespace);
+                ip_backends.get(&(ns, r.name.as_str())).copied()
+            })?;
+        Some((format!("{namespace}/{}", route.id.name), backend))
+    })
 }
 
 /// A `Report` policy decides nothing: under `default: Deny` the default refuses every client
