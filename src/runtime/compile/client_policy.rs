@@ -81,7 +81,7 @@ fn warn_undeclared_bypass(cx: &mut Cx, set: &ConfigSet) {
             p.spec
                 .mode
                 .as_ref()
-                .map_or(true, |m| m.value == EgressPolicyMode::Enforce)
+                .is_none_or(|m| m.value == EgressPolicyMode::Enforce)
         })
         .map(|p| format!("{}/{}", p.id.namespace, p.id.name))
         .collect();
