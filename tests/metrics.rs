@@ -163,11 +163,11 @@ async fn request_families_move_with_traffic_errors_and_reloads() {
         (format!(r#"egressd_upstream_responses_total{{{app},class="4xx"}}"#), 1.0),
         (format!("egressd_upstream_response_seconds_count{{{app}}}"), 4.0),
         (
-            r#"egressd_route_responses_total{route="HTTPRoute default/app rule 0",class="2xx"}"#.to_owned(),
+            r#"egressd_route_responses_total{route="default/app/rule/0",class="2xx"}"#.to_owned(),
             3.0,
         ),
         (
-            r#"egressd_route_response_seconds_count{route="HTTPRoute default/app rule 0"}"#.to_owned(),
+            r#"egressd_route_response_seconds_count{route="default/app/rule/0"}"#.to_owned(),
             4.0,
         ),
         (
@@ -194,4 +194,66 @@ async fn request_families_move_with_traffic_errors_and_reloads() {
         metric(&proxy, r#"egressd_config_reloads_total{result="failure"}"#).await,
         1.0
     );
+}
+
+/// What a Prometheus user expects of `/metrics`: the Prometheus text format unless the
+/// scraper asks for OpenMetrics (by `Accept`, as Prometheus does), the `process_*` metrics and
+/// `egressd_build_info`, and the series of fixed label sets at 0 before anything happened.
+#[tokio::test]
+async fn metrics_speak_both_formats_with_process_metrics_and_known_series_at_zero() {
+    let upstream = Upstream::start("app").await;
+    let yaml = preamble(None) + &ip_backend("app", upstream.addr, "") + &route_to("app.test", "app");
+    let proxy = TestProxy::start(&yaml).await;
+    assert_eq!(get(proxy.http(), "app.test", "/").await.status, 200);
+
+    let plain = get(proxy.admin, "localhost", "/metrics").await;
+    assert_eq!(
+        plain.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    let text = plain.text();
+    assert!(!text.contains("# EOF"), "{text}");
+    assert!(
+        text.contains("# TYPE egressd_downstream_requests_total counter\n"),
+        "{text}"
+    );
+    for series in [
+        "egressd_config_reloads_total{result=\"failure\"} 0",
+        "egressd_downstream_send_timeouts_total{reason=\"send_timeout\"} 0",
+        "egressd_downstream_connection_timeouts_total{reason=\"idle_timeout\"} 0",
+        "egressd_downstream_connections_refused_total{reason=\"max_connections\"} 0",
+        "egressd_upstream_tls_failures_total{cause=\"unknown_ca\"} 0",
+        "egressd_buffered_body_overflows_total{action=\"refused\"} 0",
+        "# TYPE process_cpu_seconds_total counter",
+        "# TYPE process_resident_memory_bytes gauge",
+        "# TYPE process_open_fds gauge",
+        "# TYPE process_start_time_seconds gauge",
+        &format!(
+            "egressd_build_info{{version=\"{}\",commit=",
+            env!("CARGO_PKG_VERSION")
+        ),
+        "egressd_route_responses_total{route=\"default/app/rule/0\",class=\"2xx\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l.starts_with(series)), "{series} in:\n{text}");
+    }
+    // Every HTTP/1.1 test process here has several file descriptors and megabytes resident.
+    let fds = common::proxy::sample(&text, "process_open_fds");
+    assert!(fds >= 3.0, "{fds}");
+
+    let request = http::Request::get(format!("http://{}/metrics", proxy.admin))
+        .header("host", "localhost")
+        .header(
+            "accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        )
+        .body(common::proxy::ClientBody::default())
+        .unwrap();
+    let om = common::proxy::fetch(proxy.admin, request).await;
+    assert_eq!(
+        om.header("content-type"),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    );
+    let om = om.text();
+    assert!(om.ends_with("# EOF\n"), "{om}");
+    assert!(om.contains("# TYPE egressd_downstream_requests counter\n"), "{om}");
 }

@@ -281,12 +281,15 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         "/blocked" => blocked(shared, req.uri().query()),
         "/metrics" | "/stats/prometheus" => {
             endpoints::refresh_gauges(shared);
-            let mut r = text(StatusCode::OK, &shared.metrics.encode());
+            let accept = req
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok());
+            let (body, content_type) = shared.metrics.encode_for(accept);
+            let mut r = text(StatusCode::OK, &body);
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
-                header::HeaderValue::from_static(
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ),
+                header::HeaderValue::from_static(content_type),
             );
             r
         }

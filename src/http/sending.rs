@@ -41,11 +41,7 @@ pub(crate) enum Cut {
 
 impl Cut {
     pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Cut::Send => "send_timeout",
-            Cut::Deadline => "request_timeout",
-            Cut::StreamIdle => "stream_idle_timeout",
-        }
+        crate::telemetry::metrics::SEND_TIMEOUTS[self as usize]
     }
 }
 

@@ -32,10 +32,7 @@ pub(crate) enum Expiry {
 
 impl Expiry {
     pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Expiry::HeaderRead => "header_read_timeout",
-            Expiry::Idle => "idle_timeout",
-        }
+        crate::telemetry::metrics::CONNECTION_TIMEOUTS[self as usize]
     }
 }
 

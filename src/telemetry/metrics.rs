@@ -7,7 +7,43 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+mod exposition;
 mod registration;
+
+/// The `reason`s of `egressd_downstream_connections_refused_total`.
+pub(crate) const CONNECTION_REFUSALS: [&str; 3] = [
+    "max_connections",
+    "admin_max_connections",
+    "admin_idle_evicted",
+];
+/// The `reason`s of `egressd_downstream_connection_timeouts_total`, in the order of
+/// `listener::watchdog::Expiry`.
+pub(crate) const CONNECTION_TIMEOUTS: [&str; 2] = ["header_read_timeout", "idle_timeout"];
+/// The `reason`s of `egressd_downstream_send_timeouts_total`, in the order of
+/// `http::sending::Cut`.
+pub(crate) const SEND_TIMEOUTS: [&str; 3] =
+    ["send_timeout", "request_timeout", "stream_idle_timeout"];
+/// The `cause`s of `egressd_upstream_tls_failures_total`, in the order of
+/// `upstream::tls::TlsFailure`.
+pub(crate) const UPSTREAM_TLS_CAUSES: [&str; 10] = [
+    "unknown_ca",
+    "expired",
+    "not_yet_valid",
+    "name_mismatch",
+    "bad_certificate",
+    "client_cert_required",
+    "plaintext_peer",
+    "handshake_timeout",
+    "protocol_version",
+    "handshake_failed",
+];
+
+/// `egressd_build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct BuildLabel {
+    pub(crate) version: &'static str,
+    pub(crate) commit: &'static str,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ResultLabel {
@@ -304,6 +340,7 @@ pub(crate) struct BackendResultLabel {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    build_info: Family<BuildLabel, Gauge>,
     pub(crate) reloads: Family<ResultLabel, Counter>,
     pub(crate) generation: Gauge,
     pub(crate) last_reload_success: Gauge,
@@ -397,7 +434,8 @@ impl Metrics {
 
     /// The handles for requests matched by route rule `route`.
     pub(crate) fn route_stats(&self, route: &str) -> RequestStats {
-        let name = || route.to_owned();
+        let label = Self::route_label(route);
+        let name = || label.clone();
         request_stats(
             &self.route_responses,
             |class| RouteClassLabel {
@@ -519,11 +557,32 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition.
+    /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Encoding into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// The exposition a scraper whose `Accept` is `accept` asked for, and its content type:
+    /// OpenMetrics when it asks for it, else the Prometheus text format.
+    pub fn encode_for(&self, accept: Option<&str>) -> (String, &'static str) {
+        let openmetrics = self.encode();
+        if exposition::wants_openmetrics(accept) {
+            (openmetrics, exposition::OPENMETRICS)
+        } else {
+            (
+                exposition::to_prometheus_text(&openmetrics),
+                exposition::PROMETHEUS_TEXT,
+            )
+        }
+    }
+
+    /// The label of HTTPRoute rule `name` (`HTTPRoute ns/route rule 2`, as logs show it) in
+    /// metrics: `ns/route/rule/2`, without spaces.
+    pub(crate) fn route_label(name: &str) -> String {
+        let name = name.strip_prefix("HTTPRoute ").unwrap_or(name);
+        name.replace(" rule ", "/rule/").replace(' ', "_")
     }
 }

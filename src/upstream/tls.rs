@@ -227,18 +227,7 @@ pub(crate) enum TlsFailure {
 impl TlsFailure {
     /// The cause code in replies, logs and metric labels.
     pub(crate) fn code(self) -> &'static str {
-        match self {
-            TlsFailure::UnknownCa => "unknown_ca",
-            TlsFailure::Expired => "expired",
-            TlsFailure::NotYetValid => "not_yet_valid",
-            TlsFailure::NameMismatch => "name_mismatch",
-            TlsFailure::BadCertificate => "bad_certificate",
-            TlsFailure::ClientCertRequired => "client_cert_required",
-            TlsFailure::PlaintextPeer => "plaintext_peer",
-            TlsFailure::HandshakeTimeout => "handshake_timeout",
-            TlsFailure::ProtocolVersion => "protocol_version",
-            TlsFailure::Other => "handshake_failed",
-        }
+        crate::telemetry::metrics::UPSTREAM_TLS_CAUSES[self as usize]
     }
 
     /// One line on what it means.

@@ -4,20 +4,33 @@
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::{latency_histogram, Metrics};
+use super::{
+    latency_histogram, ActionLabel, BuildLabel, CauseLabel, Metrics, ReasonLabel, ResultLabel,
+    CONNECTION_REFUSALS, CONNECTION_TIMEOUTS, SEND_TIMEOUTS, UPSTREAM_TLS_CAUSES,
+};
 
 impl Default for Metrics {
     /// Every metric made, then registered group by group (the order `/metrics` lists them).
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("egressd");
+        let mut root = Registry::default();
+        // Under the prefix: egressd's own; beside it, the `process_*` metrics every client
+        // library exports under those names.
+        let registry = root.sub_registry_with_prefix("egressd");
         let metrics = Metrics::unregistered();
-        metrics.register_config_and_connections(&mut registry);
-        metrics.register_tls_websockets_and_outliers(&mut registry);
-        metrics.register_mcp_and_destinations(&mut registry);
-        metrics.register_responses(&mut registry);
-        metrics.register_upstream_state(&mut registry);
+        metrics.register_config_and_connections(registry);
+        metrics.register_tls_websockets_and_outliers(registry);
+        metrics.register_mcp_and_destinations(registry);
+        metrics.register_responses(registry);
+        metrics.register_upstream_state(registry);
+        registry.register(
+            "build_info",
+            "The version of egressd serving and the commit it was built from (always 1)",
+            metrics.build_info.clone(),
+        );
+        root.register_collector(Box::new(super::exposition::ProcessCollector));
+        metrics.preset_known_series();
         Metrics {
-            registry,
+            registry: root,
             ..metrics
         }
     }
@@ -76,7 +89,48 @@ impl Metrics {
             buffered_body_overflows: Default::default(),
             retries: Default::default(),
             health_checks: Default::default(),
+            build_info: Default::default(),
         }
+    }
+
+    /// Every series whose labels come from a fixed set, at 0 (1 for `build_info`) from the
+    /// start: a rate or an alert on them works before the first event, and an absent series
+    /// means a misspelled query, not "nothing happened yet".
+    fn preset_known_series(&self) {
+        for result in ["success", "failure"] {
+            let _ = self.reloads.get_or_create(&ResultLabel { result });
+        }
+        for reason in CONNECTION_REFUSALS {
+            let _ = self
+                .downstream_connections_refused
+                .get_or_create(&ReasonLabel { reason });
+        }
+        for reason in CONNECTION_TIMEOUTS {
+            let _ = self
+                .downstream_connection_timeouts
+                .get_or_create(&ReasonLabel { reason });
+        }
+        for reason in SEND_TIMEOUTS {
+            let _ = self
+                .downstream_send_timeouts
+                .get_or_create(&ReasonLabel { reason });
+        }
+        for cause in UPSTREAM_TLS_CAUSES {
+            let _ = self
+                .upstream_tls_failures
+                .get_or_create(&CauseLabel { cause });
+        }
+        for action in ["no_room", "refused"] {
+            let _ = self
+                .buffered_body_overflows
+                .get_or_create(&ActionLabel { action });
+        }
+        self.build_info
+            .get_or_create(&BuildLabel {
+                version: env!("CARGO_PKG_VERSION"),
+                commit: option_env!("EGRESSD_BUILD_COMMIT").unwrap_or("unknown"),
+            })
+            .set(1);
     }
 
     /// The config's reloads and the client connections.
@@ -111,7 +165,7 @@ impl Metrics {
             "Open client connections",
             self.downstream_connections.clone(),
         );
-        registry.register("downstream_connections_refused", "Client connections closed as soon as they were accepted, by reason (max_connections, admin_max_connections)", self.downstream_connections_refused.clone());
+        registry.register("downstream_connections_refused", "Client connections closed as soon as they were accepted, by reason (max_connections, admin_max_connections, admin_idle_evicted: an idle admin connection closed to make room for a probe)", self.downstream_connections_refused.clone());
         registry.register("downstream_accept_errors", "Failed accepts on listeners and the admin port (e.g. out of file descriptors); accepting backs off meanwhile", self.downstream_accept_errors.clone());
         registry.register("downstream_send_timeouts", "Responses (HTTP/1.1 connections, HTTP/2 streams, tunnels and websockets) egressd cut because the client did not read them, by the limit that ran out while bytes waited for the client (send_timeout, request_timeout, stream_idle_timeout)", self.downstream_send_timeouts.clone());
         registry.register("downstream_connection_timeouts", "Client connections egressd closed because a timer ran out, by reason (header_read_timeout: no complete request head, TLS handshake or ClientHello in time; idle_timeout: no request for that long)", self.downstream_connection_timeouts.clone());
