@@ -2,7 +2,7 @@
 #
 # egressd container image.
 #
-#   docker build -t egressd .
+#   docker build -t egressd:0.1.0 .     # the tag deploy/kubernetes uses (the version in Cargo.toml)
 #   docker run --rm -v "$PWD/my-config:/etc/egressd:ro" egressd
 #
 # The image reads its config from /etc/egressd (a directory, watched for changes; SIGHUP also

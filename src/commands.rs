@@ -119,3 +119,38 @@ fn report(compiled: &Compiled, files: usize, verbose: bool) -> String {
     );
     report
 }
+
+/// `egressd healthcheck`: asks the admin server at `admin` for `path` (`/healthz`, `/ready`)
+/// and gives its status code. For exec probes and container health checks where the admin
+/// server listens on loopback only (a sidecar's), since the image has no shell or curl.
+pub fn healthcheck(
+    admin: std::net::SocketAddr,
+    path: &str,
+    timeout: std::time::Duration,
+) -> Result<u16, String> {
+    use std::io::{Read, Write};
+    if !path.starts_with('/') || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(format!("{path:?} is not a path (e.g. /healthz)"));
+    }
+    let mut stream = std::net::TcpStream::connect_timeout(&admin, timeout)
+        .map_err(|e| format!("cannot connect to {admin}: {e}"))?;
+    let io = |e: std::io::Error| format!("{admin}: {e}");
+    stream.set_read_timeout(Some(timeout)).map_err(io)?;
+    stream.set_write_timeout(Some(timeout)).map_err(io)?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).map_err(io)?;
+    // The status line is all that is read: `HTTP/1.1 200 OK`.
+    let mut head = [0u8; 64];
+    let mut filled = 0;
+    while filled < 12 {
+        match stream.read(&mut head[filled..]).map_err(io)? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    let line = String::from_utf8_lossy(&head[..filled]);
+    line.strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("{admin} did not answer HTTP: {line:?}"))
+}

@@ -100,6 +100,19 @@ enum Command {
     },
     /// Print the JSON Schema of every config kind (for yaml-language-server and CI).
     Schema,
+    /// Ask a running egressd's admin server for PATH; exit status 0 when it answers 200. For
+    /// exec probes (`egressd healthcheck /ready`) where the admin server listens on loopback.
+    Healthcheck {
+        /// `/healthz` (the process runs) or `/ready` (a config serves, not draining).
+        #[arg(default_value = "/healthz")]
+        path: String,
+        /// The admin server's address.
+        #[arg(long, default_value = "127.0.0.1:15000")]
+        admin_address: SocketAddr,
+        /// How long to wait for the answer.
+        #[arg(long, value_parser = egressd::config::units::parse_duration, default_value = "2s")]
+        timeout: std::time::Duration,
+    },
 }
 
 // jemalloc, with a background thread returning memory unused for a second (`.cargo/config.toml`):
@@ -138,6 +151,21 @@ fn main() -> ExitCode {
             paths,
             probe_hosts,
         } => check_probe(&paths, &probe_hosts),
+        Command::Healthcheck {
+            path,
+            admin_address,
+            timeout,
+        } => match egressd::commands::healthcheck(admin_address, &path, timeout) {
+            Ok(200) => ExitCode::SUCCESS,
+            Ok(status) => {
+                eprintln!("egressd healthcheck: {admin_address}{path} answered {status}");
+                ExitCode::FAILURE
+            }
+            Err(e) => {
+                eprintln!("egressd healthcheck: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Schema => {
             let schema = egressd::config::schema::json_schema();
             println!(

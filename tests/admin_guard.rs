@@ -177,3 +177,34 @@ async fn requests_without_a_host_or_with_two_are_refused_and_answers_are_nosniff
         );
     }
 }
+
+/// `egressd healthcheck`, the exec probe of a sidecar whose admin server is on loopback:
+/// exit 0 on 200, 1 with the status otherwise, 1 naming the address when nothing listens.
+#[tokio::test]
+async fn the_healthcheck_command_asks_the_admin_server() {
+    let proxy = common::proxy::TestProxy::start(&common::proxy::preamble(None)).await;
+    let admin = proxy.admin.to_string();
+    let check = |path: &'static str, admin: String| {
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_egressd"))
+                .args(["healthcheck", "--admin-address", &admin, path])
+                .output()
+                .expect("run egressd healthcheck")
+        })
+    };
+    let ready = check("/ready", admin.clone()).await.unwrap();
+    assert!(ready.status.success(), "{ready:?}");
+    let missing = check("/nowhere", admin).await.unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("/nowhere answered 404"),
+        "{missing:?}"
+    );
+    let refusing = common::ports::Refusing::bind();
+    let down = check("/healthz", refusing.addr.to_string()).await.unwrap();
+    assert_eq!(down.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&down.stderr).contains("cannot connect to"),
+        "{down:?}"
+    );
+}

@@ -202,7 +202,8 @@ async fn request_families_move_with_traffic_errors_and_reloads() {
 #[tokio::test]
 async fn metrics_speak_both_formats_with_process_metrics_and_known_series_at_zero() {
     let upstream = Upstream::start("app").await;
-    let yaml = preamble(None) + &ip_backend("app", upstream.addr, "") + &route_to("app.test", "app");
+    let yaml =
+        preamble(None) + &ip_backend("app", upstream.addr, "") + &route_to("app.test", "app");
     let proxy = TestProxy::start(&yaml).await;
     assert_eq!(get(proxy.http(), "app.test", "/").await.status, 200);
 
@@ -234,7 +235,10 @@ async fn metrics_speak_both_formats_with_process_metrics_and_known_series_at_zer
         ),
         "egressd_route_responses_total{route=\"default/app/rule/0\",class=\"2xx\"} 1",
     ] {
-        assert!(text.lines().any(|l| l.starts_with(series)), "{series} in:\n{text}");
+        assert!(
+            text.lines().any(|l| l.starts_with(series)),
+            "{series} in:\n{text}"
+        );
     }
     // Every HTTP/1.1 test process here has several file descriptors and megabytes resident.
     let fds = common::proxy::sample(&text, "process_open_fds");
@@ -255,5 +259,8 @@ async fn metrics_speak_both_formats_with_process_metrics_and_known_series_at_zer
     );
     let om = om.text();
     assert!(om.ends_with("# EOF\n"), "{om}");
-    assert!(om.contains("# TYPE egressd_downstream_requests counter\n"), "{om}");
+    assert!(
+        om.contains("# TYPE egressd_downstream_requests counter\n"),
+        "{om}"
+    );
 }

@@ -17,6 +17,7 @@ Usage: check_manifests.py EGRESSD_BINARY ROOT K8S_VERSION...
 import base64
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -80,16 +81,48 @@ def check_schemas(path, docs, versions, errors):
                 errors.append(f"{path}: {name_of(doc)}: {e}")
 
 
+def generator_files(kust):
+    """The files the kustomization's configMapGenerator and secretGenerator read (`key=path`
+    entries by path)."""
+    for kind in ("configMapGenerator", "secretGenerator"):
+        for gen in kust.get(kind) or []:
+            for entry in gen.get("files") or []:
+                yield entry.split("=", 1)[-1]
+
+
+def git_ignored(path):
+    run = subprocess.run(["git", "check-ignore", "-q", str(path)], cwd=path.parent)
+    return run.returncode == 0
+
+
 def check_kustomization(directory, errors):
+    """Resources listed are the manifests present (generator inputs apart). A Kustomization
+    must build from a fresh checkout: every file its generators read is in the repository. A
+    Component may read a file each cluster makes (a key), which git must ignore."""
     path = directory / "kustomization.yaml"
     (kust,) = load_docs(path)
-    listed = set(kust.get("resources") or [])
-    present = {p.name for p in directory.glob("*.yaml") if p.name != "kustomization.yaml"}
+    inputs = set(generator_files(kust))
+    listed = {r for r in kust.get("resources") or [] if not (directory / r).is_dir()}
+    present = {
+        p.name
+        for p in directory.glob("*.yaml")
+        if p.name != "kustomization.yaml" and p.name not in inputs
+    }
     for name in sorted(listed - present):
         errors.append(f"{path}: resource {name} does not exist")
     for name in sorted(present - listed):
         errors.append(f"{path}: {name} is not listed in resources, so `kubectl apply -k` skips it")
-    return {gen["name"] for gen in kust.get("secretGenerator") or []}
+    component = kust.get("kind") == "Component"
+    for name in sorted(inputs):
+        file = directory / name
+        if component and not file.exists() and not git_ignored(file):
+            errors.append(f"{path}: {name} is made per cluster but git does not ignore it")
+        elif not component and not file.exists():
+            errors.append(
+                f"{path}: {name} does not exist: the kustomization does not build from a fresh "
+                "checkout (make it a component's input, as gateway/mcp does with its key)"
+            )
+    return kust
 
 
 def is_egressd_config(configmap):
@@ -167,16 +200,142 @@ def check_egressd_configs(egressd, manifests, generated_secrets, errors):
     return checked
 
 
+def validate_dir(egressd, files, what, errors):
+    """Writes `files` (name: text) into a directory and runs `egressd validate` on it."""
+    with tempfile.TemporaryDirectory(prefix="egressd-cm-") as tmp:
+        for name, text in files.items():
+            (Path(tmp) / name).write_text(text)
+        run = subprocess.run([egressd, "validate", tmp], capture_output=True, text=True)
+        summary = (run.stdout.strip().splitlines() or [""])[-1]
+        if run.returncode != 0:
+            errors.append(f"{what}: egressd validate failed:\n{run.stdout}{run.stderr}")
+        else:
+            print(f"ok    {what}: {summary}")
+
+
+def check_components(egressd, kustomizations, manifests, errors):
+    """Each component's ConfigMap merged into its parent's ConfigMap of that name, as
+    kustomize makes it (keys replaced or added), validated with the Secrets it generates
+    beside it (stand-ins); a ProxyConfig it replaces must equal the parent's but for `mcp`."""
+    configmaps = {
+        cm["metadata"]["name"]: cm
+        for _, docs in manifests
+        for cm in docs
+        if cm.get("kind") == "ConfigMap"
+    }
+    checked = 0
+    for directory, kust in kustomizations.items():
+        if kust.get("kind") != "Component":
+            continue
+        stand_ins = {
+            f: base64.b64encode(secrets.token_bytes(32)).decode() + "\n"
+            for gen in kust.get("secretGenerator") or []
+            for f in gen.get("files") or []
+        }
+        for gen in kust.get("configMapGenerator") or []:
+            base = configmaps.get(gen["name"])
+            what = f"{directory}: ConfigMap {gen['name']} with this component"
+            if gen.get("behavior") != "merge" or base is None:
+                errors.append(f"{what}: expected `behavior: merge` into a ConfigMap of the base")
+                continue
+            files = dict(base.get("data") or {})
+            for entry in gen.get("files") or []:
+                key, _, source = entry.rpartition("=")
+                text = (directory / source).read_text()
+                key = key or source
+                if key in files:
+                    check_same_but_mcp(files[key], text, f"{what}: {key}", errors)
+                files[key] = text
+            validate_dir(egressd, {**files, **stand_ins}, what, errors)
+            checked += 1
+    return checked
+
+
+def check_same_but_mcp(base_text, text, what, errors):
+    def specs(t):
+        return [
+            {k: v for k, v in (d.get("spec") or {}).items() if k != "mcp"}
+            for d in yaml.safe_load_all(t)
+            if d
+        ]
+
+    if specs(base_text) != specs(text):
+        errors.append(f"{what}: differs from the base's in more than the `mcp` section")
+
+
+def check_image_tags(root, manifests, kustomizations, errors):
+    """egressd's image is tagged with the crate's version everywhere, and the Dockerfile's
+    documented build makes that tag."""
+    repo = root.parent.parent
+    cargo = (repo / "Cargo.toml").read_text()
+    version = next(
+        line.split('"')[1] for line in cargo.splitlines() if line.startswith("version = ")
+    )
+    wanted = f"egressd:{version}"
+    for path, docs in manifests:
+        for spec in pod_specs(docs):
+            for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+                image = c.get("image", "")
+                if image.split(":")[0] == "egressd" and image != wanted:
+                    errors.append(f"{path}: image {image}, but Cargo.toml says {wanted}")
+    for directory, kust in kustomizations.items():
+        for image in kust.get("images") or []:
+            if image.get("name") == "egressd" and image.get("newTag") != version:
+                errors.append(
+                    f"{directory}/kustomization.yaml: images newTag {image.get('newTag')}, "
+                    f"but Cargo.toml says {version}"
+                )
+    dockerfile = (repo / "Dockerfile").read_text()
+    if f"docker build -t {wanted} ." not in dockerfile:
+        errors.append(f"Dockerfile: its documented build does not tag {wanted}")
+
+
+def build_with_kubectl(kustomizations, errors):
+    """With kubectl at hand, each Kustomization builds as it is in git, and with each of its
+    components (their per-cluster files made up in a copy)."""
+    if shutil.which("kubectl") is None:
+        print("skip  kubectl kustomize: no kubectl on this machine")
+        return
+    for directory, kust in kustomizations.items():
+        if kust.get("kind") == "Component":
+            continue
+        variants = [None] + [
+            c for c, k in kustomizations.items()
+            if k.get("kind") == "Component" and c.parent == directory
+        ]
+        for component in variants:
+            with tempfile.TemporaryDirectory(prefix="egressd-kustomize-") as tmp:
+                copy = Path(tmp) / directory.name
+                shutil.copytree(directory, copy)
+                what = f"{directory}" + (f" with {component.name}/" if component else "")
+                if component:
+                    comp = copy / component.name
+                    for f in generator_files(kustomizations[component]):
+                        if not (comp / f).exists():
+                            (comp / f).write_text(base64.b64encode(secrets.token_bytes(32)).decode())
+                    with open(copy / "kustomization.yaml", "a") as k:
+                        k.write(f"components:\n- {component.name}\n")
+                run = subprocess.run(
+                    ["kubectl", "kustomize", str(copy)], capture_output=True, text=True
+                )
+                if run.returncode != 0:
+                    errors.append(f"{what}: kubectl kustomize failed: {run.stderr.strip()}")
+                else:
+                    print(f"ok    kubectl kustomize {what}")
+
+
 def main():
     egressd, root, versions = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
     errors = []
     manifests = []
     directories = sorted({p.parent for p in root.rglob("kustomization.yaml")})
-    generated_secrets = set()
-    for directory in directories:
-        generated_secrets |= check_kustomization(directory, errors)
+    kustomizations = {d: check_kustomization(d, errors) for d in directories}
+    generated_secrets = {
+        gen["name"] for k in kustomizations.values() for gen in k.get("secretGenerator") or []
+    }
+    inputs = {d / f for d, k in kustomizations.items() for f in generator_files(k)}
     for path in sorted(root.rglob("*.yaml")):
-        if path.name == "kustomization.yaml":
+        if path.name == "kustomization.yaml" or path in inputs:
             continue
         if path.parent not in directories:
             errors.append(f"{path}: not in a directory with a kustomization.yaml")
@@ -191,6 +350,9 @@ def main():
         if len(errors) == before:
             print(f"ok    {path}: {', '.join(name_of(d) for d in docs)} (Kubernetes {', '.join(versions)})")
     checked = check_egressd_configs(egressd, manifests, generated_secrets, errors)
+    checked += check_components(egressd, kustomizations, manifests, errors)
+    check_image_tags(root, manifests, kustomizations, errors)
+    build_with_kubectl(kustomizations, errors)
     if checked == 0:
         errors.append(f"no egressd config found in any ConfigMap under {root}")
     for e in errors:
