@@ -215,12 +215,14 @@ fn schema_from_binary() -> String {
 fn schema_command_prints_json_with_one_entry_per_kind() {
     let text = schema_from_binary();
     let schema: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
-    let one_of = schema["oneOf"].as_array().expect("oneOf is an array");
-    assert_eq!(one_of.len(), Kind::ALL.len(), "{one_of:#?}");
+    // One `if kind == K then <K's schema>` per kind.
+    let by_kind = schema["allOf"].as_array().expect("allOf is an array");
+    assert_eq!(by_kind.len(), Kind::ALL.len(), "{by_kind:#?}");
     for kind in Kind::ALL {
-        let entries: Vec<&serde_json::Value> = one_of
+        let entries: Vec<&serde_json::Value> = by_kind
             .iter()
-            .filter(|e| e["properties"]["kind"]["const"] == kind.name())
+            .filter(|e| e["if"]["properties"]["kind"]["const"] == kind.name())
+            .map(|e| &e["then"])
             .collect();
         assert_eq!(entries.len(), 1, "entries for {}", kind.name());
         let versions = entries[0]["properties"]["apiVersion"]["enum"]

@@ -51,10 +51,10 @@ pub fn json_schema() -> Value {
             generator.subschema_for::<XBackendSpec>().into(),
         ),
     ];
-    let mut one_of: Vec<Value> = specs
+    let mut kinds: Vec<(Kind, Value)> = specs
         .into_iter()
         .map(|(kind, spec)| {
-            json!({
+            let schema = json!({
                 "title": kind.name(),
                 "type": "object",
                 "additionalProperties": false,
@@ -65,16 +65,32 @@ pub fn json_schema() -> Value {
                     "metadata": meta.clone(),
                     "spec": spec,
                 },
+            });
+            (kind, schema)
+        })
+        .collect();
+    kinds.extend([Kind::Secret, Kind::ConfigMap].map(|k| (k, keyed_data_schema(k))));
+    let names: Vec<&str> = kinds.iter().map(|(k, _)| k.name()).collect();
+    // Keyed by `kind` (if/then), not `oneOf`: a validator then checks a document against its
+    // own kind only, and reports its mistakes, not every other kind's mismatch with it.
+    let by_kind: Vec<Value> = kinds
+        .into_iter()
+        .map(|(kind, schema)| {
+            json!({
+                "if": {"required": ["kind"], "properties": {"kind": {"const": kind.name()}}},
+                "then": schema,
             })
         })
         .collect();
-    one_of.extend([Kind::Secret, Kind::ConfigMap].map(keyed_data_schema));
     json!({
         "$schema": "http://json-schema.org/draft-07/schema#",
         "$id": "https://egressd.dev/schema/v1alpha1.json",
         "title": "egressd config document",
-        "description": "One YAML document of an egressd config directory (Gateway, HTTPRoute, TLSRoute, Backend, XBackend, BackendTrafficPolicy, ProxyConfig, Secret or ConfigMap).",
-        "oneOf": one_of,
+        "description": "One YAML document of an egressd config directory (Gateway, HTTPRoute, TLSRoute, Backend, XBackend, BackendTrafficPolicy, ProxyConfig, EgressPolicy, Secret or ConfigMap).",
+        "type": "object",
+        "required": ["apiVersion", "kind"],
+        "properties": {"kind": {"enum": names}},
+        "allOf": by_kind,
         "definitions": generator.take_definitions(true),
     })
 }

@@ -12,7 +12,7 @@
 //! | `h2frames` | hand-written HTTP/2 frames, for clients no HTTP/2 library would be |
 //! | `outlier` | Backends of 127.0.0.x endpoints, scripted upstreams, `/endpoints` readers |
 //! | `mcp` | rmcp (official MCP SDK) Streamable HTTP servers on 127.0.0.x that record sessions, and a client through egressd |
-//! | `python` | the official MCP Python SDK's server (with an event store), installed into target/tmp on first use |
+//! | `python` | venvs of pinned PyPI packages in target/tmp, made on first use; the official MCP Python SDK's server (with an event store) |
 //! | `websocket` | a websocket echo server that records its handshakes |
 //! | `ports` | ports held by bound sockets: shared by 127.0.0.x servers, or refusing connections |
 //!

@@ -8,18 +8,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
-/// What the venv holds: changing it makes a new venv.
+/// What the MCP venv holds: changing it makes a new venv.
 const PACKAGES: [&str; 2] = ["mcp==2.3.0", "uvicorn==0.54.0"];
 
-/// The venv's `python`, installed on first use (a panic says why it could not be).
+/// The MCP venv's `python`, installed on first use (a panic says why it could not be).
 pub(crate) fn python() -> PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(install).clone()
+    PYTHON.get_or_init(|| venv("mcp-python", &PACKAGES)).clone()
 }
 
-fn install() -> PathBuf {
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-python");
-    let stamp = PACKAGES.join(" ");
+/// The `python` of venv `name` under `target/tmp/` holding `packages` (pinned, from PyPI),
+/// made on first use and again when `packages` change.
+#[allow(dead_code)] // not every test binary that includes `common` makes a venv
+pub(crate) fn venv(name: &str, packages: &[&str]) -> PathBuf {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let stamp = packages.join(" ");
     let venv = root.join("venv");
     let python = venv.join("bin/python");
     let marker = root.join("installed");
@@ -27,7 +30,7 @@ fn install() -> PathBuf {
         return python;
     }
     let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).expect("create target/tmp/mcp-python");
+    std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("create target/tmp/{name}: {e}"));
     let run = |cmd: &mut Command, what: &str| {
         let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(
@@ -44,8 +47,8 @@ fn install() -> PathBuf {
     run(
         Command::new(venv.join("bin/pip"))
             .args(["install", "--quiet", "--disable-pip-version-check"])
-            .args(PACKAGES),
-        "pip install the MCP Python SDK",
+            .args(packages),
+        &format!("pip install {stamp}"),
     );
     std::fs::write(&marker, stamp).expect("write the install marker");
     python

@@ -110,8 +110,10 @@ macro_rules! wire_enum {
             fn schema_name() -> std::borrow::Cow<'static, str> {
                 stringify!($name).into()
             }
+            // The canonical values only: an editor offers what a config should say, and
+            // flags an alias (accepted by egressd with a warning naming the canonical value).
             fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-                let values: Vec<&'static str> = vec![$($canon, $($alias,)*)+];
+                let values: Vec<&'static str> = Self::CANONICAL.to_vec();
                 schemars::json_schema!({ "type": "string", "enum": values })
             }
         }
