@@ -95,3 +95,47 @@ async fn a_blocked_host_is_listed_with_a_backend_that_allows_it() {
     .await;
     assert_eq!(upstream.last_request().uri, "/v1/things");
 }
+
+/// Once the pasted Backend serves the destination, `/blocked` no longer lists it (nor offers
+/// a Backend for it again); the entry the reload did not allow stays.
+#[tokio::test]
+async fn a_destination_the_new_config_declares_leaves_blocked() {
+    let upstream = Upstream::start("api").await;
+    let proxy = TestProxy::start(&preamble(None)).await;
+    let url = format!("http://api.blocked.localhost:{}/", upstream.addr.port());
+    assert_eq!(get_absolute(proxy.http(), &url).await.status, 403);
+    assert_eq!(
+        connect_status(proxy.http(), "vault.blocked.test:443").await,
+        403
+    );
+    let listed = |proxy: &TestProxy| {
+        let admin = proxy.admin;
+        async move {
+            let v: serde_json::Value =
+                serde_json::from_slice(&get(admin, "localhost", "/blocked").await.body).unwrap();
+            v["blocked"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b["host"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    let before = listed(&proxy).await;
+    assert_eq!(before.len(), 2, "{before:?}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&get(proxy.admin, "localhost", "/blocked").await.body).unwrap();
+    let api = v["blocked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["host"] == "api.blocked.localhost")
+        .unwrap()["backend"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dir = proxy.config_path().parent().unwrap().to_path_buf();
+    std::fs::write(dir.join("allow-api.yaml"), api).unwrap();
+    proxy.reload().await;
+    assert_eq!(listed(&proxy).await, ["vault.blocked.test"]);
+}

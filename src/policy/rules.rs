@@ -159,6 +159,15 @@ impl ClientPolicy {
         policy
     }
 
+    /// Whether an `EgressPolicy` named `name` (`namespace/name`) is part of this config, and
+    /// in which mode (`Some(true)`: Report).
+    pub(crate) fn mode_of(&self, name: &str) -> Option<bool> {
+        self.rules
+            .binary_search_by(|r| (*r.name).cmp(name))
+            .ok()
+            .map(|i| self.rules[i].report)
+    }
+
     /// The policies covering `dest`, in name order, without repeats. The usual case, one
     /// index list (the Backend's, or the host's), is borrowed: nothing is allocated.
     fn covering(&self, dest: Destination<'_>) -> Cow<'_, [u32]> {

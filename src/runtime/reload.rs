@@ -351,6 +351,12 @@ impl Reloader {
         }
         let yaml_fingerprint = snapshot.config.fingerprint;
         let referenced = self.install(inner, snapshot, backends, bound, attempt.generation);
+        let serving = self.shared.snapshot.load_full();
+        self.shared
+            .blocked_destinations
+            .forget_unless(|host, port, action, policy| {
+                serving.still_refuses(host, port, action, policy)
+            });
         inner.last_fingerprint = Some(combined_fingerprint(yaml_fingerprint, &referenced));
         if let Some(watcher) = &inner.watcher {
             watcher.set_extra_files(referenced);

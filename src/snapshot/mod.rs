@@ -74,6 +74,37 @@ impl Snapshot {
         StatusReport::build(&self.config, &self.diagnostics, Outcome::Serving)
     }
 
+    /// Whether `/blocked`'s entry for `host:port` (what was done, and the policy it named)
+    /// still says what this config would do: a destination some Backend now declares is not
+    /// blocked (nor audited) any more, and a client refusal stands only while the policy it
+    /// names is there in the same mode (or, for `clientPolicy.default`, while it is Deny).
+    pub(crate) fn still_refuses(
+        &self,
+        host: &str,
+        port: u16,
+        action: crate::telemetry::blocked::Action,
+        policy: Option<&str>,
+    ) -> bool {
+        use crate::telemetry::blocked::Action;
+        match action {
+            Action::Blocked | Action::Audited => !self.backends.iter().any(|b| {
+                b.hostname
+                    .as_deref()
+                    .is_some_and(|h| crate::names::hostname_matches(h, host))
+                    && b.ports.iter().any(|p| p.number == port)
+            }),
+            Action::ClientDenied | Action::WouldDeny => {
+                let Some(access) = &self.client_access else {
+                    return false;
+                };
+                match policy {
+                    Some("clientPolicy.default") | None => access.rules.default_deny,
+                    Some(name) => access.rules.mode_of(name) == Some(action == Action::WouldDeny),
+                }
+            }
+        }
+    }
+
     /// A snapshot that serves nothing: used before the first config is accepted.
     pub(crate) fn empty() -> Self {
         Snapshot {

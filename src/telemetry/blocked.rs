@@ -172,6 +172,19 @@ impl BlockedDestinations {
     }
 
     /// Every destination remembered, the most recently blocked first.
+    /// Forgets the entries `still_refused` says the serving config would not refuse any more
+    /// (called with the destination, what was done, and the policy named): after a reload
+    /// that declares a blocked host, `/blocked` no longer offers a Backend for it.
+    pub(crate) fn forget_unless(
+        &self,
+        still_refused: impl Fn(&str, u16, Action, Option<&str>) -> bool,
+    ) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.retain(|(host, port, _, action, _), s| {
+            still_refused(host, *port, *action, s.policy.as_deref())
+        });
+    }
+
     pub(crate) fn list(&self, limits: AuditLimits) -> Vec<Blocked> {
         self.list_at(limits, SystemTime::now())
     }
