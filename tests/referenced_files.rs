@@ -93,6 +93,14 @@ fn dev_urandom_as_ca_bundle_is_refused_at_once() {
         out.contains("/dev/urandom") && out.contains("a device"),
         "{out}"
     );
+    // At the entry that names the file (line 18, column 28: the list's item).
+    assert!(
+        out.lines().any(|l| l.contains(
+            "egressd.yaml:18:28: error: Backend default/api: \
+             spec.tls.validation.caCertificateFiles[0]: TLS settings of port 443"
+        )),
+        "{out}"
+    );
     assert!(
         !out.contains("secret-token"),
         "the credential leaked: {out}"

@@ -98,6 +98,21 @@ pub(crate) enum TlsConfigError {
     Verifier(String),
 }
 
+impl TlsConfigError {
+    /// The file or Secret key the error is about, as the error names it (`PemSource`'s
+    /// display), when it is one CA bundle or certificate.
+    pub(crate) fn origin(&self) -> Option<&str> {
+        match self {
+            TlsConfigError::Pem(
+                PemError::Read { origin, .. }
+                | PemError::NoCertificate { origin }
+                | PemError::NoKey { origin },
+            ) => Some(origin),
+            _ => None,
+        }
+    }
+}
+
 /// The crypto provider every config uses.
 pub(crate) fn provider() -> Arc<CryptoProvider> {
     static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();

@@ -152,8 +152,9 @@ pub(crate) struct TlsValidation {
     // earlier builds took and is still accepted.
     #[serde(rename = "wellKnownCACertificates", alias = "wellKnownCaCertificates")]
     pub(crate) well_known_ca_certificates: Option<WellKnownCa>,
+    /// Each with its position: a file that cannot be used is reported at its entry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) ca_certificate_files: Vec<String>,
+    pub(crate) ca_certificate_files: Vec<Spanned<String>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) ca_certificate_refs: Vec<Spanned<SecretRef>>,
     pub(crate) hostname: Option<String>,

@@ -583,9 +583,22 @@ fn port_transport(
     let mode = plan.as_ref().map(|p| p.mode);
     let spec = plan.and_then(|p| p.spec);
     let here = || at(file, id, tls.map_or(obj.pos, |t| t.pos), tls_field.clone());
+    // A CA file that cannot be used is reported at its entry of `caCertificateFiles`.
+    let ca_files = tls
+        .and_then(|t| t.value.validation.as_ref())
+        .map_or(&[][..], |v| v.ca_certificate_files.as_slice());
+    let at_entry = |origin: &str| {
+        ca_files.iter().enumerate().find_map(|(i, f)| {
+            let path = super::tls::resolve(file, &f.value);
+            (PemSource::file(path).to_string() == origin).then(|| {
+                let field = format!("{tls_field}.validation.caCertificateFiles[{i}]");
+                at(file, id, f.pos, field)
+            })
+        })
+    };
     let transport = match &spec {
         None => Transport::Plain,
-        Some(spec) => originate(cx, here(), spec, number),
+        Some(spec) => originate(cx, here(), spec, number, &at_entry),
     };
     if mode == Some(TlsMode::InsecureDisable) {
         warn_plaintext(cx, here(), &site.dest, number);
@@ -599,7 +612,13 @@ fn port_transport(
 
 /// The client config of a port that originates TLS, from the files (noted as referenced) and
 /// Secrets `spec` names; plaintext, with the reason reported, when they cannot be used.
-fn originate(cx: &mut Cx, here: At<'_>, spec: &TlsSpec, number: u16) -> Transport {
+fn originate<'a>(
+    cx: &mut Cx,
+    here: At<'a>,
+    spec: &TlsSpec,
+    number: u16,
+    at_entry: &dyn Fn(&str) -> Option<At<'a>>,
+) -> Transport {
     let roots = match &spec.roots {
         Roots::Pem(sources) => sources.as_slice(),
         Roots::System => &[],
@@ -611,6 +630,7 @@ fn originate(cx: &mut Cx, here: At<'_>, spec: &TlsSpec, number: u16) -> Transpor
     match crate::upstream::tls::build(spec) {
         Ok(origination) => Transport::Tls(Arc::new(origination)),
         Err(e) => {
+            let here = e.origin().and_then(at_entry).unwrap_or(here);
             cx.missing_ref(
                 here,
                 format!("TLS settings of port {number} cannot be used: {e}"),

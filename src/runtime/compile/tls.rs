@@ -312,7 +312,7 @@ fn trusted_roots(cx: &mut Cx, b: &Block<'_>, validation: &TlsValidation) -> Root
     let mut sources: Vec<PemSource> = validation
         .ca_certificate_files
         .iter()
-        .map(|f| PemSource::file(resolve(b.site.file, f)))
+        .map(|f| PemSource::file(resolve(b.site.file, &f.value)))
         .collect();
     for (i, r) in validation.ca_certificate_refs.iter().enumerate() {
         let at = b.at(r.pos, &format!("validation.caCertificateRefs[{i}]"));
