@@ -259,3 +259,31 @@ async fn undeclared_https_destinations_each_send_their_own_name() {
         assert!(snis.contains(&Some(name.to_owned())), "{snis:?}");
     }
 }
+
+/// The limits are checked: none may be 0, and `maxEndpoints` belongs to wildcard hostnames.
+#[test]
+fn the_limits_are_validated() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = preamble_with(
+        None,
+        "  dns: {maxAddressesPerAnswer: 0, maxLookupsPerSecond: 0}\n  undeclaredDestinations: {maxEndpoints: 0}\n",
+    ) + &common::proxy::fqdn_backend("one", "one.d.test", &[80], "")
+        .replace("hostname: one.d.test", "hostname: one.d.test\n      maxEndpoints: 10")
+        + &wildcard_backend(80, ", maxEndpoints: 0").replace("name: w}", "name: w0}");
+    std::fs::write(dir.path().join("egressd.yaml"), yaml).unwrap();
+    let validation = egressd::commands::validate(&[dir.path().to_path_buf()]);
+    assert!(!validation.ok);
+    for expected in [
+        "maxAddressesPerAnswer must be at least 1",
+        "maxLookupsPerSecond must be at least 1",
+        "spec.undeclaredDestinations.maxEndpoints",
+        "maxEndpoints is for wildcard hostnames",
+        "maxEndpoints must be at least 1",
+    ] {
+        assert!(
+            validation.report.contains(expected),
+            "{expected}:\n{}",
+            validation.report
+        );
+    }
+}
