@@ -61,7 +61,9 @@ impl Proxy {
     pub async fn start(options: Options) -> Result<Proxy, StartError> {
         let shared = Shared::new();
         let workers = Workers::start(options.workers.max(1)).map_err(StartError::Workers)?;
-        let registry = Arc::new(StateRegistry::new(DnsResolver::new(&[])?));
+        let registry = Arc::new(
+            StateRegistry::new(DnsResolver::new(&[])?).counting(shared.metrics.dns.clone()),
+        );
         let tracker = Arc::new(ConnTracker::default());
         let listeners = ListenerManager::new(workers.handles(), shared.clone(), tracker.clone());
         let reloader = Arc::new(Reloader::new(

@@ -5,9 +5,13 @@
 //!   makes room by evicting the entry used least recently.
 //! - [`budget`]: the process-wide byte budget of bodies held whole.
 //! - [`file`]: files the config names, read only when regular and up to a bound.
+//! - [`rate`]: a token bucket (DNS lookups of names clients choose).
+//! - [`share`]: a count shared by many holders (the endpoints of hosts clients name).
 
 pub(crate) mod budget;
 pub(crate) mod file;
+pub(crate) mod rate;
+pub(crate) mod share;
 
 use std::collections::HashMap;
 use std::hash::Hash;

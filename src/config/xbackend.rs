@@ -206,6 +206,7 @@ fn destination(
         allowed_addresses: None,
         max_hosts: None,
         host_idle_timeout: None,
+        max_endpoints: None,
     };
     let port = BackendPort {
         name: spec.port.value.name.clone(),

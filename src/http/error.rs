@@ -49,6 +49,9 @@ pub(crate) enum ProxyError {
         via: crate::telemetry::blocked::Via,
         reason: crate::snapshot::undeclared::Refusal,
     },
+    /// A new name clients chose would take a DNS lookup over `dns.maxLookupsPerSecond`.
+    #[error("cannot look up {host} now: egressd's DNS lookups of new names are at their limit (ProxyConfig dns.maxLookupsPerSecond); try again in a second")]
+    DnsRateLimited { host: String },
     #[error("port {port} of {host} is not allowed: its declared ports are {declared}")]
     PortNotAllowed {
         host: String,
@@ -277,6 +280,7 @@ mod row {
     pub(crate) const NO_BACKEND:               Class = local(S::INTERNAL_SERVER_ERROR, "no_backend", G::Internal, R::Never);
     pub(crate) const DESTINATION_ADDRESS_DENIED: Class = local(S::BAD_GATEWAY, "destination_address_denied", G::PermissionDenied, R::Never);
     pub(crate) const NO_HEALTHY_UPSTREAM:      Class = local(S::SERVICE_UNAVAILABLE, "no_healthy_upstream", G::Unavailable, R::Never);
+    pub(crate) const DNS_RATE_LIMITED:         Class = local(S::SERVICE_UNAVAILABLE, "dns_rate_limited", G::Unavailable, R::Never);
     pub(crate) const UPSTREAM_CONNECT_FAILURE: Class = connect(S::SERVICE_UNAVAILABLE, "upstream_connect_failure", R::ConnectFailure);
     pub(crate) const UPSTREAM_CONNECT_TIMEOUT: Class = connect(S::GATEWAY_TIMEOUT, "upstream_connect_timeout", R::ConnectFailure);
     pub(crate) const UPSTREAM_TLS_FAILURE:     Class = connect(S::BAD_GATEWAY, "upstream_tls_failure", R::Never);
@@ -321,6 +325,7 @@ impl ProxyError {
             ProxyError::NoRoute { .. } => row::NO_ROUTE,
             ProxyError::NoBackend { .. } => row::NO_BACKEND,
             ProxyError::NoHealthyUpstream { .. } => row::NO_HEALTHY_UPSTREAM,
+            ProxyError::DnsRateLimited { .. } => row::DNS_RATE_LIMITED,
             ProxyError::DestinationAddressDenied { .. } => row::DESTINATION_ADDRESS_DENIED,
             ProxyError::ConnectFailure { .. } => row::UPSTREAM_CONNECT_FAILURE,
             ProxyError::ConnectTimeout { .. } => row::UPSTREAM_CONNECT_TIMEOUT,

@@ -340,6 +340,7 @@ impl Reloader {
             static_lists,
             backends,
         } = compiled;
+        self.registry.set_dns_limits(&snapshot.settings.dns_limits);
         let resolving = self.start_resolving(refreshers);
         self.report_wildcard_hosts(&snapshot);
         self.tick_outlier_groups(outlier_groups);

@@ -143,6 +143,8 @@ pub(crate) struct ProxySettings {
     pub(crate) access_log: AccessLogSettings,
     /// Name servers for FQDN destinations (empty: the system's).
     pub(crate) nameservers: Vec<SocketAddr>,
+    /// Addresses per DNS answer, lookups per second of names clients choose.
+    pub(crate) dns_limits: crate::upstream::dns::DnsLimits,
     /// HTTP/2 server settings of downstream connections.
     pub(crate) downstream_http2: Http2ServerSettings,
     /// Connection limits, timeouts and request head bounds of downstream connections.
@@ -171,6 +173,7 @@ impl Default for ProxySettings {
             drain_timeout: Duration::from_secs(30),
             access_log: AccessLogSettings::default(),
             nameservers: Vec::new(),
+            dns_limits: Default::default(),
             downstream_http2: Http2ServerSettings::default(),
             downstream: DownstreamSettings::default(),
             // Probes, a scraper and a person with curl: a few at a time. Enough that a

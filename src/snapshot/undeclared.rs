@@ -4,7 +4,8 @@
 //! Each (host, port, carriage) gets a target made on first use, the way an FQDN Backend with
 //! default policy would be: a DNS group re-resolved when the answer's TTL runs out (or one
 //! endpoint for an IP literal), least-request balancing, pooled connections, default
-//! timeouts, no retries. The targets are shared by every request of one config generation.
+//! timeouts, no retries; HTTPS destinations share one TLS client config, each sending its
+//! own name. The targets are shared by every request of one config generation.
 //! Clients choose the hosts, so the table is bounded ([`UndeclaredLimits`]): at most
 //! `maxDestinations` targets (the least recently used makes room), and a target nobody used
 //! for `idleTimeout` is forgotten; either way its DNS refresher stops (at once when idle, or
@@ -24,21 +25,24 @@
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use rustls::pki_types::ServerName;
+
 use crate::balance::BalancerKind;
+use crate::bounded::share::Share;
 use crate::config::wire::enums::{LookupFamily, Protocol};
 use crate::config::ObjectId;
 use crate::names::{hostname_matches, is_valid_hostname};
-use crate::snapshot::on_demand::OnDemand;
+use crate::snapshot::on_demand::{take_lookup, LookupsBusy, Made, OnDemand};
 use crate::snapshot::{Backend, BackendPort, Target};
 use crate::upstream::address::{canonical_ip, AddressPolicy};
 use crate::upstream::connect::{Http2Options, Http2Settings, HttpWire, Transport};
 use crate::upstream::dns::{AnswerCheck, RefreshPlan};
 use crate::upstream::pool::PoolSettings;
 use crate::upstream::registry::{EndpointTemplate, PortIdentity, StateRegistry};
-use crate::upstream::tls::{NameCheck, Roots, TlsSpec, TlsVersion};
+use crate::upstream::tls::{NameCheck, Roots, TlsOrigination, TlsSpec, TlsVersion};
 use crate::upstream::{EndpointGroup, EndpointSource, GroupSettings};
 
 /// How many undeclared destinations one config generation keeps, and for how long unused
@@ -47,6 +51,8 @@ use crate::upstream::{EndpointGroup, EndpointSource, GroupSettings};
 pub(crate) struct UndeclaredLimits {
     pub(crate) max_destinations: usize,
     pub(crate) idle_timeout: Duration,
+    /// Endpoints of all destinations together (`maxEndpoints`; each gets at least one).
+    pub(crate) max_endpoints: usize,
 }
 
 impl Default for UndeclaredLimits {
@@ -54,6 +60,7 @@ impl Default for UndeclaredLimits {
         UndeclaredLimits {
             max_destinations: 1024,
             idle_timeout: Duration::from_secs(300),
+            max_endpoints: 4096,
         }
     }
 }
@@ -91,6 +98,19 @@ pub(crate) enum Refusal {
     Tls(String),
     #[error(transparent)]
     WildcardHost(#[from] crate::snapshot::wildcard::HostRefused),
+    #[error(transparent)]
+    LookupsBusy(#[from] LookupsBusy),
+}
+
+impl Refusal {
+    /// Whether the refusal is egressd's lookup rate, not a rule about the destination.
+    pub(crate) fn is_lookups_busy(&self) -> bool {
+        matches!(
+            self,
+            Refusal::LookupsBusy(_)
+                | Refusal::WildcardHost(crate::snapshot::wildcard::HostRefused::LookupsBusy(_))
+        )
+    }
 }
 
 /// The undeclared destinations of one config generation.
@@ -103,6 +123,12 @@ pub(crate) struct UndeclaredDestinations {
     addresses: Arc<AddressPolicy>,
     registry: Arc<StateRegistry>,
     targets: Arc<OnDemand<Key>>,
+    /// The endpoints the destinations hold together (`maxEndpoints`).
+    endpoints: Arc<Share>,
+    /// The TLS client config every HTTPS destination shares (its certificate is verified
+    /// against the name its connections send), made on first use: one, not one per name.
+    https: OnceLock<Arc<TlsOrigination>>,
+    http2: Arc<Http2Options>,
 }
 
 impl std::fmt::Debug for UndeclaredDestinations {
@@ -134,6 +160,9 @@ impl UndeclaredDestinations {
                 limits.idle_timeout,
                 registry.clone(),
             )),
+            endpoints: Arc::new(Share::new(limits.max_endpoints)),
+            https: OnceLock::new(),
+            http2: Arc::new(Http2Options::new(&Http2Settings::default())),
             registry,
         }
     }
@@ -164,19 +193,18 @@ impl UndeclaredDestinations {
 
     /// The target, and the DNS refresher it needs (a hostname's), not started yet: only the
     /// target that makes it into the table gets one.
-    fn build(
-        &self,
-        host: &str,
-        port: u16,
-        carriage: Carriage,
-    ) -> Result<(Target, Option<RefreshPlan>), Refusal> {
+    fn build(&self, host: &str, port: u16, carriage: Carriage) -> Result<Made, Refusal> {
         let bare = host
             .strip_prefix('[')
             .and_then(|h| h.strip_suffix(']'))
             .unwrap_or(host);
         let literal = bare.parse::<IpAddr>().ok().map(canonical_ip);
         self.admit(host, literal)?;
-        let (transport, wire, protocol) = carriage_transport(host, literal, carriage)?;
+        if literal.is_none() {
+            // Refused destinations were refused before they could cost a lookup.
+            take_lookup(&self.registry)?;
+        }
+        let (transport, wire, protocol) = self.carriage_transport(host, literal, carriage)?;
         // Endpoints are identified by the host they were reached as and how: a pooled TLS
         // connection made for one host must not carry another host's requests.
         let id = ObjectId {
@@ -201,7 +229,7 @@ impl UndeclaredDestinations {
             passthrough: carriage == Carriage::Tcp,
             transport,
             wire,
-            http2: Arc::new(Http2Options::new(&Http2Settings::default())),
+            http2: self.http2.clone(),
             mcp: None,
             tcp_keepalive: None,
             endpoints: group,
@@ -223,7 +251,11 @@ impl UndeclaredDestinations {
             policy: Arc::default(),
             rewrite_authority: false,
         };
-        Ok((target, refresh))
+        Ok(Made {
+            target,
+            refresh,
+            companion: None,
+        })
     }
 
     /// Refuses an IP `literal` the address policy denies, or a hostname that is invalid,
@@ -252,6 +284,55 @@ impl UndeclaredDestinations {
             }
         }
         Ok(())
+    }
+
+    /// How `carriage` reaches `host`: plaintext, or TLS verified against the system's roots.
+    fn carriage_transport(
+        &self,
+        host: &str,
+        literal: Option<IpAddr>,
+        carriage: Carriage,
+    ) -> Result<(Transport, HttpWire, Protocol), Refusal> {
+        Ok(match carriage {
+            Carriage::Http => (Transport::Plain, HttpWire::Http1, Protocol::Http),
+            Carriage::Tcp => (Transport::Plain, HttpWire::Http1, Protocol::Tcp),
+            Carriage::Https => {
+                let shared = self.https_config()?;
+                // An IP literal is verified as an IP address, without SNI (RFC 6066 §3).
+                let sni = match literal {
+                    Some(_) => None,
+                    None => Some(
+                        ServerName::try_from(host.to_owned())
+                            .map_err(|e| Refusal::Tls(format!("{host}: {e}")))?,
+                    ),
+                };
+                let origination = TlsOrigination {
+                    config: shared.config.clone(),
+                    http1_config: shared.http1_config.clone(),
+                    sni,
+                };
+                let transport = Transport::Tls(Arc::new(origination));
+                (transport, HttpWire::Negotiated, Protocol::Http)
+            }
+        })
+    }
+
+    /// The TLS client config of HTTPS destinations, made on first use (a failure, such as
+    /// unreadable system roots, is tried again by the next destination).
+    fn https_config(&self) -> Result<&Arc<TlsOrigination>, Refusal> {
+        if let Some(made) = self.https.get() {
+            return Ok(made);
+        }
+        let spec = TlsSpec {
+            roots: Roots::System,
+            names: NameCheck::ServerName,
+            client_cert: None,
+            versions: vec![TlsVersion::V1_2, TlsVersion::V1_3],
+            alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            sni: None,
+        };
+        let made = crate::upstream::tls::build(&spec).map_err(|e| Refusal::Tls(e.to_string()))?;
+        Ok(self.https.get_or_init(|| Arc::new(made)))
     }
 
     /// The endpoints of `host`: the one address of an IP `literal`, else a DNS group, and its
@@ -288,37 +369,9 @@ impl UndeclaredDestinations {
             template,
             family: LookupFamily::IPv4Preferred,
             check: AnswerCheck::Undeclared(self.addresses.clone()),
+            backend: LABEL.into(),
+            on_demand: Some(self.endpoints.part()),
         };
         (group, Some(refresh))
     }
-}
-
-/// How `carriage` reaches `host`: plaintext, or TLS verified against the system's roots.
-fn carriage_transport(
-    host: &str,
-    literal: Option<IpAddr>,
-    carriage: Carriage,
-) -> Result<(Transport, HttpWire, Protocol), Refusal> {
-    Ok(match carriage {
-        Carriage::Http => (Transport::Plain, HttpWire::Http1, Protocol::Http),
-        Carriage::Tcp => (Transport::Plain, HttpWire::Http1, Protocol::Tcp),
-        Carriage::Https => {
-            let spec = TlsSpec {
-                roots: Roots::System,
-                names: NameCheck::ServerName,
-                client_cert: None,
-                versions: vec![TlsVersion::V1_2, TlsVersion::V1_3],
-                alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
-                // An IP literal is verified as an IP address, without SNI (RFC 6066 §3).
-                sni: literal.is_none().then(|| host.to_owned()),
-            };
-            let origination =
-                crate::upstream::tls::build(&spec).map_err(|e| Refusal::Tls(e.to_string()))?;
-            (
-                Transport::Tls(Arc::new(origination)),
-                HttpWire::Negotiated,
-                Protocol::Http,
-            )
-        }
-    })
 }

@@ -3,7 +3,9 @@
 //! DNS refresher, answers checked as any declared name's), with TLS sending the concrete host
 //! as SNI and verifying the certificate against it, and its own endpoints (pools, outlier
 //! state, circuit breaker). Hosts are kept in a bounded table (`fqdn.maxHosts`, the least
-//! recently used makes room) and forgotten when idle (`fqdn.hostIdleTimeout`).
+//! recently used makes room) and forgotten when idle (`fqdn.hostIdleTimeout`); their
+//! endpoints together are bounded too (`fqdn.maxEndpoints`), so hostile answers of many
+//! addresses cannot multiply with the hosts.
 //!
 //! Routing finds a wildcard Backend only when no Backend declares the exact host, and the
 //! longest matching suffix wins (`*.eu.example.com` before `*.example.com`).
@@ -17,10 +19,11 @@ use ipnet::IpNet;
 
 use crate::balance::outlier::Detection;
 use crate::balance::BalancerKind;
+use crate::bounded::share::Share;
 use crate::config::wire::enums::LookupFamily;
 use crate::config::ObjectId;
 use crate::names::hostname_matches;
-use crate::snapshot::on_demand::OnDemand;
+use crate::snapshot::on_demand::{take_lookup, Companion, LookupsBusy, Made, OnDemand};
 use crate::snapshot::{BackendPort, Target};
 use crate::upstream::address::AnswerPolicy;
 use crate::upstream::connect::Transport;
@@ -31,11 +34,14 @@ use crate::upstream::registry::{EndpointTemplate, PortIdentity, StateRegistry};
 use crate::upstream::tls::TlsOrigination;
 use crate::upstream::{EndpointGroup, EndpointSource, GroupSettings};
 
-/// How many concrete hosts a wildcard Backend keeps, and for how long unused.
+/// How many concrete hosts a wildcard Backend keeps, for how long unused, and how many
+/// endpoints they hold together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct HostLimits {
     pub(crate) max_hosts: usize,
     pub(crate) idle_timeout: Duration,
+    /// Endpoints of all hosts together (each host gets at least one).
+    pub(crate) max_endpoints: usize,
 }
 
 impl Default for HostLimits {
@@ -43,6 +49,9 @@ impl Default for HostLimits {
         HostLimits {
             max_hosts: 256,
             idle_timeout: Duration::from_secs(300),
+            // Eight addresses a host on average at the default maxHosts: more than most names
+            // have.
+            max_endpoints: 2048,
         }
     }
 }
@@ -62,6 +71,8 @@ pub(crate) enum HostRefused {
     DeniedHostname(String),
     #[error("`{host}` is not under `{pattern}`")]
     NotCovered { host: String, pattern: String },
+    #[error(transparent)]
+    LookupsBusy(#[from] LookupsBusy),
 }
 
 /// Where a wildcard Backend's outlier detections are reported (the Backend's metrics: one
@@ -78,6 +89,8 @@ pub(crate) struct Reporting {
 pub(crate) struct WildcardHosts {
     plan: WildcardPlan,
     table: Arc<OnDemand<(String, u16)>>,
+    /// The endpoints the hosts hold together (`fqdn.maxEndpoints`).
+    endpoints: Arc<Share>,
     registry: Arc<StateRegistry>,
     /// Where the hosts' outlier detections and health checks are counted: the Backend's
     /// series, set when the config is accepted, before any request can make a host (a host
@@ -134,6 +147,7 @@ impl WildcardHosts {
                 limits.idle_timeout,
                 registry.clone(),
             )),
+            endpoints: Arc::new(Share::new(limits.max_endpoints)),
             plan,
             registry,
             reporting: OnceLock::new(),
@@ -149,14 +163,10 @@ impl WildcardHosts {
     }
 
     /// The checker of one host's port, when the Backend has active checks and the config
-    /// serves.
-    fn spawn_checker(&self, host: &str, port: &BackendPort) {
-        if self.plan.group_settings.active.is_none() {
-            return;
-        }
-        let Some(counters) = self.reporting.get().map(|r| &r.checks) else {
-            return;
-        };
+    /// serves (run by the host's task, and stopped with it).
+    fn checker(&self, host: &str, port: &BackendPort) -> Option<Companion> {
+        self.plan.group_settings.active.as_ref()?;
+        let counters = self.reporting.get().map(|r| &r.checks)?;
         let host_header = match &self.plan.check_host {
             Some(configured) => HeaderValue::from_str(configured).ok(),
             None => host_value(host, port.number, &port.transport),
@@ -170,11 +180,11 @@ impl WildcardHosts {
             http2: port.http2.clone(),
             mcp: port.mcp.clone(),
         };
-        tokio::spawn(crate::upstream::health_check::run(
+        Some(Box::pin(crate::upstream::health_check::run(
             plan,
             self.checker_epoch.subscribe(),
             counters.clone(),
-        ));
+        )))
     }
 
     /// The concrete hosts kept now for `port`, sorted, with their ports.
@@ -196,6 +206,7 @@ impl WildcardHosts {
         self.admit(host)?;
         let number = template.port.number;
         let made = self.table.get_or_make((host.to_owned(), number), || {
+            take_lookup(&self.registry)?;
             Ok::<_, HostRefused>(self.build(template, host))
         })?;
         // The table's target may have been made through another listener: the port is the
@@ -243,9 +254,9 @@ impl WildcardHosts {
         Ok(self.host_port(base, host))
     }
 
-    /// A new target of `host` on `template`'s port, and its DNS refresher (not started); its
-    /// outlier detector ticks, and its checker runs when the config has active checks.
-    fn build(&self, template: &Target, host: &str) -> (Target, Option<RefreshPlan>) {
+    /// A new target of `host` on `template`'s port, its DNS refresher and, when the config
+    /// has active checks, its checker (neither started); its outlier detector ticks.
+    fn build(&self, template: &Target, host: &str) -> Made {
         let (port, refresh) = self.host_port(&template.port, host);
         let group = &port.endpoints;
         // Its detector ticks like any group's (ejections expire, rates are judged), and its
@@ -259,14 +270,18 @@ impl WildcardHosts {
                 }
             }),
         );
-        self.spawn_checker(host, &port);
+        let companion = self.checker(host, &port);
         let target = Target {
             backend: template.backend.clone(),
             port,
             policy: template.policy.clone(),
             rewrite_authority: template.rewrite_authority,
         };
-        (target, Some(refresh))
+        Made {
+            target,
+            refresh: Some(refresh),
+            companion,
+        }
     }
 
     /// The port of `host` on `base`: its own endpoint group (resolved from `host`), TLS with
@@ -307,6 +322,8 @@ impl WildcardHosts {
             template: endpoint_template,
             family: self.plan.dns.family,
             check: AnswerCheck::Declared(AnswerPolicy::declared(host, self.plan.allowed.clone())),
+            backend: self.plan.label.clone(),
+            on_demand: Some(self.endpoints.part()),
         };
         let transport = match &base.transport {
             Transport::Tls(tls) if self.plan.sni_from_host.contains(&number) => {

@@ -404,6 +404,23 @@ pub struct Metrics {
     pub(crate) buffered_body_overflows: Family<ActionLabel, Counter>,
     pub(crate) retries: Family<BackendLabel, Counter>,
     pub(crate) health_checks: Family<BackendResultLabel, Counter>,
+    /// Counted by the DNS refreshers (the state registry holds clones).
+    pub(crate) dns: DnsStats,
+}
+
+/// What DNS resolution counts: kept by the state registry, whose refreshers run apart from
+/// any request (clones of one set of handles, registered with the rest).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DnsStats {
+    /// DNS refreshers running: one per FQDN Backend port, wildcard Backend host and
+    /// undeclared destination kept.
+    pub(crate) refreshers: Gauge,
+    /// Answers cut to a limit, by Backend and the limit (`max_addresses_per_answer`,
+    /// `max_endpoints`).
+    pub(crate) truncated: Family<BackendReasonLabel, Counter>,
+    /// Lookups of names clients chose over `dns.maxLookupsPerSecond`, by what became of them:
+    /// `refused` (a new name: 503 `dns_rate_limited`), `delayed` (a refresh: put off).
+    pub(crate) rate_limited: Family<ActionLabel, Counter>,
 }
 
 impl Metrics {

@@ -5,7 +5,8 @@
 //! 10,000 Backends with the default 10 s interval, a thousand wake-ups per second of an idle
 //! proxy; one task per distinct interval ticks them all. Intervals come from the config, so the
 //! number of tasks is bounded by it. A group leaves its list on the first tick after its last
-//! snapshot is gone.
+//! snapshot is gone, or earlier when groups are added faster than ticks prune (the hosts
+//! clients name under a wildcard Backend): a list is pruned whenever it has doubled since.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -17,8 +18,19 @@ use super::EndpointGroup;
 /// The detector ticks of every group, by interval.
 #[derive(Default)]
 pub(crate) struct OutlierClock {
-    by_interval: Mutex<HashMap<Duration, Arc<Mutex<Vec<Ticked>>>>>,
+    by_interval: Mutex<HashMap<Duration, Arc<Mutex<Ticks>>>>,
 }
+
+/// The groups of one interval.
+#[derive(Default)]
+struct Ticks {
+    groups: Vec<Ticked>,
+    /// Groups after the last prune (a tick, or an add that found the list doubled).
+    live_after_prune: usize,
+}
+
+/// Lists this short are pruned by ticks only.
+const PRUNE_FLOOR: usize = 32;
 
 impl std::fmt::Debug for OutlierClock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -51,7 +63,12 @@ impl OutlierClock {
                 })
                 .clone()
         };
-        lock(&list).push(Ticked { group, detections });
+        let mut ticks = lock(&list);
+        if ticks.groups.len() >= 2 * ticks.live_after_prune.max(PRUNE_FLOOR) {
+            ticks.groups.retain(|t| t.group.strong_count() > 0);
+            ticks.live_after_prune = ticks.groups.len();
+        }
+        ticks.groups.push(Ticked { group, detections });
     }
 
     /// How many groups are ticked (those dropped since the last tick included).
@@ -59,18 +76,19 @@ impl OutlierClock {
     pub(crate) fn len(&self) -> usize {
         lock(&self.by_interval)
             .values()
-            .map(|list| lock(list).len())
+            .map(|list| lock(list).groups.len())
             .sum()
     }
 }
 
-async fn tick_every(interval: Duration, list: Arc<Mutex<Vec<Ticked>>>) {
+async fn tick_every(interval: Duration, list: Arc<Mutex<Ticks>>) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await; // the first tick is immediate
     loop {
         tick.tick().await;
-        lock(&list).retain(|t| match t.group.upgrade() {
+        let mut ticks = lock(&list);
+        ticks.groups.retain(|t| match t.group.upgrade() {
             Some(group) => {
                 for detection in group.outlier_tick() {
                     (t.detections)(detection);
@@ -79,6 +97,7 @@ async fn tick_every(interval: Duration, list: Arc<Mutex<Vec<Ticked>>>) {
             }
             None => false,
         });
+        ticks.live_after_prune = ticks.groups.len();
     }
 }
 
@@ -135,5 +154,17 @@ mod tests {
         tokio::time::sleep(settings.base_ejection_time + settings.interval * 2).await;
         assert!(!first.outlier.is_ejected(), "the tick ended the ejection");
         assert_eq!(clock.len(), 1);
+    }
+
+    /// Groups added faster than ticks come (hosts clients name, each forgotten at once) do
+    /// not pile up until the next tick.
+    #[tokio::test(start_paused = true)]
+    async fn dropped_groups_are_pruned_between_ticks_as_they_pile_up() {
+        let clock = OutlierClock::default();
+        for _ in 0..1000 {
+            let dropped = group();
+            clock.add(Arc::downgrade(&dropped), Box::new(|_| {}));
+            assert!(clock.len() <= 2 * PRUNE_FLOOR);
+        }
     }
 }

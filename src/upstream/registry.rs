@@ -12,15 +12,18 @@ use std::collections::HashMap;
 use foldhash::fast::RandomState as FastHash;
 use std::hash::Hash;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
+use crate::bounded::rate::Rate;
 use crate::config::wire::enums::LookupFamily;
 use crate::config::ObjectId;
+use crate::telemetry::metrics::DnsStats;
 use crate::upstream::address::AnswerPolicy;
-use crate::upstream::dns::DnsResolver;
+use crate::upstream::dns::{DnsLimits, DnsResolver};
 use crate::upstream::group::GroupSettings;
 use crate::upstream::pool::{H1Pool, PoolSettings};
 use crate::upstream::{Endpoint, EndpointGroup};
@@ -89,10 +92,17 @@ pub struct StateRegistry {
     // reload: a fast hash (SipHash was a fifth of compiling 10,000 Backends). The keys are
     // boxed: a table has a quarter to a half of its slots empty. Their big parts (the port's
     // identity, the group settings) are shared with the values they key.
-    endpoints: Mutex<HashMap<Box<EndpointKey>, Weak<Endpoint>, FastHash>>,
-    groups: Mutex<HashMap<Box<GroupKey>, Weak<EndpointGroup>, FastHash>>,
+    endpoints: Mutex<WeakTable<EndpointKey, Endpoint>>,
+    groups: Mutex<WeakTable<GroupKey, EndpointGroup>>,
     resolver: ArcSwap<DnsResolver>,
     nameservers: Mutex<Vec<SocketAddr>>,
+    /// Lookups of names clients choose (`dns.maxLookupsPerSecond`): one bucket for the
+    /// process, kept across reloads.
+    lookups: Rate,
+    /// Addresses of one DNS answer used at most (`dns.maxAddressesPerAnswer`).
+    max_addresses: AtomicUsize,
+    /// What the refreshers count (clones of the handles `/metrics` exports).
+    dns_stats: DnsStats,
     /// Ticks the outlier detectors of every group, those made by a reload and those made on
     /// demand (a wildcard Backend's hosts).
     outlier_clock: crate::upstream::outlier_clock::OutlierClock,
@@ -106,13 +116,45 @@ impl std::fmt::Debug for StateRegistry {
 
 impl StateRegistry {
     pub fn new(resolver: DnsResolver) -> Self {
+        let limits = DnsLimits::default();
         StateRegistry {
             endpoints: Mutex::default(),
             groups: Mutex::default(),
             resolver: ArcSwap::from_pointee(resolver),
             nameservers: Mutex::default(),
+            lookups: Rate::new(limits.max_lookups_per_second),
+            max_addresses: AtomicUsize::new(limits.max_addresses_per_answer),
+            dns_stats: DnsStats::default(),
             outlier_clock: Default::default(),
         }
+    }
+
+    /// Counts into `stats` (the handles `/metrics` exports) instead of handles of its own.
+    pub(crate) fn counting(mut self, stats: DnsStats) -> Self {
+        self.dns_stats = stats;
+        self
+    }
+
+    /// What the DNS refreshers count.
+    pub(crate) fn dns_stats(&self) -> &DnsStats {
+        &self.dns_stats
+    }
+
+    /// The lookup rate of names clients choose.
+    pub(crate) fn lookups(&self) -> &Rate {
+        &self.lookups
+    }
+
+    /// Addresses of one DNS answer used at most.
+    pub(crate) fn max_addresses(&self) -> usize {
+        self.max_addresses.load(Ordering::Relaxed)
+    }
+
+    /// Applies the config's DNS limits (a reload; idempotent).
+    pub(crate) fn set_dns_limits(&self, limits: &DnsLimits) {
+        self.lookups.set(limits.max_lookups_per_second);
+        self.max_addresses
+            .store(limits.max_addresses_per_answer, Ordering::Relaxed);
     }
 
     /// The one timer of every group's outlier detector.
@@ -172,8 +214,8 @@ impl StateRegistry {
     pub fn sweep(&self) {
         let live: Vec<Arc<Endpoint>> = {
             let mut endpoints = lock(&self.endpoints);
-            endpoints.retain(|_, weak| weak.strong_count() > 0);
-            endpoints.values().filter_map(Weak::upgrade).collect()
+            endpoints.prune();
+            endpoints.map.values().filter_map(Weak::upgrade).collect()
         };
         for endpoint in live {
             endpoint.pool.sweep();
@@ -181,21 +223,60 @@ impl StateRegistry {
                 h2.evict_expired();
             }
         }
-        lock(&self.groups).retain(|_, weak| weak.strong_count() > 0);
+        lock(&self.groups).prune();
+    }
+
+    /// Entries in the endpoint table, those of dropped endpoints not pruned yet included.
+    #[cfg(test)]
+    pub(crate) fn endpoint_entries(&self) -> usize {
+        lock(&self.endpoints).map.len()
     }
 }
 
+/// Weak references by identity. An entry whose value was dropped stays until a prune: every
+/// 5 s (`sweep`), and whenever the table has doubled since the last prune, so the entries of
+/// hosts clients named and egressd forgot never outnumber the live ones by much, whatever the
+/// rate at which clients name new ones (each dead entry keeps its key and the value's
+/// allocation).
+struct WeakTable<K, V> {
+    map: HashMap<Box<K>, Weak<V>, FastHash>,
+    live_after_prune: usize,
+}
+
+impl<K, V> Default for WeakTable<K, V> {
+    fn default() -> Self {
+        WeakTable {
+            map: HashMap::default(),
+            live_after_prune: 0,
+        }
+    }
+}
+
+impl<K: Hash + Eq, V> WeakTable<K, V> {
+    /// Forgets the entries of dropped values.
+    fn prune(&mut self) {
+        self.map.retain(|_, weak| weak.strong_count() > 0);
+        self.live_after_prune = self.map.len();
+    }
+}
+
+/// Tables this small are not pruned between sweeps.
+const PRUNE_FLOOR: usize = 64;
+
 fn get_or_insert<K: Hash + Eq, V>(
-    map: &Mutex<HashMap<Box<K>, Weak<V>, FastHash>>,
+    table: &Mutex<WeakTable<K, V>>,
     key: K,
     make: impl FnOnce() -> V,
 ) -> (Arc<V>, bool) {
-    let mut map = lock(map);
-    if let Some(existing) = map.get(&key).and_then(Weak::upgrade) {
+    let mut table = lock(table);
+    if let Some(existing) = table.map.get(&key).and_then(Weak::upgrade) {
         return (existing, false);
     }
+    if table.map.len() >= 2 * table.live_after_prune.max(PRUNE_FLOOR) {
+        table.prune();
+    }
     let value = Arc::new(make());
-    map.insert(Box::new(key), Arc::downgrade(&value));
+    table.map.insert(Box::new(key), Arc::downgrade(&value));
     (value, true)
 }
 
@@ -203,4 +284,43 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // The maps stay consistent even if a panic happened while one was held (inserts and
     // removals are single operations), so poisoning is not a reason to fail.
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template(host: usize) -> EndpointTemplate {
+        EndpointTemplate {
+            port: Arc::new(PortIdentity {
+                backend: ObjectId {
+                    kind: "Backend".into(),
+                    namespace: "default".into(),
+                    name: format!("w h{host}.w.test").into(),
+                },
+                number: 80,
+                transport: 0,
+                pool: PoolSettings::default(),
+            }),
+            weight: 1,
+            priority: 0,
+        }
+    }
+
+    /// The endpoints of 10,000 hosts named one after the other, each dropped when the next
+    /// comes (a flood of names a wildcard Backend forgets): their entries are pruned as they
+    /// pile up, not only every 5 s.
+    #[tokio::test]
+    async fn entries_of_dropped_endpoints_do_not_pile_up_between_sweeps() {
+        let registry =
+            StateRegistry::new(DnsResolver::new(&["127.0.0.1:53".parse().unwrap()]).unwrap());
+        let kept: Vec<_> = (0..10)
+            .map(|i| registry.endpoint(&template(i), "127.0.0.1:80".parse().unwrap()))
+            .collect();
+        for host in 10..10_000 {
+            drop(registry.endpoint(&template(host), "127.0.0.1:80".parse().unwrap()));
+            assert!(registry.endpoint_entries() <= 2 * PRUNE_FLOOR, "{host}");
+        }
+        assert!(kept.iter().all(|e| Arc::strong_count(e) == 1));
+    }
 }

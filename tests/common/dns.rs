@@ -1,10 +1,12 @@
-//! A real DNS server over UDP on 127.0.0.1:0, answering from a table the test changes while
-//! egressd runs. egressd is pointed at it with `ProxyConfig.spec.dns.nameservers`.
+//! A real DNS server over UDP and TCP on one 127.0.0.1 port the kernel picks, answering from a
+//! table the test changes while egressd runs. egressd is pointed at it with
+//! `ProxyConfig.spec.dns.nameservers`.
 //!
 //! Names are matched case-insensitively without the trailing dot. Known names get their A
 //! and AAAA records, and an empty NOERROR answer for a type they have none of (so an
 //! IPv4-and-IPv6 lookup succeeds with what there is); unknown names get NXDOMAIN; `set_failing(true)` turns every answer into
-//! SERVFAIL.
+//! SERVFAIL. An answer over 512 bytes is sent over UDP truncated (TC, no records), as real
+//! servers do, and whole over TCP, where the resolver asks again: thousands of records fit.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -13,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA, SOA};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
-use tokio::net::UdpSocket;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinHandle;
 
 #[derive(Default)]
@@ -28,8 +31,11 @@ struct Table {
 pub(crate) struct TestDns {
     pub(crate) addr: SocketAddr,
     table: Arc<Mutex<Table>>,
-    task: JoinHandle<()>,
+    tasks: [JoinHandle<()>; 2],
 }
+
+/// What fits a UDP answer without EDNS (RFC 1035 §4.2.1).
+const UDP_ANSWER_MAX: usize = 512;
 
 fn key(name: &str) -> String {
     name.trim_end_matches('.').to_ascii_lowercase()
@@ -37,13 +43,23 @@ fn key(name: &str) -> String {
 
 impl TestDns {
     pub(crate) async fn start() -> TestDns {
-        let socket = UdpSocket::bind("127.0.0.1:0")
-            .await
-            .expect("bind DNS socket");
+        // The UDP port the kernel picks, and TCP on the same number (another tries again).
+        let (socket, listener) = loop {
+            let socket = UdpSocket::bind("127.0.0.1:0")
+                .await
+                .expect("bind DNS socket");
+            let addr = socket.local_addr().expect("DNS local addr");
+            if let Ok(listener) = TcpListener::bind(addr).await {
+                break (socket, listener);
+            }
+        };
         let addr = socket.local_addr().expect("DNS local addr");
         let table = Arc::new(Mutex::new(Table::default()));
-        let task = tokio::spawn(serve(socket, table.clone()));
-        TestDns { addr, table, task }
+        let tasks = [
+            tokio::spawn(serve(socket, table.clone())),
+            tokio::spawn(serve_tcp(listener, table.clone())),
+        ];
+        TestDns { addr, table, tasks }
     }
 
     /// Answers A queries for `name` with `ips`, each with `ttl_secs`.
@@ -72,16 +88,24 @@ impl TestDns {
         self.table.lock().unwrap().failing = failing;
     }
 
-    /// A queries received for `name` so far.
+    /// A queries received for `name` so far (over UDP and TCP: a truncated answer's name
+    /// counts twice).
     pub(crate) fn query_count(&self, name: &str) -> usize {
         let table = self.table.lock().unwrap();
         table.queries.get(&key(name)).copied().unwrap_or(0)
+    }
+
+    /// Names asked for so far (A queries, over UDP or TCP).
+    pub(crate) fn names_asked(&self) -> usize {
+        self.table.lock().unwrap().queries.len()
     }
 }
 
 impl Drop for TestDns {
     fn drop(&mut self) {
-        self.task.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }
 
@@ -94,9 +118,54 @@ async fn serve(socket: UdpSocket, table: Arc<Mutex<Table>>) {
         let Ok(request) = Message::from_vec(&buf[..len]) else {
             continue;
         };
-        let response = answer(&request, &table);
-        if let Ok(bytes) = response.to_vec() {
-            let _ = socket.send_to(&bytes, peer).await;
+        let mut response = answer(&request, &table);
+        let Ok(mut bytes) = response.to_vec() else {
+            continue;
+        };
+        if bytes.len() > UDP_ANSWER_MAX {
+            response.take_answers();
+            response.take_name_servers();
+            response.set_truncated(true);
+            let Ok(truncated) = response.to_vec() else {
+                continue;
+            };
+            bytes = truncated;
+        }
+        let _ = socket.send_to(&bytes, peer).await;
+    }
+}
+
+async fn serve_tcp(listener: TcpListener, table: Arc<Mutex<Table>>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        tokio::spawn(serve_connection(stream, table.clone()));
+    }
+}
+
+/// Messages over TCP, each after its two-byte length (RFC 1035 §4.2.2), until the resolver
+/// closes the connection.
+async fn serve_connection(mut stream: TcpStream, table: Arc<Mutex<Table>>) {
+    loop {
+        let Ok(len) = stream.read_u16().await else {
+            return;
+        };
+        let mut buf = vec![0u8; usize::from(len)];
+        if stream.read_exact(&mut buf).await.is_err() {
+            return;
+        }
+        let Ok(request) = Message::from_vec(&buf) else {
+            return;
+        };
+        let Ok(bytes) = answer(&request, &table).to_vec() else {
+            return;
+        };
+        let Ok(len) = u16::try_from(bytes.len()) else {
+            return;
+        };
+        if stream.write_u16(len).await.is_err() || stream.write_all(&bytes).await.is_err() {
+            return;
         }
     }
 }

@@ -55,6 +55,10 @@ pub(crate) struct FqdnDestination {
     /// A wildcard `hostname`: a concrete host nobody asked for this long is forgotten
     /// (default 5m).
     pub(crate) host_idle_timeout: Option<Spanned<GwDuration>>,
+    /// A wildcard `hostname`: endpoints (resolved addresses) of all its concrete hosts
+    /// together (default 2048); a host whose answer does not fit gets what is left, at least
+    /// one.
+    pub(crate) max_endpoints: Option<Spanned<u32>>,
 }
 
 #[apply(wire!)]

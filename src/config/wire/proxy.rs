@@ -101,6 +101,9 @@ pub(crate) struct UndeclaredDestinationsSpec {
     /// Undeclared destinations (host, port, how) kept at once, each with its DNS refresher
     /// and connection pool (default 1024); the least recently used makes room.
     pub(crate) max_destinations: Option<Spanned<u32>>,
+    /// Endpoints (resolved addresses) of all undeclared destinations together (default
+    /// 4096); a destination whose answer does not fit gets what is left, at least one.
+    pub(crate) max_endpoints: Option<Spanned<u32>>,
     /// An undeclared destination nobody asked for this long is forgotten, and its DNS
     /// refresher stops (default 5m, as Envoy's dynamic forward proxy `host_ttl`).
     pub(crate) idle_timeout: Option<Spanned<GwDuration>>,
@@ -238,6 +241,13 @@ pub(crate) struct ProxyDnsSpec {
     /// `ip:port` of DNS servers to ask instead of the system's (`/etc/resolv.conf`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) nameservers: Vec<Spanned<String>>,
+    /// Addresses of one DNS answer egressd uses (default 64): the lowest, so the same ones at
+    /// every refresh; the others are not endpoints.
+    pub(crate) max_addresses_per_answer: Option<Spanned<u32>>,
+    /// DNS lookups per second (in bursts of as many) of names clients choose: the hosts of
+    /// wildcard Backends and undeclared destinations (default 100). A request that needs a new
+    /// name looked up over it gets 503 `dns_rate_limited`; a refresh waits its turn.
+    pub(crate) max_lookups_per_second: Option<Spanned<u32>>,
 }
 
 /// The workload identity a platform (e.g. a SPIFFE agent) keeps current on disk, used by

@@ -205,12 +205,24 @@ fn concrete<'s>(
     dest: &Destination,
     via: Via,
 ) -> Result<Cow<'s, Arc<Target>>, ProxyError> {
-    wildcard::concrete(target, dest.host()).map_err(|refused| ProxyError::DestinationDenied {
-        host: dest.host().to_owned(),
-        port: dest.port_or_default(),
+    wildcard::concrete(target, dest.host())
+        .map_err(|refused| denied(dest.host(), dest.port_or_default(), via, refused.into()))
+}
+
+/// A destination refused by a rule (403), or one whose name egressd cannot look up now
+/// (503 `dns_rate_limited`).
+fn denied(host: &str, port: u16, via: Via, reason: Refusal) -> ProxyError {
+    if reason.is_lookups_busy() {
+        return ProxyError::DnsRateLimited {
+            host: host.to_owned(),
+        };
+    }
+    ProxyError::DestinationDenied {
+        host: host.to_owned(),
+        port,
         via,
-        reason: refused.into(),
-    })
+        reason,
+    }
 }
 
 /// A destination nothing declares: 403 under `RegistryOnly`; under `AllowAny` and `AuditOnly`
@@ -237,11 +249,6 @@ fn undeclared(
             }
             Ok(target)
         }
-        Err(reason) => Err(ProxyError::DestinationDenied {
-            host: host.to_owned(),
-            port,
-            via,
-            reason,
-        }),
+        Err(reason) => Err(denied(host, port, via, reason)),
     }
 }

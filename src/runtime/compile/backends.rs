@@ -758,6 +758,8 @@ fn dns_group(
             },
             family,
             check: AnswerCheck::Declared(site.dest.answers.clone()),
+            backend: site.label.clone(),
+            on_demand: None,
         });
     }
     group

@@ -203,6 +203,23 @@ fn host_limits(
             limits.max_hosts = max.value as usize;
         }
     }
+    if let Some(max) = &fqdn.max_endpoints {
+        if !wildcard {
+            cx.error(
+                at(site.file, site.id, max.pos, field("maxEndpoints")),
+                "maxEndpoints is for wildcard hostnames (`*.example.com`); dns.maxAddressesPerAnswer of the ProxyConfig bounds one name's",
+                "remove it",
+            );
+        } else if max.value == 0 {
+            cx.error(
+                at(site.file, site.id, max.pos, field("maxEndpoints")),
+                "maxEndpoints must be at least 1",
+                "omit it for the default, 2048",
+            );
+        } else {
+            limits.max_endpoints = max.value as usize;
+        }
+    }
     if let Some(idle) = &fqdn.host_idle_timeout {
         let idle_timeout = std::time::Duration::from(idle.value);
         if !wildcard {

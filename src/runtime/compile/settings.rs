@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::{at, Cx};
 use crate::config::wire::enums::{AccessLogFormat, OutboundPolicy};
 use crate::config::wire::proxy::ProxyConfigSpec;
+use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, ObjectId, Reason};
 use crate::names::is_valid_hostname_pattern;
 use crate::snapshot::{AccessLogSettings, ProxySettings};
@@ -170,11 +171,39 @@ impl Source<'_> {
         }
     }
 
-    /// `dns.nameservers`, each an ip:port.
+    /// `dns.nameservers`, each an ip:port, and the DNS limits.
     fn nameservers(&self, cx: &mut Cx, proxy: &mut ProxySettings) {
         let Some(dns) = &self.spec.dns else {
             return;
         };
+        let limits = &mut proxy.dns_limits;
+        let mut at_least_one = |value: &Option<Spanned<u32>>, field: &str, default: u32| {
+            let value = value.as_ref()?;
+            if value.value == 0 {
+                cx.error(
+                    at(self.file, self.id, value.pos, format!("spec.dns.{field}")),
+                    format!("{field} must be at least 1"),
+                    format!("omit it for the default, {default}"),
+                );
+                return None;
+            }
+            Some(value.value)
+        };
+        let defaults = crate::upstream::dns::DnsLimits::default();
+        if let Some(max) = at_least_one(
+            &dns.max_addresses_per_answer,
+            "maxAddressesPerAnswer",
+            defaults.max_addresses_per_answer as u32,
+        ) {
+            limits.max_addresses_per_answer = max as usize;
+        }
+        if let Some(rate) = at_least_one(
+            &dns.max_lookups_per_second,
+            "maxLookupsPerSecond",
+            defaults.max_lookups_per_second,
+        ) {
+            limits.max_lookups_per_second = rate;
+        }
         for ns in &dns.nameservers {
             match ns.value.parse::<SocketAddr>() {
                 Ok(addr) => proxy.nameservers.push(addr),

@@ -57,6 +57,21 @@ pub(super) fn compile_undeclared(
             ),
         }
     }
+    if let Some(max) = &spec.max_endpoints {
+        match usize::try_from(max.value) {
+            Ok(n) if n >= 1 => limits.max_endpoints = n,
+            _ => cx.error(
+                at(
+                    file,
+                    id,
+                    max.pos,
+                    "spec.undeclaredDestinations.maxEndpoints",
+                ),
+                "maxEndpoints must be at least 1",
+                "omit it for the default, 4096",
+            ),
+        }
+    }
     if let Some(idle) = &spec.idle_timeout {
         let idle_timeout = Duration::from(idle.value);
         if idle_timeout.is_zero() {

@@ -90,6 +90,7 @@ impl Metrics {
             retries: Default::default(),
             health_checks: Default::default(),
             build_info: Default::default(),
+            dns: Default::default(),
         }
     }
 
@@ -291,5 +292,8 @@ impl Metrics {
             "Active health checks, by Backend and result (pass, fail)",
             self.health_checks.clone(),
         );
+        registry.register("dns_refreshers", "DNS refreshers running: one per FQDN Backend port, wildcard Backend host and undeclared destination kept", self.dns.refreshers.clone());
+        registry.register("dns_answers_truncated", "DNS answers cut to a limit, by Backend and limit (max_addresses_per_answer: dns.maxAddressesPerAnswer; max_endpoints: the maxEndpoints of a wildcard Backend or of undeclared destinations)", self.dns.truncated.clone());
+        registry.register("dns_lookups_rate_limited", "Lookups of names clients chose over dns.maxLookupsPerSecond, by action (refused: a new name, answered 503 dns_rate_limited; delayed: a refresh, put off)", self.dns.rate_limited.clone());
     }
 }
