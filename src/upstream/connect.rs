@@ -13,7 +13,7 @@ use super::body::RequestBody;
 use super::breaker::ConnectionSlot;
 use super::h1_conn::{H1Conn, H1Sender};
 use super::h2_frames::{FrameWatch, PeerSettings, INITIAL_MAX_STREAMS};
-use super::h2_pool::H2Conn;
+use super::h2_pool::{H2Conn, StreamLimits, STREAM_IDS};
 use super::tls::{TlsFailure, TlsOrigination};
 
 /// How connections to a Backend port are made.
@@ -127,24 +127,34 @@ pub(crate) enum HttpWire {
 #[derive(Clone, Debug)]
 pub(crate) struct Http2Options {
     builder: hyper::client::conn::http2::Builder<TokioExecutor>,
-    /// `http2.maxConcurrentStreams` (u32::MAX: the server's limit alone).
-    pub(crate) max_streams: u32,
+    /// `http2.maxConcurrentStreams` and `http2.maxRequestsPerConnection`.
+    pub(crate) limits: StreamLimits,
 }
 
 /// The `http2` policy section, resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Http2Settings {
     pub(crate) max_concurrent_streams: Option<u32>,
+    /// `None`: no cap of our own (only the stream ids a connection has).
+    pub(crate) max_requests_per_connection: Option<u32>,
     pub(crate) stream_window: u32,
     pub(crate) connection_window: u32,
     /// PING interval and timeout.
     pub(crate) keepalive: Option<(Duration, Duration)>,
 }
 
+/// Streams one upstream HTTP/2 connection carries by default (`http2.maxRequestsPerConnection`):
+/// what common servers allow one connection (hypercorn's `keep_alive_max_requests`, nginx's
+/// `keepalive_requests`). A server at its cap sends GOAWAY, and some (hypercorn) then never
+/// answer the streams they had already taken: a connection egressd retires first never
+/// meets that.
+pub(crate) const DEFAULT_MAX_REQUESTS_PER_CONNECTION: u32 = 1000;
+
 impl Default for Http2Settings {
     fn default() -> Self {
         Http2Settings {
             max_concurrent_streams: None,
+            max_requests_per_connection: Some(DEFAULT_MAX_REQUESTS_PER_CONNECTION),
             stream_window: 2 << 20,
             connection_window: 5 << 20,
             keepalive: None,
@@ -171,7 +181,10 @@ impl Http2Options {
         }
         Http2Options {
             builder,
-            max_streams: settings.max_concurrent_streams.unwrap_or(u32::MAX),
+            limits: StreamLimits {
+                concurrent: settings.max_concurrent_streams.unwrap_or(u32::MAX),
+                per_connection: settings.max_requests_per_connection.unwrap_or(STREAM_IDS),
+            },
         }
     }
 }
@@ -424,7 +437,7 @@ where
             addr,
             detail: "the server's SETTINGS_MAX_CONCURRENT_STREAMS is 0".into(),
         }),
-        Ok(true) => Ok(H2Conn::new(sender, peer, options.max_streams)),
+        Ok(true) => Ok(H2Conn::new(sender, peer, addr, options.limits)),
         // The connection ended: with an error that says why (a TLS alert, a reset), or
         // quietly.
         Ok(false) => match tokio::time::timeout(timeout, failure).await {

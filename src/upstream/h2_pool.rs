@@ -1,17 +1,21 @@
 //! Per-endpoint HTTP/2 connections: few, shared, multiplexed.
 //!
-//! A request claims a stream slot on a connection that is open, has not received GOAWAY and is
-//! below its stream limit — the smaller of the server's `SETTINGS_MAX_CONCURRENT_STREAMS` and
-//! the Backend's `http2.maxConcurrentStreams`. When every connection is full, one new
-//! connection is opened; requests that arrive meanwhile wait for it instead of each opening
-//! their own (a burst of 1,000 requests makes one connection, not 1,000). The slot is released
-//! when the response has ended, or was abandoned.
+//! A request claims a stream slot on a connection that is open, has not received GOAWAY, has
+//! carried fewer than `http2.maxRequestsPerConnection` streams, and is below its stream limit:
+//! the smallest of the server's `SETTINGS_MAX_CONCURRENT_STREAMS`, the Backend's
+//! `http2.maxConcurrentStreams`, and what the server was seen to take when it refused a stream
+//! (`REFUSED_STREAM`). When every connection is full, one new connection is opened; requests
+//! that arrive meanwhile wait for it instead of each opening their own (a burst of 1,000
+//! requests makes one connection, not 1,000). The slot is released when the response has
+//! ended, or was abandoned. A connection that has carried its share of streams takes no more:
+//! it closes when its last stream ends, and the next request opens a new one.
 //!
 //! Locks: a std mutex over the connection list, held only to scan or change it, never across
-//! an `.await`.
+//! an `.await`. A claim is one compare-and-swap on the connection's stream counts.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use hyper::client::conn::http2::SendRequest;
@@ -20,66 +24,114 @@ use tokio::sync::watch;
 use super::h2_frames::PeerSettings;
 use crate::upstream::body::RequestBody;
 
+/// The most streams a connection carries when no `http2.maxRequestsPerConnection` applies: a
+/// client has 2^30 stream ids (odd ones below 2^31, RFC 9113 §5.1.1), and a connection that
+/// ran out of them could start none.
+pub(crate) const STREAM_IDS: u32 = 1 << 30;
+
+/// One stream in [`H2Conn::streams`]: one more in flight (low half), one more started (high
+/// half).
+const ONE_STREAM: u64 = 1 | 1 << 32;
+
 /// One HTTP/2 connection to an endpoint.
 #[derive(Debug)]
 pub(crate) struct H2Conn {
     sender: SendRequest<RequestBody>,
     peer: Arc<PeerSettings>,
+    addr: SocketAddr,
     /// Our own cap on concurrent streams (`http2.maxConcurrentStreams`).
     local_max: u32,
-    in_flight: AtomicU32,
+    /// Streams the connection carries in all (`http2.maxRequestsPerConnection`).
+    max_requests: u32,
+    /// Streams in flight (low 32 bits) and streams ever started (high 32 bits), in one word so
+    /// that a claim checks and takes both with one compare-and-swap.
+    streams: AtomicU64,
+    /// The concurrency the server was seen to take when it refused a stream
+    /// (`REFUSED_STREAM`); `u32::MAX` until then.
+    refused_max: AtomicU32,
     /// When the last stream ended, in milliseconds since `epoch` (for the idle timeout).
     idle_since_ms: AtomicU64,
     epoch: Instant,
+}
+
+/// The limits a new connection starts with (the `http2` policy section).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StreamLimits {
+    /// `http2.maxConcurrentStreams` (`u32::MAX`: the server's limit alone).
+    pub(crate) concurrent: u32,
+    /// `http2.maxRequestsPerConnection` ([`STREAM_IDS`]: none).
+    pub(crate) per_connection: u32,
 }
 
 impl H2Conn {
     pub(crate) fn new(
         sender: SendRequest<RequestBody>,
         peer: Arc<PeerSettings>,
-        local_max: u32,
+        addr: SocketAddr,
+        limits: StreamLimits,
     ) -> Self {
         H2Conn {
             sender,
             peer,
-            local_max: local_max.max(1),
-            in_flight: AtomicU32::new(0),
+            addr,
+            local_max: limits.concurrent.max(1),
+            max_requests: limits.per_connection.clamp(1, STREAM_IDS),
+            streams: AtomicU64::new(0),
+            refused_max: AtomicU32::new(u32::MAX),
             idle_since_ms: AtomicU64::new(0),
             epoch: Instant::now(),
         }
     }
 
-    /// Open and not going away: new streams may start here.
+    /// Open, not going away, and not done with its share of streams: new streams may start
+    /// here.
     pub(crate) fn is_usable(&self) -> bool {
-        !self.sender.is_closed() && !self.peer.goaway()
+        !self.sender.is_closed() && !self.peer.goaway() && self.started() < self.max_requests
     }
 
     fn limit(&self) -> u32 {
-        self.local_max.min(self.peer.max_concurrent_streams())
+        self.local_max
+            .min(self.peer.max_concurrent_streams())
+            .min(self.refused_max.load(Ordering::Relaxed))
     }
 
     /// Claims a stream slot if the connection has one.
     pub(crate) fn try_claim(self: &Arc<Self>) -> Option<H2Stream> {
-        let limit = self.limit();
-        let mut current = self.in_flight.load(Ordering::Acquire);
+        self.claim(self.limit())
+    }
+
+    /// Claims a slot while fewer than `limit` streams are in flight and the connection has
+    /// streams left to start.
+    fn claim(self: &Arc<Self>, limit: u32) -> Option<H2Stream> {
+        let mut current = self.streams.load(Ordering::Acquire);
         loop {
-            if current >= limit {
+            let (in_flight, started) = split(current);
+            if in_flight >= limit || started >= self.max_requests {
                 return None;
             }
-            match self.in_flight.compare_exchange_weak(
+            match self.streams.compare_exchange_weak(
                 current,
-                current + 1,
+                current + ONE_STREAM,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Some(H2Stream(self.clone())),
+                Ok(_) => {
+                    if started + 1 == self.max_requests {
+                        tracing::debug!(endpoint = %self.addr, streams = self.max_requests, "upstream HTTP/2 connection carried its http2.maxRequestsPerConnection; the next request opens another");
+                    }
+                    return Some(H2Stream(self.clone()));
+                }
                 Err(now) => current = now,
             }
         }
     }
 
     pub(crate) fn streams_in_flight(&self) -> u32 {
-        self.in_flight.load(Ordering::Acquire)
+        split(self.streams.load(Ordering::Acquire)).0
+    }
+
+    fn started(&self) -> u32 {
+        split(self.streams.load(Ordering::Acquire)).1
     }
 
     fn idle_for(&self, now: Instant) -> Option<Duration> {
@@ -91,6 +143,12 @@ impl H2Conn {
     }
 }
 
+/// (streams in flight, streams started) of an [`H2Conn::streams`] word.
+fn split(streams: u64) -> (u32, u32) {
+    // Truncation keeps the low half; the shift leaves only the high one.
+    (streams as u32, (streams >> 32) as u32)
+}
+
 /// A claimed stream slot; dropping it gives the slot back.
 #[derive(Debug)]
 pub(crate) struct H2Stream(Arc<H2Conn>);
@@ -100,12 +158,30 @@ impl H2Stream {
     pub(crate) fn sender(&self) -> SendRequest<RequestBody> {
         self.0.sender.clone()
     }
+
+    /// The server refused this stream (`REFUSED_STREAM`) while it and the connection's other
+    /// streams were in flight: it takes fewer than that many at once, whatever its SETTINGS
+    /// say (it may be lowering its limit, or be short of resources). The connection is full
+    /// from now on at one stream less (at least one).
+    pub(crate) fn refused(&self) {
+        let took = self.0.streams_in_flight().saturating_sub(1).max(1);
+        let before = self.0.refused_max.fetch_min(took, Ordering::Relaxed);
+        if took < before {
+            tracing::debug!(endpoint = %self.0.addr, streams = took, "upstream HTTP/2 server refused a stream: this connection now takes at most this many at once");
+        }
+    }
+
+    /// The connection, to keep a retry away from it.
+    pub(crate) fn connection(&self) -> Weak<H2Conn> {
+        Arc::downgrade(&self.0)
+    }
 }
 
 impl Drop for H2Stream {
     fn drop(&mut self) {
         let conn = &self.0;
-        if conn.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // Only the low half (in flight) goes down; it is at least 1 while this slot exists.
+        if split(conn.streams.fetch_sub(1, Ordering::AcqRel)).0 == 1 {
             let ms = conn.epoch.elapsed().as_millis();
             conn.idle_since_ms
                 .store(u64::try_from(ms).unwrap_or(u64::MAX), Ordering::Relaxed);
@@ -179,13 +255,21 @@ impl H2Pool {
         }
     }
 
-    /// A stream slot, or what to do to get one.
-    pub(crate) fn checkout(self: &Arc<Self>) -> Checkout {
+    /// A stream slot, or what to do to get one; never on `avoid` (the connection that just
+    /// refused the request).
+    pub(crate) fn checkout(self: &Arc<Self>, avoid: Option<&Weak<H2Conn>>) -> Checkout {
         let mut conns = self.lock();
         conns.list.retain(|c| c.is_usable());
+        let avoided = |c: &Arc<H2Conn>| avoid.is_some_and(|a| std::ptr::eq(a.as_ptr(), &**c));
         // Most recently opened first: older connections drain and idle out when the load
         // drops.
-        if let Some(stream) = conns.list.iter().rev().find_map(|c| c.try_claim()) {
+        let claimed = conns
+            .list
+            .iter()
+            .rev()
+            .filter(|c| !avoided(c))
+            .find_map(|c| c.try_claim());
+        if let Some(stream) = claimed {
             return Checkout::Stream(stream);
         }
         if let Some(rx) = &conns.connecting {
@@ -210,16 +294,16 @@ impl H2Pool {
     /// A slot on the usable connection with the fewest streams, past its limit if need be:
     /// the request then waits inside that connection for a stream to end. A connection whose
     /// server allows no stream at all now (`SETTINGS_MAX_CONCURRENT_STREAMS` lowered to 0) is
-    /// not one to wait in: nothing says it will ever allow one again.
+    /// not one to wait in: nothing says it will ever allow one again. Nor is one that has
+    /// carried its share of streams (`http2.maxRequestsPerConnection`).
     pub(crate) fn claim_least_busy(&self) -> Option<H2Stream> {
         let conns = self.lock();
-        let conn = conns
+        conns
             .list
             .iter()
             .filter(|c| c.is_usable() && c.peer.max_concurrent_streams() > 0)
-            .min_by_key(|c| c.streams_in_flight())?;
-        conn.in_flight.fetch_add(1, Ordering::AcqRel);
-        Some(H2Stream(conn.clone()))
+            .min_by_key(|c| c.streams_in_flight())?
+            .claim(u32::MAX)
     }
 
     /// Open connections (for `/status` and tests).
@@ -243,5 +327,96 @@ impl H2Pool {
         // Every change to the list is a single push or retain: a panic elsewhere while the lock
         // was held cannot leave it inconsistent.
         self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A pool with one connection (`limits`) to a loopback server that accepts and holds it;
+    /// the stream `add` claimed for the request that opened it has ended.
+    async fn pool_with(limits: StreamLimits) -> (Arc<H2Pool>, tokio::task::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
+        let (sender, driver) =
+            hyper::client::conn::http2::handshake::<_, _, RequestBody>(TokioExecutor::new(), io)
+                .await
+                .unwrap();
+        tokio::spawn(driver);
+        let pool = Arc::new(H2Pool::new(Duration::from_secs(60)));
+        let conn = H2Conn::new(sender, Arc::default(), addr, limits);
+        drop(pool.add(conn));
+        (pool, server)
+    }
+
+    fn claim(pool: &Arc<H2Pool>) -> Option<H2Stream> {
+        match pool.checkout(None) {
+            Checkout::Stream(stream) => Some(stream),
+            _ => None,
+        }
+    }
+
+    const UNLIMITED: StreamLimits = StreamLimits {
+        concurrent: u32::MAX,
+        per_connection: STREAM_IDS,
+    };
+
+    #[tokio::test]
+    async fn a_refused_stream_lowers_the_limit_to_the_streams_the_server_took() {
+        let (pool, _server) = pool_with(UNLIMITED).await;
+        let mut streams: Vec<H2Stream> = (0..5).map(|_| claim(&pool).unwrap()).collect();
+        // The fifth is refused: the server had taken four.
+        let refused = streams.pop().unwrap();
+        refused.refused();
+        drop(refused);
+        assert!(claim(&pool).is_none(), "four in flight: full");
+        drop(streams.pop());
+        let again = claim(&pool).expect("three in flight: a slot");
+        // A later refusal with fewer in flight lowers it further; never below one.
+        again.refused();
+        drop(again);
+        drop(streams);
+        let one = claim(&pool).expect("one at a time");
+        one.refused();
+        assert!(claim(&pool).is_none());
+        drop(one);
+        assert!(claim(&pool).is_some(), "at least one stream");
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_carried_its_share_takes_no_more_streams() {
+        let (pool, _server) = pool_with(StreamLimits {
+            concurrent: u32::MAX,
+            per_connection: 3,
+        })
+        .await;
+        // The first stream was the opener's (`add`), and has ended.
+        let held = claim(&pool).unwrap();
+        let third = claim(&pool).unwrap();
+        // Three started, two in flight: none left, and not for the least busy either.
+        assert!(matches!(pool.checkout(None), Checkout::Connect(_)));
+        assert!(pool.claim_least_busy().is_none());
+        assert_eq!(pool.connection_count(), 0, "retired");
+        // The retired connection's streams go on until they end.
+        drop((held, third));
+    }
+
+    #[tokio::test]
+    async fn a_checkout_avoiding_a_connection_finds_none_there() {
+        let (pool, _server) = pool_with(UNLIMITED).await;
+        let stream = claim(&pool).unwrap();
+        let avoid = stream.connection();
+        assert!(matches!(pool.checkout(Some(&avoid)), Checkout::Connect(_)));
+        assert!(claim(&pool).is_some(), "others still use it");
     }
 }

@@ -10,6 +10,7 @@
 //! | `tls` | a test CA minting certificates (rcgen), and a TLS upstream |
 //! | `grpc` | a real gRPC Echo server and client (tonic over hyper's HTTP/2) |
 //! | `h2frames` | hand-written HTTP/2 frames, for clients no HTTP/2 library would be |
+//! | `h2raw` | a hand-driven h2c upstream: a script per connection answers, refuses or drops streams and sends GOAWAY with any last stream id |
 //! | `outlier` | Backends of 127.0.0.x endpoints, scripted upstreams, `/endpoints` readers |
 //! | `mcp` | rmcp (official MCP SDK) Streamable HTTP servers on 127.0.0.x that record sessions, and a client through egressd |
 //! | `python` | venvs of pinned PyPI packages in target/tmp, made on first use; the official MCP Python SDK's server (with an event store) |
@@ -28,6 +29,7 @@ pub(crate) mod dns;
 pub(crate) mod grpc;
 pub(crate) mod h2;
 pub(crate) mod h2frames;
+pub(crate) mod h2raw;
 pub(crate) mod mcp;
 pub(crate) mod outlier;
 pub(crate) mod ports;

@@ -166,6 +166,10 @@ pub(crate) struct Http2Policy {
     /// `SETTINGS_MAX_CONCURRENT_STREAMS`, whichever is smaller) another connection is opened.
     /// Default: the server's limit.
     pub(crate) max_concurrent_streams: Option<Spanned<u32>>,
+    /// Streams one upstream connection carries in all; then it takes no new stream, closes
+    /// when its streams end, and the next request opens another (default 1000, what common
+    /// servers allow a connection; 0: no cap of egressd's own).
+    pub(crate) max_requests_per_connection: Option<Spanned<u32>>,
     /// Receive window per stream (default 2Mi).
     pub(crate) initial_stream_window_size: Option<Spanned<Quantity>>,
     /// Receive window per connection (default 5Mi).

@@ -6,7 +6,7 @@
 //! HTTP/2, a stream the server refused unprocessed (`retry::unprocessed` decides). Retries of
 //! requests that may have reached the application are the retry policy's (`retry`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use http::header::{self};
@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::attempt::connect_error;
 use super::connection_slot;
-use super::retry::unprocessed;
+use super::retry::unprocessed::{self, Unprocessed};
 use crate::http::deadline::Deadline;
 use crate::http::error::{Blame, ProxyError};
 use crate::snapshot::Target;
@@ -26,7 +26,7 @@ use crate::upstream::body::{Lease, RequestBody};
 use crate::upstream::breaker::ConnectionSlot;
 use crate::upstream::connect::{connect_http, ConnectError, HttpConnection, HttpWire, Transport};
 use crate::upstream::h1_conn::H1Conn;
-use crate::upstream::h2_pool::{Attempt, Checkout, H2Stream};
+use crate::upstream::h2_pool::{Attempt, Checkout, H2Conn, H2Stream};
 use crate::upstream::tls::TlsFailure;
 use crate::upstream::Endpoint;
 
@@ -208,7 +208,8 @@ async fn exchange_http1(
     }
 }
 
-/// HTTP/2: a stream slot on a shared connection (see `upstream::h2_pool`).
+/// HTTP/2: a stream slot on a shared connection (see `upstream::h2_pool`). A stream the server
+/// did not process (refused, or past its GOAWAY) is sent again on another connection.
 async fn exchange_http2(
     target: &Target,
     endpoint: &Arc<Endpoint>,
@@ -217,12 +218,13 @@ async fn exchange_http2(
 ) -> Result<(Response<Incoming>, Lease), ProxyError> {
     let mut refused = 0;
     let mut rounds = 0;
+    let mut avoid = None;
     // Every round either ends the request or awaits something (a connection attempt, or the
     // upstream's answer), and the rounds are bounded: `MAX_ROUNDS` for finding a stream,
-    // `retry::unprocessed::may_resend` for streams the server refused.
+    // `retry::unprocessed::may_resend` for streams the server did not process.
     loop {
         rounds += 1;
-        let stream = match find_stream(target, endpoint, rounds, connected).await? {
+        let stream = match find_stream(target, endpoint, rounds, avoid.as_ref(), connected).await? {
             Found::Stream(stream) => stream,
             Found::LookAgain => continue,
             Found::Http1 => {
@@ -233,23 +235,23 @@ async fn exchange_http2(
             }
         };
         let replay = unprocessed::refused_retry_copy(&req, refused);
-        match try_send_http2(target, stream, req).await {
+        let failed = match try_send_http2(target, stream, req).await {
             Ok(done) => return Ok(done),
-            Err((err, unsent)) => {
-                let again = unsent.or_else(|| {
-                    unprocessed::refused_unprocessed(&err, replay.as_ref().map(Request::method))
-                        .then_some(replay)
-                        .flatten()
-                });
-                match again {
-                    Some(next) if unprocessed::may_resend(refused) => {
-                        refused += 1;
-                        tracing::debug!(endpoint = %endpoint.addr, error = %err, "stream refused by the upstream; sending again");
-                        req = next;
-                    }
-                    _ => return Err(upstream_error(target, endpoint, &err)),
-                }
+            Err(failed) => failed,
+        };
+        let why = unprocessed::unprocessed(&failed.error);
+        if why == Some(Unprocessed::Refused) {
+            failed.stream.refused();
+        }
+        let again = failed.unsent.or_else(|| why.and(replay));
+        match again {
+            Some(next) if unprocessed::may_resend(refused) => {
+                refused += 1;
+                tracing::debug!(endpoint = %endpoint.addr, error = %failed.error, reason = ?why, "the upstream did not process the stream; sending it again on another connection");
+                avoid = Some(failed.stream.connection());
+                req = next;
             }
+            _ => return Err(upstream_error(target, endpoint, &failed.error)),
         }
     }
 }
@@ -268,13 +270,15 @@ enum Found {
 
 /// Round `round` of looking for a stream: a free slot, or another request's connect to wait
 /// for, or a connection to open (past `MAX_SLOT_ROUNDS`, the least busy connection's queue).
+/// `avoid`: the connection that did not process this request last time.
 async fn find_stream(
     target: &Target,
     endpoint: &Arc<Endpoint>,
     round: u32,
+    avoid: Option<&Weak<H2Conn>>,
     connected: &mut Option<Duration>,
 ) -> Result<Found, ProxyError> {
-    let mut checkout = endpoint.h2().checkout();
+    let mut checkout = endpoint.h2().checkout(avoid);
     if round > MAX_SLOT_ROUNDS && !matches!(checkout, Checkout::Stream(_)) {
         checkout = match endpoint.h2().claim_least_busy() {
             Some(stream) => Checkout::Stream(stream),
@@ -340,7 +344,7 @@ async fn send_http2_once(
 ) -> Result<(Response<Incoming>, Lease), ProxyError> {
     try_send_http2(target, stream, req)
         .await
-        .map_err(|(err, _)| upstream_error(target, endpoint, &err))
+        .map_err(|failed| upstream_error(target, endpoint, &failed.error))
 }
 
 async fn send_http1_once(
@@ -359,20 +363,32 @@ async fn send_http1_once(
     }
 }
 
-/// Sends on an HTTP/2 stream slot; on failure, the error and the request if hyper never sent
-/// it.
+/// A request that failed on an HTTP/2 stream.
+struct FailedStream {
+    error: hyper::Error,
+    /// The request, if hyper never sent it.
+    unsent: Option<Request<RequestBody>>,
+    /// The slot it had (given back when this is dropped).
+    stream: H2Stream,
+}
+
+/// Sends on an HTTP/2 stream slot.
 async fn try_send_http2(
     target: &Target,
     stream: H2Stream,
     mut req: Request<RequestBody>,
-) -> Result<(Response<Incoming>, Lease), (hyper::Error, Option<Request<RequestBody>>)> {
+) -> Result<(Response<Incoming>, Lease), FailedStream> {
     to_http2_form(&mut req, &target.port.transport);
     let mut sender = stream.sender();
     match sender.try_send_request(req).await {
         Ok(response) => Ok((response, Lease::Http2(stream))),
         Err(mut e) => {
             let unsent = e.take_message();
-            Err((e.into_error(), unsent))
+            Err(FailedStream {
+                error: e.into_error(),
+                unsent,
+                stream,
+            })
         }
     }
 }

@@ -901,6 +901,11 @@ fn http2_settings(p: &Http2Policy) -> Http2Settings {
     };
     Http2Settings {
         max_concurrent_streams: p.max_concurrent_streams.as_ref().map(|v| v.value),
+        max_requests_per_connection: match &p.max_requests_per_connection {
+            None => defaults.max_requests_per_connection,
+            Some(v) if v.value == 0 => None,
+            Some(v) => Some(v.value),
+        },
         stream_window: window(&p.initial_stream_window_size, defaults.stream_window),
         connection_window: window(
             &p.initial_connection_window_size,

@@ -1,10 +1,15 @@
 //! What the upstream provably did not process, and may therefore be sent again whatever the
-//! retry policy says: a stream an HTTP/2 server refused (`REFUSED_STREAM`, RFC 9113 §8.7), or
-//! one started after its `GOAWAY` (§6.8). The latter needs the request again, so only
-//! requests whose body can be replayed are resent that way, and after a GOAWAY only idempotent
-//! ones (a connection torn down after GOAWAY fails its remaining streams with the same error,
-//! processed or not). The exchange (`exchange.rs`) asks here; retries of requests that may
-//! have reached the application are the policy's (`policy.rs`).
+//! retry policy and the method say: a stream an HTTP/2 server refused (`REFUSED_STREAM`, RFC
+//! 9113 §8.7), and one above the last stream id of its `GOAWAY` (§6.8: "the sender ... did
+//! not and will not" process it). Either needs the request again, so only requests whose body
+//! can be replayed (none, or held for a retry policy) are resent. The exchange
+//! (`exchange.rs`) asks here, and sends the request on another connection; retries of
+//! requests that may have reached the application are the policy's (`policy.rs`).
+//!
+//! The `h2` crate tells the two apart from every other failure: a stream above a GOAWAY's last
+//! stream id (or one started after it) fails with that GOAWAY as its error, as soon as the
+//! frame arrives; a stream at or below it that the connection's end then cuts off fails with
+//! the broken connection (an I/O error), never with the GOAWAY.
 
 use std::error::Error as _;
 
@@ -51,26 +56,32 @@ pub(in crate::http::pipeline) fn replayable_copy(
     Some(copy)
 }
 
-/// Whether the server did not process the stream: refused (any method), or past its GOAWAY
-/// (idempotent methods only, see the module documentation).
-pub(in crate::http::pipeline) fn refused_unprocessed(
-    err: &hyper::Error,
-    method: Option<&http::Method>,
-) -> bool {
-    let Some(method) = method else {
-        return false;
-    };
+/// How the server said it did not process a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::http::pipeline) enum Unprocessed {
+    /// `REFUSED_STREAM`: the connection may go on, with fewer streams at once.
+    Refused,
+    /// Above the last stream id of the server's `GOAWAY`: the connection takes no new stream.
+    PastGoaway,
+}
+
+/// Whether (and how) the server said it did not process the stream `err` ended.
+pub(in crate::http::pipeline) fn unprocessed(err: &hyper::Error) -> Option<Unprocessed> {
     let mut source = err.source();
     while let Some(e) = source {
         if let Some(h2) = e.downcast_ref::<h2::Error>() {
-            if h2.reason() == Some(h2::Reason::REFUSED_STREAM) {
-                return true;
+            if !h2.is_remote() {
+                return None;
             }
-            return h2.is_go_away() && h2.is_remote() && is_idempotent(method);
+            if h2.is_go_away() {
+                return Some(Unprocessed::PastGoaway);
+            }
+            return (h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM))
+                .then_some(Unprocessed::Refused);
         }
         source = e.source();
     }
-    false
+    None
 }
 
 /// RFC 9110 §9.2.2.
