@@ -1,0 +1,95 @@
+//! What egressd does with messages where Envoy, nginx and HAProxy differ from it (issue #31,
+//! point 10), each against its RFC: the exact bytes go over a raw TCP socket to egressd on
+//! loopback, and the test checks what egressd answers and what the upstream receives.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::proxy::{ip_backend, preamble, route_to, TestProxy};
+use common::upstream::Upstream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const HOST: &str = "svc.test";
+
+/// A proxy whose HTTPRoute sends [`HOST`] to `upstream`.
+async fn proxy(upstream: SocketAddr) -> TestProxy {
+    let yaml = preamble(None) + &route_to(HOST, "svc") + &ip_backend("svc", upstream, "");
+    TestProxy::start(&yaml).await
+}
+
+/// Writes `request` as is on a new connection and reads until the proxy closes: the status
+/// line's code and the whole text.
+async fn raw(addr: SocketAddr, request: &[u8]) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("write request");
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP response: {text:?}"));
+    (status, text)
+}
+
+/// The `x-egressd-error` of a raw response, if any.
+fn error_code(text: &str) -> Option<&str> {
+    let head = text.split("\r\n\r\n").next().unwrap_or_default();
+    head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("x-egressd-error")
+            .then(|| value.trim())
+    })
+}
+
+/// RFC 9112 §6.1: a transfer coding egressd does not implement is 501 (Envoy and nginx say
+/// the same), `chunked` twice is 400; neither reaches the upstream. Before, `gzip, chunked`
+/// went upstream as a plain chunked body: the coding was dropped and the gzip bytes passed
+/// for the content.
+#[tokio::test]
+async fn a_transfer_coding_other_than_chunked_is_501_and_chunked_twice_400() {
+    let upstream = Upstream::start("svc").await;
+    let proxy = proxy(upstream.addr).await;
+    let body = "5\r\nhello\r\n0\r\n\r\n";
+    for (codings, status, code) in [
+        ("Transfer-Encoding: gzip, chunked\r\n", 501, "not_supported"),
+        (
+            "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
+            501,
+            "not_supported",
+        ),
+        (
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+            400,
+            "invalid_request",
+        ),
+        (
+            "Transfer-Encoding: chunked, chunked\r\n",
+            400,
+            "invalid_request",
+        ),
+    ] {
+        let request = format!(
+            "POST /upload HTTP/1.1\r\nHost: {HOST}\r\n{codings}Connection: close\r\n\r\n{body}"
+        );
+        let (got, text) = raw(proxy.http(), request.as_bytes()).await;
+        assert_eq!(got, status, "{codings:?}: {text}");
+        assert_eq!(error_code(&text), Some(code), "{codings:?}: {text}");
+    }
+    assert_eq!(upstream.request_count(), 0);
+    // The plain chunked request still goes through, body and all.
+    let request = format!(
+        "POST /upload HTTP/1.1\r\nHost: {HOST}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{body}"
+    );
+    let (got, text) = raw(proxy.http(), request.as_bytes()).await;
+    assert_eq!(got, 200, "{text}");
+    assert_eq!(upstream.last_request().body_len, 5);
+}
