@@ -34,6 +34,9 @@ pub(crate) enum HeadRejection {
     TransferCoding(String),
     #[error("chunked is applied more than once in Transfer-Encoding (RFC 9112 §6.1)")]
     ChunkedTwice,
+    /// The path cannot be normalised safely (`downstream.paths`).
+    #[error("{0}")]
+    Path(#[from] crate::http::path::PathRejection),
 }
 
 impl HeadRejection {
@@ -47,6 +50,7 @@ impl HeadRejection {
             HeadRejection::MethodTooLong { .. } => "method_too_long",
             HeadRejection::DuplicateHost | HeadRejection::ChunkedTwice => "invalid_request",
             HeadRejection::TransferCoding(_) => "not_supported",
+            HeadRejection::Path(_) => "invalid_path",
         }
     }
 
@@ -58,7 +62,8 @@ impl HeadRejection {
             HeadRejection::UriTooLong { .. } => http::StatusCode::URI_TOO_LONG,
             HeadRejection::MethodTooLong { .. }
             | HeadRejection::DuplicateHost
-            | HeadRejection::ChunkedTwice => http::StatusCode::BAD_REQUEST,
+            | HeadRejection::ChunkedTwice
+            | HeadRejection::Path(_) => http::StatusCode::BAD_REQUEST,
             HeadRejection::TransferCoding(_) => http::StatusCode::NOT_IMPLEMENTED,
         }
     }

@@ -3,12 +3,13 @@
 //! request's head checked against the downstream limits and for loops through egressd.
 
 use http::header;
-use http::uri::Authority;
+use http::uri::{Authority, PathAndQuery, Uri};
 use http::Request;
 
 use super::ctx::RequestCtx;
 use crate::http::error::{HelloRejection, ProxyError};
 use crate::http::headers::{egressd_hops, MAX_EGRESSD_HOPS};
+use crate::http::limits::HeadRejection;
 
 /// Where the client wants to go, from the absolute URI or `Host`.
 #[derive(Debug)]
@@ -76,6 +77,36 @@ pub(super) fn phase<B>(ctx: &RequestCtx<'_>, req: &Request<B>) -> Result<Destina
         return Err(ProxyError::LoopDetected { hops });
     }
     Ok(dest)
+}
+
+/// The request's path normalised (`downstream.paths`, see `http::path`) before anything
+/// matches it and before it is forwarded; the URI is replaced only when the path changes.
+/// Targets without a path (`CONNECT host:port`, `OPTIONS *`) are left alone.
+pub(super) fn normalize_path<B>(
+    ctx: &RequestCtx<'_>,
+    req: &mut Request<B>,
+) -> Result<(), ProxyError> {
+    let uri = req.uri();
+    let path = uri.path();
+    if !path.starts_with('/') {
+        return Ok(());
+    }
+    let rules = &ctx.snapshot.settings.downstream.paths;
+    let Some(normal) = crate::http::path::normalize(path, rules).map_err(HeadRejection::Path)?
+    else {
+        return Ok(());
+    };
+    let path_and_query = match uri.query() {
+        Some(query) => format!("{normal}?{query}"),
+        None => normal,
+    };
+    let mut parts = uri.clone().into_parts();
+    // Only characters the path had, or unreserved ones, or `%XY`: always a valid path.
+    let invalid =
+        |e: &dyn std::fmt::Display| ProxyError::InvalidRequest(format!("normalised path: {e}"));
+    parts.path_and_query = Some(PathAndQuery::try_from(path_and_query).map_err(|e| invalid(&e))?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|e| invalid(&e))?;
+    Ok(())
 }
 
 /// The host and port the client asked for. `tls`: the request arrived on an HTTPS listener, so

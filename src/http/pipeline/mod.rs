@@ -7,7 +7,7 @@
 //! ```
 //!
 //! - `destination`: the host and port asked for (a passthrough connection's SNI), canonical;
-//!   head limits; loops.
+//!   head limits; loops; the path normalised (`http::path`).
 //! - `route`: HTTPRoute rule, implicit route or outbound policy → a Backend port; a CONNECT by
 //!   host and TCP port, a passthrough connection by SNI.
 //! - `authorize`: the client's identity judged for the destination (EgressPolicy).
@@ -83,9 +83,10 @@ pub(crate) async fn handle(
 /// The phases from "destination" to "respond".
 async fn proxy(
     ctx: &mut RequestCtx<'_>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let dest = destination::phase(ctx, &req)?;
+    destination::normalize_path(ctx, &mut req)?;
     let kind = Kind::of(&req)?;
     let access = ctx.snapshot.client_access.as_deref();
     if let Some(access) = access.filter(|a| a.users.is_some()) {
