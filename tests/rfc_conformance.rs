@@ -93,3 +93,27 @@ async fn a_transfer_coding_other_than_chunked_is_501_and_chunked_twice_400() {
     assert_eq!(got, 200, "{text}");
     assert_eq!(upstream.last_request().body_len, 5);
 }
+
+/// RFC 9110 §10.1.1: egressd (hyper) answers `Expect: 100-continue` itself when it reads the
+/// body, so the upstream is not asked again (Envoy and nginx strip it too). Before, the
+/// upstream received the expectation as well.
+#[tokio::test]
+async fn expect_100_continue_is_answered_by_egressd_and_not_forwarded() {
+    let upstream = Upstream::start("svc").await;
+    let proxy = proxy(upstream.addr).await;
+    let mut stream = TcpStream::connect(proxy.http()).await.expect("connect");
+    let head = format!(
+        "POST /upload HTTP/1.1\r\nHost: {HOST}\r\nContent-Length: 5\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.expect("write head");
+    let interim = common::proxy::read_head(&mut stream).await;
+    assert_eq!(interim, "HTTP/1.1 100 Continue\r\n\r\n");
+    stream.write_all(b"hello").await.expect("write body");
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest).await;
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.starts_with("HTTP/1.1 200 OK\r\n"), "{rest}");
+    let seen = upstream.last_request();
+    assert_eq!(seen.body_len, 5);
+    assert_eq!(seen.headers.get("expect"), None, "{:?}", seen.headers);
+}

@@ -76,6 +76,15 @@ fn rewrite(
     if trailers {
         headers.insert(header::TE, trailers_te());
     }
+    // hyper answered `100 Continue` itself when egressd first read the body (HTTP/2 clients
+    // get none, from hyper or from the upstream): the upstream is not asked again, as Envoy
+    // and nginx do not ask it.
+    if headers
+        .get(header::EXPECT)
+        .is_some_and(|e| e.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+    {
+        headers.remove(header::EXPECT);
+    }
     // The value a rewrite gives (the rule's filter, else the Backend's hostname).
     let rewritten = filters.and_then(|f| f.rewrite_host.clone()).or_else(|| {
         target
