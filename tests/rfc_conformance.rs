@@ -6,6 +6,7 @@ mod common;
 
 use std::net::SocketAddr;
 
+use common::h2frames::{self, frame, read_frame, END_HEADERS, END_STREAM, HEADERS};
 use common::proxy::{ip_backend, preamble, route_to, TestProxy};
 use common::upstream::Upstream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -116,4 +117,34 @@ async fn expect_100_continue_is_answered_by_egressd_and_not_forwarded() {
     let seen = upstream.last_request();
     assert_eq!(seen.body_len, 5);
     assert_eq!(seen.headers.get("expect"), None, "{:?}", seen.headers);
+}
+
+/// RFC 9113 §8.2.3: the `cookie` fields an HTTP/2 client sends separately are one field,
+/// joined with `; `, on their way to an HTTP/1.1 upstream. Before, the upstream got two
+/// `Cookie` lines. Hand-written frames: HPACK literals, no encoder state.
+#[tokio::test]
+async fn http2_cookie_fields_reach_an_http1_upstream_as_one_line() {
+    let upstream = Upstream::start("svc").await;
+    let proxy = proxy(upstream.addr).await;
+    let mut stream = TcpStream::connect(proxy.http()).await.expect("connect");
+    let mut block = h2frames::get_block(HOST);
+    for cookie in ["a=1", "b=2"] {
+        // Literal without indexing, name `cookie` (static index 32: 15 + 17).
+        block.extend_from_slice(&[0x0f, 17, cookie.len() as u8]);
+        block.extend_from_slice(cookie.as_bytes());
+    }
+    let mut out = h2frames::PREFACE.to_vec();
+    h2frames::empty_settings(&mut out);
+    frame(&mut out, HEADERS, END_HEADERS | END_STREAM, 1, &block);
+    stream.write_all(&out).await.expect("write frames");
+    // Until the response's HEADERS on stream 1.
+    loop {
+        let frame = read_frame(&mut stream).await.expect("a response");
+        if frame.kind == HEADERS && frame.stream == 1 {
+            break;
+        }
+    }
+    let seen = upstream.last_request();
+    let cookies: Vec<_> = seen.headers.get_all("cookie").iter().collect();
+    assert_eq!(cookies, ["a=1; b=2"]);
 }
