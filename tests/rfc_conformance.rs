@@ -148,3 +148,24 @@ async fn http2_cookie_fields_reach_an_http1_upstream_as_one_line() {
     let cookies: Vec<_> = seen.headers.get_all("cookie").iter().collect();
     assert_eq!(cookies, ["a=1; b=2"]);
 }
+
+/// RFC 9112 §3.2.3, §3.2.4: a target that is neither a path nor an absolute URI (a bare
+/// `host:port` or word, read as authority-form) is for CONNECT only, `*` for OPTIONS only: 400,
+/// nothing forwarded. Before, `GET evil.test:8080` went to `evil.test:8080` as `GET /`
+/// whatever the `Host`.
+#[tokio::test]
+async fn a_request_target_of_the_wrong_form_is_400() {
+    let upstream = Upstream::start("svc").await;
+    let proxy = proxy(upstream.addr).await;
+    for target in ["evil.test:8080", "noslash", "svc.test", "*"] {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n");
+        let (status, text) = raw(proxy.http(), request.as_bytes()).await;
+        assert_eq!(status, 400, "{target}: {text}");
+        assert_eq!(
+            error_code(&text),
+            Some("invalid_request"),
+            "{target}: {text}"
+        );
+    }
+    assert_eq!(upstream.request_count(), 0);
+}

@@ -4,7 +4,7 @@
 
 use http::header;
 use http::uri::{Authority, PathAndQuery, Uri};
-use http::Request;
+use http::{Method, Request};
 
 use super::ctx::RequestCtx;
 use crate::http::error::{HelloRejection, ProxyError};
@@ -119,6 +119,7 @@ fn destination<B>(req: &Request<B>, tls: bool) -> Result<Destination, ProxyError
             "an HTTP/1.1 request needs a Host header".into(),
         ));
     }
+    check_target_form(req)?;
     let uri = req.uri();
     // Absolute-form (forward proxy) and HTTP/2 requests carry the authority in the URI; RFC
     // 9112 §3.2.2 says a proxy then ignores Host.
@@ -173,6 +174,26 @@ fn destination<B>(req: &Request<B>, tls: bool) -> Result<Destination, ProxyError
         authority,
         scheme_default_port: default_port,
     })
+}
+
+/// RFC 9112 §3.2: each request-target form is for its methods, and nothing is guessed for a
+/// target that fits none. A bare `host:port` or word (`GET evil.test:8080`, `GET noslash`,
+/// which `http::Uri` reads as an authority) is authority-form, for CONNECT only (§3.2.3);
+/// `*` is for OPTIONS only (§3.2.4). Before, such a target became the destination, and the
+/// request went upstream as `GET /`.
+fn check_target_form<B>(req: &Request<B>) -> Result<(), ProxyError> {
+    let uri = req.uri();
+    if uri.scheme().is_none() && uri.authority().is_some() && req.method() != Method::CONNECT {
+        return Err(ProxyError::InvalidRequest(
+            "the request target is neither a path nor an absolute URI (a bare host:port is for CONNECT only, RFC 9112 §3.2.3)".into(),
+        ));
+    }
+    if uri.path() == "*" && req.method() != Method::OPTIONS {
+        return Err(ProxyError::InvalidRequest(
+            "the request target `*` is for OPTIONS only (RFC 9112 §3.2.4)".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// `Authority::host` of an authority without userinfo (refused before), in one byte loop:
