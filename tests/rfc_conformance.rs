@@ -169,3 +169,16 @@ async fn a_request_target_of_the_wrong_form_is_400() {
     }
     assert_eq!(upstream.request_count(), 0);
 }
+
+/// `OPTIONS *` (RFC 9112 §3.2.4) is routed as the host's root, so a catch-all route takes it,
+/// and it reaches the upstream as `OPTIONS *`. Before, no route matched `*`.
+#[tokio::test]
+async fn options_asterisk_is_routed_by_a_catch_all_route_and_forwarded_as_is() {
+    let upstream = Upstream::start("svc").await;
+    let proxy = proxy(upstream.addr).await;
+    let request = format!("OPTIONS * HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n");
+    let (status, text) = raw(proxy.http(), request.as_bytes()).await;
+    assert_eq!(status, 200, "{text}");
+    let seen = upstream.last_request();
+    assert_eq!((seen.method.as_str(), seen.uri.as_str()), ("OPTIONS", "*"));
+}
