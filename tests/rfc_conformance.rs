@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 
 use common::h2frames::{self, frame, read_frame, END_HEADERS, END_STREAM, HEADERS};
 use common::proxy::{ip_backend, preamble, route_to, TestProxy};
-use common::upstream::Upstream;
+use common::upstream::{read_request_head, RawUpstream, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -181,4 +181,43 @@ async fn options_asterisk_is_routed_by_a_catch_all_route_and_forwarded_as_is() {
     assert_eq!(status, 200, "{text}");
     let seen = upstream.last_request();
     assert_eq!((seen.method.as_str(), seen.uri.as_str()), ("OPTIONS", "*"));
+}
+
+/// An upstream that answers every request on its connection with `response` (keep-alive).
+async fn answering(response: &'static [u8]) -> RawUpstream {
+    RawUpstream::start(move |mut stream| async move {
+        while !read_request_head(&mut stream).await.is_empty() {
+            if stream.write_all(response).await.is_err() {
+                break;
+            }
+        }
+    })
+    .await
+}
+
+/// RFC 9110 §8.6: a 304 may carry the `Content-Length` of the representation it stands for,
+/// and it reaches the client. Before, hyper dropped it because the body is empty.
+#[tokio::test]
+async fn a_304_keeps_its_content_length() {
+    let upstream =
+        answering(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 1234\r\nETag: \"v1\"\r\n\r\n")
+            .await;
+    let proxy = proxy(upstream.addr).await;
+    let request = format!(
+        "GET /r HTTP/1.1\r\nHost: {HOST}\r\nIf-None-Match: \"v1\"\r\nConnection: close\r\n\r\n"
+    );
+    let (status, text) = raw(proxy.http(), request.as_bytes()).await;
+    assert_eq!(status, 304, "{text}");
+    assert!(text.contains("content-length: 1234\r\n"), "{text}");
+    assert!(text.ends_with("\r\n\r\n"), "no body after a 304: {text:?}");
+    // HTTP/2 clients too (HEADERS without END_STREAM, then an empty end).
+    let mut sender = common::h2::client(proxy.http()).await;
+    let request = http::Request::get(format!("http://{HOST}/r"))
+        .body(common::h2::body(""))
+        .unwrap();
+    let response = sender.send_request(request).await.expect("HTTP/2 response");
+    let response = common::proxy::collect(response).await;
+    assert_eq!(response.status, 304);
+    assert_eq!(response.header("content-length"), Some("1234"));
+    assert!(response.body.is_empty());
 }

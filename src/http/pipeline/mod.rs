@@ -64,10 +64,23 @@ pub(crate) async fn handle(
     mut req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     shared.metrics.requests.inc();
+    let http1 = req.version() != http::Version::HTTP_2;
     let snapshot = shared.snapshot.load_full();
     let mut ctx = RequestCtx::new(&shared, &snapshot, &conn, &mut req);
     let (response, failure) = match proxy(&mut ctx, req).await {
-        Ok(response) => (response, log::Failure::default()),
+        Ok(mut response) => {
+            // RFC 9110 §8.6: a 304 keeps the `Content-Length` of what it stands for, which
+            // hyper's HTTP/1.1 server drops from a response it knows to be empty.
+            if http1
+                && response.status() == http::StatusCode::NOT_MODIFIED
+                && response
+                    .headers()
+                    .contains_key(http::header::CONTENT_LENGTH)
+            {
+                response.body_mut().keep_declared_length();
+            }
+            (response, log::Failure::default())
+        }
         Err(err) => {
             let reply = respond::failure(&mut ctx, &err);
             let failure = log::Failure {
