@@ -221,3 +221,15 @@ async fn a_304_keeps_its_content_length() {
     assert_eq!(response.header("content-length"), Some("1234"));
     assert!(response.body.is_empty());
 }
+
+/// A reason phrase with non-ASCII bytes (obs-text, RFC 9112 §4), which hyper's parser gives
+/// as empty, reaches the client as the code's standard phrase. Before, it was sent empty.
+#[tokio::test]
+async fn a_non_ascii_reason_phrase_becomes_the_standard_one() {
+    let upstream = answering(b"HTTP/1.1 200 Bien re\xe7u\r\nContent-Length: 2\r\n\r\nok").await;
+    let proxy = proxy(upstream.addr).await;
+    let request = format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n");
+    let (status, text) = raw(proxy.http(), request.as_bytes()).await;
+    assert_eq!(status, 200);
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text:?}");
+}
