@@ -60,6 +60,17 @@ impl ProxyBody {
     }
 }
 
+impl ProxyBody {
+    /// For an upstream's bodiless response whose `Content-Length` must reach an HTTP/1.1
+    /// client (a 304): see `UpstreamBody::declared_length`. Not for HTTP/2 clients, which get
+    /// the header anyway and, with it, must see END_STREAM on the HEADERS frame.
+    pub(crate) fn keep_declared_length(&mut self) {
+        if let ProxyBody::Upstream(body) = self {
+            body.declared_length = true;
+        }
+    }
+}
+
 impl Body for ProxyBody {
     type Data = Bytes;
     type Error = BodyError;
@@ -87,7 +98,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Local(Some(b)) => SizeHint::with_exact(b.len() as u64),
             ProxyBody::Local(None) => SizeHint::with_exact(0),
-            ProxyBody::Upstream(body) => body.inner.size_hint(),
+            ProxyBody::Upstream(body) => body.size_hint(),
             ProxyBody::Stream(body) => body.size_hint(),
         }
     }
@@ -120,6 +131,10 @@ pub(crate) struct UpstreamBody {
     grpc: bool,
     /// The stream was ended by egressd (trailers sent): nothing follows.
     cut: bool,
+    /// Never reported as ended or of known size before it is polled: hyper's HTTP/1.1 server
+    /// drops the `Content-Length` of a response it knows to be empty, which a 304 keeps
+    /// (RFC 9110 §8.6: the length of the representation it stands for).
+    declared_length: bool,
     /// The upstream's body failed; reported at the next poll (see `poll_frame`).
     failed: Option<hyper::Error>,
 }
@@ -211,6 +226,7 @@ impl UpstreamBody {
             timers,
             grpc: false,
             cut: false,
+            declared_length: false,
             failed: None,
         };
         if body.inner.is_end_stream() {
@@ -336,10 +352,13 @@ impl Body for UpstreamBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.cut || (self.failed.is_none() && self.inner.is_end_stream())
+        !self.declared_length && (self.cut || (self.failed.is_none() && self.inner.is_end_stream()))
     }
 
     fn size_hint(&self) -> SizeHint {
+        if self.declared_length {
+            return SizeHint::default();
+        }
         self.inner.size_hint()
     }
 }

@@ -28,6 +28,15 @@ pub(crate) enum HeadRejection {
     MethodTooLong { len: usize, max: usize },
     #[error("request has more than one Host header (RFC 9112 §3.2)")]
     DuplicateHost,
+    /// A transfer coding besides `chunked` (hyper checked that `chunked` comes last): egressd
+    /// implements none, and removing `chunked` alone would hand the coded bytes on as the body.
+    #[error("transfer coding {0:?} is not implemented (RFC 9112 §6.1)")]
+    TransferCoding(String),
+    #[error("chunked is applied more than once in Transfer-Encoding (RFC 9112 §6.1)")]
+    ChunkedTwice,
+    /// The path cannot be normalised safely (`downstream.paths`).
+    #[error("{0}")]
+    Path(#[from] crate::http::path::PathRejection),
 }
 
 impl HeadRejection {
@@ -39,7 +48,9 @@ impl HeadRejection {
             }
             HeadRejection::UriTooLong { .. } => "uri_too_long",
             HeadRejection::MethodTooLong { .. } => "method_too_long",
-            HeadRejection::DuplicateHost => "invalid_request",
+            HeadRejection::DuplicateHost | HeadRejection::ChunkedTwice => "invalid_request",
+            HeadRejection::TransferCoding(_) => "not_supported",
+            HeadRejection::Path(_) => "invalid_path",
         }
     }
 
@@ -49,9 +60,11 @@ impl HeadRejection {
                 http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
             }
             HeadRejection::UriTooLong { .. } => http::StatusCode::URI_TOO_LONG,
-            HeadRejection::MethodTooLong { .. } | HeadRejection::DuplicateHost => {
-                http::StatusCode::BAD_REQUEST
-            }
+            HeadRejection::MethodTooLong { .. }
+            | HeadRejection::DuplicateHost
+            | HeadRejection::ChunkedTwice
+            | HeadRejection::Path(_) => http::StatusCode::BAD_REQUEST,
+            HeadRejection::TransferCoding(_) => http::StatusCode::NOT_IMPLEMENTED,
         }
     }
 }
@@ -96,6 +109,53 @@ pub(crate) fn check_head<B>(
     }
     if headers.get_all(header::HOST).iter().nth(1).is_some() {
         return Err(HeadRejection::DuplicateHost);
+    }
+    // Only HTTP/1.1 frames bodies with it (hyper refuses it in HTTP/1.0, h2 in HTTP/2).
+    if req.version() == Version::HTTP_11 {
+        if let Some(last) = headers
+            .get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .next_back()
+        {
+            check_transfer_codings(headers, last)?;
+        }
+    }
+    Ok(())
+}
+
+/// RFC 9112 §6.1: hyper took the body as chunked because `chunked` is the last coding
+/// (`last`: the last `Transfer-Encoding` line); anything before it is a coding egressd does not
+/// implement (501, as Envoy and nginx answer), or `chunked` again (400). Empty list elements
+/// are allowed by the list syntax (RFC 9110 §5.6.1) and ignored.
+fn check_transfer_codings(
+    headers: &http::HeaderMap,
+    last: &http::HeaderValue,
+) -> Result<(), HeadRejection> {
+    // The common case, one line saying `chunked`, costs one comparison.
+    if last.as_bytes().eq_ignore_ascii_case(b"chunked")
+        && headers
+            .get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .nth(1)
+            .is_none()
+    {
+        return Ok(());
+    }
+    let mut chunked = 0;
+    for line in headers.get_all(header::TRANSFER_ENCODING) {
+        let text = String::from_utf8_lossy(line.as_bytes());
+        for coding in text.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            if !coding.eq_ignore_ascii_case("chunked") {
+                let name = coding.split(';').next().unwrap_or(coding).trim_end();
+                return Err(HeadRejection::TransferCoding(
+                    name.chars().take(64).collect(),
+                ));
+            }
+            chunked += 1;
+        }
+    }
+    if chunked > 1 {
+        return Err(HeadRejection::ChunkedTwice);
     }
     Ok(())
 }
@@ -189,5 +249,24 @@ mod tests {
             .unwrap();
         let e = check_head(&two_hosts, &limits()).unwrap_err();
         assert_eq!((e.status().as_u16(), e.code()), (400, "invalid_request"));
+    }
+
+    #[test]
+    fn transfer_codings_besides_one_final_chunked_are_refused() {
+        let with = |lines: &[&str]| {
+            let mut req = request(Version::HTTP_11);
+            for line in lines {
+                req = req.header("transfer-encoding", *line);
+            }
+            check_head(&req.body(()).unwrap(), &limits())
+                .map_err(|e| (e.status().as_u16(), e.code()))
+        };
+        assert_eq!(with(&["chunked"]), Ok(()));
+        assert_eq!(with(&["Chunked"]), Ok(()));
+        assert_eq!(with(&[", chunked"]), Ok(()));
+        assert_eq!(with(&["gzip, chunked"]), Err((501, "not_supported")));
+        assert_eq!(with(&["gzip", "chunked"]), Err((501, "not_supported")));
+        assert_eq!(with(&["chunked", "chunked"]), Err((400, "invalid_request")));
+        assert_eq!(with(&["chunked, chunked"]), Err((400, "invalid_request")));
     }
 }

@@ -10,6 +10,7 @@ pub(crate) mod error;
 pub(crate) mod grpc;
 pub(crate) mod headers;
 pub(crate) mod limits;
+pub(crate) mod path;
 pub(crate) mod pipeline;
 pub(crate) mod relay;
 pub(crate) mod sending;

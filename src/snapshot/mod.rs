@@ -204,6 +204,8 @@ pub(crate) struct DownstreamSettings {
     pub(crate) send_timeout: Option<Duration>,
     /// Bounds of a request head.
     pub(crate) head: RequestHeadLimits,
+    /// How request paths are normalised (`downstream.paths`).
+    pub(crate) paths: PathRules,
 }
 
 impl Default for DownstreamSettings {
@@ -220,8 +222,41 @@ impl Default for DownstreamSettings {
             // hostile, and holds an upstream connection meanwhile.
             send_timeout: Some(Duration::from_secs(60)),
             head: RequestHeadLimits::default(),
+            paths: PathRules::default(),
         }
     }
+}
+
+/// What `ProxyConfig.spec.downstream.paths` asks for; `http::path` applies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PathRules {
+    /// RFC 3986 normalisation: percent-encodings made canonical, dot-segments removed, and
+    /// kept escaped slashes checked for the dot-segments they could hide.
+    pub(crate) normalize: bool,
+    pub(crate) merge_slashes: bool,
+    pub(crate) escaped_slashes: EscapedSlashes,
+}
+
+impl Default for PathRules {
+    fn default() -> Self {
+        PathRules {
+            normalize: true,
+            merge_slashes: false,
+            escaped_slashes: EscapedSlashes::KeepUnchanged,
+        }
+    }
+}
+
+/// What happens to `%2F`, `%5C` and `\` in a path (Envoy's `PathWithEscapedSlashesAction`,
+/// without its redirect).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EscapedSlashes {
+    /// Forwarded as they are (upper-cased); refused where they would hide a dot-segment.
+    KeepUnchanged,
+    /// 400 `invalid_path`.
+    RejectRequest,
+    /// Turned into `/` before the dot-segments are removed, and forwarded so.
+    UnescapeAndForward,
 }
 
 /// What a request head may hold (HTTP/1.1 and HTTP/2 alike).

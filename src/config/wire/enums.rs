@@ -365,3 +365,13 @@ wire_enum! {
         ClientAndServer = "ClientAndServer",
     }
 }
+
+wire_enum! {
+    /// What `downstream.paths.escapedSlashes` does with `%2F`, `%5C` and `\` in a request path
+    /// (Envoy's `path_with_escaped_slashes_action`, whose spellings are aliases).
+    pub(crate) enum EscapedSlashesAction {
+        KeepUnchanged = "KeepUnchanged" | "KEEP_UNCHANGED",
+        RejectRequest = "RejectRequest" | "REJECT_REQUEST",
+        UnescapeAndForward = "UnescapeAndForward" | "UNESCAPE_AND_FORWARD",
+    }
+}

@@ -4,7 +4,7 @@ use macro_rules_attribute::apply;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::enums::{AccessLogFormat, ClientPolicyDefault, OutboundPolicy};
+use super::enums::{AccessLogFormat, ClientPolicyDefault, EscapedSlashesAction, OutboundPolicy};
 use crate::config::units::{GwDuration, Quantity};
 use crate::config::yaml::Spanned;
 
@@ -175,6 +175,25 @@ pub(crate) struct DownstreamSpec {
     pub(crate) max_request_uri_bytes: Option<Spanned<Quantity>>,
     /// Longest request method (default 32); longer ones are answered 400.
     pub(crate) max_request_method_bytes: Option<Spanned<u32>>,
+    /// How request paths are normalised before routes match them and before they are
+    /// forwarded.
+    pub(crate) paths: Option<DownstreamPathsSpec>,
+}
+
+/// `ProxyConfig.spec.downstream.paths`: request path normalisation (docs/protocols.md).
+#[apply(wire!)]
+#[derive(Default)]
+pub(crate) struct DownstreamPathsSpec {
+    /// RFC 3986 normalisation: dot-segments removed (`..` above the root refused),
+    /// percent-encoded unreserved characters decoded, a `%` that starts no encoding refused
+    /// (default true; false is reported Degraded: routes then match paths the upstream may
+    /// resolve elsewhere).
+    pub(crate) normalize: Option<Spanned<bool>>,
+    /// `//` merged into `/` (default false, as Envoy's `merge_slashes`).
+    pub(crate) merge_slashes: Option<bool>,
+    /// `%2F`, `%5C` and `\` in a path: `KeepUnchanged` (default; refused where they would hide
+    /// a `.` or `..` segment), `RejectRequest` (400) or `UnescapeAndForward` (turned into `/`).
+    pub(crate) escaped_slashes: Option<EscapedSlashesAction>,
 }
 
 /// What egressd announces in its HTTP/2 SETTINGS and how much abuse it tolerates before it

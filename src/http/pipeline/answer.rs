@@ -4,6 +4,7 @@
 
 use http::{Response, Version};
 use hyper::body::Incoming;
+use hyper::ext::ReasonPhrase;
 use tokio::time::Instant;
 
 use crate::http::body::{ProxyBody, StreamTimers, UpstreamBody};
@@ -64,11 +65,25 @@ pub(super) fn clean_response_headers(
 ) {
     strip_hop_by_hop(&mut parts.headers);
     append_via(&mut parts.headers, parts.version);
+    standard_reason_for_an_empty_one(parts);
     if let Some(entry) = entry {
         entry
             .action
             .filters
             .response_headers
             .apply(&mut parts.headers);
+    }
+}
+
+/// httparse gives a reason phrase with non-ASCII bytes (obs-text, RFC 9112 §4) as empty, and
+/// hyper would send that empty phrase on: the client gets the standard phrase of the code
+/// instead (an unknown code keeps the empty one, which RFC 9112 allows).
+fn standard_reason_for_an_empty_one(parts: &mut http::response::Parts) {
+    let empty = parts
+        .extensions
+        .get::<ReasonPhrase>()
+        .is_some_and(|reason| reason.as_bytes().is_empty());
+    if empty && parts.status.canonical_reason().is_some() {
+        parts.extensions.remove::<ReasonPhrase>();
     }
 }

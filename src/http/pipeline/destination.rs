@@ -3,12 +3,13 @@
 //! request's head checked against the downstream limits and for loops through egressd.
 
 use http::header;
-use http::uri::Authority;
-use http::Request;
+use http::uri::{Authority, PathAndQuery, Uri};
+use http::{Method, Request};
 
 use super::ctx::RequestCtx;
 use crate::http::error::{HelloRejection, ProxyError};
 use crate::http::headers::{egressd_hops, MAX_EGRESSD_HOPS};
+use crate::http::limits::HeadRejection;
 
 /// Where the client wants to go, from the absolute URI or `Host`.
 #[derive(Debug)]
@@ -78,6 +79,36 @@ pub(super) fn phase<B>(ctx: &RequestCtx<'_>, req: &Request<B>) -> Result<Destina
     Ok(dest)
 }
 
+/// The request's path normalised (`downstream.paths`, see `http::path`) before anything
+/// matches it and before it is forwarded; the URI is replaced only when the path changes.
+/// Targets without a path (`CONNECT host:port`, `OPTIONS *`) are left alone.
+pub(super) fn normalize_path<B>(
+    ctx: &RequestCtx<'_>,
+    req: &mut Request<B>,
+) -> Result<(), ProxyError> {
+    let uri = req.uri();
+    let path = uri.path();
+    if !path.starts_with('/') {
+        return Ok(());
+    }
+    let rules = &ctx.snapshot.settings.downstream.paths;
+    let Some(normal) = crate::http::path::normalize(path, rules).map_err(HeadRejection::Path)?
+    else {
+        return Ok(());
+    };
+    let path_and_query = match uri.query() {
+        Some(query) => format!("{normal}?{query}"),
+        None => normal,
+    };
+    let mut parts = uri.clone().into_parts();
+    // Only characters the path had, or unreserved ones, or `%XY`: always a valid path.
+    let invalid =
+        |e: &dyn std::fmt::Display| ProxyError::InvalidRequest(format!("normalised path: {e}"));
+    parts.path_and_query = Some(PathAndQuery::try_from(path_and_query).map_err(|e| invalid(&e))?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|e| invalid(&e))?;
+    Ok(())
+}
+
 /// The host and port the client asked for. `tls`: the request arrived on an HTTPS listener, so
 /// a `Host` without a port means 443.
 fn destination<B>(req: &Request<B>, tls: bool) -> Result<Destination, ProxyError> {
@@ -88,6 +119,7 @@ fn destination<B>(req: &Request<B>, tls: bool) -> Result<Destination, ProxyError
             "an HTTP/1.1 request needs a Host header".into(),
         ));
     }
+    check_target_form(req)?;
     let uri = req.uri();
     // Absolute-form (forward proxy) and HTTP/2 requests carry the authority in the URI; RFC
     // 9112 §3.2.2 says a proxy then ignores Host.
@@ -142,6 +174,26 @@ fn destination<B>(req: &Request<B>, tls: bool) -> Result<Destination, ProxyError
         authority,
         scheme_default_port: default_port,
     })
+}
+
+/// RFC 9112 §3.2: each request-target form is for its methods, and nothing is guessed for a
+/// target that fits none. A bare `host:port` or word (`GET evil.test:8080`, `GET noslash`,
+/// which `http::Uri` reads as an authority) is authority-form, for CONNECT only (§3.2.3);
+/// `*` is for OPTIONS only (§3.2.4). Before, such a target became the destination, and the
+/// request went upstream as `GET /`.
+fn check_target_form<B>(req: &Request<B>) -> Result<(), ProxyError> {
+    let uri = req.uri();
+    if uri.scheme().is_none() && uri.authority().is_some() && req.method() != Method::CONNECT {
+        return Err(ProxyError::InvalidRequest(
+            "the request target is neither a path nor an absolute URI (a bare host:port is for CONNECT only, RFC 9112 §3.2.3)".into(),
+        ));
+    }
+    if uri.path() == "*" && req.method() != Method::OPTIONS {
+        return Err(ProxyError::InvalidRequest(
+            "the request target `*` is for OPTIONS only (RFC 9112 §3.2.4)".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// `Authority::host` of an authority without userinfo (refused before), in one byte loop:

@@ -7,7 +7,7 @@
 //! ```
 //!
 //! - `destination`: the host and port asked for (a passthrough connection's SNI), canonical;
-//!   head limits; loops.
+//!   head limits; loops; the path normalised (`http::path`).
 //! - `route`: HTTPRoute rule, implicit route or outbound policy → a Backend port; a CONNECT by
 //!   host and TCP port, a passthrough connection by SNI.
 //! - `authorize`: the client's identity judged for the destination (EgressPolicy).
@@ -64,10 +64,23 @@ pub(crate) async fn handle(
     mut req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     shared.metrics.requests.inc();
+    let http1 = req.version() != http::Version::HTTP_2;
     let snapshot = shared.snapshot.load_full();
     let mut ctx = RequestCtx::new(&shared, &snapshot, &conn, &mut req);
     let (response, failure) = match proxy(&mut ctx, req).await {
-        Ok(response) => (response, log::Failure::default()),
+        Ok(mut response) => {
+            // RFC 9110 §8.6: a 304 keeps the `Content-Length` of what it stands for, which
+            // hyper's HTTP/1.1 server drops from a response it knows to be empty.
+            if http1
+                && response.status() == http::StatusCode::NOT_MODIFIED
+                && response
+                    .headers()
+                    .contains_key(http::header::CONTENT_LENGTH)
+            {
+                response.body_mut().keep_declared_length();
+            }
+            (response, log::Failure::default())
+        }
         Err(err) => {
             let reply = respond::failure(&mut ctx, &err);
             let failure = log::Failure {
@@ -83,9 +96,10 @@ pub(crate) async fn handle(
 /// The phases from "destination" to "respond".
 async fn proxy(
     ctx: &mut RequestCtx<'_>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let dest = destination::phase(ctx, &req)?;
+    destination::normalize_path(ctx, &mut req)?;
     let kind = Kind::of(&req)?;
     let access = ctx.snapshot.client_access.as_deref();
     if let Some(access) = access.filter(|a| a.users.is_some()) {

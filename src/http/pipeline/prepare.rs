@@ -76,6 +76,20 @@ fn rewrite(
     if trailers {
         headers.insert(header::TE, trailers_te());
     }
+    // hyper answered `100 Continue` itself when egressd first read the body (HTTP/2 clients
+    // get none, from hyper or from the upstream): the upstream is not asked again, as Envoy
+    // and nginx do not ask it.
+    if headers
+        .get(header::EXPECT)
+        .is_some_and(|e| e.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+    {
+        headers.remove(header::EXPECT);
+    }
+    // RFC 9113 §8.2.3: the cookie-pairs HTTP/2 lets a client send as separate fields are one
+    // field again on their way to HTTP/1.1 (and an HTTP/2 upstream takes either form).
+    if client_version == Version::HTTP_2 {
+        join_cookies(headers);
+    }
     // The value a rewrite gives (the rule's filter, else the Backend's hostname).
     let rewritten = filters.and_then(|f| f.rewrite_host.clone()).or_else(|| {
         target
@@ -110,6 +124,26 @@ fn rewrite(
         f.request_headers.apply(headers);
     }
     Ok(Request::from_parts(parts, RequestBody::from_client(body)))
+}
+
+/// Several `cookie` fields joined into one with `; ` (one field or none: nothing to do).
+fn join_cookies(headers: &mut http::HeaderMap) {
+    let mut fields = headers.get_all(header::COOKIE).iter();
+    let (Some(first), Some(_)) = (fields.next(), fields.next()) else {
+        return;
+    };
+    let mut joined = first.as_bytes().to_vec();
+    let mut sensitive = first.is_sensitive();
+    for field in headers.get_all(header::COOKIE).iter().skip(1) {
+        joined.extend_from_slice(b"; ");
+        joined.extend_from_slice(field.as_bytes());
+        sensitive |= field.is_sensitive();
+    }
+    // Valid values joined by "; " are a valid value.
+    if let Ok(mut value) = HeaderValue::from_bytes(&joined) {
+        value.set_sensitive(sensitive);
+        headers.insert(header::COOKIE, value);
+    }
 }
 
 /// The origin-form URI, with the path rewritten if the rule's filter says so.

@@ -72,9 +72,15 @@ fn request<'s, B>(
     req: &Request<B>,
     kind: Kind,
 ) -> Result<Routed<'s>, ProxyError> {
+    let path = match req.uri().path() {
+        // `OPTIONS *` asks about the server as a whole (RFC 9112 §3.2.4): routed as its root,
+        // so that a catch-all route takes it; it is forwarded as `*`.
+        "*" => "/",
+        path => path,
+    };
     let input = RouteInput {
         host: dest.host(),
-        path: req.uri().path(),
+        path,
         query: req.uri().query(),
         method: Upgrade::routing_method(kind.upgrade(), req),
         headers: req.headers(),

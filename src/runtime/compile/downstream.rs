@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use super::{at, Cx};
 use crate::config::units::{GwDuration, Quantity};
-use crate::config::wire::proxy::{DownstreamHttp2Spec, DownstreamSpec};
+use crate::config::wire::enums::EscapedSlashesAction;
+use crate::config::wire::proxy::{DownstreamHttp2Spec, DownstreamPathsSpec, DownstreamSpec};
 use crate::config::yaml::Spanned;
 use crate::config::{ObjectId, Reason};
 use crate::snapshot::{DownstreamSettings, Http2ServerSettings, RequestHeadLimits};
+use crate::snapshot::{EscapedSlashes, PathRules};
 
 const FIELD: &str = "spec.downstream.http2";
 
@@ -83,6 +85,39 @@ pub(super) fn compile_limits(
             "a client that stops reading then holds its response and the upstream connection forever",
         ),
         head,
+        paths: spec
+            .paths
+            .as_ref()
+            .map_or(defaults.paths, |paths| compile_paths(check.cx, file, id, paths)),
+    }
+}
+
+/// `spec.downstream.paths`; `normalize: false` is allowed but reported as Degraded.
+fn compile_paths(cx: &mut Cx, file: &Path, id: &ObjectId, spec: &DownstreamPathsSpec) -> PathRules {
+    let defaults = PathRules::default();
+    let normalize = match &spec.normalize {
+        Some(off) if !off.value => {
+            cx.warn(
+                at(file, id, off.pos, "spec.downstream.paths.normalize"),
+                Reason::Degraded,
+                "paths are not normalised: routes match `/public/../admin` as sent, and the \
+                 upstream may serve `/admin`",
+                "leave it out for the default (true)",
+            );
+            false
+        }
+        Some(on) => on.value,
+        None => defaults.normalize,
+    };
+    PathRules {
+        normalize,
+        merge_slashes: spec.merge_slashes.unwrap_or(defaults.merge_slashes),
+        escaped_slashes: match spec.escaped_slashes {
+            None => defaults.escaped_slashes,
+            Some(EscapedSlashesAction::KeepUnchanged) => EscapedSlashes::KeepUnchanged,
+            Some(EscapedSlashesAction::RejectRequest) => EscapedSlashes::RejectRequest,
+            Some(EscapedSlashesAction::UnescapeAndForward) => EscapedSlashes::UnescapeAndForward,
+        },
     }
 }
 

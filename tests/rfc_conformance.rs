@@ -1,0 +1,235 @@
+//! What egressd does with messages where Envoy, nginx and HAProxy differ from it (issue #31,
+//! point 10), each against its RFC: the exact bytes go over a raw TCP socket to egressd on
+//! loopback, and the test checks what egressd answers and what the upstream receives.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::h2frames::{self, frame, read_frame, END_HEADERS, END_STREAM, HEADERS};
+use common::proxy::{ip_backend, preamble, route_to, TestProxy};
+use common::upstream::{read_request_head, RawUpstream, Upstream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const HOST: &str = "svc.test";
+
+/// A proxy whose HTTPRoute sends [`HOST`] to `upstream`.
+async fn proxy(upstream: SocketAddr) -> TestProxy {
+    let yaml = preamble(None) + &route_to(HOST, "svc") + &ip_backend("svc", upstream, "");
+    TestProxy::start(&yaml).await
+}
+
+/// Writes `request` as is on a new connection and reads until the proxy closes: the status
+/// line's code and the whole text.
+async fn raw(addr: SocketAddr, request: &[u8]) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("write request");
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP response: {text:?}"));
+    (status, text)
+}
+
+/// The `x-egressd-error` of a raw response, if any.
+fn error_code(text: &str) -> Option<&str> {
+    let head = text.split("\r\n\r\n").next().unwrap_or_default();
+    head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("x-egressd-error")
+            .then(|| value.trim())
+    })
+}
+
+/// RFC 9112 §6.1: a transfer coding egressd does not implement is 501 (Envoy and nginx say
+/// the same), `chunked` twice is 400; neither reaches the upstream. Before, `gzip, chunked`
+/// went upstream as a plain chunked body: the coding was dropped and the gzip bytes passed
+/// for the content.
+#[tokio::test]
+async fn a_transfer_coding_other_than_chunked_is_501_and_chunked_twice_400() {
+    let upstream = Upstream::start("svc").await;
+    let proxy = proxy(upstream.addr).await;
+    let body = "5\r\nhello\r\n0\r\n\r\n";
+    for (codings, status, code) in [
+        ("Transfer-Encoding: gzip, chunked\r\n", 501, "not_supported"),
+        (
+            "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
+            501,
+            "not_supported",
+        ),
+        (
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+            400,
+            "invalid_request",
+        ),
+        (
+            "Transfer-Encoding: chunked, chunked\r\n",
+            400,
+            "invalid_request",
+        ),
+    ] {
+        let request = format!(
+            "POST /upload HTTP/1.1\r\nHost: {HOST}\r\n{codings}Connection: close\r\n\r\n{body}"
+        );
+        let (got, text) = raw(proxy.http(), request.as_bytes()).await;
+        assert_eq!(got, status, "{codings:?}: {text}");
+        assert_eq!(error_code(&text), Some(code), "{codings:?}: {text}");
+    }
+    assert_eq!(upstream.request_count(), 0);
+    // The plain chunked request still goes through, body and all.
+    let request = format!(
+        "POST /upload HTTP/1.1\r\nHost: {HOST}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{body}"
+    );
+    let (got, text) = raw(proxy.http(), request.as_bytes()).await;
+    assert_eq!(got, 200, "{text}");
+    assert_eq!(upstream.last_request().body_len, 5);
+}
+
+/// RFC 9110 §10.1.1: egressd (hyper) answers `Expect: 100-continue` itself when it reads the
+/// body, so the upstream is not asked again (Envoy and nginx strip it too). Before, the
+/// upstream received the expectation as well.
+#[tokio::test]
+async fn expect_100_continue_is_answered_by_egressd_and_not_forwarded() {
+    let upstream = Upstream::start("svc").await;
+    let proxy = proxy(upstream.addr).await;
+    let mut stream = TcpStream::connect(proxy.http()).await.expect("connect");
+    let head = format!(
+        "POST /upload HTTP/1.1\r\nHost: {HOST}\r\nContent-Length: 5\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.expect("write head");
+    let interim = common::proxy::read_head(&mut stream).await;
+    assert_eq!(interim, "HTTP/1.1 100 Continue\r\n\r\n");
+    stream.write_all(b"hello").await.expect("write body");
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest).await;
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.starts_with("HTTP/1.1 200 OK\r\n"), "{rest}");
+    let seen = upstream.last_request();
+    assert_eq!(seen.body_len, 5);
+    assert_eq!(seen.headers.get("expect"), None, "{:?}", seen.headers);
+}
+
+/// RFC 9113 §8.2.3: the `cookie` fields an HTTP/2 client sends separately are one field,
+/// joined with `; `, on their way to an HTTP/1.1 upstream. Before, the upstream got two
+/// `Cookie` lines. Hand-written frames: HPACK literals, no encoder state.
+#[tokio::test]
+async fn http2_cookie_fields_reach_an_http1_upstream_as_one_line() {
+    let upstream = Upstream::start("svc").await;
+    let proxy = proxy(upstream.addr).await;
+    let mut stream = TcpStream::connect(proxy.http()).await.expect("connect");
+    let mut block = h2frames::get_block(HOST);
+    for cookie in ["a=1", "b=2"] {
+        // Literal without indexing, name `cookie` (static index 32: 15 + 17).
+        block.extend_from_slice(&[0x0f, 17, cookie.len() as u8]);
+        block.extend_from_slice(cookie.as_bytes());
+    }
+    let mut out = h2frames::PREFACE.to_vec();
+    h2frames::empty_settings(&mut out);
+    frame(&mut out, HEADERS, END_HEADERS | END_STREAM, 1, &block);
+    stream.write_all(&out).await.expect("write frames");
+    // Until the response's HEADERS on stream 1.
+    loop {
+        let frame = read_frame(&mut stream).await.expect("a response");
+        if frame.kind == HEADERS && frame.stream == 1 {
+            break;
+        }
+    }
+    let seen = upstream.last_request();
+    let cookies: Vec<_> = seen.headers.get_all("cookie").iter().collect();
+    assert_eq!(cookies, ["a=1; b=2"]);
+}
+
+/// RFC 9112 §3.2.3, §3.2.4: a target that is neither a path nor an absolute URI (a bare
+/// `host:port` or word, read as authority-form) is for CONNECT only, `*` for OPTIONS only: 400,
+/// nothing forwarded. Before, `GET evil.test:8080` went to `evil.test:8080` as `GET /`
+/// whatever the `Host`.
+#[tokio::test]
+async fn a_request_target_of_the_wrong_form_is_400() {
+    let upstream = Upstream::start("svc").await;
+    let proxy = proxy(upstream.addr).await;
+    for target in ["evil.test:8080", "noslash", "svc.test", "*"] {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n");
+        let (status, text) = raw(proxy.http(), request.as_bytes()).await;
+        assert_eq!(status, 400, "{target}: {text}");
+        assert_eq!(
+            error_code(&text),
+            Some("invalid_request"),
+            "{target}: {text}"
+        );
+    }
+    assert_eq!(upstream.request_count(), 0);
+}
+
+/// `OPTIONS *` (RFC 9112 §3.2.4) is routed as the host's root, so a catch-all route takes it,
+/// and it reaches the upstream as `OPTIONS *`. Before, no route matched `*`.
+#[tokio::test]
+async fn options_asterisk_is_routed_by_a_catch_all_route_and_forwarded_as_is() {
+    let upstream = Upstream::start("svc").await;
+    let proxy = proxy(upstream.addr).await;
+    let request = format!("OPTIONS * HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n");
+    let (status, text) = raw(proxy.http(), request.as_bytes()).await;
+    assert_eq!(status, 200, "{text}");
+    let seen = upstream.last_request();
+    assert_eq!((seen.method.as_str(), seen.uri.as_str()), ("OPTIONS", "*"));
+}
+
+/// An upstream that answers every request on its connection with `response` (keep-alive).
+async fn answering(response: &'static [u8]) -> RawUpstream {
+    RawUpstream::start(move |mut stream| async move {
+        while !read_request_head(&mut stream).await.is_empty() {
+            if stream.write_all(response).await.is_err() {
+                break;
+            }
+        }
+    })
+    .await
+}
+
+/// RFC 9110 §8.6: a 304 may carry the `Content-Length` of the representation it stands for,
+/// and it reaches the client. Before, hyper dropped it because the body is empty.
+#[tokio::test]
+async fn a_304_keeps_its_content_length() {
+    let upstream =
+        answering(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 1234\r\nETag: \"v1\"\r\n\r\n")
+            .await;
+    let proxy = proxy(upstream.addr).await;
+    let request = format!(
+        "GET /r HTTP/1.1\r\nHost: {HOST}\r\nIf-None-Match: \"v1\"\r\nConnection: close\r\n\r\n"
+    );
+    let (status, text) = raw(proxy.http(), request.as_bytes()).await;
+    assert_eq!(status, 304, "{text}");
+    assert!(text.contains("content-length: 1234\r\n"), "{text}");
+    assert!(text.ends_with("\r\n\r\n"), "no body after a 304: {text:?}");
+    // HTTP/2 clients too (HEADERS without END_STREAM, then an empty end).
+    let mut sender = common::h2::client(proxy.http()).await;
+    let request = http::Request::get(format!("http://{HOST}/r"))
+        .body(common::h2::body(""))
+        .unwrap();
+    let response = sender.send_request(request).await.expect("HTTP/2 response");
+    let response = common::proxy::collect(response).await;
+    assert_eq!(response.status, 304);
+    assert_eq!(response.header("content-length"), Some("1234"));
+    assert!(response.body.is_empty());
+}
+
+/// A reason phrase with non-ASCII bytes (obs-text, RFC 9112 §4), which hyper's parser gives
+/// as empty, reaches the client as the code's standard phrase. Before, it was sent empty.
+#[tokio::test]
+async fn a_non_ascii_reason_phrase_becomes_the_standard_one() {
+    let upstream = answering(b"HTTP/1.1 200 Bien re\xe7u\r\nContent-Length: 2\r\n\r\nok").await;
+    let proxy = proxy(upstream.addr).await;
+    let request = format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n");
+    let (status, text) = raw(proxy.http(), request.as_bytes()).await;
+    assert_eq!(status, 200);
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text:?}");
+}
