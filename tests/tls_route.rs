@@ -391,14 +391,14 @@ spec:
 "#,
     );
     let out = Command::new(env!("CARGO_BIN_EXE_egressd"))
-        .arg("validate")
+        .args(["validate", "--verbose"])
         .arg(dir.path())
         .output()
         .expect("run egressd validate");
     let report = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{report}");
     assert!(
-        report.contains("TLSRoute"),
+        report.contains("TLSRoute default/ok") && report.contains("Accepted=True"),
         "the route has a status: {report}"
     );
 }
