@@ -75,8 +75,11 @@ async fn main() {
     tokio::spawn(serve_origin(origin));
 
     let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::write(dir.path().join("egressd.yaml"), config(&args, dns_addr, origin_port))
-        .expect("write config");
+    std::fs::write(
+        dir.path().join("egressd.yaml"),
+        config(&args, dns_addr, origin_port),
+    )
+    .expect("write config");
     let mut egressd = Egressd::start(&args.egressd, dir.path()).await;
     let listener = egressd.listener().await;
     let domain = if args.undeclared { "u.test" } else { "w.test" };
