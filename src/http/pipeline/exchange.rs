@@ -3,8 +3,9 @@
 //!
 //! What is sent again here, within one attempt, is what the upstream provably did not process:
 //! a request hyper hands back unsent (a pooled connection that closed while idle), and, on
-//! HTTP/2, a stream the server refused unprocessed (`retry::unprocessed` decides). Retries of
-//! requests that may have reached the application are the retry policy's (`retry`).
+//! HTTP/2, a stream the server refused or that was above its GOAWAY's last stream id
+//! (`retry::unprocessed` decides), on another connection. Retries of requests that may have
+//! reached the application are the retry policy's (`retry`).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
