@@ -233,3 +233,43 @@ async fn a_non_ascii_reason_phrase_becomes_the_standard_one() {
     assert_eq!(status, 200);
     assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text:?}");
 }
+
+/// Every local reply carries its code: the heads hyper refuses itself before egressd sees a
+/// request (characters `http::Uri` does not take in a path or query, a bad header line, a
+/// head over `maxRequestHeadersBytes`) get egressd's reply, `x-egressd-error` and a body,
+/// instead of hyper's bare status. Before, they had no code.
+#[tokio::test]
+async fn heads_hyper_refuses_get_egressds_reply_with_its_code() {
+    let upstream = Upstream::start("svc").await;
+    let proxy = proxy(upstream.addr).await;
+    let big = format!("x-big: {}\r\n", "a".repeat(70_000));
+    for (target, extra, status, code) in [
+        ("/q?a=\"x\"", "", 400, "invalid_request"),
+        ("/q?a=<x>", "", 400, "invalid_request"),
+        ("/p<x>", "", 400, "invalid_request"),
+        ("/p`x`", "", 400, "invalid_request"),
+        ("/", "bad header\r\n", 400, "invalid_request"),
+        ("/", big.as_str(), 431, "request_header_too_large"),
+    ] {
+        let request =
+            format!("GET {target} HTTP/1.1\r\nHost: {HOST}\r\n{extra}Connection: close\r\n\r\n");
+        let (got, text) = raw(proxy.http(), request.as_bytes()).await;
+        assert_eq!(got, status, "{target}: {text}");
+        assert_eq!(error_code(&text), Some(code), "{target}: {text}");
+        let (_, body) = text.split_once("\r\n\r\n").expect("a head");
+        assert!(body.starts_with("egressd: "), "{target}: {text}");
+    }
+    assert_eq!(upstream.request_count(), 0);
+    // Keep-alive: a good request, then a bad one on the same connection.
+    let mut stream = TcpStream::connect(proxy.http()).await.expect("connect");
+    let two = format!(
+        "GET /ok HTTP/1.1\r\nHost: {HOST}\r\n\r\nGET /p<x> HTTP/1.1\r\nHost: {HOST}\r\n\r\n"
+    );
+    stream.write_all(two.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    let second = &answer[answer.find("HTTP/1.1 400").expect("a 400 after the 200")..];
+    assert_eq!(error_code(second), Some("invalid_request"), "{answer}");
+}

@@ -28,6 +28,7 @@ use super::cap::{AcceptBackoff, Slot};
 use super::detect::{sniff, Protocol, ServedIo};
 use super::gate::Gated;
 use super::http::HttpServer;
+use super::parse_reply::OwnParseErrors;
 use super::tracker::{ConnGuard, ConnTracker};
 use super::watchdog::{watchdog, Activity, Expiry, InFlight, Tracked};
 use super::Accept;
@@ -284,7 +285,7 @@ impl Served<'_> {
             Some(Ok(None) | Err(_)) => return,
             None => return timed_out(self.shared, &info, Expiry::HeaderRead),
         };
-        let io = TokioIo::new(ServedIo::new(io, prefix, Some(slot)));
+        let io = ServedIo::new(io, prefix, Some(slot));
         let activity = &self.activity;
         let info = Arc::new(info);
         let http2 = protocol == Protocol::Http2;
@@ -306,6 +307,7 @@ impl Served<'_> {
         let settings = &self.http.settings;
         let result = match protocol {
             Protocol::Http1 => {
+                let io = TokioIo::new(OwnParseErrors::new(io, activity.clone()));
                 let conn = self.http.h1.serve_connection(io, service).with_upgrades();
                 let timers = Timers::new(activity, self.head_deadline, settings);
                 let (on_expiry, shared) = (OnExpiry::Close, self.shared);
@@ -323,7 +325,7 @@ impl Served<'_> {
             Protocol::Http2 => {
                 // The preface is in: from now on the connection is idle until a stream opens.
                 activity.idle_from_now();
-                let conn = self.http.h2.serve_connection(io, service);
+                let conn = self.http.h2.serve_connection(TokioIo::new(io), service);
                 let timers = Timers::new(activity, self.head_deadline, settings);
                 let (on_expiry, shared) = (OnExpiry::GoAway, self.shared);
                 Box::pin(drive(
@@ -354,6 +356,8 @@ fn tracked(body: ProxyBody, in_flight: InFlight, http2: bool) -> Tracked<ProxyBo
     let stream = if http2 {
         sending::current_stream()
     } else {
+        // The next write carries the response's head (`parse_reply`).
+        in_flight.head_due();
         None
     };
     Tracked::new(body, in_flight, stream, limits)

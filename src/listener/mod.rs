@@ -11,6 +11,7 @@ mod conn;
 pub(crate) mod detect;
 mod gate;
 mod http;
+mod parse_reply;
 mod passthrough;
 pub mod sni;
 pub(crate) mod tls;

@@ -8,7 +8,7 @@
 //! request costs two atomic operations and a clock read.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -47,6 +47,9 @@ pub(crate) struct Activity {
     idle_since: AtomicU64,
     /// The HTTP/1.1 response being sent (`sending`).
     pub(crate) send: SendWatch,
+    /// An HTTP/1.1 response was handed to hyper and its head not written yet
+    /// (`parse_reply`).
+    head_due: AtomicBool,
 }
 
 impl Activity {
@@ -56,6 +59,7 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             idle_since: AtomicU64::new(0),
             send: SendWatch::new(born),
+            head_due: AtomicBool::new(false),
         })
     }
 
@@ -77,6 +81,21 @@ impl Activity {
         InFlight(self.clone())
     }
 
+    /// An HTTP/1.1 response was handed to hyper: the next write carries its head.
+    pub(crate) fn head_due(&self) {
+        self.head_due.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a response head was due, which the write about to be made carries; not due
+    /// any more.
+    pub(crate) fn take_head_due(&self) -> bool {
+        let due = self.head_due.load(Ordering::Relaxed);
+        if due {
+            self.head_due.store(false, Ordering::Relaxed);
+        }
+        due
+    }
+
     /// Whether a request (or a tunnel or websocket) is in flight.
     pub(crate) fn is_busy(&self) -> bool {
         self.in_flight.load(Ordering::Acquire) > 0
@@ -94,6 +113,13 @@ impl Activity {
 /// One request in flight; dropped with its response body.
 #[derive(Debug)]
 pub(crate) struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    /// Its response was handed to hyper (see [`Activity::head_due`]).
+    pub(crate) fn head_due(&self) {
+        self.0.head_due();
+    }
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
