@@ -4,7 +4,7 @@
 //!
 //! For HTTP/1.1, hyper bounds the head while reading it (`maxRequestHeadersBytes`,
 //! `maxRequestHeaders`) and answers 431 itself (made egressd's reply by
-//! `listener/parse_reply`); the checks here catch what it lets through
+//! `listener/head_fixes`); the checks here catch what it lets through
 //! (long targets and methods) and HTTP/2 requests, whose header block h2 bounds only by
 //! `http2.maxHeaderListSize`.
 
