@@ -27,7 +27,6 @@ use tokio_rustls::TlsAcceptor;
 use super::cap::{AcceptBackoff, Slot};
 use super::detect::{sniff, Protocol, ServedIo};
 use super::gate::Gated;
-use super::head_fixes::HeadFixes;
 use super::http::HttpServer;
 use super::tracker::{ConnGuard, ConnTracker};
 use super::watchdog::{watchdog, Activity, Expiry, InFlight, Tracked};
@@ -307,7 +306,7 @@ impl Served<'_> {
         let settings = &self.http.settings;
         let result = match protocol {
             Protocol::Http1 => {
-                let io = TokioIo::new(HeadFixes::new(io, activity.clone()));
+                let io = TokioIo::new(io.fixing_heads(activity.clone()));
                 let conn = self.http.h1.serve_connection(io, service).with_upgrades();
                 let timers = Timers::new(activity, self.head_deadline, settings);
                 let (on_expiry, shared) = (OnExpiry::Close, self.shared);

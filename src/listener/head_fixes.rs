@@ -26,15 +26,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::AsyncWrite;
 
 use super::watchdog::Activity;
 
-/// An HTTP/1.1 connection's socket, with hyper's parse-error replies made egressd's and its
-/// `HTTP/1.0` status lines made `HTTP/1.1`.
+/// What egressd fixes in the writes of one HTTP/1.1 connection (its [`ServedIo`]).
+///
+/// [`ServedIo`]: super::detect::ServedIo
 #[derive(Debug)]
-pub(crate) struct HeadFixes<S> {
-    inner: S,
+pub(crate) struct HeadFixes {
     activity: Arc<Activity>,
     /// Bytes of egressd's that go out before anything else hyper writes, and how much of them
     /// is written: its reply in place of hyper's, or the version of a status line.
@@ -44,26 +44,21 @@ pub(crate) struct HeadFixes<S> {
 /// A status line's version as egressd answers (RFC 9110 §2.5): the highest it speaks.
 const HTTP_11: &[u8] = b"HTTP/1.1";
 
-impl<S> HeadFixes<S> {
-    pub(crate) fn new(inner: S, activity: Arc<Activity>) -> Self {
+impl HeadFixes {
+    pub(crate) fn new(activity: Arc<Activity>) -> Self {
         HeadFixes {
-            inner,
             activity,
             pending: None,
         }
     }
 
     /// How many bytes of `bytes`, about to be written, egressd takes in place of hyper:
-    /// hyper's parse-error reply (all of it, replaced by egressd's), or the `HTTP/1.0` of a
-    /// response head hyper made for an HTTP/1.0 client (8 bytes, replaced by `HTTP/1.1`).
-    /// Cheap for everything else: one atomic load, and the first bytes compared only when
-    /// they start like a status line.
-    fn taken(&mut self, bytes: &[u8]) -> Option<usize> {
-        let head_due = self.activity.take_head_due();
-        if !bytes.starts_with(b"HTTP/1.") {
-            return None;
-        }
-        if head_due {
+    /// the `HTTP/1.0` of a response head hyper made for an HTTP/1.0 client (8 bytes, replaced
+    /// by `HTTP/1.1`), or hyper's parse-error reply (all of it, replaced by egressd's). Cheap
+    /// for everything else: one atomic load and one comparison of the first bytes.
+    #[inline]
+    pub(crate) fn taken(&mut self, bytes: &[u8]) -> Option<usize> {
+        if self.activity.take_head_due() {
             // hyper's `enforce_version` labels a response with an HTTP/1.0 client's version;
             // the framing hyper chose for that client (no chunked coding) is HTTP/1.1 too.
             if bytes.starts_with(b"HTTP/1.0 ") {
@@ -72,12 +67,56 @@ impl<S> HeadFixes<S> {
             }
             return None;
         }
+        // Body bytes, mostly.
+        if !bytes.starts_with(b"HTTP/1.") {
+            return None;
+        }
+        self.parse_error_reply(bytes)
+    }
+
+    /// `Some(bytes.len())` when `bytes` are hyper's parse-error reply, which egressd's then
+    /// replaces.
+    #[inline(never)]
+    fn parse_error_reply(&mut self, bytes: &[u8]) -> Option<usize> {
         if self.activity.is_busy() {
             return None;
         }
         let reply = own_reply(bytes)?;
         self.pending = Some((reply, 0));
         Some(bytes.len())
+    }
+
+    /// Writes what is pending of egressd's bytes to `io`, if any: before anything else.
+    #[inline]
+    pub(crate) fn poll_pending<S: AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut S,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.pending.is_none() {
+            return Poll::Ready(Ok(()));
+        }
+        self.poll_write_pending(io, cx)
+    }
+
+    #[inline(never)]
+    fn poll_write_pending<S: AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut S,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        while let Some((bytes, written)) = &mut self.pending {
+            if *written == bytes.len() {
+                self.pending = None;
+                break;
+            }
+            let n = ready!(Pin::new(&mut *io).poll_write(cx, &bytes[*written..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            *written += n;
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -90,8 +129,17 @@ fn own_reply(head: &[u8]) -> Option<Vec<u8>> {
     let (_version, rest) = status_line.split_once(' ')?;
     let (status, _) = rest.split_once(' ')?;
     let (code, message) = match status {
-        "400" => ("invalid_request", "invalid request: the request head could not be parsed (its request line, a header line, its HTTP version, or a character its target may not hold, such as `<`, `>` or a backquote in the path or `\"`, `<`, `>` in the query)"),
-        "431" => ("request_header_too_large", "the request head is over downstream.maxRequestHeadersBytes or has more than downstream.maxRequestHeaders fields"),
+        "400" => (
+            "invalid_request",
+            "invalid request: the request head could not be parsed (its request line, a \
+             header line, its HTTP version, or a character its target may not hold, such as \
+             `<`, `>` or a backquote in the path or `\"`, `<`, `>` in the query)",
+        ),
+        "431" => (
+            "request_header_too_large",
+            "the request head is over downstream.maxRequestHeadersBytes or has more than \
+             downstream.maxRequestHeaders fields",
+        ),
         "414" => ("uri_too_long", "the request target is too long"),
         _ => return None,
     };
@@ -107,91 +155,16 @@ fn own_reply(head: &[u8]) -> Option<Vec<u8>> {
     }
     let body = format!("egressd: {message}\n");
     let date = date.map(|d| format!("date: {d}\r\n")).unwrap_or_default();
+    let header = crate::http::error::ERROR_HEADER;
+    let len = body.len();
     Some(
         format!(
-            "HTTP/1.1 {status_line_rest}\r\n{header}: {code}\r\ncontent-type: text/plain; charset=utf-8\r\ncache-control: no-store\r\nconnection: close\r\ncontent-length: {len}\r\n{date}\r\n{body}",
-            status_line_rest = rest,
-            header = crate::http::error::ERROR_HEADER,
-            len = body.len(),
+            "HTTP/1.1 {rest}\r\n{header}: {code}\r\ncontent-type: text/plain; charset=utf-8\r\n\
+             cache-control: no-store\r\nconnection: close\r\ncontent-length: {len}\r\n\
+             {date}\r\n{body}",
         )
         .into_bytes(),
     )
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for HeadFixes<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> HeadFixes<S> {
-    /// Writes what is pending of egressd's bytes, if any.
-    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while let Some((bytes, written)) = &mut self.pending {
-            if *written == bytes.len() {
-                self.pending = None;
-                break;
-            }
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &bytes[*written..]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            *written += n;
-        }
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for HeadFixes<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        ready!(this.poll_pending(cx))?;
-        if let Some(taken) = this.taken(buf) {
-            // egressd's bytes go out in their place, before anything else.
-            return Poll::Ready(Ok(taken));
-        }
-        Pin::new(&mut this.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        ready!(this.poll_pending(cx))?;
-        // hyper keeps a head in a buffer of its own, ahead of body pieces: the first slice.
-        if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
-            if let Some(taken) = this.taken(first) {
-                return Poll::Ready(Ok(taken));
-            }
-        }
-        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        ready!(this.poll_pending(cx))?;
-        Pin::new(&mut this.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        ready!(this.poll_pending(cx))?;
-        Pin::new(&mut this.inner).poll_shutdown(cx)
-    }
 }
 
 #[cfg(test)]
