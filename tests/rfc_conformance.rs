@@ -273,3 +273,22 @@ async fn heads_hyper_refuses_get_egressds_reply_with_its_code() {
     let second = &answer[answer.find("HTTP/1.1 400").expect("a 400 after the 200")..];
     assert_eq!(error_code(second), Some("invalid_request"), "{answer}");
 }
+
+/// RFC 9110 §2.5: an HTTP/1.0 request is answered with egressd's own version, `HTTP/1.1`
+/// (the framing stays one an HTTP/1.0 client reads: a length, or the connection's end).
+/// Before, hyper labelled the response `HTTP/1.0`.
+#[tokio::test]
+async fn an_http10_request_is_answered_with_an_http11_status_line() {
+    let upstream = Upstream::start("svc").await;
+    let proxy = proxy(upstream.addr).await;
+    let request = format!("GET /old HTTP/1.0\r\nHost: {HOST}\r\n\r\n");
+    let (status, text) = raw(proxy.http(), request.as_bytes()).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(text.ends_with("\r\n\r\nsvc"), "{text}");
+    // egressd's own replies too.
+    let request = "GET /old HTTP/1.0\r\nHost: undeclared.test\r\n\r\n";
+    let (status, text) = raw(proxy.http(), request.as_bytes()).await;
+    assert_eq!(status, 403, "{text}");
+    assert!(text.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{text}");
+}

@@ -28,7 +28,6 @@ use super::cap::{AcceptBackoff, Slot};
 use super::detect::{sniff, Protocol, ServedIo};
 use super::gate::Gated;
 use super::http::HttpServer;
-use super::parse_reply::OwnParseErrors;
 use super::tracker::{ConnGuard, ConnTracker};
 use super::watchdog::{watchdog, Activity, Expiry, InFlight, Tracked};
 use super::Accept;
@@ -307,7 +306,7 @@ impl Served<'_> {
         let settings = &self.http.settings;
         let result = match protocol {
             Protocol::Http1 => {
-                let io = TokioIo::new(OwnParseErrors::new(io, activity.clone()));
+                let io = TokioIo::new(io.fixing_heads(activity.clone()));
                 let conn = self.http.h1.serve_connection(io, service).with_upgrades();
                 let timers = Timers::new(activity, self.head_deadline, settings);
                 let (on_expiry, shared) = (OnExpiry::Close, self.shared);
@@ -356,7 +355,7 @@ fn tracked(body: ProxyBody, in_flight: InFlight, http2: bool) -> Tracked<ProxyBo
     let stream = if http2 {
         sending::current_stream()
     } else {
-        // The next write carries the response's head (`parse_reply`).
+        // The next write carries the response's head (`head_fixes`).
         in_flight.head_due();
         None
     };

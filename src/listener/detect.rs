@@ -7,11 +7,14 @@
 
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
 use super::cap::Slot;
+use super::head_fixes::HeadFixes;
+use super::watchdog::Activity;
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -56,8 +59,9 @@ where
 }
 
 /// The client's socket as the HTTP server reads it: the sniffed bytes first, then the
-/// socket. Holds the connection's [`Slot`], so the cap counts the socket for as long as it
-/// is open, upgrades included.
+/// socket; on HTTP/1.1 connections, with what hyper writes fixed where it must be
+/// (`head_fixes`). Holds the connection's [`Slot`], so the cap counts the socket for as long
+/// as it is open, upgrades included.
 #[derive(Debug)]
 pub(crate) struct ServedIo<S> {
     inner: S,
@@ -65,6 +69,8 @@ pub(crate) struct ServedIo<S> {
     /// How much of `prefix` was read back already.
     read: u8,
     _slot: Option<Slot>,
+    /// On HTTP/1.1 connections, what egressd fixes in what hyper writes (`head_fixes`).
+    heads: Option<HeadFixes>,
 }
 
 impl<S> ServedIo<S> {
@@ -74,7 +80,15 @@ impl<S> ServedIo<S> {
             prefix,
             read: 0,
             _slot: slot,
+            heads: None,
         }
+    }
+
+    /// An HTTP/1.1 connection's: hyper's parse-error replies and `HTTP/1.0` status lines are
+    /// made egressd's (`head_fixes`).
+    pub(crate) fn fixing_heads(mut self, activity: Arc<Activity>) -> Self {
+        self.heads = Some(HeadFixes::new(activity));
+        self
     }
 }
 
@@ -102,7 +116,15 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ServedIo<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        if let Some(heads) = &mut this.heads {
+            ready!(heads.poll_pending(&mut this.inner, cx))?;
+            if let Some(taken) = heads.taken(buf) {
+                // egressd's bytes go out in their place, before anything else.
+                return Poll::Ready(Ok(taken));
+            }
+        }
+        Pin::new(&mut this.inner).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -110,7 +132,18 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ServedIo<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        if let Some(heads) = &mut this.heads {
+            ready!(heads.poll_pending(&mut this.inner, cx))?;
+            // hyper keeps a head in a buffer of its own, ahead of body pieces: the first
+            // slice.
+            if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
+                if let Some(taken) = heads.taken(first) {
+                    return Poll::Ready(Ok(taken));
+                }
+            }
+        }
+        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -118,11 +151,19 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ServedIo<S> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        let this = self.get_mut();
+        if let Some(heads) = &mut this.heads {
+            ready!(heads.poll_pending(&mut this.inner, cx))?;
+        }
+        Pin::new(&mut this.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        let this = self.get_mut();
+        if let Some(heads) = &mut this.heads {
+            ready!(heads.poll_pending(&mut this.inner, cx))?;
+        }
+        Pin::new(&mut this.inner).poll_shutdown(cx)
     }
 }
 

@@ -48,7 +48,7 @@ pub(crate) struct Activity {
     /// The HTTP/1.1 response being sent (`sending`).
     pub(crate) send: SendWatch,
     /// An HTTP/1.1 response was handed to hyper and its head not written yet
-    /// (`parse_reply`).
+    /// (`head_fixes`).
     head_due: AtomicBool,
 }
 

@@ -67,8 +67,16 @@ impl Destination {
 }
 
 /// Phase "destination".
-pub(super) fn phase<B>(ctx: &RequestCtx<'_>, req: &Request<B>) -> Result<Destination, ProxyError> {
+pub(super) fn phase<B: http_body::Body>(
+    ctx: &RequestCtx<'_>,
+    req: &Request<B>,
+) -> Result<Destination, ProxyError> {
     crate::http::limits::check_head(req, &ctx.snapshot.settings.downstream.head)?;
+    // Only a body without a known length can be framed by `Transfer-Encoding` (hyper refuses
+    // it in HTTP/1.0, h2 in HTTP/2): most requests skip the header lookup.
+    if req.version() == http::Version::HTTP_11 && req.body().size_hint().exact().is_none() {
+        crate::http::limits::check_transfer_codings(req.headers())?;
+    }
     let dest = destination(req, ctx.conn.tls)?;
     // A request that keeps coming back (a Backend or destination pointing at egressd itself)
     // is stopped here instead of multiplying until a limit breaks.

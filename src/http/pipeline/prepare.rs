@@ -76,12 +76,14 @@ fn rewrite(
     if trailers {
         headers.insert(header::TE, trailers_te());
     }
-    // hyper answered `100 Continue` itself when egressd first read the body (HTTP/2 clients
-    // get none, from hyper or from the upstream): the upstream is not asked again, as Envoy
-    // and nginx do not ask it.
-    if headers
-        .get(header::EXPECT)
-        .is_some_and(|e| e.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+    // hyper answers `100 Continue` itself when egressd first reads a body that is not empty
+    // (HTTP/2 clients get none, from hyper or from the upstream): the upstream is not asked
+    // again, as Envoy and nginx do not ask it. A request without a body (most) skips the
+    // lookup.
+    if http_body::Body::size_hint(&body).exact() != Some(0)
+        && headers
+            .get(header::EXPECT)
+            .is_some_and(|e| e.as_bytes().eq_ignore_ascii_case(b"100-continue"))
     {
         headers.remove(header::EXPECT);
     }
