@@ -287,3 +287,61 @@ fn the_limits_are_validated() {
         );
     }
 }
+
+/// Names of a wildcard Backend are the clients' choice, so what their DNS answers make egressd
+/// log is rate-limited per message (`--log-rate-limit` lines per 10 s window, then one line
+/// saying how many were suppressed): 40 names that fail, 40 whose every answer is refused and
+/// 40 with one answer refused write a few lines each, not 40 (before, the refusals were logged
+/// once per name: a client could write 340 lines a second).
+#[tokio::test]
+async fn what_client_chosen_names_make_egressd_log_is_rate_limited() {
+    let upstream = Upstream::start("w").await;
+    let port = upstream.addr.port();
+    let dns = TestDns::start().await;
+    // Link-local: refused for declared names unless `allowedAddresses` opens it (it opens
+    // loopback alone here), so no connection is ever tried to it.
+    let denied = IpAddr::V4(Ipv4Addr::new(169, 254, 0, 1));
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let mut names = Vec::new();
+    for i in 0..40 {
+        names.push(format!("failing{i}.w.test")); // NXDOMAIN
+        let refused = format!("denied{i}.w.test");
+        dns.set_ips(&refused, &[denied], 300);
+        let partly = format!("partly{i}.w.test");
+        dns.set_ips(&partly, &[loopback, denied], 300);
+        names.extend([refused, partly]);
+    }
+    let spec = dns_spec(&dns, "    maxLookupsPerSecond: 100000\n");
+    let yaml = preamble_with(None, &spec) + &wildcard_backend(port, "");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("egressd.yaml"), yaml).unwrap();
+    let egressd =
+        common::binary::Egressd::spawn_with(dir.path(), &["--no-watch", "--log-rate-limit", "3"])
+            .await;
+    let proxy = egressd.listener_addr("default/gw/http").await;
+    let started = Instant::now();
+    for name in &names {
+        let r = get(proxy, &format!("{name}:{port}"), "/").await;
+        let expected = match name.as_bytes()[0] {
+            b'p' => 200, // the loopback answer serves
+            b'd' => 502, // every answer refused: egressd names the addresses
+            _ => 503,    // no address
+        };
+        assert_eq!(r.status, expected, "{name}: {}", r.text());
+    }
+    // Each 10 s window allows 3 lines per message; the flood spans this many at most.
+    let windows = started.elapsed().as_secs() / 10 + 2;
+    let log = egressd.stderr();
+    for message in [
+        "DNS resolution failed",
+        "every DNS answer refused",
+        "DNS answers refused (",
+    ] {
+        let lines = log.lines().filter(|l| l.contains(message)).count() as u64;
+        assert!(lines >= 1, "{message:?} was never logged:\n{log}");
+        assert!(
+            lines <= 3 * windows,
+            "{lines} lines of {message:?} in {windows} windows:\n{log}"
+        );
+    }
+}

@@ -432,7 +432,8 @@ fn log_refused(plan: &RefreshPlan, host: &str, refused: &str) {
     if matches!(plan.check, AnswerCheck::Undeclared(_)) {
         tracing::debug!(%host, %refused, "DNS answers of an undeclared destination refused");
     } else {
-        tracing::warn!(%backend, %host, %refused, "DNS answers refused (destination.fqdn.allowedAddresses opens a range); the other answers serve");
+        // Limited per call site: a wildcard Backend's names are the clients' choice.
+        crate::telemetry::log_limit::limited!(warn, %backend, %host, %refused, "DNS answers refused (destination.fqdn.allowedAddresses opens a range); the other answers serve");
     }
 }
 
@@ -442,7 +443,7 @@ fn log_denied(plan: &RefreshPlan, host: &str, refused: &str, kept: usize) {
     if matches!(plan.check, AnswerCheck::Undeclared(_)) {
         tracing::debug!(%host, %refused, "every DNS answer of an undeclared destination refused");
     } else {
-        tracing::warn!(%backend, %host, %refused, kept, "every DNS answer refused (destination.fqdn.allowedAddresses opens a range); keeping the last good addresses");
+        crate::telemetry::log_limit::limited!(warn, %backend, %host, %refused, kept, "every DNS answer refused (destination.fqdn.allowedAddresses opens a range); keeping the last good addresses");
     }
 }
 

@@ -322,8 +322,11 @@ def run(h):
              flaky and float(flaky.group(1)) > 0 and 0 < int(flaky.group(2)) <= int(flaky.group(3)),
              backends[:1500])
     h.expect("a line on top says what needs a look",
-             re.search(r"ATTENTION last reload rejected · 1 endpoint ejected · 1 endpoint failing active checks · 3 Backend ports with problems · 1 refused destination", text),
+             re.search(r"ATTENTION last reload rejected · 1 endpoint ejected · 1 endpoint failing active checks · 3 Backend ports with problems · 1 refused destination · 1 destination let through but reported", text),
              text[:300])
+    h.expect("a port nothing was sent to shows no error count (not \"0 of 0\")",
+             re.search(r"OK default/api-0000 : \d+ 127\.0\.0\.1:\d+ 0 [\d.]+ — conn", backends)
+             and " 0 of 0" not in backends, backends[:1500])
     h.expect(f"{PORTS} Backend ports, paged", f"{PORTS} Backend ports · page 1 of" in text, backends[:300])
     wild = visible_text(wild_rows).split("Backends", 1)[-1].split("Refused destinations", 1)[0]
     h.expect("a wildcard Backend's host is a row of its own, under its port, which is no problem",
@@ -340,7 +343,7 @@ def run(h):
     h.expect("no script error and nothing the CSP had to refuse", not csp, "\n".join(csp[:5]))
     rows = visible_text(filtered).split("Backends", 1)[-1].split("Refused destinations", 1)[0]
     h.expect("the filter from the URL (#filter=api-0999) leaves that one Backend",
-             "1 Backend ports" in rows and "default/api-0999" in rows and "default/shop" not in rows, rows[:400])
+             "1 Backend port ·" in rows and "default/api-0999" in rows and "default/shop" not in rows, rows[:400])
     h.expect("while the line on top still counts every port",
              "1 endpoint ejected" in visible_text(filtered).split("Backends", 1)[0], visible_text(filtered)[:300])
     size = (OUT / "console.png").stat().st_size

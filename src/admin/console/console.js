@@ -332,7 +332,8 @@
     for (const v of views.slice(page * PORTS_PER_PAGE, (page + 1) * PORTS_PER_PAGE)) {
       const state = el("td");
       for (const l of v.labels) { state.appendChild(l); state.appendChild(document.createTextNode(" ")); }
-      const errors = v.win === null || v.win === undefined ? "—"
+      // "—" until two polls have been diffed, and while nothing was sent: "0 of 0" says nothing.
+      const errors = !v.win || (v.win.requests === 0 && v.win.errors === 0) ? "—"
         : v.win.errors + " of " + v.win.requests + (v.win.requests > 0 ? " (" + (v.errorShare * 100).toFixed(1) + "%)" : "");
       // A port's only endpoint shares the port's row.
       const alone = v.eps.length === 1 && !v.port.lastError ? v.eps[0] : null;
@@ -362,7 +363,7 @@
 
   function renderPager(count, pages) {
     const pager = clear(byId("pager"));
-    pager.appendChild(document.createTextNode(count + " Backend ports"));
+    pager.appendChild(document.createTextNode(count + " Backend port" + (count === 1 ? "" : "s")));
     if (pages <= 1) return;
     const prev = el("button", null, "‹ prev");
     prev.type = "button";
@@ -452,7 +453,11 @@
   // One line under the header: what needs a look, with the section it is in.
   function renderProblems(status, blocked) {
     const line = clear(byId("problems"));
-    const refused = (blocked.blocked || []).filter((b) => b.action === "blocked" || b.action === "client_denied").length;
+    // Counted as the section below lists them: refusals, and what a Report policy or
+    // AuditOnly let through, so the line and the rows agree.
+    const list = blocked.blocked || [];
+    const refused = list.filter((b) => b.action === "blocked" || b.action === "client_denied").length;
+    const reported = list.length - refused;
     const parts = [];
     if (!status.ready) parts.push(status.draining ? "draining" : "not ready");
     if ((status.lastReload || {}).result === "failure") parts.push("last reload rejected");
@@ -460,6 +465,7 @@
     if (problems.failing) parts.push(problems.failing + " endpoint" + (problems.failing === 1 ? "" : "s") + " failing active checks");
     if (problems.ports) parts.push(problems.ports + " Backend port" + (problems.ports === 1 ? "" : "s") + " with problems");
     if (refused) parts.push(refused + " refused destination" + (refused === 1 ? "" : "s"));
+    if (reported) parts.push(reported + " destination" + (reported === 1 ? "" : "s") + " let through but reported");
     line.appendChild(parts.length ? label("ATTENTION", "warn") : label("ALL CLEAR", "ok"));
     line.appendChild(document.createTextNode(" " + (parts.length ? parts.join(" · ") : "no ejected endpoints, no refusals")));
   }
