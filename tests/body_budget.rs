@@ -24,7 +24,7 @@ const HELD: usize = 8;
 /// What the held bodies may add to egressd's RSS, documented in docs/operations.md "Limits and
 /// hardening": the default 32 MiB budget and 8 MiB for everything else 40 connections cost.
 /// Without the budget the same clients held 40 × 4 MiB; with it but each buffer grown by
-/// doubling, the old halves stayed in the heap and the growth was about twice the budget.
+/// doubling (the old and the new buffer both held while it grew), +46 MiB.
 const RSS_GROWTH_BOUND_KIB: u64 = (32 + 8) * 1024;
 
 fn config(upstream: SocketAddr) -> String {

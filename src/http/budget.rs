@@ -62,9 +62,9 @@ where
     B: Body<Data = Bytes> + Unpin,
 {
     // A declared length is reserved up front: one allocation of exactly that size. Growing
-    // by doubling would hold up to twice the body while it arrives (the old buffer and the
-    // new), and glibc keeps such freed blocks in the heap: 4 MiB bodies held side by side
-    // took RSS to twice the budget.
+    // by doubling held up to twice the body while it arrived (the old buffer and the new,
+    // whose pages the allocator keeps a while after the free): 4 MiB bodies held side by
+    // side took RSS well past the budget (tests/body_budget.rs).
     let declared = reservation.held().min(limit);
     let mut out = BytesMut::with_capacity(usize::try_from(declared).unwrap_or(0));
     while let Some(frame) = body.frame().await {
