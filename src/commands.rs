@@ -154,3 +154,14 @@ pub fn healthcheck(
         .and_then(|code| code.parse().ok())
         .ok_or_else(|| format!("{admin} did not answer HTTP: {line:?}"))
 }
+
+pub use crate::interception::init::{
+    CaInitOptions, CaInitReport, DEFAULT_NAME as CA_DEFAULT_NAME,
+    DEFAULT_VALIDITY_DAYS as CA_DEFAULT_VALIDITY_DAYS,
+};
+
+/// `egressd ca init`: makes an interception CA and writes `ca.crt` and `ca.key` into
+/// `options.dir`; the error says why nothing (or nothing usable) was written.
+pub fn ca_init(options: &CaInitOptions) -> Result<CaInitReport, String> {
+    crate::interception::init::init(options).map_err(|e| e.to_string())
+}

@@ -15,6 +15,7 @@
 //! | model | [`snapshot`] | what the request path reads: settings, Backends, targets, route tables, `Shared` |
 //! | upstream | [`upstream`] | endpoints, endpoint groups, connection pools, connecting, TLS, DNS, active checks |
 //! | | [`balance`] | choosing an endpoint: balancers, outlier detection, health state |
+//! | | [`interception`] | HTTPS interception: the operator's CA, leaf certificates minted per host |
 //! | leaves | [`telemetry`] | access log, metrics, rate-limited logs |
 //! | | [`config`] | wire types as people write them, YAML loading with positions, JSON Schema, status conditions |
 //! | | [`mcp`] | MCP: JSON-RPC inspection, session ids, SSE rewriting |
@@ -36,6 +37,7 @@ pub(crate) mod bounded;
 pub mod commands;
 pub mod config;
 pub(crate) mod http;
+pub(crate) mod interception;
 pub mod listener;
 pub mod mcp;
 pub(crate) mod names;

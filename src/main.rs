@@ -113,6 +113,33 @@ enum Command {
         #[arg(long, value_parser = egressd::config::units::parse_duration, default_value = "2s")]
         timeout: std::time::Duration,
     },
+    /// The CA HTTPS interception signs leaf certificates with (`ProxyConfig.spec.tlsInterception`).
+    Ca {
+        #[command(subcommand)]
+        command: CaCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum CaCommand {
+    /// Make a new CA (ECDSA P-256) in DIR: ca.crt, for clients to trust, and ca.key (mode
+    /// 0600), for egressd only. Never overwrites either file.
+    Init {
+        /// Directory to write ca.crt and ca.key into (made if missing).
+        dir: PathBuf,
+        /// The CA's common name.
+        #[arg(long, default_value = egressd::commands::CA_DEFAULT_NAME)]
+        name: String,
+        /// Let the CA sign only for this DNS name and the names under it (X.509 name
+        /// constraints, which clients enforce); repeat for several. Default: any name.
+        #[arg(long = "permitted-dns", value_name = "SUFFIX")]
+        permitted_dns: Vec<String>,
+        /// Days until the CA expires. 825: two years of use, and three months to roll out its
+        /// successor.
+        #[arg(long, value_name = "DAYS",
+              default_value_t = egressd::commands::CA_DEFAULT_VALIDITY_DAYS)]
+        validity: u32,
+    },
 }
 
 // jemalloc, with a background thread returning memory unused for a second (`.cargo/config.toml`):
@@ -166,6 +193,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Ca { command } => ca(command),
         Command::Schema => {
             let schema = egressd::config::schema::json_schema();
             println!(
@@ -201,6 +229,44 @@ fn print_validation(v: &egressd::commands::Validation) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// `egressd ca init`: writes the CA and says where it is, its fingerprint, and how to trust it.
+fn ca(command: CaCommand) -> ExitCode {
+    let CaCommand::Init {
+        dir,
+        name,
+        permitted_dns,
+        validity,
+    } = command;
+    let options = egressd::commands::CaInitOptions {
+        dir,
+        name,
+        permitted_dns,
+        validity_days: validity,
+    };
+    match egressd::commands::ca_init(&options) {
+        Ok(made) => {
+            println!(
+                "wrote {} (the CA certificate: clients trust it)",
+                made.cert_path.display()
+            );
+            println!(
+                "wrote {} (its key, mode 0600: for egressd only)",
+                made.key_path.display()
+            );
+            println!("SHA-256 fingerprint: {}", made.fingerprint);
+            println!(
+                "trust it, e.g.: curl --cacert {} --proxy http://EGRESSD:PORT https://HOST/",
+                made.cert_path.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("egressd ca init: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
