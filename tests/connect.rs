@@ -175,8 +175,6 @@ spec:
         "undeclared.test:443".to_owned(),
         // A declared host, but not on a declared port.
         format!("{API}:1"),
-        // An HTTP Backend: egressd originates its connections itself; it is no tunnel target.
-        format!("web.tunnel.test:{port}"),
     ] {
         let (status, head, mut stream) = connect(proxy.http(), &target).await;
         assert_eq!(status, 403, "CONNECT {target}: {head}");
@@ -191,6 +189,18 @@ spec:
         );
     }
     assert_eq!(upstream.request_count(), 0);
+
+    // A plaintext HTTP Backend's port is no tunnel to the endpoint: egressd serves the
+    // requests inside as HTTP itself (docs/interception.md), each through the pipeline.
+    let target = format!("web.tunnel.test:{port}");
+    let (status, head, mut stream) = connect(proxy.http(), &target).await;
+    assert_eq!(status, 200, "CONNECT {target}: {head}");
+    let request = format!("GET /inside HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await.unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert_eq!(upstream.last_request().uri, "/inside");
 }
 
 #[tokio::test]

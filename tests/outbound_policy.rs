@@ -223,10 +223,14 @@ async fn denied_hosts_addresses_and_declared_hosts_stay_refused() {
         denied.text()
     );
 
-    // The Backend's host keeps its own rules: its port only, and no tunnel to an HTTP port.
+    // The Backend's host keeps its own rules: its port only, and no tunnel to the endpoint
+    // (a CONNECT to its plaintext HTTP port is served as HTTP by egressd, through the
+    // pipeline: docs/interception.md); nor a tunnel to another port.
     let other_port = get_absolute(proxy.http(), "http://api.decl.test:1/").await;
     assert_eq!(other_port.status, 403);
     let (status, _) = connect(proxy.http(), &format!("api.decl.test:{port}")).await;
+    assert_eq!(status, 200);
+    let (status, _) = connect(proxy.http(), "api.decl.test:1").await;
     assert_eq!(status, 403);
     assert_eq!(
         get_absolute(proxy.http(), &format!("http://api.decl.test:{port}/"))

@@ -170,6 +170,73 @@ async fn a_request_target_of_the_wrong_form_is_400() {
     assert_eq!(upstream.request_count(), 0);
 }
 
+/// RFC 9112 §3, RFC 3986 §2.1: bytes over 0x7F in a request target are not a URI (they are
+/// percent-encoded): 400, nothing forwarded. Before, `/caf\xc3\xa9` reached the upstream raw
+/// (found by the differential suite, tests/interop/09-differential; HAProxy and Envoy: 400).
+#[tokio::test]
+async fn a_request_target_with_bytes_outside_ascii_is_400() {
+    let upstream = Upstream::start("svc").await;
+    let proxy = proxy(upstream.addr).await;
+    for target in [&b"/caf\xc3\xa9"[..], b"/a?q=\xff", b"/\x80"] {
+        let mut request = b"GET ".to_vec();
+        request.extend_from_slice(target);
+        request.extend_from_slice(
+            format!(" HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        let (status, text) = raw(proxy.http(), &request).await;
+        let shown = String::from_utf8_lossy(target);
+        assert_eq!(status, 400, "{shown}: {text}");
+        assert_eq!(
+            error_code(&text),
+            Some("invalid_request"),
+            "{shown}: {text}"
+        );
+    }
+    assert_eq!(upstream.request_count(), 0);
+}
+
+/// RFC 9110 §7.6.2: TRACE and OPTIONS with `Max-Forwards: 0` are answered by egressd (OPTIONS
+/// with `Allow`, TRACE with the request it got, less its credentials and cookies); a larger
+/// value reaches the upstream one lower. Before, both went on unchanged (found by the
+/// differential suite, tests/interop/09-differential).
+#[tokio::test]
+async fn max_forwards_is_counted_down_and_zero_is_answered_here() {
+    let upstream = Upstream::start("svc").await;
+    let proxy = proxy(upstream.addr).await;
+    let options = format!(
+        "OPTIONS /a HTTP/1.1\r\nHost: {HOST}\r\nMax-Forwards: 0\r\nConnection: close\r\n\r\n"
+    );
+    let (status, text) = raw(proxy.http(), options.as_bytes()).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("\r\nallow: get, head"),
+        "{text}"
+    );
+    let trace = format!(
+        "TRACE /a HTTP/1.1\r\nHost: {HOST}\r\nMax-Forwards: 0\r\nAuthorization: Bearer secret\r\nX-Probe: 1\r\nConnection: close\r\n\r\n"
+    );
+    let (status, text) = raw(proxy.http(), trace.as_bytes()).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("message/http"), "{text}");
+    assert!(
+        text.contains("TRACE /a HTTP/1.1") && text.contains("x-probe: 1"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("secret"),
+        "credentials are not echoed: {text}"
+    );
+    assert_eq!(upstream.request_count(), 0);
+
+    let options = format!(
+        "OPTIONS /a HTTP/1.1\r\nHost: {HOST}\r\nMax-Forwards: 3\r\nConnection: close\r\n\r\n"
+    );
+    let (status, text) = raw(proxy.http(), options.as_bytes()).await;
+    assert_eq!(status, 200, "{text}");
+    let seen = upstream.last_request();
+    assert_eq!(seen.headers.get("max-forwards").unwrap(), "2");
+}
+
 /// `OPTIONS *` (RFC 9112 §3.2.4) is routed as the host's root, so a catch-all route takes it,
 /// and it reaches the upstream as `OPTIONS *`. Before, no route matched `*`.
 #[tokio::test]

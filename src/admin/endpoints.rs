@@ -191,6 +191,14 @@ pub(super) fn refresh_gauges(shared: &crate::snapshot::shared::Shared) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
+    if let Some(interceptor) = &snapshot.interception {
+        m.interception_leaves_cached
+            .set(i64::try_from(interceptor.cached_hosts()).unwrap_or(i64::MAX));
+        m.interception_leaves_minted.inner().store(
+            interceptor.minted_total(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
     for (file, not_after) in &snapshot.certificate_expiries {
         m.certificate_expiry
             .get_or_create(&FileLabel { file: file.clone() })

@@ -401,6 +401,20 @@ fn status(shared: &Shared) -> serde_json::Value {
         "lastReload": shared.reload_status(),
         "listeners": listeners,
         "objects": snapshot.status().objects,
+        "interception": snapshot.interception.as_ref().map(|i| {
+            let ca = i.ca();
+            serde_json::json!({
+                "caSubject": ca.subject(),
+                "caFingerprintSha256": ca.fingerprint_sha256(),
+                "caNotAfter": crate::telemetry::time::rfc3339(
+                    std::time::UNIX_EPOCH
+                        + std::time::Duration::from_secs(u64::try_from(ca.not_after_unix()).unwrap_or(0)),
+                ),
+                "cachedHosts": i.cached_hosts(),
+                "certificatesMade": i.minted_total(),
+                "certificatesFailed": i.mint_failures_total(),
+            })
+        }),
     })
 }
 

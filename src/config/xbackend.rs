@@ -214,6 +214,7 @@ fn destination(
         protocol: None,
         tls: None,
         protocol_options: None,
+        interception: None,
     };
     Spanned::new(
         x.pos,

@@ -49,6 +49,21 @@ pub(crate) enum ProxyError {
         via: crate::telemetry::blocked::Via,
         reason: crate::snapshot::undeclared::Refusal,
     },
+    /// `CONNECT` to a port whose TLS egressd originates, without `tlsInterception`: a tunnel
+    /// would carry the client's own TLS past everything the Backend says.
+    #[error("CONNECT {host}:{port} is refused: Backend {backend} declares this port, and egressd originates its TLS (a tunnel would bypass it). Send http://{host}{} to egressd (it adds the TLS), enable ProxyConfig tlsInterception (egressd then decrypts the tunnel), or declare the port tls.mode: Passthrough", default_port_shown(*port))]
+    ConnectToOriginatingPort {
+        host: String,
+        port: u16,
+        backend: Arc<str>,
+    },
+    /// Inside an intercepted tunnel, a request for another host or port than the CONNECT's
+    /// (or a ClientHello naming another): no domain fronting.
+    #[error("this connection is for {tunnel} (its CONNECT); a request for {asked} must use a connection of its own")]
+    Misdirected { tunnel: String, asked: String },
+    /// egressd could not make the certificate for an intercepted host.
+    #[error("cannot intercept {host}: {cause}")]
+    InterceptionFailed { host: String, cause: String },
     /// A new name clients chose would take a DNS lookup over `dns.maxLookupsPerSecond`.
     #[error("cannot look up {host} now: egressd's DNS lookups of new names are at their limit (ProxyConfig dns.maxLookupsPerSecond); try again in a second")]
     DnsRateLimited { host: String },
@@ -184,6 +199,15 @@ pub(crate) enum ProxyError {
     BodyTimeout { timeout: Duration },
 }
 
+/// `:port` after an `http://` host, unless it is 80.
+fn default_port_shown(port: u16) -> String {
+    if port == 443 || port == 80 {
+        String::new()
+    } else {
+        format!(":{port}")
+    }
+}
+
 /// A CONNECT names its port; a plain request's port is usually the scheme's.
 fn shown_port(via: crate::telemetry::blocked::Via, port: u16) -> String {
     match via {
@@ -233,74 +257,8 @@ pub(crate) struct Class {
     pub(crate) connect_failure: bool,
 }
 
-/// The rows of [`ProxyError::class`]'s table: the reply to each kind of failure and how it
-/// counts, one constant per `x-egressd-error` code.
-#[rustfmt::skip]
-mod row {
-    use super::{Class, RetryOn as R, CLIENT_CLOSED_REQUEST};
-    use crate::http::grpc::GrpcStatus as G;
-    use http::StatusCode as S;
-
-    /// A failure egressd answers itself, or one upstream after the connection was made.
-    const fn local(status: S, code: &'static str, grpc: G, retry: R) -> Class {
-        Class {
-            status,
-            code,
-            grpc,
-            retry,
-            connect_failure: false,
-        }
-    }
-
-    /// Opening the connection failed: nothing reached the upstream.
-    const fn connect(status: S, code: &'static str, retry: R) -> Class {
-        Class {
-            status,
-            code,
-            grpc: G::Unavailable,
-            retry,
-            connect_failure: true,
-        }
-    }
-
-    // One row per code: status, code, gRPC status (connect failures: UNAVAILABLE), retry
-    // condition.
-    pub(crate) const INVALID_REQUEST:          Class = local(S::BAD_REQUEST, "invalid_request", G::InvalidArgument, R::Never);
-    /// Status and code come from the rejection (431, 414, 400).
-    pub(crate) const HEAD_REJECTED:            Class = local(S::BAD_REQUEST, "", G::InvalidArgument, R::Never);
-    pub(crate) const CLIENT_HELLO_TIMEOUT:     Class = local(S::REQUEST_TIMEOUT, "client_hello_timeout", G::DeadlineExceeded, R::Never);
-    pub(crate) const NOT_TLS:                  Class = local(S::BAD_REQUEST, "not_tls", G::InvalidArgument, R::Never);
-    pub(crate) const NO_SNI:                   Class = local(S::BAD_REQUEST, "no_sni", G::InvalidArgument, R::Never);
-    pub(crate) const INVALID_SNI:              Class = local(S::BAD_REQUEST, "invalid_sni", G::InvalidArgument, R::Never);
-    pub(crate) const CLIENT_CLOSED:            Class = local(CLIENT_CLOSED_REQUEST, "client_closed", G::InvalidArgument, R::Never);
-    pub(crate) const OVERFLOW:                 Class = local(S::SERVICE_UNAVAILABLE, "overflow", G::Unavailable, R::Never);
-    pub(crate) const REQUEST_BODY_TIMEOUT:     Class = local(S::REQUEST_TIMEOUT, "request_body_timeout", G::DeadlineExceeded, R::Never);
-    pub(crate) const DESTINATION_NOT_ALLOWED:  Class = local(S::FORBIDDEN, "destination_not_allowed", G::PermissionDenied, R::Never);
-    pub(crate) const NO_ROUTE:                 Class = local(S::NOT_FOUND, "no_route", G::Unimplemented, R::Never);
-    pub(crate) const NO_BACKEND:               Class = local(S::INTERNAL_SERVER_ERROR, "no_backend", G::Internal, R::Never);
-    pub(crate) const DESTINATION_ADDRESS_DENIED: Class = local(S::BAD_GATEWAY, "destination_address_denied", G::PermissionDenied, R::Never);
-    pub(crate) const NO_HEALTHY_UPSTREAM:      Class = local(S::SERVICE_UNAVAILABLE, "no_healthy_upstream", G::Unavailable, R::Never);
-    pub(crate) const DNS_RATE_LIMITED:         Class = local(S::SERVICE_UNAVAILABLE, "dns_rate_limited", G::Unavailable, R::Never);
-    pub(crate) const UPSTREAM_CONNECT_FAILURE: Class = connect(S::SERVICE_UNAVAILABLE, "upstream_connect_failure", R::ConnectFailure);
-    pub(crate) const UPSTREAM_CONNECT_TIMEOUT: Class = connect(S::GATEWAY_TIMEOUT, "upstream_connect_timeout", R::ConnectFailure);
-    pub(crate) const UPSTREAM_TLS_FAILURE:     Class = connect(S::BAD_GATEWAY, "upstream_tls_failure", R::Never);
-    pub(crate) const UPSTREAM_TIMEOUT:         Class = local(S::GATEWAY_TIMEOUT, "upstream_timeout", G::DeadlineExceeded, R::Timeout);
-    pub(crate) const STREAM_IDLE_TIMEOUT:      Class = local(S::GATEWAY_TIMEOUT, "stream_idle_timeout", G::Unavailable, R::Never);
-    pub(crate) const UPSTREAM_RESET:           Class = local(S::BAD_GATEWAY, "upstream_reset", G::Unavailable, R::Reset);
-    pub(crate) const UPSTREAM_PROTOCOL_ERROR:  Class = local(S::BAD_GATEWAY, "upstream_protocol_error", G::Internal, R::Never);
-    pub(crate) const UPGRADE_NOT_ALLOWED:      Class = local(S::FORBIDDEN, "upgrade_not_allowed", G::PermissionDenied, R::Never);
-    pub(crate) const MCP_SESSION_NOT_FOUND:    Class = local(S::NOT_FOUND, "mcp_session_not_found", G::InvalidArgument, R::Never);
-    pub(crate) const MCP_PROTOCOL_VERSION:     Class = local(S::BAD_REQUEST, "mcp_protocol_version", G::InvalidArgument, R::Never);
-    pub(crate) const MCP_HEADER_MISMATCH:      Class = local(S::BAD_REQUEST, "mcp_header_mismatch", G::InvalidArgument, R::Never);
-    pub(crate) const MCP_BODY_TOO_LARGE:       Class = local(S::PAYLOAD_TOO_LARGE, "mcp_body_too_large", G::InvalidArgument, R::Never);
-    pub(crate) const CREDENTIAL_UNAVAILABLE:   Class = local(S::SERVICE_UNAVAILABLE, "credential_unavailable", G::Unavailable, R::Never);
-    pub(crate) const CLIENT_NOT_ALLOWED:       Class = local(S::FORBIDDEN, "client_not_allowed", G::PermissionDenied, R::Never);
-    pub(crate) const PROXY_AUTH_REQUIRED:      Class = local(S::PROXY_AUTHENTICATION_REQUIRED, "proxy_auth_required", G::PermissionDenied, R::Never);
-    pub(crate) const PROXY_AUTH_BUSY:          Class = local(S::TOO_MANY_REQUESTS, "proxy_auth_busy", G::ResourceExhausted, R::Never);
-    pub(crate) const LOOP_DETECTED:            Class = local(S::LOOP_DETECTED, "loop_detected", G::Internal, R::Never);
-    pub(crate) const NOT_SUPPORTED:            Class = local(S::NOT_IMPLEMENTED, "not_supported", G::Unimplemented, R::Never);
-    pub(crate) const LISTENER_DRAINING:        Class = local(S::SERVICE_UNAVAILABLE, "listener_draining", G::Unavailable, R::Never);
-}
+/// The rows of [`ProxyError::class`]'s table (one constant per `x-egressd-error` code).
+mod row;
 
 impl ProxyError {
     /// The table: every kind of failure and its row (see [`row`]). Adding a kind means a
@@ -322,6 +280,9 @@ impl ProxyError {
             ProxyError::DestinationNotAllowed { .. }
             | ProxyError::DestinationDenied { .. }
             | ProxyError::PortNotAllowed { .. } => row::DESTINATION_NOT_ALLOWED,
+            ProxyError::ConnectToOriginatingPort { .. } => row::CONNECT_TO_ORIGINATING_PORT,
+            ProxyError::Misdirected { .. } => row::MISDIRECTED_REQUEST,
+            ProxyError::InterceptionFailed { .. } => row::INTERCEPTION_FAILURE,
             ProxyError::NoRoute { .. } => row::NO_ROUTE,
             ProxyError::NoBackend { .. } => row::NO_BACKEND,
             ProxyError::NoHealthyUpstream { .. } => row::NO_HEALTHY_UPSTREAM,
@@ -357,6 +318,7 @@ impl ProxyError {
             | ProxyError::HeadRejected(_)
             | ProxyError::ClientHello(_)
             | ProxyError::MalformedBody { .. }
+            | ProxyError::Misdirected { .. }
             | ProxyError::ClientClosed { .. }
             | ProxyError::ProxyAuthRequired { .. }
             | ProxyError::ProxyAuthBusy

@@ -7,16 +7,6 @@
 //! [`Interceptor::server_config`] for the rustls config of the CONNECT target's host and
 //! completes the client's handshake with it.
 
-// Until the request path uses it (#32); `expect`, so that the warning says when to remove it.
-#![cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        unused_imports,
-        reason = "wired into the request path next (#32)"
-    )
-)]
-
 mod ca;
 pub(crate) mod init;
 mod leaf;
@@ -34,7 +24,7 @@ use tokio::sync::{OnceCell, Semaphore};
 // tokio's clock, which tests can advance (a leaf's refresh after two thirds of its validity).
 use tokio::time::Instant;
 
-pub(crate) use ca::{check_key_permissions, CaError, InterceptionCa};
+pub(crate) use ca::{check_key_permissions, InterceptionCa};
 use leaf::{Host, LeafKey};
 
 /// Mints running at once, each on a thread of tokio's blocking pool: a flood of new hosts
@@ -141,6 +131,17 @@ impl Slot {
             Some(Err(_)) => true,
             None => false,
         }
+    }
+}
+
+impl std::fmt::Debug for Interceptor {
+    // Never the keys: what it signs with and how much it holds.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Interceptor")
+            .field("ca", &self.ca.subject())
+            .field("settings", &self.settings)
+            .field("cached_hosts", &self.cached_hosts())
+            .finish_non_exhaustive()
     }
 }
 
@@ -269,6 +270,11 @@ impl Interceptor {
     }
 
     /// The CA leaves are signed with.
+    /// How its leaves are made and kept.
+    pub(crate) fn settings(&self) -> &LeafSettings {
+        &self.settings
+    }
+
     pub(crate) fn ca(&self) -> &InterceptionCa {
         &self.ca
     }

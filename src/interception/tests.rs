@@ -12,6 +12,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::ServerConfig;
 use x509_parser::extensions::{GeneralName, ParsedExtension};
 
+use super::ca::CaError;
 use super::init::{generate, init, CaInitOptions};
 use super::*;
 

@@ -32,7 +32,7 @@ use super::tracker::{ConnGuard, ConnTracker};
 use super::watchdog::{watchdog, Activity, Expiry, InFlight, Tracked};
 use super::Accept;
 use crate::http::body::ProxyBody;
-use crate::http::pipeline::{handle, ConnInfo};
+use crate::http::pipeline::{handle, ConnInfo, NestedHttp, NestedStream};
 use crate::http::sending::{self, BodyLimits, SendTimer, SendWatch};
 use crate::policy::identity::TlsIdentity;
 use crate::snapshot::shared::Shared;
@@ -55,6 +55,13 @@ const GOAWAY_GRACE: Duration = Duration::from_secs(1);
 
 pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
     let mut backoff = AcceptBackoff::default();
+    // One per listener and worker: each connection holds a reference, not a copy.
+    let nested: Arc<dyn NestedHttp> = Arc::new(NestedServer {
+        shared: ctx.shared.clone(),
+        tracker: ctx.tracker.clone(),
+        stop: ctx.stop.clone(),
+        accept: ctx.accept.clone(),
+    });
     loop {
         let accepted = tokio::select! {
             _ = async { let _ = ctx.stop.wait_for(|stop| *stop).await; } => break,
@@ -79,6 +86,7 @@ pub(super) async fn accept_loop(listener: TcpListener, mut ctx: AcceptCtx) {
                 let conn = Accepted {
                     stream,
                     peer,
+                    nested: nested.clone(),
                     listener: ctx.key.clone(),
                     accept,
                     accepted_at,
@@ -120,6 +128,7 @@ pub(crate) fn refused(shared: &Shared, reason: &'static str) {
 struct Accepted {
     stream: TcpStream,
     peer: SocketAddr,
+    nested: Arc<dyn NestedHttp>,
     listener: Arc<str>,
     accept: Arc<Accept>,
     accepted_at: Instant,
@@ -135,11 +144,7 @@ async fn serve(
 ) {
     shared.metrics.downstream_connections.inc();
     let activity = Activity::new(conn.accepted_at);
-    let mut info = ConnInfo::new(conn.listener, conn.peer);
-    // Tunnels and websockets register with this view of the tracker: SIGTERM waits for them,
-    // and while one is open its connection is not idle.
-    info.tracker = Some(guard.tracker().for_connection(activity.clone()));
-    info.stats = Some(Arc::new(shared.metrics.listener_stats(&info.listener)));
+    let info = conn_info(&conn, &shared, &guard, &activity);
     let http = &conn.accept.http;
     // Everything up to the first request head happens by then.
     let head_deadline = http
@@ -153,7 +158,11 @@ async fn serve(
         head_deadline,
     };
     match &conn.accept.mode {
-        AcceptMode::Http => served.http(conn.stream, info, conn.slot, stop, drain).await,
+        AcceptMode::Http => {
+            served
+                .http(conn.stream, info, Some(conn.slot), stop, drain)
+                .await
+        }
         // The rarer modes' futures are boxed: a spawned connection future is as large as its
         // largest state, and plain HTTP/1.1 connections (most of them) would each carry the
         // TLS session, the passthrough's read buffer and HTTP/2's connection state inline
@@ -193,7 +202,7 @@ async fn serve(
                         identity,
                         ..info
                     };
-                    Box::pin(served.http(stream, info, conn.slot, stop, drain)).await;
+                    Box::pin(served.http(stream, info, Some(conn.slot), stop, drain)).await;
                 }
                 Some(Some(Err(e))) => handshake_failed(&shared, &info, &e.to_string()),
                 Some(None) => {
@@ -205,6 +214,22 @@ async fn serve(
         }
     }
     shared.metrics.downstream_connections.dec();
+}
+
+/// What the pipeline knows of an accepted connection.
+fn conn_info(
+    conn: &Accepted,
+    shared: &Shared,
+    guard: &ConnGuard,
+    activity: &Arc<Activity>,
+) -> ConnInfo {
+    let mut info = ConnInfo::new(conn.listener.clone(), conn.peer);
+    info.nested = Some(conn.nested.clone());
+    // Tunnels and websockets register with this view of the tracker: SIGTERM waits for them,
+    // and while one is open its connection is not idle.
+    info.tracker = Some(guard.tracker().for_connection(activity.clone()));
+    info.stats = Some(Arc::new(shared.metrics.listener_stats(&info.listener)));
+    info
 }
 
 /// `fut`, unless `deadline` passes first (`None`).
@@ -268,7 +293,7 @@ impl Served<'_> {
         &self,
         mut io: S,
         info: ConnInfo,
-        slot: Slot,
+        slot: Option<Slot>,
         mut stop: watch::Receiver<bool>,
         mut drain: watch::Receiver<bool>,
     ) where
@@ -284,7 +309,7 @@ impl Served<'_> {
             Some(Ok(None) | Err(_)) => return,
             None => return timed_out(self.shared, &info, Expiry::HeaderRead),
         };
-        let io = ServedIo::new(io, prefix, Some(slot));
+        let io = ServedIo::new(io, prefix, slot);
         let activity = &self.activity;
         let info = Arc::new(info);
         let http2 = protocol == Protocol::Http2;
@@ -343,6 +368,40 @@ impl Served<'_> {
             count_parse_error(self.shared, &e);
             tracing::debug!(error = %e, "downstream connection ended with error");
         }
+    }
+}
+
+/// Serves the connections inside a listener's intercepted CONNECT tunnels (on one worker), as
+/// the listener serves its own: the same HTTP server, timeouts, drain and pipeline.
+#[derive(Debug)]
+struct NestedServer {
+    shared: Arc<Shared>,
+    tracker: Arc<ConnTracker>,
+    stop: watch::Receiver<bool>,
+    accept: Arc<ArcSwap<Accept>>,
+}
+
+impl NestedHttp for NestedServer {
+    fn serve(
+        self: Arc<Self>,
+        io: Box<dyn NestedStream>,
+        mut info: ConnInfo,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(async move {
+            let accept = self.accept.load_full();
+            let http = &accept.http;
+            let now = Instant::now();
+            let activity = Activity::new(now);
+            info.tracker = Some(self.tracker.for_connection(activity.clone()));
+            let served = Served {
+                shared: &self.shared,
+                http,
+                activity,
+                head_deadline: http.settings.header_read_timeout.map(|t| now + t),
+            };
+            let (stop, drain) = (self.stop.clone(), self.tracker.drain_signal());
+            served.http(io, info, None, stop, drain).await;
+        })
     }
 }
 

@@ -53,6 +53,8 @@ pub struct Snapshot {
     /// The key MCP session ids are authenticated with (read before a route picks: a session
     /// goes to the backendRef that issued it).
     pub(crate) mcp_session_key: Arc<crate::mcp::session::SessionKey>,
+    /// `tlsInterception`: makes the certificates egressd presents in intercepted tunnels.
+    pub(crate) interception: Option<Arc<crate::interception::Interceptor>>,
     /// The config as written (for `/config`, redacted there).
     pub(crate) config: Arc<ConfigSet>,
     /// What compiling this config reported (warnings only, for a config that serves): each
@@ -117,6 +119,7 @@ impl Snapshot {
             undeclared: None,
             client_access: None,
             mcp_session_key: crate::mcp::session::SessionKey::of_this_process(),
+            interception: None,
             tracing: None,
             config: Arc::default(),
             diagnostics: Arc::new([]),
@@ -397,6 +400,8 @@ pub struct BackendPort {
     pub(crate) protocol: Protocol,
     /// `tls.mode: Passthrough`: reachable by SNI on TLS listeners and by CONNECT.
     pub(crate) passthrough: bool,
+    /// `interception` not `Disabled`: a CONNECT to the port may be intercepted.
+    pub(crate) interception: bool,
     /// How connections are made (plaintext or TLS with a prebuilt client config).
     pub(crate) transport: crate::upstream::connect::Transport,
     /// Which HTTP version requests travel on.

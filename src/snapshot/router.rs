@@ -237,6 +237,11 @@ impl ImplicitRoute {
         }
     }
 
+    /// The target of exactly `port` (a CONNECT names the port it wants; no default applies).
+    pub(crate) fn target_on(&self, port: u16) -> Option<&Arc<Target>> {
+        self.targets.iter().find(|t| t.port.number == port)
+    }
+
     /// The declared ports and their Backends, for errors: `80 (Backend a/b), 443 (Backend a/c)`.
     pub(crate) fn declared_ports(&self) -> String {
         self.targets

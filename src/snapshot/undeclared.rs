@@ -227,6 +227,8 @@ impl UndeclaredDestinations {
             number: port,
             protocol,
             passthrough: carriage == Carriage::Tcp,
+            // Undeclared destinations are never intercepted.
+            interception: false,
             transport,
             wire,
             http2: self.http2.clone(),

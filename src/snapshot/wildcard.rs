@@ -340,6 +340,7 @@ impl WildcardHosts {
             number,
             protocol: base.protocol,
             passthrough: base.passthrough,
+            interception: base.interception,
             transport,
             wire: base.wire,
             http2: base.http2.clone(),

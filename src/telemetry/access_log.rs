@@ -26,6 +26,10 @@ pub(crate) struct AccessRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) proxy_user: Option<String>,
     pub(crate) listener: String,
+    /// The request came inside a CONNECT tunnel egressd served as HTTP (`true`; absent
+    /// otherwise): decrypted by `tlsInterception`, or plaintext inside the tunnel.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) intercepted: bool,
     pub(crate) method: String,
     pub(crate) authority: String,
     pub(crate) path: String,
@@ -282,6 +286,7 @@ mod tests {
             client_identity: None,
             proxy_user: None,
             listener: "default/gw/http".to_owned(),
+            intercepted: false,
             method: "GET".to_owned(),
             authority: "api.test".to_owned(),
             path: "/v1".to_owned(),

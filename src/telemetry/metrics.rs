@@ -38,6 +38,19 @@ pub(crate) const UPSTREAM_TLS_CAUSES: [&str; 10] = [
     "handshake_failed",
 ];
 
+/// The `reason`s of `egressd_interception_handshake_failures_total`: the client's TLS alert
+/// when it refused egressd's certificate, or what else ended the handshake.
+pub(crate) const INTERCEPTION_HANDSHAKE_FAILURES: [&str; 8] = [
+    "unknown_ca",
+    "bad_certificate",
+    "certificate_unknown",
+    "other_alert",
+    "sni_mismatch",
+    "not_tls",
+    "timeout",
+    "closed",
+];
+
 /// `egressd_build_info`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct BuildLabel {
@@ -53,6 +66,11 @@ pub(crate) struct ResultLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CodeLabel {
     pub(crate) code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TlsLabel {
+    pub(crate) tls: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -362,6 +380,15 @@ pub struct Metrics {
     pub(crate) upstream_tls_failures: Family<CauseLabel, Counter>,
     pub(crate) insecure_upstreams: Gauge,
     pub(crate) downstream_tls_handshake_failures: Counter,
+    /// Intercepted tunnels whose TLS handshake with the client failed, by reason
+    /// ([`INTERCEPTION_HANDSHAKE_FAILURES`]).
+    pub(crate) interception_handshake_failures: Family<ReasonLabel, Counter>,
+    /// CONNECT tunnels served as HTTP (intercepted TLS, or plaintext), by `tls`.
+    pub(crate) intercepted_tunnels: Family<TlsLabel, Counter>,
+    /// Read off the serving config's interceptor at each scrape: hosts whose certificates are
+    /// cached, and certificates made since start.
+    pub(crate) interception_leaves_cached: Gauge,
+    pub(crate) interception_leaves_minted: Counter,
     pub(crate) tls_passthrough_rejected: Family<CauseLabel, Counter>,
     pub(crate) websockets_active: Family<BackendLabel, Gauge>,
     pub(crate) websocket_bytes: Family<BackendDirectionLabel, Counter>,

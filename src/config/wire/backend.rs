@@ -5,7 +5,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{CertificateFiles, SecretRef};
-use super::enums::{DestinationType, Protocol, SanType, TlsMode, TlsVersion, WellKnownCa};
+use super::enums::{
+    DestinationType, InterceptionMode, Protocol, SanType, TlsMode, TlsVersion, WellKnownCa,
+};
 use super::policy::TrafficPolicySpec;
 use crate::config::units::GwDuration;
 use crate::config::yaml::Spanned;
@@ -93,6 +95,11 @@ pub(crate) struct BackendPort {
     // Boxed: most ports have none, and the MCP options are a hundred bytes kept per port.
     /// Overrides the Backend's `protocolOptions` for this port.
     pub(crate) protocol_options: Option<Spanned<Box<ProtocolOptions>>>,
+    /// `Enabled` (default): with `ProxyConfig.spec.tlsInterception` set, a `CONNECT` to this
+    /// port (whose TLS egressd originates) is intercepted; `Disabled`: it is refused (403
+    /// `connect_to_originating_port`), as without interception. Passthrough ports are never
+    /// intercepted.
+    pub(crate) interception: Option<Spanned<InterceptionMode>>,
 }
 
 /// `protocolOptions`.

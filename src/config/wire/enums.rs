@@ -328,6 +328,15 @@ wire_enum! {
 }
 
 wire_enum! {
+    /// `ports[].interception`: whether a `CONNECT` to this port is intercepted when
+    /// `ProxyConfig.spec.tlsInterception` is set.
+    pub(crate) enum InterceptionMode {
+        Enabled = "Enabled" | "ENABLED",
+        Disabled = "Disabled" | "DISABLED",
+    }
+}
+
+wire_enum! {
     /// Whether an HTTPS listener's clients must present a certificate.
     pub(crate) enum FrontendValidationMode {
         Require = "Require" | "REQUIRE",

@@ -4,6 +4,7 @@ use macro_rules_attribute::apply;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::common::SecretRef;
 use super::enums::{AccessLogFormat, ClientPolicyDefault, EscapedSlashesAction, OutboundPolicy};
 use crate::config::units::{GwDuration, Quantity};
 use crate::config::yaml::Spanned;
@@ -39,11 +40,49 @@ pub(crate) struct ProxyConfigSpec {
     pub(crate) tracing: Option<Spanned<TracingSpec>>,
     /// Who may call what: destinations no `EgressPolicy` names, and proxy users.
     pub(crate) client_policy: Option<Spanned<ClientPolicySpec>>,
+    /// HTTPS interception: a `CONNECT` to a declared Backend port whose TLS egressd
+    /// originates is answered `200`, and egressd completes the client's TLS with a certificate
+    /// for the host signed by this CA, so the requests inside pass the HTTP pipeline.
+    pub(crate) tls_interception: Option<Spanned<TlsInterceptionSpec>>,
     /// Every warning is an error: a reload with one is refused (the last good config keeps
     /// serving), as `egressd validate --strict` reports it. Default false. For shared
     /// gateways, where a warning such as a `Conflicted` Backend means another team's change
     /// did not do what it says.
     pub(crate) strict: Option<bool>,
+}
+
+/// `ProxyConfig.spec.tlsInterception`.
+#[apply(wire!)]
+pub(crate) struct TlsInterceptionSpec {
+    /// The CA that signs the certificates egressd presents to intercepted clients.
+    pub(crate) ca: Spanned<InterceptionCaSpec>,
+    /// The certificates egressd makes for intercepted hosts.
+    pub(crate) leaf: Option<Spanned<InterceptionLeafSpec>>,
+}
+
+/// `ProxyConfig.spec.tlsInterception.ca`: PEM files, or a `kubernetes.io/tls` Secret of the
+/// config (`tls.crt`, `tls.key`).
+#[apply(wire!)]
+pub(crate) struct InterceptionCaSpec {
+    /// The CA certificate (PEM; relative to this YAML file).
+    pub(crate) certificate_file: Option<Spanned<String>>,
+    /// Its private key (PEM), readable by its owner alone: a key group or others may read is
+    /// refused.
+    pub(crate) private_key_file: Option<Spanned<String>>,
+    /// A Secret document of the config holding `tls.crt` and `tls.key`, instead of the files.
+    pub(crate) secret_ref: Option<Spanned<SecretRef>>,
+}
+
+/// `ProxyConfig.spec.tlsInterception.leaf`.
+#[apply(wire!)]
+#[derive(Default)]
+pub(crate) struct InterceptionLeafSpec {
+    /// How long a certificate egressd makes is valid (default 24h); one is made again when a
+    /// third of it is left.
+    pub(crate) validity: Option<Spanned<GwDuration>>,
+    /// Hosts whose certificates are kept at once (default 1024); the least recently used
+    /// makes room.
+    pub(crate) cache_size: Option<Spanned<u32>>,
 }
 
 /// `ProxyConfig.spec.clientPolicy`.

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use http::header::HeaderValue;
 use http::{Method, Request, Version};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 
 use crate::http::grpc::GrpcCall;
@@ -36,6 +37,41 @@ pub(crate) struct ConnInfo {
     pub(crate) tracker: Option<Arc<dyn Outliving>>,
     /// The listener's request metrics (looked up once per connection).
     pub(crate) stats: Option<Arc<crate::telemetry::metrics::RequestStats>>,
+    /// Set on the connection inside an intercepted CONNECT tunnel: what the CONNECT asked
+    /// for and who sent it.
+    pub(crate) tunnel: Option<Box<TunnelOrigin>>,
+    /// Serves HTTP on a connection carried inside this one (an intercepted tunnel); set by
+    /// the listener.
+    pub(crate) nested: Option<Arc<dyn NestedHttp>>,
+}
+
+/// What the CONNECT of an intercepted tunnel established for the requests inside it.
+#[derive(Debug)]
+pub(crate) struct TunnelOrigin {
+    /// The CONNECT's host (canonical) and port: every request inside must be for them (421
+    /// otherwise: no domain fronting).
+    pub(crate) host: Box<str>,
+    pub(crate) port: u16,
+    /// The proxy user the CONNECT authenticated: requests inside a tunnel carry no
+    /// `Proxy-Authorization` of their own.
+    pub(crate) user: Option<Box<str>>,
+}
+
+/// A byte stream a nested connection is served on (TLS inside a CONNECT tunnel, or the
+/// tunnel itself).
+pub(crate) trait NestedStream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> NestedStream for T {}
+
+/// Serves HTTP/1.1 or HTTP/2 on a connection inside a client's connection, as the listener
+/// serves its own (timeouts, drain, the pipeline). A trait, so the pipeline knows nothing of
+/// listeners.
+pub(crate) trait NestedHttp: Send + Sync + std::fmt::Debug {
+    /// Serves `io` until it closes, a timeout closes it, or the proxy drains.
+    fn serve(
+        self: Arc<Self>,
+        io: Box<dyn NestedStream>,
+        info: ConnInfo,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 }
 
 impl ConnInfo {
@@ -48,6 +84,8 @@ impl ConnInfo {
             identity: None,
             tracker: None,
             stats: None,
+            tunnel: None,
+            nested: None,
         }
     }
 }

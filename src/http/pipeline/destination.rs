@@ -78,6 +78,9 @@ pub(super) fn phase<B: http_body::Body>(
         crate::http::limits::check_transfer_codings(req.headers())?;
     }
     let dest = destination(req, ctx.conn.tls)?;
+    if let Some(tunnel) = &ctx.conn.tunnel {
+        same_as_tunnel(req, &dest, tunnel)?;
+    }
     // A request that keeps coming back (a Backend or destination pointing at egressd itself)
     // is stopped here instead of multiplying until a limit breaks.
     let hops = egressd_hops(req.headers());
@@ -85,6 +88,30 @@ pub(super) fn phase<B: http_body::Body>(
         return Err(ProxyError::LoopDetected { hops });
     }
     Ok(dest)
+}
+
+/// Inside a tunnel served as HTTP, every request is for the CONNECT's host and port (RFC 9110
+/// §15.5.20: 421 for a request this connection cannot serve), and none is a CONNECT itself.
+fn same_as_tunnel<B>(
+    req: &Request<B>,
+    dest: &Destination,
+    tunnel: &super::ctx::TunnelOrigin,
+) -> Result<(), ProxyError> {
+    // An extended CONNECT (`:protocol`, a websocket over HTTP/2) is a request like any other.
+    let extended = req.extensions().get::<hyper::ext::Protocol>().is_some();
+    if req.method() == Method::CONNECT && !extended {
+        return Err(ProxyError::InvalidRequest(
+            "a CONNECT inside a CONNECT tunnel".into(),
+        ));
+    }
+    let port = dest.port_or_default();
+    if dest.host() != &*tunnel.host || port != tunnel.port {
+        return Err(ProxyError::Misdirected {
+            tunnel: format!("{}:{}", tunnel.host, tunnel.port),
+            asked: format!("{}:{port}", dest.host()),
+        });
+    }
+    Ok(())
 }
 
 /// The request's path normalised (`downstream.paths`, see `http::path`) before anything
@@ -199,6 +226,17 @@ fn check_target_form<B>(req: &Request<B>) -> Result<(), ProxyError> {
     if uri.path() == "*" && req.method() != Method::OPTIONS {
         return Err(ProxyError::InvalidRequest(
             "the request target `*` is for OPTIONS only (RFC 9112 §3.2.4)".into(),
+        ));
+    }
+    // `http::Uri` takes bytes over 0x7F as they come; a URI has none (RFC 3986 §2: they are
+    // percent-encoded), and a request line with them is invalid (RFC 9112 §3: 400).
+    if uri
+        .path_and_query()
+        .is_some_and(|pq| !pq.as_str().is_ascii())
+    {
+        return Err(ProxyError::InvalidRequest(
+            "the request target has bytes outside ASCII: percent-encode them (RFC 3986 §2.1)"
+                .into(),
         ));
     }
     Ok(())

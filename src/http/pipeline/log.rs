@@ -102,6 +102,7 @@ fn access_record(
         client_identity: ctx.conn.identity.as_ref().map(|i| i.shown()),
         proxy_user: ctx.user.as_deref().map(access_log::clipped),
         listener: ctx.conn.listener.to_string(),
+        intercepted: ctx.conn.tunnel.is_some(),
         method: logged.method.as_str().to_owned(),
         authority: logged.authority,
         path: logged.path,

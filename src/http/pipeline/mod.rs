@@ -20,7 +20,8 @@
 //! - `log`: metrics and the access log line.
 //!
 //! MCP is hooks the phases call (`mcp`). Only the relay differs by kind: `websocket`, `tunnel`,
-//! `passthrough`. No file imports the one that calls it (`.ci/module-cycles`).
+//! `passthrough`; a tunnel to a port that speaks HTTP is served as HTTP (`intercept`), its
+//! requests passing the phases again. No file imports the one that calls it (`.ci/module-cycles`).
 
 mod admit;
 mod answer;
@@ -31,6 +32,7 @@ mod ctx;
 mod destination;
 mod exchange;
 mod failure;
+mod intercept;
 mod kind;
 mod log;
 mod logged;
@@ -50,7 +52,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 
 use ctx::RequestCtx;
-pub(crate) use ctx::{ConnInfo, Held, Outliving};
+pub(crate) use ctx::{ConnInfo, Held, NestedHttp, NestedStream, Outliving};
 use kind::Kind;
 
 use crate::http::body::ProxyBody;
@@ -102,9 +104,17 @@ async fn proxy(
     destination::normalize_path(ctx, &mut req)?;
     let kind = Kind::of(&req)?;
     let access = ctx.snapshot.client_access.as_deref();
-    if let Some(access) = access.filter(|a| a.users.is_some()) {
+    if let Some(tunnel) = &ctx.conn.tunnel {
+        // Inside an intercepted tunnel: the CONNECT authenticated the user.
+        ctx.user = tunnel.user.clone();
+    } else if let Some(access) = access.filter(|a| a.users.is_some()) {
         // Boxed: only configs with proxy users carry its future.
         Box::pin(authorize::authenticate(ctx, access, &req)).await?;
+    }
+    if kind == Kind::Tunnel {
+        if let Some(how) = route::tunnel_http(ctx, &dest)? {
+            return Box::pin(intercept::phase(ctx, req, &dest, how)).await;
+        }
     }
     let routed = route::phase(ctx, &dest, Some(&req), kind)?;
     if let Some(access) = access {
@@ -127,6 +137,9 @@ async fn proxy(
             .await
         }
         Kind::Request => {
+            if let Some(reply) = prepare::final_recipient(&req) {
+                return Ok(reply);
+            }
             let mut prepared = prepare::phase(ctx, req, &dest, &routed)?;
             if ctx.timed() {
                 ctx.bytes_in = prepared.req.body_mut().count_undeclared();

@@ -6,12 +6,13 @@
 
 use http::header::{self, HeaderValue};
 use http::uri::{PathAndQuery, Uri};
-use http::{Request, Version};
+use http::{Method, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 
 use super::ctx::RequestCtx;
 use super::destination::Destination;
 use super::route::Routed;
+use crate::http::body::ProxyBody;
 use crate::http::error::ProxyError;
 use crate::http::headers::{add_forwarded_for, append_via, strip_hop_by_hop};
 use crate::snapshot::router::RouteEntry;
@@ -38,6 +39,64 @@ pub(super) fn phase(
     let mut req = rewrite(ctx, req, dest, target, routed.entry)?;
     inject_credentials(target, req.headers_mut())?;
     Ok(Prepared { req, hash })
+}
+
+/// RFC 9110 §7.6.2: a TRACE or OPTIONS request whose `Max-Forwards` is 0 is answered by
+/// egressd as its final recipient, not forwarded: OPTIONS with the methods egressd relays,
+/// TRACE with the request it received (without the credentials and cookies in it, §9.3.8).
+pub(super) fn final_recipient<B>(req: &Request<B>) -> Option<Response<ProxyBody>> {
+    let method = req.method();
+    if method != Method::OPTIONS && method != Method::TRACE {
+        return None;
+    }
+    if max_forwards(req.headers())? != 0 {
+        return None;
+    }
+    let mut response = if method == Method::OPTIONS {
+        let mut r = Response::new(ProxyBody::empty());
+        r.headers_mut().insert(
+            header::ALLOW,
+            HeaderValue::from_static(
+                "GET, HEAD, POST, PUT, DELETE, CONNECT, OPTIONS, TRACE, PATCH",
+            ),
+        );
+        r
+    } else {
+        let mut echo = format!("TRACE {} HTTP/1.1\r\n", req.uri()).into_bytes();
+        for (name, value) in req.headers() {
+            if [
+                header::AUTHORIZATION,
+                header::PROXY_AUTHORIZATION,
+                header::COOKIE,
+            ]
+            .contains(name)
+            {
+                continue;
+            }
+            echo.extend_from_slice(name.as_str().as_bytes());
+            echo.extend_from_slice(b": ");
+            echo.extend_from_slice(value.as_bytes());
+            echo.extend_from_slice(b"\r\n");
+        }
+        echo.extend_from_slice(b"\r\n");
+        let mut r = Response::new(ProxyBody::local(echo.into()));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("message/http"),
+        );
+        r
+    };
+    *response.status_mut() = StatusCode::OK;
+    Some(response)
+}
+
+/// `Max-Forwards` as a number (a value that is not one is no value).
+fn max_forwards(headers: &http::HeaderMap) -> Option<u32> {
+    std::str::from_utf8(headers.get(header::MAX_FORWARDS)?.as_bytes())
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Credentials the application never holds (`CredentialInjector` extensions).
@@ -86,6 +145,12 @@ fn rewrite(
             .is_some_and(|e| e.as_bytes().eq_ignore_ascii_case(b"100-continue"))
     {
         headers.remove(header::EXPECT);
+    }
+    // RFC 9110 §7.6.2: TRACE and OPTIONS count down their hops (0 was answered before).
+    if parts.method == Method::OPTIONS || parts.method == Method::TRACE {
+        if let Some(hops) = max_forwards(headers).filter(|&n| n > 0) {
+            headers.insert(header::MAX_FORWARDS, HeaderValue::from(hops - 1));
+        }
     }
     // RFC 9113 §8.2.3: the cookie-pairs HTTP/2 lets a client send as separate fields are one
     // field again on their way to HTTP/1.1 (and an HTTP/2 upstream takes either form).

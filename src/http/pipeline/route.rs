@@ -19,6 +19,7 @@ use crate::snapshot::router::{HttpRouter, RouteEntry, RouteInput, SniDecision};
 use crate::snapshot::undeclared::{Carriage, Refusal};
 use crate::snapshot::{wildcard, Target};
 use crate::telemetry::blocked::Via;
+use crate::upstream::connect::Transport;
 
 /// Where phase "route" sends a request.
 pub(super) struct Routed<'s> {
@@ -172,6 +173,57 @@ fn tunnel<'s>(
         target: Cow::Owned(target),
         entry: None,
     })
+}
+
+/// How the requests inside a CONNECT tunnel to a port that serves HTTP are served: through
+/// the pipeline, as if sent to egressd directly.
+pub(super) enum TunnelHttp {
+    /// A plaintext port (`CONNECT host:80` from clients such as Node's undici for `http://`).
+    Plain,
+    /// A port whose TLS egressd originates: the client's TLS is terminated with a certificate
+    /// for the host (`tlsInterception`).
+    Intercepted(Arc<crate::interception::Interceptor>),
+}
+
+/// Whether `CONNECT host:port` is to a declared port that serves HTTP — a Backend port of the
+/// host that is not TCP, or 443/80 of a host an HTTPRoute names — and so is served as HTTP
+/// inside the tunnel; `None` for every other CONNECT (routed as a tunnel). A port whose TLS
+/// egressd originates is refused unless `tlsInterception` is set and the port allows it: a
+/// tunnel would bypass it.
+pub(super) fn tunnel_http(
+    ctx: &RequestCtx<'_>,
+    dest: &Destination,
+) -> Result<Option<TunnelHttp>, ProxyError> {
+    let router = http_router(ctx)?;
+    let Some(port) = dest.port else {
+        return Ok(None);
+    };
+    let host = dest.host();
+    if router.tunnel(host, port).is_some() {
+        return Ok(None);
+    }
+    let interception = ctx.snapshot.interception.as_ref();
+    if let Some(target) = router.implicit(host).and_then(|i| i.target_on(port)) {
+        return match (&target.port.transport, interception) {
+            (Transport::Plain, _) => Ok(Some(TunnelHttp::Plain)),
+            (Transport::Tls(_), Some(i)) if target.port.interception => {
+                Ok(Some(TunnelHttp::Intercepted(i.clone())))
+            }
+            (Transport::Tls(_), _) => Err(ProxyError::ConnectToOriginatingPort {
+                host: host.to_owned(),
+                port,
+                backend: target.backend.label.clone(),
+            }),
+        };
+    }
+    if router.declares_host(host) {
+        return Ok(match (port, interception) {
+            (80, _) => Some(TunnelHttp::Plain),
+            (443, Some(i)) => Some(TunnelHttp::Intercepted(i.clone())),
+            _ => None,
+        });
+    }
+    Ok(None)
 }
 
 /// A TLS passthrough connection, by its SNI. The destination port is not in the ClientHello:

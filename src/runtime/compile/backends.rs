@@ -383,6 +383,8 @@ fn compile_port(
         tcp_keepalive: policy.tcp_keepalive,
         mcp,
         passthrough: mode == Some(TlsMode::Passthrough),
+        interception: port.interception.as_ref().map(|m| m.value)
+            != Some(crate::config::wire::enums::InterceptionMode::Disabled),
         transport: transport.transport,
         wire,
         http2,

@@ -13,6 +13,7 @@ mod destination;
 mod downstream;
 mod gateway_tls;
 mod health;
+mod interception;
 mod listeners;
 mod policy;
 mod policy_checks;
@@ -248,6 +249,7 @@ impl Checked {
             undeclared: self.undeclared,
             client_access: self.client_access,
             mcp_session_key: self.settings.mcp_session_key,
+            interception: self.settings.interception,
             tracing: None,
             config: self.set,
             diagnostics: self.diagnostics.as_slice().into(),

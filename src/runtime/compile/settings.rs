@@ -33,6 +33,8 @@ pub(crate) struct Settings {
     pub(crate) mcp_session_key: std::sync::Arc<crate::mcp::session::SessionKey>,
     /// `Gateway.spec.tls.backend.clientCertificateRef`, for Mutual Backends without one.
     pub(crate) gateway_client_certificate: super::gateway_tls::GatewayClientCertificate,
+    /// `tlsInterception`: what makes the certificates of intercepted hosts.
+    pub(crate) interception: Option<Arc<crate::interception::Interceptor>>,
 }
 
 impl std::ops::Deref for Settings {
@@ -51,6 +53,7 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
         denied_hostnames: Vec::new(),
         mcp_session_key: crate::mcp::session::SessionKey::of_this_process(),
         gateway_client_certificate: super::gateway_tls::default_client_certificate(cx, set),
+        interception: super::interception::compile(cx, set),
     };
     for extra in set.proxy_configs.iter().skip(1) {
         cx.error(

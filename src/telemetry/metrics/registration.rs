@@ -6,7 +6,8 @@ use prometheus_client::registry::Registry;
 
 use super::{
     latency_histogram, ActionLabel, BuildLabel, CauseLabel, Metrics, ReasonLabel, ResultLabel,
-    CONNECTION_REFUSALS, CONNECTION_TIMEOUTS, SEND_TIMEOUTS, UPSTREAM_TLS_CAUSES,
+    TlsLabel, CONNECTION_REFUSALS, CONNECTION_TIMEOUTS, INTERCEPTION_HANDSHAKE_FAILURES,
+    SEND_TIMEOUTS, UPSTREAM_TLS_CAUSES,
 };
 
 impl Default for Metrics {
@@ -55,6 +56,10 @@ impl Metrics {
             upstream_tls_failures: Default::default(),
             insecure_upstreams: Default::default(),
             downstream_tls_handshake_failures: Default::default(),
+            interception_handshake_failures: Default::default(),
+            intercepted_tunnels: Default::default(),
+            interception_leaves_cached: Default::default(),
+            interception_leaves_minted: Default::default(),
             tls_passthrough_rejected: Default::default(),
             websockets_active: Default::default(),
             websocket_bytes: Default::default(),
@@ -115,6 +120,14 @@ impl Metrics {
             let _ = self
                 .downstream_send_timeouts
                 .get_or_create(&ReasonLabel { reason });
+        }
+        for reason in INTERCEPTION_HANDSHAKE_FAILURES {
+            let _ = self
+                .interception_handshake_failures
+                .get_or_create(&ReasonLabel { reason });
+        }
+        for tls in ["true", "false"] {
+            let _ = self.intercepted_tunnels.get_or_create(&TlsLabel { tls });
         }
         for cause in UPSTREAM_TLS_CAUSES {
             let _ = self
@@ -189,6 +202,14 @@ impl Metrics {
             "downstream_tls_handshake_failures",
             "Failed or timed out TLS handshakes with clients on HTTPS listeners",
             self.downstream_tls_handshake_failures.clone(),
+        );
+        registry.register("interception_handshake_failures", "Intercepted CONNECT tunnels whose TLS handshake with the client failed, by reason (unknown_ca, bad_certificate, certificate_unknown: the client refused egressd's certificate; sni_mismatch: the ClientHello named another host than the CONNECT)", self.interception_handshake_failures.clone());
+        registry.register("intercepted_tunnels", "CONNECT tunnels whose requests egressd served through its pipeline, by tls (true: intercepted TLS; false: plaintext HTTP inside the tunnel)", self.intercepted_tunnels.clone());
+        registry.register("interception_leaves_cached", "Hosts whose interception certificates egressd keeps (at most tlsInterception.leaf.cacheSize)", self.interception_leaves_cached.clone());
+        registry.register(
+            "interception_leaves_minted",
+            "Interception certificates egressd made (on a blocking thread) since it started",
+            self.interception_leaves_minted.clone(),
         );
         registry.register("tls_passthrough_rejected", "Connections to TLS Passthrough listeners closed without a tunnel, by cause (not_tls, no_sni, destination_not_allowed, ...)", self.tls_passthrough_rejected.clone());
         registry.register(
