@@ -187,6 +187,32 @@ async fn curl_with_https_proxy_gets_the_backend_s_features() {
         proxy.metric("egressd_intercepted_tunnels_total{tls=\"true\"}"),
         2.0
     );
+    // `/status` names the CA as openssl prints its fingerprint; `/config` shows no key.
+    let fingerprint = Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+        .arg(&world.ca_crt)
+        .output()
+        .expect("openssl x509");
+    let fingerprint = String::from_utf8(fingerprint.stdout).unwrap();
+    let status: serde_json::Value = serde_json::from_slice(
+        &common::proxy::get(proxy.admin, "localhost", "/status")
+            .await
+            .body,
+    )
+    .unwrap();
+    let shown = status["interception"]["caFingerprintSha256"]
+        .as_str()
+        .unwrap();
+    assert!(
+        fingerprint.trim().ends_with(shown),
+        "{fingerprint} vs {shown}"
+    );
+    assert_eq!(status["interception"]["cachedHosts"], 1);
+    let config = common::proxy::get(proxy.admin, "localhost", "/config")
+        .await
+        .text();
+    assert!(config.contains("tlsInterception"), "{config}");
+    assert!(!config.contains("PRIVATE KEY"), "{config}");
     let lines = common::eventually(
         "two intercepted lines in the access log",
         std::time::Duration::from_secs(5),
@@ -543,4 +569,73 @@ async fn the_documented_examples_load_and_the_sidecar_example_works_with_curl() 
         .get("authorization")
         .and_then(|v| v.to_str().ok());
     assert_eq!(authorization, Some(format!("Bearer {TOKEN}").as_str()));
+}
+
+/// The proxy user a CONNECT authenticated is the identity of every request inside the
+/// tunnel: an EgressPolicy that lets alice reach the API lets her requests through and
+/// answers bob's with 403 `client_not_allowed`, and the access log names the user.
+#[tokio::test]
+async fn the_connect_s_proxy_user_is_who_egress_policy_judges_inside_the_tunnel() {
+    let world = World::new().await;
+    let users = world.dir.path().join("users");
+    let hash = |password: &str| {
+        let out = Command::new("openssl")
+            .args(["passwd", "-5", "-salt", "egressdtest", password])
+            .output()
+            .expect("openssl passwd");
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    std::fs::write(
+        &users,
+        format!("alice:{}\nbob:{}\n", hash("pw-alice"), hash("pw-bob")),
+    )
+    .unwrap();
+    let policy = "---\napiVersion: egressd.dev/v1alpha1\nkind: EgressPolicy\nmetadata: {name: api-users}\nspec:\n  clients: {proxyUsers: [alice]}\n  to: {backendRefs: [{name: api}]}\n";
+    let yaml = world.yaml(true, policy).replace(
+        "  drain: {timeout: 1s}\n",
+        &format!(
+            "  drain: {{timeout: 1s}}\n  clientPolicy: {{proxyUsers: {{file: {}, required: true}}}}\n",
+            users.display()
+        ),
+    );
+    let proxy = TestProxy::start(&yaml).await;
+    let through_as = |user: &str| {
+        vec![
+            "--proxy-user".to_owned(),
+            user.to_owned(),
+            "-w".to_owned(),
+            " %{http_code}".to_owned(),
+            "--cacert".to_owned(),
+            world.ca_crt.display().to_string(),
+            world.api_url("/v1/items"),
+        ]
+    };
+    let (code, body, stderr) = curl(proxy.http(), through_as("alice:pw-alice")).await;
+    assert_eq!((code, body.as_str()), (0, "api 200"), "{stderr}");
+    let (code, body, stderr) = curl(proxy.http(), through_as("bob:pw-bob")).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(body.ends_with(" 403"), "{body}");
+    assert!(body.contains("bob"), "the refusal names the client: {body}");
+    // Without credentials the CONNECT itself is refused (407): no tunnel, no certificate.
+    let (code, _, stderr) = curl(proxy.http(), vec![world.api_url("/")]).await;
+    assert_ne!(code, 0, "{stderr}");
+    assert_eq!(
+        world.api.request_count(),
+        1,
+        "only alice's request went upstream"
+    );
+    let lines = common::eventually(
+        "both intercepted lines",
+        std::time::Duration::from_secs(5),
+        || {
+            let lines = world.access_log();
+            let done = lines.iter().filter(|l| l["intercepted"] == true).count() == 2;
+            async move { done.then_some(lines) }
+        },
+    )
+    .await;
+    let inside: Vec<_> = lines.iter().filter(|l| l["intercepted"] == true).collect();
+    assert_eq!(inside[0]["proxy_user"], "alice");
+    assert_eq!(inside[1]["proxy_user"], "bob");
+    assert_eq!(inside[1]["error"], "client_not_allowed");
 }
