@@ -186,39 +186,26 @@ fn host_limits(
     let wildcard = host.is_some_and(|h| h.starts_with("*."));
     let mut limits = HostLimits::default();
     let field = |name: &str| format!("spec.destination.fqdn.{name}");
-    if let Some(max) = &fqdn.max_hosts {
+    let count = |cx: &mut Cx, name: &str, value: &Option<Spanned<u32>>, default, beyond: &str| {
+        let max = value.as_ref()?;
+        let at_field = at(site.file, site.id, max.pos, field(name));
         if !wildcard {
-            cx.error(
-                at(site.file, site.id, max.pos, field("maxHosts")),
-                "maxHosts is for wildcard hostnames (`*.example.com`)",
-                "remove it",
-            );
+            let what = format!("{name} is for wildcard hostnames (`*.example.com`){beyond}");
+            cx.error(at_field, what, "remove it");
         } else if max.value == 0 {
-            cx.error(
-                at(site.file, site.id, max.pos, field("maxHosts")),
-                "maxHosts must be at least 1",
-                "omit it for the default, 256",
-            );
+            let hint = format!("omit it for the default, {default}");
+            cx.error(at_field, format!("{name} must be at least 1"), hint);
         } else {
-            limits.max_hosts = max.value as usize;
+            return Some(max.value as usize);
         }
+        None
+    };
+    if let Some(max) = count(cx, "maxHosts", &fqdn.max_hosts, 256, "") {
+        limits.max_hosts = max;
     }
-    if let Some(max) = &fqdn.max_endpoints {
-        if !wildcard {
-            cx.error(
-                at(site.file, site.id, max.pos, field("maxEndpoints")),
-                "maxEndpoints is for wildcard hostnames (`*.example.com`); dns.maxAddressesPerAnswer of the ProxyConfig bounds one name's",
-                "remove it",
-            );
-        } else if max.value == 0 {
-            cx.error(
-                at(site.file, site.id, max.pos, field("maxEndpoints")),
-                "maxEndpoints must be at least 1",
-                "omit it for the default, 2048",
-            );
-        } else {
-            limits.max_endpoints = max.value as usize;
-        }
+    let one_name = "; dns.maxAddressesPerAnswer of the ProxyConfig bounds one name's";
+    if let Some(max) = count(cx, "maxEndpoints", &fqdn.max_endpoints, 2048, one_name) {
+        limits.max_endpoints = max;
     }
     if let Some(idle) = &fqdn.host_idle_timeout {
         let idle_timeout = std::time::Duration::from(idle.value);
