@@ -639,3 +639,23 @@ async fn the_connect_s_proxy_user_is_who_egress_policy_judges_inside_the_tunnel(
     assert_eq!(inside[1]["proxy_user"], "bob");
     assert_eq!(inside[1]["error"], "client_not_allowed");
 }
+
+/// A port that says `interception: Disabled` is refused as without interception, and no
+/// certificate is made for it.
+#[tokio::test]
+async fn a_port_can_opt_out_of_interception() {
+    let world = World::new().await;
+    let port = world.api.addr.port();
+    let yaml = world.yaml(true, "").replace(
+        &format!("ports: [{{number: {port}}}]"),
+        &format!("ports: [{{number: {port}, interception: Disabled}}]"),
+    );
+    let proxy = TestProxy::start(&yaml).await;
+    let (status, reply, _) = connect(proxy.http(), &format!("{API}:{port}")).await;
+    assert_eq!(status, 403, "{reply}");
+    assert!(reply.contains("connect_to_originating_port"), "{reply}");
+    assert_eq!(
+        proxy.metric("egressd_interception_leaves_minted_total"),
+        0.0
+    );
+}
