@@ -659,3 +659,55 @@ async fn a_port_can_opt_out_of_interception() {
         0.0
     );
 }
+
+/// gRPC inside an intercepted tunnel: a client that CONNECTs and speaks TLS with ALPN `h2` to
+/// egressd's certificate makes unary and server-streaming calls that reach a TLS gRPC server
+/// (a `protocol: GRPC` Backend) with the credential injected, trailers and all.
+#[tokio::test]
+async fn grpc_calls_pass_an_intercepted_tunnel() {
+    use common::grpc::client::{CallOptions, GrpcClient};
+    use common::grpc::server::{Deadlines, EchoServer};
+    use common::grpc::EchoRequest;
+    let world = World::new().await;
+    let grpc_ca = TestCa::new("grpc");
+    std::fs::write(world.dir.path().join("grpc-ca.pem"), grpc_ca.pem()).unwrap();
+    let server = EchoServer::start_tls(
+        Deadlines::Enforce,
+        &grpc_ca.server_cert(&[San::dns("rpc.test")]),
+    )
+    .await;
+    world.dns.set("rpc.test", &[Ipv4Addr::LOCALHOST], 300);
+    let port = server.addr.port();
+    let backend = format!(
+        "---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: rpc}}\nspec:\n  destination:\n    type: FQDN\n    fqdn: {{hostname: rpc.test, allowedAddresses: [127.0.0.0/8]}}\n    ports: [{{number: {port}}}]\n  protocol: GRPC\n  tls:\n    mode: Simple\n    validation: {{caCertificateFiles: [{}]}}\n  extensions:\n  - name: token\n    type: CredentialInjector\n    config: {{header: x-api-token, credential: {{valueFile: {}}}}}\n",
+        world.path("grpc-ca.pem"),
+        world.path("token")
+    );
+    let proxy = TestProxy::start(&world.yaml(true, &backend)).await;
+    let target = format!("rpc.test:{port}");
+    let (status, head, stream) = connect(proxy.http(), &target).await;
+    assert_eq!(status, 200, "{head}");
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile_certs(&std::fs::read(&world.ca_crt).unwrap()) {
+        roots.add(cert).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(common::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut client = GrpcClient::tls_over(stream, &target, config, "rpc.test").await;
+    let response = client
+        .unary(EchoRequest::new("hello"), &CallOptions::default())
+        .await
+        .expect("unary call through the interception");
+    assert_eq!(response.get_ref().message, "hello");
+    let mut request = EchoRequest::new("tick");
+    request.count = 3;
+    let stream = client.server_stream(request, &CallOptions::default()).await;
+    assert_eq!(stream.status.code(), tonic::Code::Ok, "{:?}", stream.status);
+    assert_eq!(stream.messages().len(), 3);
+    let rpcs = server.rpcs();
+    assert_eq!(rpcs.len(), 2);
+    assert_eq!(rpcs[0].headers.get("x-api-token").unwrap(), TOKEN);
+}

@@ -115,11 +115,22 @@ impl GrpcClient {
         ca: &TestCa,
         server_name: &str,
     ) -> GrpcClient {
-        let mut config = (*ca.client_config(true)).clone();
+        let stream = TcpStream::connect(addr).await.expect("connect gRPC client");
+        let config = (*ca.client_config(true)).clone();
+        Self::tls_over(stream, authority, config, server_name).await
+    }
+
+    /// TLS with ALPN `h2` on `stream` (a connection, or a CONNECT tunnel through a proxy),
+    /// trusting what `config` trusts, with SNI `server_name`.
+    pub(crate) async fn tls_over(
+        stream: TcpStream,
+        authority: &str,
+        mut config: rustls::ClientConfig,
+        server_name: &str,
+    ) -> GrpcClient {
         config.alpn_protocols = vec![b"h2".to_vec()];
         let name =
             rustls::pki_types::ServerName::try_from(server_name.to_owned()).expect("server name");
-        let stream = TcpStream::connect(addr).await.expect("connect gRPC client");
         let stream = tokio_rustls::TlsConnector::from(Arc::new(config))
             .connect(name, stream)
             .await
