@@ -711,3 +711,34 @@ async fn grpc_calls_pass_an_intercepted_tunnel() {
     assert_eq!(rpcs.len(), 2);
     assert_eq!(rpcs[0].headers.get("x-api-token").unwrap(), TOKEN);
 }
+
+/// The CA can come from a `kubernetes.io/tls` Secret document of the config (`tls.crt`,
+/// `tls.key`), as `kubectl create secret tls` writes it, instead of files.
+#[tokio::test]
+async fn the_ca_can_come_from_a_tls_secret_document() {
+    let world = World::new().await;
+    let pem = |name: &str| std::fs::read_to_string(world.dir.path().join("ca").join(name)).unwrap();
+    let indent = |text: String| text.trim_end().replace('\n', "\n    ");
+    let secret = format!(
+        "---\napiVersion: v1\nkind: Secret\nmetadata: {{name: interception-ca}}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n    {}\n  tls.key: |\n    {}\n",
+        indent(pem("ca.crt")),
+        indent(pem("ca.key"))
+    );
+    let files = format!(
+        "ca: {{certificateFile: {}, privateKeyFile: {}}}",
+        world.path("ca/ca.crt"),
+        world.path("ca/ca.key")
+    );
+    let yaml = world
+        .yaml(true, &secret)
+        .replace(&files, "ca: {secretRef: {name: interception-ca}}");
+    assert!(yaml.contains("secretRef"), "{yaml}");
+    let proxy = TestProxy::start(&yaml).await;
+    let args = vec![
+        "--cacert".to_owned(),
+        world.ca_crt.display().to_string(),
+        world.api_url("/from-secret"),
+    ];
+    let (code, body, stderr) = curl(proxy.http(), args).await;
+    assert_eq!((code, body.as_str()), (0, "api"), "{stderr}");
+}
