@@ -161,6 +161,33 @@ async fn intercepted_handshake(
     common::tls::subject_cn(leaf).ok_or_else(|| "a leaf without a common name".to_owned())
 }
 
+/// `h{i}.w.test`: the i-th host of the wildcard Backend.
+fn host(i: usize) -> String {
+    format!("h{i}.w.test")
+}
+
+/// An intercepted handshake with each of [`HOSTS`] distinct hosts, [`CONCURRENCY`] at once:
+/// what went wrong (a failed CONNECT or handshake, a leaf for another host), if anything.
+async fn handshakes_with_distinct_hosts(
+    proxy: SocketAddr,
+    tls: &tokio_rustls::TlsConnector,
+    port: u16,
+) -> Vec<String> {
+    futures_util::stream::iter(0..HOSTS)
+        .map(|i| async move {
+            let host = host(i);
+            match intercepted_handshake(proxy, tls, &host, port).await {
+                Ok(cn) if cn == host => None,
+                Ok(cn) => Some(format!("{host}: a leaf for {cn}")),
+                Err(e) => Some(e),
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .filter_map(|failure| async move { failure })
+        .collect()
+        .await
+}
+
 /// The two counters the test reads: (hosts cached, leaves minted so far).
 async fn leaves(egressd: &Egressd) -> (f64, f64) {
     (
@@ -191,26 +218,10 @@ async fn ten_thousand_hosts_keep_the_leaf_cache_and_memory_bounded() {
     let egressd = Egressd::spawn_with(dir.path(), &["--no-watch"]).await;
     let proxy = egressd.listener_addr("default/gw/http").await;
     let tls = tokio_rustls::TlsConnector::from(client_config(&dir.path().join("ca/ca.crt")));
-    let host = |i: usize| format!("h{i}.w.test");
     let before = egressd.peak_rss_kib();
 
     let started = Instant::now();
-    let failures: Vec<String> = futures_util::stream::iter(0..HOSTS)
-        .map(|i| {
-            let tls = tls.clone();
-            async move {
-                let host = host(i);
-                match intercepted_handshake(proxy, &tls, &host, port).await {
-                    Ok(cn) if cn == host => None,
-                    Ok(cn) => Some(format!("{host}: a leaf for {cn}")),
-                    Err(e) => Some(e),
-                }
-            }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .filter_map(|failure| async move { failure })
-        .collect()
-        .await;
+    let failures = handshakes_with_distinct_hosts(proxy, &tls, port).await;
     let took = started.elapsed();
     let after = egressd.peak_rss_kib();
     eprintln!(
