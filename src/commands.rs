@@ -162,6 +162,46 @@ pub use crate::interception::init::{
 
 /// `egressd ca init`: makes an interception CA and writes `ca.crt` and `ca.key` into
 /// `options.dir`; the error says why nothing (or nothing usable) was written.
+/// The DNS suffixes a CA for the config at `paths` needs to sign for (`egressd ca init
+/// --config`): every name a CONNECT could be intercepted for, a wildcard `*.example.com` as
+/// `example.com`, names under another in the list left out. Empty when the config has none;
+/// an error when it does not load, or when a name is an IP address (name constraints on DNS
+/// names alone would let the CA sign for any address).
+pub fn interception_names(paths: &[PathBuf]) -> Result<Vec<String>, String> {
+    let (validation, compiled) = validate_compiled(paths, ValidateOptions::default());
+    let compiled = match compiled {
+        Some(compiled) if validation.ok => compiled,
+        _ => return Err(format!("the config does not load:\n{}", validation.report)),
+    };
+    let mut names: Vec<String> = compiled
+        .snapshot
+        .routers
+        .values()
+        .flat_map(|router| router.interceptable_names())
+        .map(|name| {
+            name.trim_start_matches("*.")
+                .trim_start_matches('.')
+                .to_owned()
+        })
+        .collect();
+    if let Some(ip) = names
+        .iter()
+        .find(|n| n.parse::<std::net::IpAddr>().is_ok() || n.starts_with('['))
+    {
+        return Err(format!("{ip} is an IP address: a CA constrained to DNS names would still sign for it; make the CA without --config"));
+    }
+    names.sort();
+    names.dedup();
+    // `api.example.com` needs nothing once `example.com` is permitted.
+    let covered = |n: &String, by: &String| n != by && n.ends_with(&format!(".{by}"));
+    let kept = names
+        .iter()
+        .filter(|n| !names.iter().any(|by| covered(n, by)))
+        .cloned()
+        .collect();
+    Ok(kept)
+}
+
 pub fn ca_init(options: &CaInitOptions) -> Result<CaInitReport, String> {
     crate::interception::init::init(options).map_err(|e| e.to_string())
 }

@@ -134,6 +134,11 @@ enum CaCommand {
         /// constraints, which clients enforce); repeat for several. Default: any name.
         #[arg(long = "permitted-dns", value_name = "SUFFIX")]
         permitted_dns: Vec<String>,
+        /// Permit exactly the names this config could intercept (its Backends' hostnames
+        /// whose TLS egressd originates, and its routes' hostnames), besides any
+        /// --permitted-dns.
+        #[arg(long = "config", value_name = "DIR")]
+        config: Vec<PathBuf>,
         /// Days until the CA expires. 825: two years of use, and three months to roll out its
         /// successor.
         #[arg(long, value_name = "DAYS",
@@ -237,9 +242,29 @@ fn ca(command: CaCommand) -> ExitCode {
     let CaCommand::Init {
         dir,
         name,
-        permitted_dns,
+        mut permitted_dns,
+        config,
         validity,
     } = command;
+    if !config.is_empty() {
+        match egressd::commands::interception_names(&config) {
+            Ok(names) if names.is_empty() => {
+                eprintln!("egressd ca init: the config names nothing egressd could intercept (no Backend port whose TLS it originates, no route hostname)");
+                return ExitCode::FAILURE;
+            }
+            Ok(names) => {
+                println!(
+                    "permitted DNS names (from the config): {}",
+                    names.join(", ")
+                );
+                permitted_dns.extend(names);
+            }
+            Err(e) => {
+                eprintln!("egressd ca init --config: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let options = egressd::commands::CaInitOptions {
         dir,
         name,

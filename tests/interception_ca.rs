@@ -142,3 +142,63 @@ fn ca_init_refuses_what_is_not_a_dns_suffix() {
     );
     assert!(!tmp.path().join("ca.key").exists());
 }
+
+/// `ca init --config DIR` permits exactly what the config could intercept: the hostname of a
+/// Backend port whose TLS egressd originates, a wildcard Backend's domain, a route's hostname
+/// — not a Passthrough or plaintext Backend's, nor a port with `interception: Disabled`.
+#[test]
+fn ca_init_takes_its_name_constraints_from_the_config() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let config = tmp.path().join("config");
+    std::fs::create_dir(&config).unwrap();
+    let backend = |name: &str, host: &str, extra: &str| {
+        format!("---\napiVersion: egressd.dev/v1alpha1\nkind: Backend\nmetadata: {{name: {name}}}\nspec:\n  destination:\n    type: FQDN\n    fqdn: {{hostname: \"{host}\"}}\n    ports: [{{number: 443{extra}}}]\n")
+    };
+    let yaml = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw}\nspec:\n  listeners:\n  - {name: http, address: 127.0.0.1, port: 0, protocol: HTTP}\n".to_owned()
+        + &backend("github", "api.github.com", "")
+        + &backend("pkgs", "*.pkgs.example", "")
+        + &backend("pkgs-api", "api.pkgs.example", "")
+        + &backend("opted-out", "secret.test", ", interception: Disabled")
+        + &backend("plain", "plain.test", "")
+        + "  tls: {mode: InsecureDisable}\n"
+        + &backend("tunnel", "tunnel.test", "")
+        + "  tls: {mode: Passthrough}\n"
+        + "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec:\n  hostnames: [routed.test]\n  rules: [{backendRefs: [{name: github}]}]\n";
+    std::fs::write(config.join("egressd.yaml"), yaml).unwrap();
+    let dir = tmp.path().join("ca");
+    let out = egressd_in_shell(
+        "true",
+        &[
+            "ca",
+            "init",
+            dir.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(
+            "permitted DNS names (from the config): api.github.com, pkgs.example, routed.test"
+        ),
+        "{stdout}"
+    );
+    let text = openssl(&[
+        "x509",
+        "-in",
+        dir.join("ca.crt").to_str().unwrap(),
+        "-noout",
+        "-text",
+    ]);
+    for name in ["api.github.com", "pkgs.example", "routed.test"] {
+        assert!(text.contains(&format!("DNS:{name}")), "{name}: {text}");
+    }
+    for name in ["secret.test", "plain.test", "tunnel.test"] {
+        assert!(!text.contains(name), "{name}: {text}");
+    }
+}

@@ -392,6 +392,26 @@ impl HttpRouter {
         exact_or_wildcard(&self.implicit, host)
     }
 
+    /// The names a CONNECT may be intercepted for (`tlsInterception`): hosts of FQDN Backend
+    /// ports whose TLS egressd originates and that allow it, and the hostnames of routes (a
+    /// wildcard as written, `*.example.com`).
+    pub(crate) fn interceptable_names(&self) -> impl Iterator<Item = &str> {
+        let backends = self.implicit.iter().filter_map(|(host, route)| {
+            let intercepted = route.targets.iter().any(|t| {
+                t.port.interception
+                    && matches!(
+                        t.port.transport,
+                        crate::upstream::connect::Transport::Tls(_)
+                    )
+            });
+            intercepted.then_some(host.as_str())
+        });
+        let wildcard_routes = self.wildcard.iter().map(|(suffix, _)| suffix.as_str());
+        backends
+            .chain(self.exact.keys().map(String::as_str))
+            .chain(wildcard_routes)
+    }
+
     /// The Backend a `CONNECT host:port` may tunnel to: declared, with `port` a TCP port.
     pub(crate) fn tunnel(&self, host: &str, port: u16) -> Option<&Arc<Target>> {
         exact_or_wildcard(&self.tunnels, host)?
