@@ -11,10 +11,11 @@ mod common;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use common::proxy::{get_with_headers, ip_backend, preamble_with, route_to, Response, TestProxy};
+use common::proxy::{
+    get_with_headers, ip_backend, preamble_with, raw_exchange as raw, route_to, Response, TestProxy,
+};
 use common::upstream::{read_request_head, RawUpstream, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const HOST: &str = "svc.test";
 
@@ -41,27 +42,6 @@ fn local_replies(proxy: &TestProxy, code: &str) -> f64 {
         .lines()
         .find_map(|l| l.strip_prefix(series.as_str()))
         .map_or(0.0, |v| v.trim().parse().expect("numeric sample"))
-}
-
-/// Writes `request` as is on a new connection and reads what comes back until the proxy
-/// closes: the status line's code and the whole text.
-async fn raw(addr: SocketAddr, request: &[u8]) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    stream.write_all(request).await.expect("write request");
-    let mut answer = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => answer.extend_from_slice(&buf[..n]),
-        }
-    }
-    let text = String::from_utf8_lossy(&answer).into_owned();
-    let status = text
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no HTTP response: {text:?}"));
-    (status, text)
 }
 
 /// A request head with `method`, `target` and header `extra` (`name: value\r\n` lines).

@@ -8,10 +8,10 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::proxy::{ip_backend, preamble_with, TestProxy};
+use common::proxy::{
+    ip_backend, preamble_with, raw_error_code as error_code, raw_exchange, TestProxy,
+};
 use common::upstream::Upstream;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const HOST: &str = "svc.test";
 
@@ -32,26 +32,8 @@ async fn proxy(paths: &str, upstream: SocketAddr) -> TestProxy {
 
 /// `GET target` written as is on a new connection; the status and the whole answer.
 async fn get_raw(addr: SocketAddr, target: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
     let request = format!("GET {target} HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer).await;
-    let text = String::from_utf8_lossy(&answer).into_owned();
-    let status = text
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no HTTP response to {target}: {text:?}"));
-    (status, text)
-}
-
-fn error_code(text: &str) -> Option<&str> {
-    let head = text.split("\r\n\r\n").next().unwrap_or_default();
-    head.lines().find_map(|line| {
-        let (name, value) = line.split_once(':')?;
-        name.eq_ignore_ascii_case("x-egressd-error")
-            .then(|| value.trim())
-    })
+    raw_exchange(addr, request.as_bytes()).await
 }
 
 /// Sends each `(target, status, code)` and checks the answer.

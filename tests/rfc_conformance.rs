@@ -7,7 +7,9 @@ mod common;
 use std::net::SocketAddr;
 
 use common::h2frames::{self, frame, read_frame, END_HEADERS, END_STREAM, HEADERS};
-use common::proxy::{ip_backend, preamble, route_to, TestProxy};
+use common::proxy::{
+    ip_backend, preamble, raw_error_code as error_code, raw_exchange as raw, route_to, TestProxy,
+};
 use common::upstream::{read_request_head, RawUpstream, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -20,37 +22,7 @@ async fn proxy(upstream: SocketAddr) -> TestProxy {
     TestProxy::start(&yaml).await
 }
 
-/// Writes `request` as is on a new connection and reads until the proxy closes: the status
-/// line's code and the whole text.
-async fn raw(addr: SocketAddr, request: &[u8]) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    stream.write_all(request).await.expect("write request");
-    let mut answer = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => answer.extend_from_slice(&buf[..n]),
-        }
-    }
-    let text = String::from_utf8_lossy(&answer).into_owned();
-    let status = text
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no HTTP response: {text:?}"));
-    (status, text)
-}
-
 /// The `x-egressd-error` of a raw response, if any.
-fn error_code(text: &str) -> Option<&str> {
-    let head = text.split("\r\n\r\n").next().unwrap_or_default();
-    head.lines().find_map(|line| {
-        let (name, value) = line.split_once(':')?;
-        name.eq_ignore_ascii_case("x-egressd-error")
-            .then(|| value.trim())
-    })
-}
-
 /// RFC 9112 §6.1: a transfer coding egressd does not implement is 501 (Envoy and nginx say
 /// the same), `chunked` twice is 400; neither reaches the upstream. Before, `gzip, chunked`
 /// went upstream as a plain chunked body: the coding was dropped and the gzip bytes passed

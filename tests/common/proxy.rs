@@ -422,3 +422,35 @@ pub(crate) fn sample(text: &str, series: &str) -> f64 {
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
         .map_or(0.0, |v| v.trim().parse().expect("numeric sample"))
 }
+
+/// Writes `request` as is on a new connection to `addr` and reads until egressd closes: the
+/// status line's code and the whole answer as text (for heads no HTTP client would send).
+pub(crate) async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("write request");
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP response: {text:?}"));
+    (status, text)
+}
+
+/// The `x-egressd-error` in the head of a raw answer, if any.
+pub(crate) fn raw_error_code(text: &str) -> Option<&str> {
+    let head = text.split("\r\n\r\n").next().unwrap_or_default();
+    head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("x-egressd-error")
+            .then(|| value.trim())
+    })
+}
