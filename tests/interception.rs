@@ -295,19 +295,22 @@ async fn tls_over(
     ca_crt: &Path,
     sni: &str,
 ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(trusting(ca_crt)));
+    let name = rustls::pki_types::ServerName::try_from(sni.to_owned()).unwrap();
+    connector.connect(name, stream).await
+}
+
+/// A TLS client config trusting only the CA certificate(s) in `ca_crt`.
+fn trusting(ca_crt: &Path) -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(ca_crt).unwrap();
-    for cert in rustls_pemfile_certs(&pem) {
+    for cert in rustls_pemfile_certs(&std::fs::read(ca_crt).unwrap()) {
         roots.add(cert).unwrap();
     }
-    let config = rustls::ClientConfig::builder_with_provider(common::tls::provider())
+    rustls::ClientConfig::builder_with_provider(common::tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let name = rustls::pki_types::ServerName::try_from(sni.to_owned()).unwrap();
-    connector.connect(name, stream).await
+        .with_no_client_auth()
 }
 
 fn rustls_pemfile_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static>> {
@@ -687,15 +690,7 @@ async fn grpc_calls_pass_an_intercepted_tunnel() {
     let target = format!("rpc.test:{port}");
     let (status, head, stream) = connect(proxy.http(), &target).await;
     assert_eq!(status, 200, "{head}");
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile_certs(&std::fs::read(&world.ca_crt).unwrap()) {
-        roots.add(cert).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(common::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let config = trusting(&world.ca_crt);
     let mut client = GrpcClient::tls_over(stream, &target, config, "rpc.test").await;
     let response = client
         .unary(EchoRequest::new("hello"), &CallOptions::default())
