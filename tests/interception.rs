@@ -131,6 +131,21 @@ spec:
     fn access_log(&self) -> Vec<serde_json::Value> {
         common::proxy::json_lines(&self.dir.path().join("access.log"))
     }
+
+    /// The access log once it has `n` lines marked intercepted (they are written by a
+    /// background thread).
+    async fn access_log_with_intercepted(&self, n: usize) -> Vec<serde_json::Value> {
+        common::eventually(
+            &format!("{n} intercepted lines in the access log"),
+            std::time::Duration::from_secs(5),
+            || {
+                let lines = self.access_log();
+                let done = lines.iter().filter(|l| l["intercepted"] == true).count() == n;
+                async move { done.then_some(lines) }
+            },
+        )
+        .await
+    }
 }
 
 /// curl through `HTTPS_PROXY=http://proxy`: (exit code, body, stderr).
@@ -213,16 +228,7 @@ async fn curl_with_https_proxy_gets_the_backend_s_features() {
         .text();
     assert!(config.contains("tlsInterception"), "{config}");
     assert!(!config.contains("PRIVATE KEY"), "{config}");
-    let lines = common::eventually(
-        "two intercepted lines in the access log",
-        std::time::Duration::from_secs(5),
-        || {
-            let lines = world.access_log();
-            let done = lines.iter().filter(|l| l["intercepted"] == true).count() == 2;
-            async move { done.then_some(lines) }
-        },
-    )
-    .await;
+    let lines = world.access_log_with_intercepted(2).await;
     for path in ["/v1/items", "/v2/items"] {
         let line = lines
             .iter()
@@ -627,16 +633,7 @@ async fn the_connect_s_proxy_user_is_who_egress_policy_judges_inside_the_tunnel(
         1,
         "only alice's request went upstream"
     );
-    let lines = common::eventually(
-        "both intercepted lines",
-        std::time::Duration::from_secs(5),
-        || {
-            let lines = world.access_log();
-            let done = lines.iter().filter(|l| l["intercepted"] == true).count() == 2;
-            async move { done.then_some(lines) }
-        },
-    )
-    .await;
+    let lines = world.access_log_with_intercepted(2).await;
     let inside: Vec<_> = lines.iter().filter(|l| l["intercepted"] == true).collect();
     assert_eq!(inside[0]["proxy_user"], "alice");
     assert_eq!(inside[1]["proxy_user"], "bob");
