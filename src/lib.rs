@@ -42,6 +42,7 @@ pub mod listener;
 pub mod mcp;
 pub(crate) mod names;
 pub(crate) mod policy;
+pub(crate) mod ratelimit;
 pub mod probe;
 pub mod runtime;
 pub mod snapshot;

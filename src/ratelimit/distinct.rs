@@ -1,0 +1,1 @@
+//! The counters of a `Distinct` rule (to be written).

@@ -1,0 +1,51 @@
+//! Rate limits (`BackendTrafficPolicy.spec.rateLimit`): how many requests a rule lets through
+//! per unit of time, counted in this process (`local`) or in Redis for every replica together
+//! (`global`). A leaf below `snapshot`: it knows quotas, counters and the Redis store, not
+//! requests (the pipeline's phase "limit" picks the rules a request matches).
+//!
+//! Every rule counts with a sliding window (two fixed windows, the previous one weighted by how
+//! much of it still overlaps the last `period`): at most about `requests` in any `period`, as
+//! users read "600 a minute", with one counter pair per rule (and per distinct value).
+//!
+//! - [`window`]: one rule's counter, lock-free across worker threads.
+//! - [`distinct`]: the counters of a `Distinct` rule, one per value, bounded in entries.
+//! - [`redis`]: the same algorithm as one Lua script in Redis, shared by replicas.
+
+// Filled in step by step (#33); the pipeline uses it once the phase "limit" lands.
+#![allow(dead_code)]
+
+pub(crate) mod clock;
+pub(crate) mod distinct;
+pub(crate) mod redis;
+pub(crate) mod window;
+
+use std::time::Duration;
+
+/// A limit: `requests` per `period`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Quota {
+    /// At least 1.
+    pub(crate) requests: u32,
+    /// One second, minute, hour or day.
+    pub(crate) period: Duration,
+}
+
+impl Quota {
+    /// The period in milliseconds (at most a day's 86,400,000).
+    pub(crate) fn period_ms(&self) -> u64 {
+        u64::try_from(self.period.as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// What one rule decided about one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Decision {
+    /// Counted: within the limit. A request over it is not counted.
+    pub(crate) allowed: bool,
+    /// Requests the rule would still let through now (after this one, when allowed): the
+    /// `r` of the `RateLimit` header.
+    pub(crate) remaining: u32,
+    /// When denied: how long until one more request would be let through (`Retry-After`,
+    /// the `t` of `RateLimit`). When allowed: until the current window ends.
+    pub(crate) reset: Duration,
+}

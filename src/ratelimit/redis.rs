@@ -1,0 +1,1 @@
+//! Global limits in Redis (to be written).

@@ -1,0 +1,1 @@
+//! One rule's sliding-window counter (to be written).
