@@ -380,3 +380,98 @@ async fn a_websockets_access_log_line_is_written_when_it_closes_with_its_bytes()
     assert!(line["bytes_in"].as_u64().unwrap() > 20, "{line}");
     assert!(line["bytes_out"].as_u64().unwrap() > 20, "{line}");
 }
+
+/// A rate limit counts every kind once, when it opens: the second websocket, `CONNECT` and
+/// passthrough connection over a limit of one an hour are refused (429 `rate_limited`, a
+/// closed connection), while the first of each stays open.
+#[tokio::test]
+async fn a_websocket_a_tunnel_and_a_passthrough_connection_each_count_once_against_a_rate_limit() {
+    let dns = TestDns::start().await;
+    dns.set(PASS_HOST, &[Ipv4Addr::LOCALHOST], 60);
+    dns.set(TUNNEL_HOST, &[Ipv4Addr::LOCALHOST], 60);
+    let ca = TestCa::new("limits");
+    let tls_upstream = TlsUpstream::start(
+        "api",
+        ca.server_cert(&[San::dns(PASS_HOST)]),
+        TlsOptions::default(),
+    )
+    .await;
+    let plain = Upstream::start("plain").await;
+    let echo = common::websocket::EchoServer::start().await;
+    let limit = "  trafficPolicy: {rateLimit: {local: {rules: [{name: one, limit: {requests: 1, unit: Hour}}]}}}\n";
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let yaml = (preamble(Some(dns.addr))
+        + PASSTHROUGH_LISTENER
+        + &passthrough_backend("pass", PASS_HOST, tls_upstream.addr.port(), limit)
+        + &tcp_backend("tunnel", TUNNEL_HOST, plain.addr.port(), limit)
+        + &ip_backend("echo", echo.addr, limit)
+        + &route_to(WS_HOST, "echo"))
+        .replace(
+            "  accessLog:\n    enabled: false\n",
+            &format!("  accessLog: {{path: \"{}\"}}\n", log.display()),
+        );
+    let proxy = TestProxy::start(&yaml).await;
+
+    // Websockets: the first opens, the second is refused before any upstream sees it.
+    let stream = TcpStream::connect(proxy.http()).await.unwrap();
+    let request =
+        tungstenite::client::IntoClientRequest::into_client_request(format!("ws://{WS_HOST}/chat"))
+            .unwrap();
+    let (_open_ws, _) = tokio_tungstenite::client_async(request, stream)
+        .await
+        .expect("the first websocket opens");
+    let (status, code) = ws_status(proxy.http(), WS_HOST).await;
+    assert_eq!((status, code.as_deref()), (429, Some("rate_limited")));
+
+    // CONNECT: the same.
+    let target = format!("{TUNNEL_HOST}:{}", plain.addr.port());
+    let (status, head, _tunnel) = connect(proxy.http(), &target).await;
+    assert_eq!(status, 200, "{head}");
+    let (status, head, _) = connect(proxy.http(), &target).await;
+    assert_eq!(status, 429, "{head}");
+    assert!(head.to_ascii_lowercase().contains("retry-after:"), "{head}");
+
+    // Passthrough: the second connection is closed without a byte.
+    let listener = proxy.listener("default/edge/tls");
+    let handshake = || {
+        let config = ca.client_config(true);
+        async move {
+            let tcp = TcpStream::connect(listener).await.unwrap();
+            tokio_rustls::TlsConnector::from(config)
+                .connect(PASS_HOST.try_into().unwrap(), tcp)
+                .await
+        }
+    };
+    let _held = handshake().await.expect("the first connection is relayed");
+    assert!(handshake().await.is_err(), "the second is over the limit");
+    assert_eq!(passthrough_rejected(&proxy, "rate_limited").await, 1);
+
+    for backend in ["pass", "tunnel", "echo"] {
+        let series = |decision: &str| {
+            format!("egressd_ratelimit_decisions_total{{policy=\"Backend default/{backend}\",rule=\"one\",decision=\"{decision}\"}}")
+        };
+        assert_eq!(metric(&proxy, &series("allowed")).await, 1.0, "{backend}");
+        assert_eq!(metric(&proxy, &series("limited")).await, 1.0, "{backend}");
+    }
+    let lines = poll_within(Duration::from_secs(5), || async {
+        let lines: Vec<_> = json_lines(&log)
+            .into_iter()
+            .filter(|l| l["error"] == "rate_limited")
+            .collect();
+        (lines.len() == 3).then_some(lines)
+    })
+    .await
+    .unwrap_or_else(|| panic!("three refusals logged: {:?}", json_lines(&log)));
+    for method in ["GET", "CONNECT", "TLS"] {
+        let line = lines.iter().find(|l| l["method"] == method).unwrap();
+        assert_eq!(line["status"], 429, "{line}");
+        assert!(
+            line["rate_limit"]
+                .as_str()
+                .unwrap()
+                .starts_with("limited Backend default/"),
+            "{line}"
+        );
+    }
+}

@@ -415,6 +415,65 @@ fn status(shared: &Shared) -> serde_json::Value {
                 "certificatesFailed": i.mint_failures_total(),
             })
         }),
+        "rateLimits": snapshot.rate_limits.iter().map(|p| rate_limit_status(&p.0)).collect::<Vec<_>>(),
+        "redis": snapshot.rate_limit_store.as_ref().map(|store| redis_status(store)),
+    })
+}
+
+/// One rate limit policy (per scope) in `/status`: each rule's limit and, for local rules,
+/// what its counters hold now.
+pub(crate) fn rate_limit_status(
+    policy: &crate::ratelimit::rules::RateLimitPolicy,
+) -> serde_json::Value {
+    use crate::ratelimit::rules::{Counter, LocalCounter};
+    let now = crate::ratelimit::clock::now_ms();
+    let rules = |kind: &str, rules: &[crate::ratelimit::rules::Rule]| -> Vec<serde_json::Value> {
+        rules
+            .iter()
+            .map(|r| {
+                let mut rule = serde_json::json!({
+                    "name": &*r.label,
+                    "counts": kind,
+                    "requests": r.quota.requests,
+                    "periodSeconds": r.quota.period.as_secs(),
+                });
+                if let Counter::Local(counter) = &r.counter {
+                    match &**counter {
+                        LocalCounter::One(c) => rule["used"] = c.used(r.quota, now).into(),
+                        LocalCounter::Distinct(t) => {
+                            rule["usedMax"] = t.used_max(r.quota, now).into();
+                            rule["distinctValues"] = t.len().into();
+                            rule["evicted"] = t.evicted().into();
+                            rule["maxBytes"] = t.max_bytes().into();
+                        }
+                    }
+                }
+                rule
+            })
+            .collect()
+    };
+    let mut all = rules("local", &policy.local);
+    all.extend(rules("global", &policy.global));
+    serde_json::json!({
+        "policy": &*policy.name,
+        "scope": &*policy.scope,
+        "mode": if policy.report { "Report" } else { "Enforce" },
+        "rules": all,
+    })
+}
+
+/// The Redis store of global rate limits in `/status`: where, and whether it answers.
+pub(crate) fn redis_status(store: &crate::ratelimit::redis::GlobalStore) -> serde_json::Value {
+    use crate::ratelimit::redis::StoreHealth;
+    let (state, error) = match store.health() {
+        StoreHealth::Connecting => ("connecting", None),
+        StoreHealth::Up => ("up", None),
+        StoreHealth::Down { error } => ("down", Some(error)),
+    };
+    serde_json::json!({
+        "address": store.settings().address,
+        "state": state,
+        "lastError": error,
     })
 }
 

@@ -176,6 +176,20 @@ pub(crate) enum ProxyError {
     ProxyAuthBusy,
     #[error("request loop: it has already passed egressd {hops} times (Via); a Backend or destination points back at egressd")]
     LoopDetected { hops: usize },
+    /// A `rateLimit` rule's quota is used up (`mode: Enforce`).
+    #[error("rate limited by {policy} rule {rule} ({} requests per {}s); retry in {}s", quota.requests, quota.period.as_secs(), retry_after_secs(*reset))]
+    RateLimited {
+        policy: Arc<str>,
+        rule: Arc<str>,
+        quota: crate::ratelimit::Quota,
+        /// Until one more request would be let through.
+        reset: Duration,
+    },
+    /// Redis could not decide on a `global` rule and `failureMode` is `Closed`.
+    #[error(
+        "rate limit {policy} cannot be checked ({reason}); failureMode Closed refuses the request"
+    )]
+    RateLimitUnavailable { policy: Arc<str>, reason: String },
     #[error("{0} is not supported yet")]
     NotSupported(&'static str),
     #[error("this listener is being removed; retry the request")]
@@ -306,6 +320,8 @@ impl ProxyError {
             ProxyError::ProxyAuthRequired { .. } => row::PROXY_AUTH_REQUIRED,
             ProxyError::ProxyAuthBusy => row::PROXY_AUTH_BUSY,
             ProxyError::LoopDetected { .. } => row::LOOP_DETECTED,
+            ProxyError::RateLimited { .. } => row::RATE_LIMITED,
+            ProxyError::RateLimitUnavailable { .. } => row::RATE_LIMIT_UNAVAILABLE,
             ProxyError::NotSupported(_) => row::NOT_SUPPORTED,
             ProxyError::ListenerGone => row::LISTENER_DRAINING,
         }
@@ -439,7 +455,48 @@ pub(crate) fn local_reply(err: &ProxyError) -> Response<ProxyBody> {
     if let ProxyError::ProxyAuthRequired { challenge, .. } = err {
         headers.insert(http::header::PROXY_AUTHENTICATE, challenge.clone());
     }
+    rate_limit_headers(err, headers);
     response
+}
+
+/// `Retry-After` (RFC 9110 §10.2.3) in whole seconds, at least 1: a client retrying sooner
+/// would be refused again.
+pub(crate) fn retry_after_secs(reset: Duration) -> u64 {
+    reset.as_millis().div_ceil(1000).max(1) as u64
+}
+
+/// A 429's `Retry-After`, and the quota in the IETF draft's fields
+/// (draft-ietf-httpapi-ratelimit-headers): `RateLimit-Policy: "rule";q=100;w=60` and
+/// `RateLimit: "rule";r=0;t=17`.
+pub(crate) fn rate_limit_headers(err: &ProxyError, headers: &mut http::HeaderMap) {
+    let ProxyError::RateLimited {
+        rule, quota, reset, ..
+    } = err
+    else {
+        return;
+    };
+    let secs = retry_after_secs(*reset);
+    // An sf-string: printable ASCII, with `"` and `\` escaped.
+    let name: String = rule
+        .chars()
+        .filter(|c| c.is_ascii_graphic() || *c == ' ')
+        .flat_map(|c| match c {
+            '"' | '\\' => vec!['\\', c],
+            c => vec![c],
+        })
+        .collect();
+    let policy = format!(
+        "\"{name}\";q={};w={}",
+        quota.requests,
+        quota.period.as_secs()
+    );
+    let state = format!("\"{name}\";r=0;t={secs}");
+    headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+    for (field, value) in [("ratelimit-policy", policy), ("ratelimit", state)] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(field, v);
+        }
+    }
 }
 
 mod blame;

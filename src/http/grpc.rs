@@ -84,6 +84,7 @@ pub(crate) fn local_reply(err: &ProxyError) -> Response<ProxyBody> {
     headers.insert("grpc-status", class.grpc.value());
     headers.insert("grpc-message", message(&format!("egressd: {err}")));
     headers.insert(ERROR_HEADER, HeaderValue::from_static(class.code));
+    crate::http::error::rate_limit_headers(err, headers);
     response
 }
 

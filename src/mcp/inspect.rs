@@ -159,6 +159,18 @@ pub fn header_mismatch_reply(id: Option<&Value>, reason: &str) -> Vec<u8> {
     error_reply(id, -32020, reason)
 }
 
+/// The answer to a call over a rate limit: a JSON-RPC server error (-32029, in the range JSON-RPC
+/// leaves to implementations) the SDKs raise as the call's error, with the seconds to wait in
+/// `data.retryAfter`.
+pub fn rate_limited_reply(id: Option<&Value>, message: &str, retry_after_secs: u64) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id.cloned().unwrap_or(Value::Null),
+        "error": {"code": -32029, "message": message, "data": {"retryAfter": retry_after_secs}},
+    }))
+    .unwrap_or_default()
+}
+
 fn error_reply(id: Option<&Value>, code: i64, message: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "jsonrpc": "2.0",

@@ -17,6 +17,7 @@
 pub(crate) mod clock;
 pub(crate) mod distinct;
 pub(crate) mod redis;
+pub(crate) mod rules;
 pub(crate) mod window;
 
 use std::time::Duration;

@@ -17,6 +17,7 @@ use crate::config::load::Loaded;
 use crate::config::yaml::Pos;
 use crate::config::{parse_files, read_paths, Diagnostic, LoadCache, LoadLimits, ReadFiles};
 use crate::listener::ListenerManager;
+use crate::ratelimit::redis::GlobalStore;
 use crate::runtime::watch::ConfigWatcher;
 use crate::snapshot::shared::{ReloadStatus, Shared};
 use crate::snapshot::Snapshot;
@@ -249,7 +250,19 @@ impl Reloader {
         attempt.compiled_at = compiled_at;
         let wanted = compiled.snapshot.settings.tracing.clone();
         compiled.snapshot.tracing = self.span_exporter(inner, attempt.cause, wanted).await?;
+        compiled.snapshot.rate_limit_store = self.rate_limit_store(&compiled.snapshot);
         Ok(compiled)
+    }
+
+    /// The Redis store of `rateLimit.redis`: the serving one when its settings are the same
+    /// (its connections and health carry on), else a new one connecting in the background.
+    fn rate_limit_store(&self, snapshot: &Snapshot) -> Option<Arc<GlobalStore>> {
+        let wanted = snapshot.settings.rate_limit_redis.as_ref()?;
+        let serving = self.shared.snapshot.load();
+        match &serving.rate_limit_store {
+            Some(store) if store.settings() == wanted => Some(store.clone()),
+            _ => Some(GlobalStore::start(wanted.clone())),
+        }
     }
 
     /// The span exporter for the `tracing` settings `wanted`: the serving one when they are

@@ -55,6 +55,11 @@ pub struct Snapshot {
     pub(crate) mcp_session_key: Arc<crate::mcp::session::SessionKey>,
     /// `tlsInterception`: makes the certificates egressd presents in intercepted tunnels.
     pub(crate) interception: Option<Arc<crate::interception::Interceptor>>,
+    /// Where `global` rate limit rules count (`rateLimit.redis`), attached when the config is
+    /// applied (the same store across reloads while its settings do not change).
+    pub(crate) rate_limit_store: Option<Arc<crate::ratelimit::redis::GlobalStore>>,
+    /// Every `rateLimit` section in use, per scope (for `/status` and the console).
+    pub(crate) rate_limits: Vec<RateLimitRef>,
     /// The config as written (for `/config`, redacted there).
     pub(crate) config: Arc<ConfigSet>,
     /// What compiling this config reported (warnings only, for a config that serves): each
@@ -120,6 +125,8 @@ impl Snapshot {
             client_access: None,
             mcp_session_key: crate::mcp::session::SessionKey::of_this_process(),
             interception: None,
+            rate_limit_store: None,
+            rate_limits: Vec::new(),
             tracing: None,
             config: Arc::default(),
             diagnostics: Arc::new([]),
@@ -159,6 +166,10 @@ pub(crate) struct ProxySettings {
     pub(crate) admin_allowed_hosts: Vec<String>,
     /// egressd's own spans (`tracing`), when configured.
     pub(crate) tracing: Option<crate::telemetry::trace::TracingSettings>,
+    /// `rateLimit.redis`, when configured.
+    pub(crate) rate_limit_redis: Option<crate::ratelimit::redis::RedisSettings>,
+    /// `rateLimit.redis.failureMode: Closed`.
+    pub(crate) rate_limit_failure_closed: bool,
 }
 
 impl Default for ProxySettings {
@@ -185,6 +196,8 @@ impl Default for ProxySettings {
             admin_max_connections: 32,
             admin_allowed_hosts: Vec::new(),
             tracing: None,
+            rate_limit_redis: None,
+            rate_limit_failure_closed: false,
         }
     }
 }
@@ -442,6 +455,27 @@ pub struct RequestPolicy {
     pub(crate) websocket: bool,
     /// `retry`, when set.
     pub(crate) retry: Option<RetryPolicy>,
+    /// `rateLimit`, when set: the rules and counters of this request's scope.
+    pub(crate) rate_limit: Option<RateLimitRef>,
+}
+
+/// A compiled `rateLimit` section, compared by identity: request policies that share one
+/// share its counters.
+#[derive(Clone, Debug)]
+pub(crate) struct RateLimitRef(pub(crate) Arc<crate::ratelimit::rules::RateLimitPolicy>);
+
+impl PartialEq for RateLimitRef {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for RateLimitRef {}
+
+impl std::hash::Hash for RateLimitRef {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.0), state);
+    }
 }
 
 /// `retry`, resolved.
@@ -492,6 +526,7 @@ impl Default for RequestPolicy {
             stream_idle_timeout: Some(Duration::from_secs(300)),
             websocket: true,
             retry: None,
+            rate_limit: None,
         }
     }
 }

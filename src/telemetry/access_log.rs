@@ -65,6 +65,10 @@ pub(crate) struct AccessRecord {
     pub(crate) mcp_method: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) mcp_tool: Option<String>,
+    /// A rate limit rule refused the request (`limited policy/rule`) or would have under
+    /// `mode: Report` (`would_limit policy/rule`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rate_limit: Option<String>,
     /// From the request's arrival until the upstream's response headers (the last attempt).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) upstream_ttfb_ms: Option<f64>,
@@ -303,6 +307,7 @@ mod tests {
             bytes_out: 5,
             mcp_method: None,
             mcp_tool: None,
+            rate_limit: None,
             upstream_ttfb_ms: None,
             upstream_connect_ms: None,
             upstream_tls: None,

@@ -78,6 +78,14 @@ pub(crate) struct ReasonLabel {
     pub(crate) reason: &'static str,
 }
 
+/// A rate limit rule and what it decided.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RateLimitLabel {
+    pub(crate) policy: String,
+    pub(crate) rule: String,
+    pub(crate) decision: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CauseLabel {
     pub(crate) cause: &'static str,
@@ -166,6 +174,38 @@ pub(crate) const FAILURE_CODES: [&str; 3] = [
     "upstream_timeout",
     "upstream_protocol_error",
 ];
+
+/// The decision counters of one rate limit rule, resolved once per rule and config
+/// generation.
+#[derive(Debug)]
+pub(crate) struct RateLimitStats {
+    pub(crate) allowed: Counter,
+    pub(crate) limited: Counter,
+    pub(crate) would_limit: Counter,
+}
+
+impl Metrics {
+    /// The counters of rule `rule` of rate limit policy `policy`.
+    pub(crate) fn ratelimit_stats(&self, policy: &str, rule: &str) -> RateLimitStats {
+        let counter = |decision| {
+            self.ratelimit_decisions
+                .get_or_create(&RateLimitLabel {
+                    policy: policy.to_owned(),
+                    rule: rule.to_owned(),
+                    decision,
+                })
+                .clone()
+        };
+        RateLimitStats {
+            allowed: counter("allowed"),
+            limited: counter("limited"),
+            would_limit: counter("would_limit"),
+        }
+    }
+}
+
+/// The `reason`s of `egressd_ratelimit_redis_errors_total`.
+pub(crate) const RATELIMIT_REDIS_ERRORS: [&str; 4] = ["unavailable", "timeout", "auth", "other"];
 
 /// The per-attempt metrics of one Backend, resolved once per Backend and config generation:
 /// a request costs atomic increments, never a label lookup.
@@ -390,6 +430,13 @@ pub struct Metrics {
     pub(crate) interception_leaves_cached: Gauge,
     pub(crate) interception_leaves_minted: Counter,
     pub(crate) tls_passthrough_rejected: Family<CauseLabel, Counter>,
+    /// Rate limit decisions by policy, rule and decision (`allowed`, `limited`,
+    /// `would_limit`): labels from the config, never from distinct values.
+    pub(crate) ratelimit_decisions: Family<RateLimitLabel, Counter>,
+    /// Decisions Redis could not make, by reason (`unavailable`, `timeout`, `auth`, `other`).
+    pub(crate) ratelimit_redis_errors: Family<ReasonLabel, Counter>,
+    /// Requests let through (`Open`) or refused (`Closed`) because Redis could not decide.
+    pub(crate) ratelimit_failure_mode: Family<ActionLabel, Counter>,
     pub(crate) websockets_active: Family<BackendLabel, Gauge>,
     pub(crate) websocket_bytes: Family<BackendDirectionLabel, Counter>,
     pub(crate) outlier_ejections: Family<BackendReasonLabel, Counter>,

@@ -84,7 +84,13 @@ impl Egressd {
             .arg("run")
             .arg("--config")
             .arg(config_dir)
-            .args(["--workers", "1", "--admin-address", "127.0.0.1:0"])
+            // One worker unless the test asks for more.
+            .args(
+                ["--workers", "1"]
+                    .iter()
+                    .filter(|_| !extra_args.contains(&"--workers")),
+            )
+            .args(["--admin-address", "127.0.0.1:0"])
             .arg("--admin-address-file")
             .arg(&address_file)
             .args(extra_args)

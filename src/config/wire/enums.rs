@@ -384,3 +384,55 @@ wire_enum! {
         UnescapeAndForward = "UnescapeAndForward" | "UNESCAPE_AND_FORWARD",
     }
 }
+
+wire_enum! {
+    /// Which section of `rateLimit` applies (Envoy Gateway's `type`).
+    pub(crate) enum RateLimitType {
+        Local = "Local" | "LOCAL",
+        Global = "Global" | "GLOBAL",
+    }
+}
+
+wire_enum! {
+    /// The unit of a rate limit.
+    pub(crate) enum RateLimitUnit {
+        Second = "Second" | "SECOND",
+        Minute = "Minute" | "MINUTE",
+        Hour = "Hour" | "HOUR",
+        Day = "Day" | "DAY",
+    }
+}
+
+wire_enum! {
+    /// How a rate limit rule matches a header.
+    pub(crate) enum RateLimitHeaderType {
+        Exact = "Exact" | "EXACT",
+        RegularExpression = "RegularExpression" | "REGULAR_EXPRESSION",
+        Distinct = "Distinct" | "DISTINCT",
+    }
+}
+
+wire_enum! {
+    /// How a rate limit rule matches the path.
+    pub(crate) enum RateLimitPathType {
+        PathPrefix = "PathPrefix" | "PATH_PREFIX",
+        Exact = "Exact" | "EXACT",
+        RegularExpression = "RegularExpression" | "REGULAR_EXPRESSION",
+    }
+}
+
+wire_enum! {
+    /// One counter for every match (`Exact`) or one per distinct address or identity.
+    pub(crate) enum RateLimitSourceType {
+        Exact = "Exact" | "EXACT",
+        Distinct = "Distinct" | "DISTINCT",
+    }
+}
+
+wire_enum! {
+    /// What a request gets when Redis cannot decide on it.
+    pub(crate) enum RateLimitFailureMode {
+        Open = "Open" | "OPEN",
+        Closed = "Closed" | "CLOSED",
+    }
+}

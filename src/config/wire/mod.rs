@@ -22,6 +22,7 @@ pub(crate) mod enums;
 pub(crate) mod gateway;
 pub(crate) mod policy;
 pub(crate) mod proxy;
+pub(crate) mod rate_limit;
 pub(crate) mod route;
 pub(crate) mod secret;
 pub(crate) mod tls_route;

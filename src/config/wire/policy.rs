@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{NotYetSupported, PolicyTargetRef};
 use super::enums::{ConsistentHashType, HealthCheckType, LoadBalancerType, LookupFamily};
+use super::rate_limit::RateLimitSpec;
 use crate::config::units::{GwDuration, Quantity};
 use crate::config::yaml::Spanned;
 
@@ -27,6 +28,8 @@ macro_rules! policy_sections {
             $vis dns: Option<Spanned<DnsPolicy>>,
             $vis http2: Option<Spanned<Http2Policy>>,
             $vis http_upgrade: Option<Spanned<Vec<HttpUpgrade>>>,
+            /// Requests per unit of time (docs/rate-limits.md).
+            $vis rate_limit: Option<Spanned<RateLimitSpec>>,
         }
     };
 }
@@ -56,6 +59,7 @@ impl BackendTrafficPolicySpec {
             dns: self.dns.clone(),
             http2: self.http2.clone(),
             http_upgrade: self.http_upgrade.clone(),
+            rate_limit: self.rate_limit.clone(),
         }
     }
 }

@@ -5,7 +5,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::SecretRef;
-use super::enums::{AccessLogFormat, ClientPolicyDefault, EscapedSlashesAction, OutboundPolicy};
+use super::enums::{
+    AccessLogFormat, ClientPolicyDefault, EscapedSlashesAction, OutboundPolicy,
+    RateLimitFailureMode,
+};
 use crate::config::units::{GwDuration, Quantity};
 use crate::config::yaml::Spanned;
 
@@ -44,11 +47,59 @@ pub(crate) struct ProxyConfigSpec {
     /// originates is answered `200`, and egressd completes the client's TLS with a certificate
     /// for the host signed by this CA, so the requests inside pass the HTTP pipeline.
     pub(crate) tls_interception: Option<Spanned<TlsInterceptionSpec>>,
+    /// Rate limits: the Redis `global` rules count in, and the bounds of `Distinct` rules.
+    pub(crate) rate_limit: Option<Spanned<ProxyRateLimitSpec>>,
     /// Every warning is an error: a reload with one is refused (the last good config keeps
     /// serving), as `egressd validate --strict` reports it. Default false. For shared
     /// gateways, where a warning such as a `Conflicted` Backend means another team's change
     /// did not do what it says.
     pub(crate) strict: Option<bool>,
+}
+
+/// `ProxyConfig.spec.rateLimit`.
+#[apply(wire!)]
+#[derive(Default)]
+pub(crate) struct ProxyRateLimitSpec {
+    /// Where `global` rules count, shared by every replica pointed at it.
+    pub(crate) redis: Option<Spanned<RedisSpec>>,
+    /// Counters one `Distinct` local rule keeps (one per distinct value), at most (default
+    /// 10000); past it, the values seen least recently are forgotten (and counted).
+    pub(crate) max_distinct_values: Option<Spanned<u32>>,
+}
+
+/// `ProxyConfig.spec.rateLimit.redis`.
+#[apply(wire!)]
+pub(crate) struct RedisSpec {
+    /// `host:port` of the Redis server (a name resolved by the system, or an address).
+    pub(crate) address: Spanned<String>,
+    /// TLS to Redis, verified (its name: the host of `address` unless `serverName` says).
+    pub(crate) tls: Option<Spanned<RedisTlsSpec>>,
+    /// An ACL user (Redis 6+); without it, the password is the default user's (`requirepass`).
+    pub(crate) username: Option<Spanned<String>>,
+    /// The password: `valueFile` or `secretRef` (key `password` by default).
+    pub(crate) password: Option<Spanned<super::backend::CredentialSource>>,
+    /// The logical database (default 0).
+    pub(crate) database: Option<Spanned<u32>>,
+    /// Put before every key egressd writes (default `egressd:rl:`).
+    pub(crate) key_prefix: Option<Spanned<String>>,
+    /// The longest a request waits for Redis's decision (default 20ms); past it, the
+    /// `failureMode` applies.
+    pub(crate) timeout: Option<Spanned<GwDuration>>,
+    /// `Open` (default): a request Redis cannot decide on passes. `Closed`: it is refused
+    /// (503 `rate_limit_unavailable`).
+    pub(crate) failure_mode: Option<Spanned<RateLimitFailureMode>>,
+    /// Multiplexed connections to Redis (default 2), picked in turn.
+    pub(crate) connections: Option<Spanned<u32>>,
+}
+
+/// `ProxyConfig.spec.rateLimit.redis.tls`.
+#[apply(wire!)]
+#[derive(Default)]
+pub(crate) struct RedisTlsSpec {
+    /// CA certificates (PEM) Redis's certificate must chain to (default: the system's).
+    pub(crate) ca_certificate_file: Option<Spanned<String>>,
+    /// The name verified and sent as SNI (default: the host of `address`).
+    pub(crate) server_name: Option<Spanned<String>>,
 }
 
 /// `ProxyConfig.spec.tlsInterception`.

@@ -66,5 +66,7 @@ pub(crate) const CLIENT_NOT_ALLOWED:       Class = local(S::FORBIDDEN, "client_n
 pub(crate) const PROXY_AUTH_REQUIRED:      Class = local(S::PROXY_AUTHENTICATION_REQUIRED, "proxy_auth_required", G::PermissionDenied, R::Never);
 pub(crate) const PROXY_AUTH_BUSY:          Class = local(S::TOO_MANY_REQUESTS, "proxy_auth_busy", G::ResourceExhausted, R::Never);
 pub(crate) const LOOP_DETECTED:            Class = local(S::LOOP_DETECTED, "loop_detected", G::Internal, R::Never);
+pub(crate) const RATE_LIMITED:             Class = local(S::TOO_MANY_REQUESTS, "rate_limited", G::ResourceExhausted, R::Never);
+pub(crate) const RATE_LIMIT_UNAVAILABLE:   Class = local(S::SERVICE_UNAVAILABLE, "rate_limit_unavailable", G::Unavailable, R::Never);
 pub(crate) const NOT_SUPPORTED:            Class = local(S::NOT_IMPLEMENTED, "not_supported", G::Unimplemented, R::Never);
 pub(crate) const LISTENER_DRAINING:        Class = local(S::SERVICE_UNAVAILABLE, "listener_draining", G::Unavailable, R::Never);

@@ -129,6 +129,8 @@ pub(super) struct RequestCtx<'a> {
     /// The `x-egressd-error` code of an answer egressd gave itself without failing (a denied
     /// MCP tool call is a JSON-RPC error inside a 200).
     pub(super) local_error: Option<&'static str>,
+    /// Phase "limit": `limited policy/rule` or `would_limit policy/rule`, for the access log.
+    pub(super) rate_limit: Option<String>,
     /// The bytes of a request body without a declared length, counted as it is sent (only
     /// when logged).
     pub(super) bytes_in: Option<Arc<AtomicU64>>,
@@ -254,6 +256,7 @@ impl<'a> RequestCtx<'a> {
             mcp_method: None,
             mcp_tool: None,
             local_error: None,
+            rate_limit: None,
             bytes_in: None,
             relay_end: None,
         }

@@ -119,6 +119,7 @@ fn access_record(
         bytes_out: 0,
         mcp_method: ctx.mcp_method.take(),
         mcp_tool: ctx.mcp_tool.take(),
+        rate_limit: ctx.rate_limit.take(),
         upstream_ttfb_ms: ctx.upstream.ttfb.map(access_log::millis),
         upstream_connect_ms: ctx.upstream.connect.map(access_log::millis),
         upstream_tls: ctx.upstream.tls.map(|t| t.version),

@@ -3,7 +3,7 @@
 //! of its own, sharing one [`RequestCtx`]:
 //!
 //! ```text
-//! destination ─> route ─> authorize ─> admit ─> prepare ─> pick and connect ⟲ retry ─> respond ─> log
+//! destination ─> route ─> authorize ─> limit ─> admit ─> prepare ─> pick and connect ⟲ retry ─> respond ─> log
 //! ```
 //!
 //! - `destination`: the host and port asked for (a passthrough connection's SNI), canonical;
@@ -11,6 +11,7 @@
 //! - `route`: HTTPRoute rule, implicit route or outbound policy → a Backend port; a CONNECT by
 //!   host and TCP port, a passthrough connection by SNI.
 //! - `authorize`: the client's identity judged for the destination (EgressPolicy).
+//! - `limit`: the `rateLimit` rules (local counters, then Redis for global ones).
 //! - `admit`: the circuit breaker's slots.
 //! - `prepare`: the request as it goes upstream (URI, headers, filters, credentials).
 //! - `attempt`: pick an endpoint; one [`attempt::Attempt`] per try, recorded alike for every
@@ -34,6 +35,7 @@ mod exchange;
 mod failure;
 mod intercept;
 mod kind;
+mod limit;
 mod log;
 mod logged;
 mod mcp;
@@ -121,6 +123,17 @@ async fn proxy(
         authorize::phase(ctx, access, &dest, &routed, kind)?;
     }
     let kind = kind.allowed_by(&routed.target)?;
+    if let Some(rules) = &routed.target.policy.rate_limit {
+        if !mcp::judged_later(&rules.0, &routed.target, &req, kind) {
+            let request = limit::Request {
+                method: req.method().as_str(),
+                path: req.uri().path(),
+                headers: Some(req.headers()),
+                mcp: None,
+            };
+            limit::phase(ctx, &rules.0, request).await?;
+        }
+    }
     let admitted = admit::phase(&routed.target, kind)?;
     match kind {
         // Boxed: their futures are larger than a request's, and every request would carry

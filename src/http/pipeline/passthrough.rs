@@ -1,6 +1,7 @@
 //! A TLS passthrough connection through the same phases as every other kind of traffic:
 //! destination (its ClientHello's SNI, canonical) → route (TLSRoutes, Passthrough Backends,
-//! the outbound policy) → authorize (the source address: the client's TLS is its own) → admit
+//! the outbound policy) → authorize (the source address: the client's TLS is its own) → limit
+//! (one request per connection) → admit
 //! → pick and connect (`tunnel::open`) → relay → log. Only the relay is its own: the
 //! ClientHello already read is sent first, then bytes go both ways untouched; egressd never
 //! sees plaintext, and the client verifies the endpoint's own certificate.
@@ -101,6 +102,15 @@ async fn proxy(
     let routed = super::route::phase(ctx, dest, None, kind)?;
     if let Some(access) = ctx.snapshot.client_access.as_deref() {
         super::authorize::phase(ctx, access, dest, &routed, kind)?;
+    }
+    if let Some(rules) = &routed.target.policy.rate_limit {
+        let request = super::limit::Request {
+            method: "",
+            path: "",
+            headers: None,
+            mcp: None,
+        };
+        super::limit::phase(ctx, &rules.0, request).await?;
     }
     let admitted = super::admit::phase(&routed.target, kind)?;
     let target = &**routed.target;

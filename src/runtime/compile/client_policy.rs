@@ -204,7 +204,7 @@ fn rule(
         .mode
         .as_ref()
         .is_some_and(|m| m.value == EgressPolicyMode::Report);
-    let clients = clients(cx, file, id, &spec.clients.value);
+    let clients = clients(cx, file, id, &spec.clients.value, "spec.clients");
     let mut covers = Covers::default();
     let to = &spec.to;
     if to.backend_refs.is_empty() && to.hostnames.is_empty() {
@@ -262,28 +262,35 @@ fn rule(
     (rule, covers)
 }
 
-/// `spec.clients`.
-fn clients(cx: &mut Cx, file: &Path, id: &ObjectId, spec: &EgressClients) -> ClientSet {
+/// `spec.clients` (or a rate limit selector's `clients`, at `field`).
+pub(super) fn clients(
+    cx: &mut Cx,
+    file: &Path,
+    id: &ObjectId,
+    spec: &EgressClients,
+    field: &str,
+) -> ClientSet {
     let mut set = ClientSet::default();
+    let prefix = field;
     let names = |cx: &mut Cx,
-                 list: &[Spanned<String>],
-                 field: &str,
+                 names: &[Spanned<String>],
+                 list: &str,
                  out: &mut crate::policy::rules::Names| {
-        for (i, name) in list.iter().enumerate() {
+        for (i, name) in names.iter().enumerate() {
             let value = name.value.trim();
             let star = value.find('*');
             let bad = if value.is_empty() || value == "*" {
                 Some("an empty name (or a lone `*`, which would be every client)")
             } else if star.is_some_and(|at| at != value.len() - 1) {
                 Some("`*` only at the end (a prefix)")
-            } else if field == "spiffeIds" && !value.starts_with("spiffe://") {
+            } else if list == "spiffeIds" && !value.starts_with("spiffe://") {
                 Some("a SPIFFE ID starts with spiffe://")
             } else {
                 None
             };
             match bad {
                 Some(why) => cx.error(
-                    at(file, id, name.pos, format!("spec.clients.{field}[{i}]")),
+                    at(file, id, name.pos, format!("{prefix}.{list}[{i}]")),
                     format!("`{value}`: {why}"),
                     "write the exact name, or a prefix ending in `*`",
                 ),
@@ -303,7 +310,7 @@ fn clients(cx: &mut Cx, file: &Path, id: &ObjectId, spec: &EgressClients) -> Cli
         match super::undeclared::parse_cidr(&cidr.value) {
             Some(net) => set.cidrs.push(canonical_net(net)),
             None => cx.error(
-                at(file, id, cidr.pos, format!("spec.clients.cidrs[{i}]")),
+                at(file, id, cidr.pos, format!("{prefix}.cidrs[{i}]")),
                 format!("invalid CIDR `{}`", cidr.value),
                 "write an address with a prefix length, e.g. 10.0.0.0/8 (a bare address is one host)",
             ),

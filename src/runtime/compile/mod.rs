@@ -17,6 +17,7 @@ mod interception;
 mod listeners;
 mod policy;
 mod policy_checks;
+mod rate_limit;
 mod reuse;
 mod route_filters;
 mod route_rules;
@@ -124,6 +125,7 @@ pub(crate) struct Checked {
     compiled_backends: CompiledBackends,
     undeclared: Option<Arc<UndeclaredDestinations>>,
     client_access: Option<Arc<crate::policy::ClientAccess>>,
+    rate_limits: Vec<crate::snapshot::RateLimitRef>,
     /// What the context gathered: referenced files, and the plans to start on acceptance.
     cx: Cx,
 }
@@ -154,6 +156,8 @@ pub(crate) fn check(
     let mut compiled_backends = std::mem::take(&mut backends.compiled);
     compiled_backends.held_ports = held_ports;
     let backends = backends.all();
+    let rate_limits = policies.rate_limit_instances();
+    drop(policies);
     if set.proxy_configs.first().and_then(|p| p.spec.strict) == Some(true) {
         promote_warnings(&mut cx.diagnostics, "ProxyConfig `strict: true`");
     }
@@ -168,6 +172,7 @@ pub(crate) fn check(
         compiled_backends,
         undeclared,
         client_access,
+        rate_limits,
         cx,
     }
 }
@@ -250,6 +255,8 @@ impl Checked {
             client_access: self.client_access,
             mcp_session_key: self.settings.mcp_session_key,
             interception: self.settings.interception,
+            rate_limit_store: None,
+            rate_limits: self.rate_limits,
             tracing: None,
             config: self.set,
             diagnostics: self.diagnostics.as_slice().into(),

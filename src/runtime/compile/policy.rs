@@ -12,13 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) use super::policy_checks::check_sections;
+use super::rate_limit::{Scope, SectionSite, Template};
 use super::{at, Cx, Interner};
 use crate::config::wire::common::PolicyTargetRef;
 use crate::config::wire::policy::{BackendTrafficPolicySpec, TimeoutPolicy, TrafficPolicySpec};
 use crate::config::wire::{Kind, Object, EGRESSD_GROUP, GATEWAY_GROUP, GATEWAY_X_GROUP};
 use crate::config::yaml::Spanned;
 use crate::config::{ConfigSet, ObjectId, Reason};
-use crate::snapshot::RequestPolicy;
+use crate::snapshot::{RateLimitRef, RequestPolicy};
 
 /// A policy's sections with the policy's identity.
 pub(crate) struct Source<'a> {
@@ -36,6 +37,12 @@ pub(crate) struct PolicyIndex<'a> {
     gateways: Vec<Source<'a>>,
     /// The request policies made so far, one object per distinct value (see [`Interner`]).
     request_policies: std::cell::RefCell<Interner<RequestPolicy>>,
+    /// Checked `rateLimit` sections, by the policy (or the Backend, inline) writing them.
+    rate_limits: HashMap<ObjectId, Arc<Template>>,
+    /// Their instances per scope (see [`super::rate_limit`]), made as request policies ask.
+    rate_limit_instances: std::cell::RefCell<HashMap<(usize, String), RateLimitRef>>,
+    /// `ProxyConfig.spec.rateLimit.maxDistinctValues`.
+    max_distinct: usize,
 }
 
 /// The kind of the object `policy`'s target `i` names, when it can be targeted, is in the
@@ -177,10 +184,14 @@ impl<'a> PolicyIndex<'a> {
             }
         }
         gateways.sort_by(|a, b| a.id.cmp(b.id));
+        let (rate_limits, max_distinct) = rate_limit_templates(cx, set);
         let index = PolicyIndex {
             by_target,
             gateways,
             request_policies: Default::default(),
+            rate_limits,
+            rate_limit_instances: Default::default(),
+            max_distinct,
         };
         index.report_conflicts(cx, set);
         index
@@ -290,6 +301,7 @@ impl<'a> PolicyIndex<'a> {
         let retry = self.request_section(route_id, backend, inline, gateway, |s| s.retry.as_ref());
         let mut policy = RequestPolicy {
             retry: rule_retry.or_else(|| retry.as_ref().map(retry_policy)),
+            rate_limit: self.rate_limit(route_id, backend, inline, gateway),
             ..RequestPolicy::default()
         };
         // Websocket upgrades are allowed unless a policy lists upgrades without it.
@@ -328,12 +340,123 @@ impl<'a> PolicyIndex<'a> {
     }
 }
 
+impl PolicyIndex<'_> {
+    /// Every rate limit instance request policies took, by policy name and scope.
+    pub(crate) fn rate_limit_instances(&self) -> Vec<RateLimitRef> {
+        let mut all: Vec<RateLimitRef> = self
+            .rate_limit_instances
+            .borrow()
+            .values()
+            .cloned()
+            .collect();
+        all.sort_by(|a, b| (&a.0.name, &a.0.scope).cmp(&(&b.0.name, &b.0.scope)));
+        all
+    }
+
+    /// The `rateLimit` section by precedence (policy targeting the HTTPRoute > inline >
+    /// policy targeting the Backend > policy targeting the Gateway), instantiated for the
+    /// scope it applies to: the route, or the Backend; a Gateway's policy counts per route
+    /// (per Backend for requests no HTTPRoute routes).
+    fn rate_limit(
+        &self,
+        route: Option<&ObjectId>,
+        backend: &ObjectId,
+        inline: Option<&TrafficPolicySpec>,
+        gateway: &ObjectId,
+    ) -> Option<RateLimitRef> {
+        let setter = |kind: Kind, id: &ObjectId| {
+            self.sources(kind, &id.namespace, &id.name)
+                .iter()
+                .find(|s| s.spec.rate_limit.is_some())
+                .map(|s| s.id)
+        };
+        let by_route_or_backend = route.map_or(Scope::Backend(backend), Scope::Route);
+        let (writer, scope) = if let Some(p) = route.and_then(|r| setter(Kind::HttpRoute, r)) {
+            (p, by_route_or_backend)
+        } else if inline.is_some_and(|i| i.rate_limit.is_some()) {
+            (backend, Scope::Backend(backend))
+        } else if let Some(p) = setter(Kind::Backend, backend) {
+            (p, Scope::Backend(backend))
+        } else {
+            (setter(Kind::Gateway, gateway)?, by_route_or_backend)
+        };
+        // A section with errors has no template: its requests go unlimited (the config
+        // does not serve anyway).
+        let template = self.rate_limits.get(writer)?;
+        let scope_key = match (&scope, template.all_shared()) {
+            (_, true) => String::new(),
+            (Scope::Route(id), _) => format!("r {id}"),
+            (Scope::Backend(id), _) => format!("b {id}"),
+        };
+        let key = (Arc::as_ptr(template) as usize, scope_key);
+        let mut instances = self.rate_limit_instances.borrow_mut();
+        let instance = instances.entry(key).or_insert_with(|| {
+            RateLimitRef(Arc::new(template.instance(&scope, self.max_distinct)))
+        });
+        Some(instance.clone())
+    }
+}
+
+/// Every `rateLimit` section checked once: of each BackendTrafficPolicy and each Backend's
+/// inline `trafficPolicy`; and `maxDistinctValues`.
+fn rate_limit_templates(cx: &mut Cx, set: &ConfigSet) -> (HashMap<ObjectId, Arc<Template>>, usize) {
+    let proxy = set
+        .proxy_configs
+        .first()
+        .and_then(|pc| pc.spec.rate_limit.as_ref());
+    let has_redis = proxy.is_some_and(|p| p.value.redis.is_some());
+    let max_distinct = proxy
+        .and_then(|p| p.value.max_distinct_values.as_ref())
+        .map_or(super::rate_limit::DEFAULT_MAX_DISTINCT_VALUES, |m| m.value);
+    let mut out = HashMap::new();
+    let mut add = |cx: &mut Cx,
+                   file: &std::path::Path,
+                   id: &ObjectId,
+                   prefix: &str,
+                   name: String,
+                   spec: &TrafficPolicySpec| {
+        let Some(section) = &spec.rate_limit else {
+            return;
+        };
+        let site = SectionSite {
+            file,
+            id,
+            prefix,
+            has_redis,
+        };
+        if let Some(t) = super::rate_limit::template(cx, &site, name.into(), section) {
+            out.insert(id.clone(), t);
+        }
+    };
+    for p in &set.policies {
+        let name = format!("{}/{}", p.id.namespace, p.id.name);
+        add(cx, &p.file, &p.id, "spec", name, &p.spec.sections());
+    }
+    for b in &set.backends {
+        if let Some(inline) = &b.spec.traffic_policy {
+            let name = format!("Backend {}/{}", b.id.namespace, b.id.name);
+            add(
+                cx,
+                &b.file,
+                &b.id,
+                "spec.trafficPolicy",
+                name,
+                &inline.value,
+            );
+        }
+    }
+    (
+        out,
+        usize::try_from(max_distinct).unwrap_or(usize::MAX).max(16),
+    )
+}
+
 /// Gateway API: a zero timeout disables it.
 fn nonzero(d: Duration) -> Option<Duration> {
     (!d.is_zero()).then_some(d)
 }
 
-const ALL_SECTIONS: [&str; 9] = [
+const ALL_SECTIONS: [&str; 10] = [
     "loadBalancer",
     "healthCheck",
     "circuitBreaker",
@@ -343,6 +466,7 @@ const ALL_SECTIONS: [&str; 9] = [
     "dns",
     "http2",
     "httpUpgrade",
+    "rateLimit",
 ];
 
 fn section_set(spec: &TrafficPolicySpec, name: &str) -> bool {
@@ -356,6 +480,7 @@ fn section_set(spec: &TrafficPolicySpec, name: &str) -> bool {
         "dns" => spec.dns.is_some(),
         "http2" => spec.http2.is_some(),
         "httpUpgrade" => spec.http_upgrade.is_some(),
+        "rateLimit" => spec.rate_limit.is_some(),
         _ => false,
     }
 }

@@ -81,6 +81,10 @@ pub(crate) fn compile(cx: &mut Cx, set: &ConfigSet) -> Settings {
         settings.proxy.tracing = compile_tracing(cx, pc.file, pc.id, tracing);
     }
     pc.mcp_session_key(cx, &mut settings.mcp_session_key);
+    (
+        settings.proxy.rate_limit_redis,
+        settings.proxy.rate_limit_failure_closed,
+    ) = super::rate_limit::redis_settings(cx, set);
     settings
 }
 

@@ -7,7 +7,7 @@ use prometheus_client::registry::Registry;
 use super::{
     latency_histogram, ActionLabel, BuildLabel, CauseLabel, Metrics, ReasonLabel, ResultLabel,
     TlsLabel, CONNECTION_REFUSALS, CONNECTION_TIMEOUTS, INTERCEPTION_HANDSHAKE_FAILURES,
-    SEND_TIMEOUTS, UPSTREAM_TLS_CAUSES,
+    RATELIMIT_REDIS_ERRORS, SEND_TIMEOUTS, UPSTREAM_TLS_CAUSES,
 };
 
 impl Default for Metrics {
@@ -61,6 +61,9 @@ impl Metrics {
             interception_leaves_cached: Default::default(),
             interception_leaves_minted: Default::default(),
             tls_passthrough_rejected: Default::default(),
+            ratelimit_decisions: Default::default(),
+            ratelimit_redis_errors: Default::default(),
+            ratelimit_failure_mode: Default::default(),
             websockets_active: Default::default(),
             websocket_bytes: Default::default(),
             outlier_ejections: Default::default(),
@@ -128,6 +131,16 @@ impl Metrics {
         }
         for tls in ["true", "false"] {
             let _ = self.intercepted_tunnels.get_or_create(&TlsLabel { tls });
+        }
+        for reason in RATELIMIT_REDIS_ERRORS {
+            let _ = self
+                .ratelimit_redis_errors
+                .get_or_create(&ReasonLabel { reason });
+        }
+        for action in ["passed", "refused"] {
+            let _ = self
+                .ratelimit_failure_mode
+                .get_or_create(&ActionLabel { action });
         }
         for cause in UPSTREAM_TLS_CAUSES {
             let _ = self
@@ -211,6 +224,9 @@ impl Metrics {
             "Interception certificates egressd made (on a blocking thread) since it started",
             self.interception_leaves_minted.clone(),
         );
+        registry.register("ratelimit_decisions", "Rate limit decisions by policy, rule and decision (allowed, limited, would_limit: over the limit under mode Report)", self.ratelimit_decisions.clone());
+        registry.register("ratelimit_redis_errors", "Global rate limit decisions Redis could not make, by reason (unavailable, timeout, auth, other)", self.ratelimit_redis_errors.clone());
+        registry.register("ratelimit_failure_mode", "Requests Redis could not decide on, by action (passed: failureMode Open; refused: failureMode Closed)", self.ratelimit_failure_mode.clone());
         registry.register("tls_passthrough_rejected", "Connections to TLS Passthrough listeners closed without a tunnel, by cause (not_tls, no_sni, destination_not_allowed, ...)", self.tls_passthrough_rejected.clone());
         registry.register(
             "websockets_active",

@@ -20,6 +20,7 @@ use crate::http::budget;
 use crate::http::error::ProxyError;
 use crate::mcp::inspect::{self, Call, Mirrored};
 use crate::mcp::{legacy, McpPort};
+use crate::ratelimit::rules::{McpCall, RateLimitPolicy};
 use crate::snapshot::router::RouteAction;
 use crate::snapshot::shared::Shared;
 use crate::snapshot::Target;
@@ -49,6 +50,25 @@ impl<'t> McpExchange<'t> {
             post: req.method() == Method::POST,
         })
     }
+}
+
+/// Whether the `rateLimit` rules of a request are judged by [`inbound`] rather than by phase
+/// "limit": rules select MCP calls, and the request is a POST to the MCP endpoint path (its
+/// JSON-RPC body is read there).
+pub(super) fn judged_later<B>(
+    rules: &RateLimitPolicy,
+    target: &Target,
+    req: &Request<B>,
+    kind: super::kind::Kind,
+) -> bool {
+    rules.mcp
+        && kind == super::kind::Kind::Request
+        && req.method() == Method::POST
+        && target
+            .port
+            .mcp
+            .as_deref()
+            .is_some_and(|m| m.applies_to(req.uri()))
 }
 
 /// What phase "mcp" decided about a request.
@@ -124,7 +144,70 @@ pub(super) async fn inbound(
         ctx.local_error = Some("mcp_tool_denied");
         return Ok(Inbound::Reply(reply));
     }
+    if let Some(rules) = target.policy.rate_limit.as_ref().filter(|r| r.0.mcp) {
+        if let Some(reply) = Box::pin(rate_limited(ctx, &rules.0, mcp, &req, &calls)).await? {
+            return Ok(Inbound::Reply(reply));
+        }
+    }
     Ok(Inbound::Forward(req, pinned))
+}
+
+/// Phase "limit" for an MCP POST, once per JSON-RPC call of its body (once for a body egressd
+/// could not read): the answer to the first call over a limit, as a JSON-RPC error.
+async fn rate_limited(
+    ctx: &mut RequestCtx<'_>,
+    rules: &Arc<RateLimitPolicy>,
+    mcp: &McpPort,
+    req: &Request<RequestBody>,
+    calls: &[Call],
+) -> Result<Option<Response<ProxyBody>>, ProxyError> {
+    fn request<'r>(
+        req: &'r Request<RequestBody>,
+        call: Option<&'r Call>,
+    ) -> super::limit::Request<'r> {
+        super::limit::Request {
+            method: req.method().as_str(),
+            path: req.uri().path(),
+            headers: Some(req.headers()),
+            mcp: Some(McpCall {
+                method: call.and_then(|c| c.method.as_deref()),
+                tool: call.and_then(|c| c.tool.as_deref()),
+            }),
+        }
+    }
+    let judged: Vec<Option<&Call>> = if calls.is_empty() {
+        vec![None]
+    } else {
+        calls.iter().map(Some).collect()
+    };
+    for call in judged {
+        match super::limit::phase(ctx, rules, request(req, call)).await {
+            Ok(()) => {}
+            Err(err @ ProxyError::RateLimited { .. }) => {
+                ctx.local_error = Some("rate_limited");
+                let id = call.and_then(|c| c.id.as_ref());
+                let retry = match &err {
+                    ProxyError::RateLimited { reset, .. } => {
+                        crate::http::error::retry_after_secs(*reset)
+                    }
+                    _ => 1,
+                };
+                let body = inspect::rate_limited_reply(id, &format!("egressd: {err}"), retry);
+                // The legacy transport answers on its event stream: a refused POST must fail
+                // as a request there (as a denied tool call does).
+                let status = if mcp.legacy_sse {
+                    StatusCode::TOO_MANY_REQUESTS
+                } else {
+                    StatusCode::OK
+                };
+                let mut reply = json_reply(status, body, "rate_limited");
+                crate::http::error::rate_limit_headers(&err, reply.headers_mut());
+                return Ok(Some(reply));
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(None)
 }
 
 /// Reads an MCP POST's body for inspection when it fits [`inspect::BODY_LIMIT`]. A tool policy
