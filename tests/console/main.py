@@ -87,6 +87,8 @@ kind: ProxyConfig
 metadata: {name: egressd}
 spec:
   accessLog: {enabled: false}
+  # Nothing listens on port 1: Redis is down, and the page says so.
+  rateLimit: {redis: {address: "127.0.0.1:1"}}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -138,10 +140,18 @@ spec:
     filler = "".join(backend(f"api-{i:04}", ["127.0.0.1"], port) for i in range(FILLER))
     return (head + shop + route("shop.example", "shop")
             + backend("flaky", ["127.0.0.1"], port) + route("flaky.example", "flaky")
-            + backend("ledger", ["127.0.0.1"], port) + route("ledger.example", "ledger")
+            + backend("ledger", ["127.0.0.1"], port, LEDGER_LIMITS) + route("ledger.example", "ledger")
             + backend("search", ["127.0.0.1"], port) + route("search.example", "search")
             + checked + warming + policy + wild + filler)
 
+
+# ledger's rate limits: a local rule the traffic below uses, and a global one Redis (down)
+# cannot decide on (failureMode Open: requests pass).
+LEDGER_LIMITS = """  trafficPolicy:
+    rateLimit:
+      local: {rules: [{name: ledger-per-hour, limit: {requests: 100000, unit: Hour}}]}
+      global: {rules: [{name: ledger-everywhere, limit: {requests: 600, unit: Minute}}]}
+"""
 
 FILLER = 1000
 # The rows of the Backends table: shop, flaky, ledger, search, checked, warming, the filler,
@@ -322,8 +332,14 @@ def run(h):
              flaky and float(flaky.group(1)) > 0 and 0 < int(flaky.group(2)) <= int(flaky.group(3)),
              backends[:1500])
     h.expect("a line on top says what needs a look",
-             re.search(r"ATTENTION last reload rejected · 1 endpoint ejected · 1 endpoint failing active checks · 3 Backend ports with problems · 1 refused destination · 1 destination let through but reported", text),
+             re.search(r"ATTENTION last reload rejected · 1 endpoint ejected · 1 endpoint failing active checks · rate limit Redis down · 3 Backend ports with problems · 1 refused destination · 1 destination let through but reported", text),
              text[:300])
+    limits = text.split("Rate limits", 1)[-1].split("Backends", 1)[0]
+    h.expect("Redis of the global rate limits is shown down, with its error",
+             re.search(r"REDIS DOWN 127\.0\.0\.1:1 — \S", limits), limits[:400])
+    h.expect("each rate limit rule with its use against its limit",
+             re.search(r"Backend default/ledger backend default/ledger ledger-per-hour local ([1-9]\d*) 100000 / 3600s", limits)
+             and "ledger-everywhere global — (in Redis) 600 / 60s" in limits, limits[:600])
     h.expect("a port nothing was sent to shows no error count (not \"0 of 0\")",
              re.search(r"OK default/api-0000 : \d+ 127\.0\.0\.1:\d+ 0 [\d.]+ — conn", backends)
              and " 0 of 0" not in backends, backends[:1500])

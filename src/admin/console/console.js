@@ -442,9 +442,42 @@
 
   // -- wiring ---------------------------------------------------------------------------------
 
+  // Each rate limit rule's use against its limit (local rules: what this process counted in
+  // the last period; the busiest value of a Distinct rule), and Redis's health.
+  function renderLimits(status) {
+    const policies = status.rateLimits || [];
+    const section = byId("limits");
+    section.hidden = policies.length === 0 && !status.redis;
+    const redis = clear(byId("redis"));
+    if (status.redis) {
+      const state = status.redis.state;
+      redis.appendChild(label("REDIS " + state.toUpperCase(), state === "up" ? "ok" : state === "down" ? "bad" : "warn"));
+      redis.appendChild(document.createTextNode(" " + status.redis.address +
+        (status.redis.lastError ? " — " + status.redis.lastError : "")));
+    }
+    const tbody = clear(byId("ratelimits").tBodies[0]);
+    for (const p of policies) {
+      for (const r of p.rules || []) {
+        const period = r.periodSeconds === 1 ? "s" : r.periodSeconds + "s";
+        let used = "— (in Redis)";
+        if (r.used !== undefined) used = String(r.used);
+        if (r.usedMax !== undefined) used = r.usedMax + " (busiest of " + r.distinctValues + " values)";
+        const full = (r.used !== undefined ? r.used : r.usedMax) >= r.requests;
+        tbody.appendChild(el("tr", null,
+          el("td", "mono", p.policy, p.mode === "Report" ? " " : null, p.mode === "Report" ? label("REPORT", "warn") : null),
+          el("td", "mono", p.scope),
+          el("td", "mono", r.name),
+          el("td", null, r.counts),
+          el("td", full ? "bad" : null, used),
+          el("td", null, r.requests + " / " + period)));
+      }
+    }
+  }
+
   function render() {
     if (!last) return;
     renderHealth(last.status);
+    renderLimits(last.status);
     renderBackends(last.endpoints);
     renderBlocked(last.blocked);
     renderProblems(last.status, last.blocked);
@@ -463,6 +496,7 @@
     if ((status.lastReload || {}).result === "failure") parts.push("last reload rejected");
     if (problems.ejected) parts.push(problems.ejected + " endpoint" + (problems.ejected === 1 ? "" : "s") + " ejected");
     if (problems.failing) parts.push(problems.failing + " endpoint" + (problems.failing === 1 ? "" : "s") + " failing active checks");
+    if (status.redis && status.redis.state === "down") parts.push("rate limit Redis down");
     if (problems.ports) parts.push(problems.ports + " Backend port" + (problems.ports === 1 ? "" : "s") + " with problems");
     if (refused) parts.push(refused + " refused destination" + (refused === 1 ? "" : "s"));
     if (reported) parts.push(reported + " destination" + (reported === 1 ? "" : "s") + " let through but reported");

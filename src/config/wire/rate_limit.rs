@@ -12,6 +12,7 @@ use super::enums::{
     EgressPolicyMode, RateLimitHeaderType, RateLimitPathType, RateLimitSourceType, RateLimitType,
     RateLimitUnit,
 };
+use crate::config::units::GwDuration;
 use crate::config::yaml::Spanned;
 
 /// `rateLimit`: local rules (counted in this process) and global rules (counted in Redis,
@@ -57,7 +58,10 @@ pub(crate) struct RateLimitRule {
 pub(crate) struct RateLimitValue {
     /// Requests per unit (at least 1).
     pub(crate) requests: Spanned<u32>,
-    pub(crate) unit: Spanned<RateLimitUnit>,
+    /// `Second`, `Minute`, `Hour` or `Day`.
+    pub(crate) unit: Option<Spanned<RateLimitUnit>>,
+    /// egressd: any period in whole seconds (`10s`, `15m`), instead of `unit`.
+    pub(crate) interval: Option<Spanned<GwDuration>>,
 }
 
 /// One client selector: every part given must match.

@@ -191,6 +191,7 @@ fn rule_template(
             "to refuse every request, use an EgressPolicy or a route without the Backend",
         );
     }
+    let period = rule_period(cx, site, field, &rule.limit);
     if rule.client_selectors.len() > MAX_SELECTORS {
         cx.error(
             site.at(rule.limit.pos, format_args!("{field}.clientSelectors")),
@@ -208,12 +209,44 @@ fn rule_template(
         label,
         quota: Quota {
             requests: limit.requests.value.max(1),
-            period: period(limit.unit.value),
+            period: period?,
         },
         selectors: selectors.into(),
         distinct,
         shared: rule.shared.unwrap_or(false),
     })
+}
+
+/// The period of `limit`: its `unit`, or its `interval` (whole seconds, at most a day).
+fn rule_period(
+    cx: &mut Cx,
+    site: &SectionSite<'_>,
+    field: &str,
+    limit: &Spanned<crate::config::wire::rate_limit::RateLimitValue>,
+) -> Option<Duration> {
+    let here = |f: &str| site.at(limit.pos, format_args!("{field}.limit{f}"));
+    match (&limit.value.unit, &limit.value.interval) {
+        (Some(unit), None) => Some(period(unit.value)),
+        (None, Some(interval)) => {
+            let d = interval.value.0;
+            let whole = d.subsec_nanos() == 0 && d >= Duration::from_secs(1);
+            if whole && d <= Duration::from_secs(86_400) {
+                Some(d)
+            } else {
+                let here = site.at(interval.pos, format_args!("{field}.limit.interval"));
+                cx.error(here, "interval: whole seconds, from 1s to 24h", "e.g. 10s, 15m");
+                None
+            }
+        }
+        _ => {
+            cx.error(
+                here(""),
+                "a limit needs exactly one of `unit` and `interval`",
+                "e.g. {requests: 600, unit: Minute} or {requests: 50, interval: 10s}",
+            );
+            None
+        }
+    }
 }
 
 fn period(unit: RateLimitUnit) -> Duration {
