@@ -80,7 +80,9 @@ async fn past_its_quota_a_request_gets_429_with_retry_after_and_the_ratelimit_fi
         "the fourth never went upstream"
     );
     let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
-    assert!((1..=3600).contains(&retry), "Retry-After {retry}");
+    // At most two windows: the rest of this one, and as much of the next as it takes for this
+    // window's requests, weighted by their overlap, to leave room.
+    assert!((1..=7200).contains(&retry), "Retry-After {retry}");
     assert_eq!(
         r.header("ratelimit-policy"),
         Some("\"per-hour\";q=3;w=3600")

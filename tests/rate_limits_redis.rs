@@ -52,7 +52,12 @@ async fn burst(listener: SocketAddr, headers: &[(&str, &str)], n: usize) -> Vec<
         for (name, value) in headers {
             req = req.header(*name, *value);
         }
-        out.push(conn.fetch(req.body(ClientBody::default()).unwrap()).await.status.as_u16());
+        out.push(
+            conn.fetch(req.body(ClientBody::default()).unwrap())
+                .await
+                .status
+                .as_u16(),
+        );
     }
     out
 }
@@ -121,7 +126,10 @@ async fn a_distinct_header_is_limited_per_value_across_replicas() {
     let (_b, b, _db) = replica(&yaml).await;
     assert_eq!(burst(a, &[("x-team", "red")], 2).await, [200, 200]);
     assert_eq!(burst(b, &[("x-team", "red")], 2).await, [200, 429]);
-    assert_eq!(burst(b, &[("x-team", "blue")], 4).await, [200, 200, 200, 429]);
+    assert_eq!(
+        burst(b, &[("x-team", "blue")], 4).await,
+        [200, 200, 200, 429]
+    );
     // Redis holds digests of the values, never the values.
     let keys = redis.command(&["KEYS", "*"]);
     assert!(!keys.contains("red") && !keys.contains("blue"), "{keys}");
@@ -138,7 +146,9 @@ async fn timed_load(listener: SocketAddr, within: Duration) -> Vec<(u16, Duratio
                 let mut conn = Conn::open(listener).await;
                 let mut out = Vec::new();
                 while Instant::now() < deadline {
-                    let req = request("GET", "api.test", "/").body(ClientBody::default()).unwrap();
+                    let req = request("GET", "api.test", "/")
+                        .body(ClientBody::default())
+                        .unwrap();
                     let started = Instant::now();
                     let status = conn.fetch(req).await.status.as_u16();
                     out.push((status, started.elapsed()));
@@ -160,11 +170,13 @@ const TIMEOUT_MS: u64 = 50;
 async fn a_gone_or_frozen_redis_lets_requests_through_when_open_within_the_timeout() {
     let mut redis = RedisServer::start();
     let upstream = Upstream::start("api").await;
-    let yaml = head(&redis.address(), &format!(", timeout: {TIMEOUT_MS}ms, failureMode: Open"))
-        + &limited(
-            upstream.addr,
-            "{global: {rules: [{name: three, limit: {requests: 3, unit: Minute}}]}}",
-        );
+    let yaml = head(
+        &redis.address(),
+        &format!(", timeout: {TIMEOUT_MS}ms, failureMode: Open"),
+    ) + &limited(
+        upstream.addr,
+        "{global: {rules: [{name: three, limit: {requests: 3, unit: Minute}}]}}",
+    );
     let (egressd, listener, _d) = replica(&yaml).await;
     assert_eq!(burst(listener, &[], 4).await, [200, 200, 200, 429]);
 
@@ -177,15 +189,31 @@ async fn a_gone_or_frozen_redis_lets_requests_through_when_open_within_the_timeo
         }
         let load = timed_load(listener, Duration::from_millis(600)).await;
         assert!(load.len() > 8, "{what}: {} requests", load.len());
-        assert!(load.iter().all(|(s, _)| *s == 200), "{what}: Open passes everything: {load:?}");
+        assert!(
+            load.iter().all(|(s, _)| *s == 200),
+            "{what}: Open passes everything: {load:?}"
+        );
         let slowest = load.iter().map(|(_, d)| *d).max().unwrap();
-        assert!(slowest < bound, "{what}: the slowest request took {slowest:?} (timeout {TIMEOUT_MS}ms)");
+        assert!(
+            slowest < bound,
+            "{what}: the slowest request took {slowest:?} (timeout {TIMEOUT_MS}ms)"
+        );
         if stop {
             redis.cont();
         }
     }
-    assert!(egressd.metric("egressd_ratelimit_redis_errors_total{reason=\"timeout\"}").await > 0.0);
-    assert!(egressd.metric("egressd_ratelimit_failure_mode_total{action=\"passed\"}").await > 0.0);
+    assert!(
+        egressd
+            .metric("egressd_ratelimit_redis_errors_total{reason=\"timeout\"}")
+            .await
+            > 0.0
+    );
+    assert!(
+        egressd
+            .metric("egressd_ratelimit_failure_mode_total{action=\"passed\"}")
+            .await
+            > 0.0
+    );
     let status = egressd.status().await;
     assert_eq!(status["redis"]["state"], "down", "{}", status["redis"]);
 
@@ -204,23 +232,34 @@ async fn a_gone_or_frozen_redis_lets_requests_through_when_open_within_the_timeo
 async fn a_gone_redis_refuses_requests_with_503_when_closed() {
     let mut redis = RedisServer::start();
     let upstream = Upstream::start("api").await;
-    let yaml = head(&redis.address(), &format!(", timeout: {TIMEOUT_MS}ms, failureMode: Closed"))
-        + &limited(
-            upstream.addr,
-            "{global: {rules: [{limit: {requests: 100, unit: Minute}}]}}",
-        );
+    let yaml = head(
+        &redis.address(),
+        &format!(", timeout: {TIMEOUT_MS}ms, failureMode: Closed"),
+    ) + &limited(
+        upstream.addr,
+        "{global: {rules: [{limit: {requests: 100, unit: Minute}}]}}",
+    );
     let (_egressd, listener, _d) = replica(&yaml).await;
     assert_eq!(burst(listener, &[], 2).await, [200, 200]);
     redis.kill();
     let mut conn = Conn::open(listener).await;
-    let r = conn.fetch(request("GET", "api.test", "/").body(ClientBody::default()).unwrap()).await;
+    let r = conn
+        .fetch(
+            request("GET", "api.test", "/")
+                .body(ClientBody::default())
+                .unwrap(),
+        )
+        .await;
     assert_eq!(r.status.as_u16(), 503, "{}", r.text());
     assert_eq!(r.error_code(), Some("rate_limit_unavailable"));
     assert_eq!(upstream.request_count(), 2);
     let load = timed_load(listener, Duration::from_millis(300)).await;
     assert!(load.iter().all(|(s, _)| *s == 503), "{load:?}");
     let slowest = load.iter().map(|(_, d)| *d).max().unwrap();
-    assert!(slowest < Duration::from_millis(TIMEOUT_MS + 20), "{slowest:?}");
+    assert!(
+        slowest < Duration::from_millis(TIMEOUT_MS + 20),
+        "{slowest:?}"
+    );
 }
 
 /// A file holding `text`, readable by its owner alone.
@@ -278,15 +317,23 @@ async fn redis_over_tls_with_an_acl_user_works_and_a_wrong_password_is_a_clear_e
         log.contains("ERROR") && log.contains(&redis.address()) && log.contains("WRONGPASS"),
         "an error at startup naming Redis and its answer: {log}"
     );
-    for text in [log.as_str(), &status.to_string(), &String::from_utf8_lossy(&egressd.admin_get("/config").await.unwrap().body)] {
-        assert!(!text.contains(WRONG) && !text.contains(PASSWORD), "a password leaked: {text}");
+    for text in [
+        log.as_str(),
+        &status.to_string(),
+        &String::from_utf8_lossy(&egressd.admin_get("/config").await.unwrap().body),
+    ] {
+        assert!(
+            !text.contains(WRONG) && !text.contains(PASSWORD),
+            "a password leaked: {text}"
+        );
     }
 }
 
 /// The ```yaml rate-limits-gateway block of docs/rate-limits.md.
 fn documented_example() -> String {
-    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/rate-limits.md"))
-        .expect("docs/rate-limits.md");
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/rate-limits.md"))
+            .expect("docs/rate-limits.md");
     let fence = "```yaml rate-limits-gateway\n";
     let start = doc.find(fence).expect("the example block") + fence.len();
     doc[start..][..doc[start..].find("```").unwrap()].to_owned()
@@ -302,8 +349,14 @@ async fn the_documented_two_replica_example_holds_its_limits() {
     dns.set("api.payments.test", &[Ipv4Addr::LOCALHOST], 60);
     let example = documented_example();
     let yaml = example
-        .replace("address: 127.0.0.1:6379", &format!("address: \"{}\"", redis.address()))
-        .replace("address: 0.0.0.0\n    port: 15001", "address: 127.0.0.1\n    port: 0")
+        .replace(
+            "address: 127.0.0.1:6379",
+            &format!("address: \"{}\"", redis.address()),
+        )
+        .replace(
+            "address: 0.0.0.0\n    port: 15001",
+            "address: 127.0.0.1\n    port: 0",
+        )
         .replace("number: 80", &format!("number: {}", api.addr.port()))
         .replace(
             "      hostname: api.payments.test",
@@ -311,7 +364,10 @@ async fn the_documented_two_replica_example_holds_its_limits() {
         )
         .replace(
             "spec:\n  rateLimit:",
-            &format!("spec:\n  dns: {{nameservers: [\"{}\"]}}\n  rateLimit:", dns.addr),
+            &format!(
+                "spec:\n  dns: {{nameservers: [\"{}\"]}}\n  rateLimit:",
+                dns.addr
+            ),
         );
     assert_ne!(yaml, example);
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
@@ -332,14 +388,23 @@ async fn the_documented_two_replica_example_holds_its_limits() {
             if let Some(team) = team {
                 req = req.header("x-team", team);
             }
-            out.push(conn.fetch(req.body(ClientBody::default()).unwrap()).await.status.as_u16());
+            out.push(
+                conn.fetch(req.body(ClientBody::default()).unwrap())
+                    .await
+                    .status
+                    .as_u16(),
+            );
         }
         out
     };
     // Team red: 100 an hour, half through each replica.
     assert_eq!(count(&get(a, Some("red"), 50).await, 200), 50);
     assert_eq!(count(&get(b, Some("red"), 50).await, 200), 50);
-    assert_eq!(get(a, Some("red"), 1).await, [429], "per team, across replicas");
+    assert_eq!(
+        get(a, Some("red"), 1).await,
+        [429],
+        "per team, across replicas"
+    );
     // 500 more without a team: 600 in the minute, then the 601st is refused.
     assert_eq!(count(&get(b, None, 250).await, 200), 250);
     assert_eq!(count(&get(a, None, 250).await, 200), 250);

@@ -234,7 +234,11 @@ fn rule_period(
                 Some(d)
             } else {
                 let here = site.at(interval.pos, format_args!("{field}.limit.interval"));
-                cx.error(here, "interval: whole seconds, from 1s to 24h", "e.g. 10s, 15m");
+                cx.error(
+                    here,
+                    "interval: whole seconds, from 1s to 24h",
+                    "e.g. 10s, 15m",
+                );
                 None
             }
         }
