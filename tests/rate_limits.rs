@@ -444,3 +444,88 @@ fn mistakes_in_a_rate_limit_are_errors_at_their_line() {
     let (ok, report) = validate(&good);
     assert!(ok, "{report}");
 }
+
+/// 100,000 distinct values under a `Distinct` rule: the rule keeps at most
+/// `maxDistinctValues` counters (forgetting the oldest), and egressd's memory grows by no more
+/// than the table's documented bound (plus slack for the allocator). A second rule refuses
+/// every request after the first, so that the upstream costs the test nothing: the `Distinct`
+/// rule still makes (and gives back) a counter per value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_distinct_values_keep_the_table_within_its_bound() {
+    const VALUES: usize = 100_000;
+    const CONNECTIONS: usize = 4;
+    let upstream = Upstream::start("api").await;
+    let dir = tempfile::tempdir().unwrap();
+    let rules = "{local: {rules: [{name: per-key, clientSelectors: [{headers: [{name: x-api-key, type: Distinct}]}], limit: {requests: 5, unit: Hour}}, {name: one, limit: {requests: 1, unit: Day}}]}}";
+    let yaml = preamble_with(None, "  rateLimit: {maxDistinctValues: 10000}\n")
+        + &limited_backend("api", upstream.addr, rules)
+        + &route_to("api.test", "api");
+    std::fs::write(dir.path().join("egressd.yaml"), yaml).unwrap();
+    let egressd = Egressd::spawn(dir.path()).await;
+    let listener = egressd.listener_addr("default/gw/http").await;
+    // Warm up (allocator arenas, connection buffers), then measure the growth.
+    let statuses = pipelined(listener, 0, 20_000, CONNECTIONS).await;
+    assert_eq!(
+        (statuses[0], statuses[1]),
+        (1, 19_999),
+        "one passed, the rest refused"
+    );
+    let before = egressd.rss_kib();
+    pipelined(listener, 20_000, VALUES, CONNECTIONS).await;
+    let after = egressd.rss_kib();
+    let status = egressd.status().await;
+    let rule = &status["rateLimits"][0]["rules"][0];
+    assert_eq!(rule["name"], "per-key");
+    let held = rule["distinctValues"].as_u64().unwrap();
+    assert!((1..=10_000).contains(&held), "{rule}");
+    let bound_kib = rule["maxBytes"].as_u64().unwrap() / 1024;
+    assert!(
+        after.saturating_sub(before) <= bound_kib + 4 * 1024,
+        "RSS grew from {before} KiB to {after} KiB; the table's bound is {bound_kib} KiB"
+    );
+    assert_eq!(upstream.request_count(), 1);
+}
+
+/// Requests for keys `from..to`, each with its own long `x-api-key`, pipelined over
+/// `connections` connections (the last request of each closes it): how many got 200 and 429.
+async fn pipelined(listener: SocketAddr, from: usize, to: usize, connections: usize) -> [usize; 2] {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tasks: Vec<_> = (0..connections)
+        .map(|c| {
+            tokio::spawn(async move {
+                let keys: Vec<usize> = (from + c..to).step_by(connections).collect();
+                let mut stream = tokio::net::TcpStream::connect(listener).await.unwrap();
+                let (mut read, mut write) = stream.split();
+                let writer = async {
+                    let mut batch = Vec::new();
+                    for (n, key) in keys.iter().enumerate() {
+                        let close = if n + 1 == keys.len() { "Connection: close\r\n" } else { "" };
+                        // Long, client-chosen values: the table holds their hashes.
+                        batch.extend_from_slice(
+                            format!("GET / HTTP/1.1\r\nHost: api.test\r\nx-api-key: {key:08}-{}\r\n{close}\r\n", "k".repeat(200)).as_bytes(),
+                        );
+                        if batch.len() > 64 * 1024 {
+                            write.write_all(&batch).await.unwrap();
+                            batch.clear();
+                        }
+                    }
+                    write.write_all(&batch).await.unwrap();
+                };
+                let mut answers = Vec::new();
+                let reader = read.read_to_end(&mut answers);
+                let (_, read) = tokio::join!(writer, reader);
+                read.unwrap();
+                let text = String::from_utf8_lossy(&answers);
+                [text.matches("HTTP/1.1 200 ").count(), text.matches("HTTP/1.1 429 ").count()]
+            })
+        })
+        .collect();
+    let mut counts = [0; 2];
+    for t in tasks {
+        let [ok, limited] = t.await.unwrap();
+        counts[0] += ok;
+        counts[1] += limited;
+    }
+    assert_eq!(counts[0] + counts[1], to - from, "every request answered");
+    counts
+}

@@ -233,13 +233,22 @@ impl Egressd {
 
     /// Peak resident set size of the process so far (`VmHWM`), in KiB.
     pub(crate) fn peak_rss_kib(&self) -> u64 {
+        self.proc_status_kib("VmHWM:")
+    }
+
+    /// Resident set size of the process now (`VmRSS`), in KiB.
+    pub(crate) fn rss_kib(&self) -> u64 {
+        self.proc_status_kib("VmRSS:")
+    }
+
+    fn proc_status_kib(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
             .expect("read /proc/PID/status");
         status
             .lines()
-            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .find_map(|line| line.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc/PID/status")
+            .unwrap_or_else(|| panic!("{field} in /proc/PID/status"))
     }
 
     fn assert_running(&mut self, when: &str) {
