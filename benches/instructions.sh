@@ -10,6 +10,8 @@
 #                                             # (then: callgrind_annotate --inclusive=yes FILE)
 #   EXTRA=policy.yaml benches/instructions.sh   # adds the file's documents to the config
 #                                             # (e.g. an EgressPolicy covering `origin`)
+#   PROXY_EXTRA='  rateLimit: {...}' benches/instructions.sh   # lines added to the
+#                                             # ProxyConfig's spec (benches/ratelimit.sh)
 #
 # Kernel time (the larger part of the wall-clock figure, see benches/README.md) is not counted.
 set -euo pipefail
@@ -47,6 +49,7 @@ kind: ProxyConfig
 metadata: {name: egressd}
 spec:
   accessLog: {enabled: false}
+${PROXY_EXTRA:-}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
