@@ -1,1 +1,0 @@
-//! Global limits in Redis (to be written).
