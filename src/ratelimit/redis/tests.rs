@@ -546,12 +546,58 @@ fn script_at_fixed_time() -> String {
     )
 }
 
+/// Redis with the fixed-time script loaded, checking it case by case against [`reference`].
+struct FixedTime {
+    server: RedisServer,
+    sha: String,
+    cases: usize,
+}
+
+impl FixedTime {
+    fn new() -> FixedTime {
+        let server = RedisServer::start();
+        let sha = server.command(&["SCRIPT", "LOAD", &script_at_fixed_time()]);
+        FixedTime {
+            server,
+            sha,
+            cases: 0,
+        }
+    }
+
+    /// One rule with `cur` counted in the current window and `prev` in the one before, `e` ms
+    /// into the window: the script's reply and what it counted equal the reference's.
+    fn check(&mut self, limit: u64, cur: u64, prev: u64, e: u64, p: u64) {
+        self.cases += 1;
+        let w = 1_700_000_000_000 / p;
+        let base = format!("{{fixed}}:{}", self.cases);
+        let window = |w: u64| format!("{base}:{w}");
+        if cur > 0 {
+            self.server.command(&["SET", &window(w), &cur.to_string()]);
+        }
+        if prev > 0 {
+            self.server
+                .command(&["SET", &window(w - 1), &prev.to_string()]);
+        }
+        let now = (w * p + e).to_string();
+        let (limit_arg, p_arg) = (limit.to_string(), p.to_string());
+        let reply = self
+            .server
+            .command(&["EVALSHA", &self.sha, "1", &base, &limit_arg, &p_arg, &now]);
+        let got: Vec<u64> = reply.lines().map(|v| v.parse().expect(&reply)).collect();
+        let want = reference(limit, cur, prev, e, p);
+        let inputs = format!("limit {limit} cur {cur} prev {prev} e {e} p {p}");
+        assert_eq!(got, [u64::from(want.0), want.1, want.2], "{inputs}");
+        let counted = self.server.command(&["GET", &window(w)]);
+        let counted = counted.parse::<u64>().unwrap_or(0);
+        assert_eq!(counted, cur + u64::from(want.0), "counted: {inputs}");
+    }
+}
+
 // 6b. The script's numbers equal the reference's, exactly, from small limits to u32::MAX per
-// day (products past 2^53, where doubles alone would round).
+// day.
 #[test]
 fn the_script_computes_exactly_what_the_algorithm_says() {
-    let server = RedisServer::start();
-    let sha = server.command(&["SCRIPT", "LOAD", &script_at_fixed_time()]);
+    let mut fixed = FixedTime::new();
     let mut rng = fastrand::Rng::with_seed(33);
     let periods = [1_000, 60_000, 3_600_000, 86_400_000];
     for case in 0..1500 {
@@ -578,34 +624,68 @@ fn the_script_computes_exactly_what_the_algorithm_says() {
             1 => rng.u64(0..p.min(5)),
             _ => p - 1 - rng.u64(0..p.min(5)),
         };
-        let w = 1_700_000_000_000 / p;
-        let base = format!("{{fixed}}:{case}");
-        let window = |w: u64| format!("{base}:{w}");
-        if cur > 0 {
-            server.command(&["SET", &window(w), &cur.to_string()]);
+        fixed.check(limit, cur, prev, e, p);
+    }
+}
+
+/// `a`'s inverse modulo `m` (coprime).
+fn inverse(a: u64, m: u64) -> u64 {
+    let (mut r0, mut r1, mut t0, mut t1) = (i128::from(m), i128::from(a % m), 0i128, 1i128);
+    while r1 != 0 {
+        let q = r0 / r1;
+        (r0, r1) = (r1, r0 - q * r1);
+        (t0, t1) = (t1, t0 - q * t1);
+    }
+    assert_eq!(r0, 1, "{a} and {m} are coprime");
+    u64::try_from(t0.rem_euclid(i128::from(m))).expect("fits")
+}
+
+/// A number in `min..max` coprime with a day in ms (2^10 3^3 5^5).
+fn coprime_with_a_day(rng: &mut fastrand::Rng, min: u64, max: u64) -> u64 {
+    loop {
+        let n = rng.u64(min..max);
+        if n % 2 != 0 && n % 3 != 0 && n % 5 != 0 {
+            return n;
         }
-        if prev > 0 {
-            server.command(&["SET", &window(w - 1), &prev.to_string()]);
+    }
+}
+
+// 6c. Where doubles round: products of counts and a day's milliseconds past 2^53, one short of
+// a multiple of the divisor, so that x * y / d in doubles lands on the next integer; each of
+// the script's three divisions (by the period, by prev, by cur) at such a point.
+#[test]
+fn the_script_is_exact_where_doubles_round() {
+    const DAY: u64 = 86_400_000;
+    let max = u64::from(u32::MAX);
+    let mut fixed = FixedTime::new();
+    let mut rng = fastrand::Rng::with_seed(330);
+    for _ in 0..100 {
+        // prev * e = k * DAY - 1: floor(prev * e / DAY) is k - 1.
+        let e = coprime_with_a_day(&mut rng, DAY / 2, DAY);
+        let base = (DAY - 1) * inverse(e, DAY) % DAY;
+        let prev = base + DAY * rng.u64(10..(max - base) / DAY);
+        let f = u64::try_from(u128::from(prev) * u128::from(e) / u128::from(DAY)).expect("fits");
+        // Limits where the request is allowed exactly (left 1) and denied exactly (left 0).
+        for left in [1, 0] {
+            let cur = rng.u64(0..1000);
+            let limit = (cur + prev + left).checked_sub(f).expect("positive");
+            if limit <= max {
+                fixed.check(limit, cur, prev, e, DAY);
+            }
         }
-        let now = (w * p + e).to_string();
-        let reply = server.command(&[
-            "EVALSHA",
-            &sha,
-            "1",
-            &base,
-            &limit.to_string(),
-            &p.to_string(),
-            &now,
-        ]);
-        let got: Vec<u64> = reply.lines().map(|v| v.parse().expect(&reply)).collect();
-        let want = reference(limit, cur, prev, e, p);
-        let inputs = format!("limit {limit} cur {cur} prev {prev} e {e} p {p}");
-        assert_eq!(got, [u64::from(want.0), want.1, want.2], "{inputs}");
-        let counted = server
-            .command(&["GET", &window(w)])
-            .parse::<u64>()
-            .unwrap_or(0);
-        assert_eq!(counted, cur + u64::from(want.0), "counted: {inputs}");
+
+        // room * DAY = k * prev - 1: the first allowed time in this window.
+        let prev = coprime_with_a_day(&mut rng, 1 << 31, max);
+        let room = (prev - 1) * inverse(DAY % prev, prev) % prev;
+        let limit = max;
+        let cur = limit - 1 - room;
+        fixed.check(limit, cur, prev, rng.u64(0..3), DAY);
+
+        // (limit - 1) * DAY = k * cur - 1, cur over the limit (lowered since): the first allowed
+        // time in the next window.
+        let cur = coprime_with_a_day(&mut rng, 1 << 31, max);
+        let limit = (cur - 1) * inverse(DAY % cur, cur) % cur + 1;
+        fixed.check(limit, cur, rng.u64(0..1000), rng.u64(0..DAY), DAY);
     }
 }
 
