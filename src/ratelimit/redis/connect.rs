@@ -6,11 +6,12 @@
 //! The task owns the connection's driver future: aborting the task (the store dropped) closes
 //! the connection, and a closed connection (Redis killed or restarted) ends the driver, so the
 //! task notices at once, with or without traffic. A connection that stops answering (a frozen
-//! or partitioned Redis) is dropped after [`TIMEOUTS_BEFORE_RECONNECT`] timeouts in a row.
+//! or partitioned Redis) is dropped after [`TIMEOUTS_BEFORE_RECONNECT`] timeouts in a row and
+//! a second without an answer.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -26,6 +27,7 @@ use tokio::sync::{watch, Notify};
 use tokio_rustls::TlsConnector;
 
 use super::{script, RedisSettings, RedisTls, Shared, StoreError};
+use crate::ratelimit::clock;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -33,8 +35,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// decisions' timeout is shorter: it runs in the background, never in a request's path, and a
 /// distant Redis needs several round trips.
 const CONNECT_TIMEOUT_FLOOR: Duration = Duration::from_secs(1);
-/// Decisions on one connection that time out in a row before it is given up for a new one.
-pub(super) const TIMEOUTS_BEFORE_RECONNECT: u32 = 3;
+/// A connection is given up for a new one after this many decisions timed out in a row...
+const TIMEOUTS_BEFORE_RECONNECT: u32 = 3;
+/// ...with no answer for this long (a latency spike of a busy Redis is not a dead connection).
+const SILENCE_BEFORE_RECONNECT_MS: u64 = 1000;
 
 type Driver = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -52,6 +56,8 @@ pub(super) struct Slot {
     pub(super) state: watch::Sender<SlotState>,
     /// Decisions on the current connection that timed out since its last answer.
     timeouts: AtomicU32,
+    /// When the current connection last answered or was made ([`clock::now_ms`]).
+    answered_ms: AtomicU64,
     /// Wakes the task to drop a connection that stopped answering.
     give_up: Notify,
 }
@@ -61,20 +67,28 @@ impl Slot {
         Slot {
             state: watch::Sender::new(SlotState::Connecting),
             timeouts: AtomicU32::new(0),
+            answered_ms: AtomicU64::new(0),
             give_up: Notify::new(),
         }
     }
 
-    /// A decision on this slot's connection got its answer.
+    /// A decision on this slot's connection got its answer. (Written only when it changes: the
+    /// cache line is read by every worker thread.)
     pub(super) fn answered(&self) {
         if self.timeouts.load(Ordering::Relaxed) != 0 {
             self.timeouts.store(0, Ordering::Relaxed);
+        }
+        let now = clock::now_ms();
+        if self.answered_ms.load(Ordering::Relaxed) != now {
+            self.answered_ms.store(now, Ordering::Relaxed);
         }
     }
 
     /// A decision on this slot's connection timed out.
     pub(super) fn timed_out(&self) {
-        if self.timeouts.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_BEFORE_RECONNECT {
+        let timeouts = self.timeouts.fetch_add(1, Ordering::Relaxed) + 1;
+        let silent = clock::now_ms().saturating_sub(self.answered_ms.load(Ordering::Relaxed));
+        if timeouts >= TIMEOUTS_BEFORE_RECONNECT && silent >= SILENCE_BEFORE_RECONNECT_MS {
             self.give_up.notify_waiters();
         }
     }
@@ -94,6 +108,7 @@ pub(super) async fn supervise(shared: Arc<Shared>, index: usize) {
             Ok(Ok((connection, driver))) => {
                 backoff = BACKOFF_MIN;
                 slot.timeouts.store(0, Ordering::Relaxed);
+                slot.answered_ms.store(clock::now_ms(), Ordering::Relaxed);
                 shared.health.succeeded();
                 // Registered before the connection is published: no give-up can be missed.
                 let give_up = slot.give_up.notified();

@@ -10,6 +10,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::StoreError;
 
+/// Distinct failures logged between two successes; more are in [`StoreHealth`] only.
+const MAX_LOGGED: usize = 16;
+
 /// Whether the store can decide.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum StoreState {
@@ -57,8 +60,9 @@ pub(super) struct Health {
 
 struct Inner {
     state: StoreState,
-    /// The message last logged; cleared by a success, so a failure after it is logged again.
-    logged: Option<String>,
+    /// The messages logged since the last success (a few: a failure alternates between a
+    /// handful); cleared by a success, so the same failure after it is logged again.
+    logged: Vec<String>,
 }
 
 impl Health {
@@ -71,7 +75,7 @@ impl Health {
             failed_connects: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 state: StoreState::Connecting,
-                logged: None,
+                logged: Vec::new(),
             }),
         }
     }
@@ -93,7 +97,7 @@ impl Health {
             tracing::info!(address = %self.address, "connected to the Redis of global rate limits");
         }
         inner.state = StoreState::Up;
-        inner.logged = None;
+        inner.logged.clear();
         self.up.store(true, Ordering::Release);
     }
 
@@ -122,7 +126,7 @@ impl Health {
                 }
             }
         }
-        if inner.logged.as_ref() == Some(&message) {
+        if inner.logged.contains(&message) || inner.logged.len() >= MAX_LOGGED {
             return;
         }
         if matches!(error, StoreError::Auth(_)) {
@@ -130,7 +134,7 @@ impl Health {
         } else {
             tracing::warn!(address = %self.address, error = %message, "Redis of global rate limits failed");
         }
-        inner.logged = Some(message);
+        inner.logged.push(message);
     }
 
     pub(super) fn snapshot(&self) -> StoreHealth {

@@ -205,7 +205,7 @@ fn load(
 async fn decisions_stay_bounded(
     server: RedisServer,
     fault: impl FnOnce(RedisServer) -> RedisServer + Send + 'static,
-) -> RedisServer {
+) -> (RedisServer, Arc<GlobalStore>) {
     let timeout = Duration::from_millis(50);
     let store = GlobalStore::start(settings(server.address(), timeout));
     until_up(&store).await;
@@ -250,7 +250,7 @@ async fn decisions_stay_bounded(
         decided_after, 0,
         "calls started after the fault that decided"
     );
-    server
+    (server, store)
 }
 
 // 3a. A killed Redis: every call fails within the timeout.
@@ -263,15 +263,23 @@ async fn a_killed_redis_fails_calls_within_the_timeout() {
     .await;
 }
 
-// 3b. A frozen Redis (SIGSTOP: connections open, no answer): the same.
+// 3b. A frozen Redis (SIGSTOP: connections open, no answer): the same; the silent connections
+// are given up for new ones (which fail while it is frozen), and decisions resume once it thaws.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_redis_fails_calls_within_the_timeout() {
-    let server = decisions_stay_bounded(RedisServer::start(), |server| {
+    let (server, store) = decisions_stay_bounded(RedisServer::start(), |server| {
         server.stop();
         server
     })
     .await;
+    poll("a new connection tried", || async {
+        let limit = quota(u32::MAX, Duration::from_secs(60));
+        let _ = store.acquire(&[check("{load}", limit)]).await;
+        (store.health().failed_connects > 0).then_some(())
+    })
+    .await;
     server.cont();
+    until_up(&store).await;
 }
 
 // 4. Redis restarted on the same port: the store reconnects by itself.
@@ -644,7 +652,7 @@ fn inverse(a: u64, m: u64) -> u64 {
 fn coprime_with_a_day(rng: &mut fastrand::Rng, min: u64, max: u64) -> u64 {
     loop {
         let n = rng.u64(min..max);
-        if n % 2 != 0 && n % 3 != 0 && n % 5 != 0 {
+        if [2, 3, 5].iter().all(|f| !n.is_multiple_of(*f)) {
             return n;
         }
     }
