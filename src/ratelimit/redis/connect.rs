@@ -13,7 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo, RedisError};
@@ -31,6 +31,9 @@ use crate::ratelimit::clock;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// A connection that lived this long is connected again at once when lost; one lost sooner
+/// waits the backoff first, as a failed attempt does.
+const STABLE_AFTER: Duration = BACKOFF_MAX;
 /// A connection (TCP, TLS, AUTH, SELECT, SCRIPT LOAD) may take this long even when the
 /// decisions' timeout is shorter: it runs in the background, never in a request's path, and a
 /// distant Redis needs several round trips.
@@ -106,18 +109,24 @@ pub(super) async fn supervise(shared: Arc<Shared>, index: usize) {
         let attempt = tokio::time::timeout(connect_timeout, connect(settings, tls.as_ref()));
         let error = match attempt.await {
             Ok(Ok((connection, driver))) => {
-                backoff = BACKOFF_MIN;
                 slot.timeouts.store(0, Ordering::Relaxed);
                 slot.answered_ms.store(clock::now_ms(), Ordering::Relaxed);
                 shared.health.succeeded();
+                let up_since = Instant::now();
                 // Registered before the connection is published: no give-up can be missed.
                 let give_up = slot.give_up.notified();
                 slot.state.send_replace(SlotState::Up(connection));
-                tokio::select! {
-                    () = driver => tracing::debug!(address = %settings.address, "Redis connection closed"),
-                    () = give_up => tracing::debug!(address = %settings.address, "Redis connection stopped answering"),
+                let lost = tokio::select! {
+                    () = driver => "the connection closed",
+                    () = give_up => "the connection stopped answering",
+                };
+                tracing::debug!(address = %settings.address, "Redis: {lost}");
+                if up_since.elapsed() >= STABLE_AFTER {
+                    backoff = BACKOFF_MIN;
+                    continue;
                 }
-                continue;
+                // One that dies young (a Redis that closes what it accepts) waits its turn too.
+                StoreError::Unavailable(lost.to_owned())
             }
             Ok(Err(error)) => error,
             Err(_) => StoreError::Unavailable(format!(

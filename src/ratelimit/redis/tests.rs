@@ -162,6 +162,25 @@ async fn a_denying_rule_leaves_the_others_uncounted() {
     assert_eq!(stored_count(&server, "{narrow}"), 1);
 }
 
+// Redis forgot the script (SCRIPT FLUSH, a restart, a failover): it is loaded again.
+#[tokio::test]
+async fn a_forgotten_script_is_loaded_again() {
+    let server = RedisServer::start();
+    let store = GlobalStore::start(settings(server.address(), Duration::from_secs(2)));
+    until_up(&store).await;
+    assert_eq!(server.command(&["SCRIPT", "FLUSH"]), "OK");
+    let limit = quota(5, Duration::from_secs(60));
+    let decided = store
+        .acquire(&[check("{f}", limit)])
+        .await
+        .expect("a decision");
+    assert!(decided[0].allowed);
+    assert_eq!(
+        server.command(&["SCRIPT", "EXISTS", script().get_hash()]),
+        "1"
+    );
+}
+
 /// Calls made by [`load`]'s workers: when each started, how long it took, whether it decided.
 #[derive(Clone, Copy, Debug)]
 struct Call {
@@ -355,8 +374,10 @@ async fn tls_and_an_acl_user() {
             .expect("a decision over TLS");
         assert!(decided[0].allowed, "{settings:?}");
     }
-    let keys = server.command(&["SELECT", "3"]);
-    assert_eq!(keys, "OK");
+    // Every counter in database 3.
+    let keyspace = server.command(&["INFO", "keyspace"]);
+    assert!(keyspace.contains("db3:keys="), "{keyspace}");
+    assert!(!keyspace.contains("db0:"), "{keyspace}");
 
     // Redis's certificate does not chain to the system's roots, nor name another host.
     for tls in [
