@@ -86,25 +86,27 @@ impl RedisServer {
 
     fn start_with(options: RedisOptions) -> RedisServer {
         let binary = redis_server_binary();
-        let mut dir = tempfile::tempdir().expect("temp dir for redis-server");
-        let ca_pem = options.tls.then(|| write_certificates(dir.path()));
+        let dir = tempfile::tempdir().expect("temp dir for redis-server");
+        let mut server = RedisServer {
+            child: None,
+            port: 0,
+            admin_port: 0,
+            args: Vec::new(),
+            ca_pem: options.tls.then(|| write_certificates(dir.path())),
+            acl_user: options.acl_user.clone(),
+            dir,
+        };
         for _ in 0..PORT_TRIES {
-            let port = free_port();
-            let admin_port = if options.tls { free_port() } else { port };
-            let args = arguments(dir.path(), port, admin_port, &options);
-            let mut server = RedisServer {
-                child: None,
-                port,
-                admin_port,
-                args,
-                ca_pem: ca_pem.clone(),
-                acl_user: options.acl_user.clone(),
-                dir,
+            server.port = free_port();
+            server.admin_port = if options.tls {
+                free_port()
+            } else {
+                server.port
             };
+            server.args = arguments(server.dir.path(), server.port, server.admin_port, &options);
             if server.spawn(binary) {
                 return server;
             }
-            dir = server.take_dir();
         }
         panic!("redis-server did not start on a free port in {PORT_TRIES} tries")
     }
@@ -255,13 +257,6 @@ impl RedisServer {
             .status()
             .expect("run kill");
         assert!(status.success(), "kill -{signal} {pid}");
-    }
-
-    fn take_dir(self) -> tempfile::TempDir {
-        let mut this = self;
-        this.kill();
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::mem::replace(&mut this.dir, dir)
     }
 }
 

@@ -4,10 +4,10 @@
 //! # The algorithm (the local counters' own)
 //!
 //! A rule of `requests` (R) per `period` (P ms) counts in windows of P aligned on Redis's clock
-//! (`TIME`, shared by the replicas): at `now`, window `w = floor(now / P)`, elapsed `e = now % P`,
-//! `cur` the count of window w and `prev` that of w - 1. The estimate of the last period is
-//! `prev * (P - e) / P + cur`, and a request is allowed iff `(cur + 1) * P + prev * (P - e) <= R * P`
-//! (integers, exact). For each rule the reply has:
+//! (`TIME`, shared by the replicas): at `now`, window `w = floor(now / P)`, elapsed
+//! `e = now % P`, `cur` the count of window w and `prev` that of w - 1. The estimate of the last
+//! period is `prev * (P - e) / P + cur`, and a request is allowed iff
+//! `(cur + 1) * P + prev * (P - e) <= R * P` (integers, exact). For each rule the reply has:
 //!
 //! - `remaining = floor(R - estimate)`, after counting the request when it is allowed;
 //! - `reset`: allowed, `P - e` (the window's end); denied, the time until one more request
@@ -15,11 +15,12 @@
 //!   `(cur + 1) * P + prev * (P - t) <= R * P`, else in the next, where `cur` is the previous
 //!   count: `P - e + t'` with `P + cur * (P - t') <= R * P` (at least 1 ms, whole ms rounded up).
 //!
-//! One script call (`script.lua`) decides for all the rules of a request: if
-//! every one allows, each rule's current window counts it; if one denies, none counts it (a
-//! rule that allowed then says so, with `remaining` not lowered by this request). Counters are
+//! One script call (`script.lua`) decides for all the rules of a request: if every one allows,
+//! each rule's current window counts it; if one denies, none counts it (a rule that allowed
+//! then says so, with `remaining` not lowered by this request). Counters are
 //! `<key_prefix><key>:<w>` (the key's `{hash tag}` keeps a rule's windows in one cluster slot),
-//! expiring after 2 P.
+//! expiring after 2 P. A decision that timed out may still have been counted: Redis runs the
+//! script whenever it gets it.
 //!
 //! # Connections
 //!
@@ -29,8 +30,13 @@
 //! tasks retry until it works, and limiting resumes by itself. Every decision is bounded by
 //! `timeout`, waiting for a connection included.
 //!
-//! The ACL user needs `AUTH`, `SELECT` (with a database other than 0), `SCRIPT LOAD` and
-//! `EVALSHA` (the script calls `TIME`, `GET`, `INCR` and `PEXPIRE`) on keys `<key_prefix>*`.
+//! # What Redis must offer
+//!
+//! Redis 5 or later (or Valkey): a script that reads `TIME` then writes needs effect
+//! replication, the default since 5. One endpoint, not Redis Cluster's client protocol
+//! (MOVED is an error; rules of different hash tags in one call would be CROSSSLOT). The ACL
+//! user needs `AUTH`, `SELECT` (with a database other than 0), `SCRIPT LOAD` and `EVALSHA` (the
+//! script calls `TIME`, `GET`, `INCR` and `PEXPIRE`) on keys `<key_prefix>*`.
 
 mod connect;
 mod health;
@@ -59,6 +65,8 @@ pub(crate) struct RedisSettings {
     /// `host:port`: a hostname or an IP literal (IPv6 in brackets).
     pub(crate) address: String,
     pub(crate) tls: Option<RedisTls>,
+    /// The ACL user, sent with the password (`AUTH username password`); without a password,
+    /// nothing is sent (the default user, if Redis lets it in).
     pub(crate) username: Option<String>,
     /// A secret: never in Debug, errors or logs.
     pub(crate) password: Option<String>,
