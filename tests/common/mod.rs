@@ -16,6 +16,7 @@
 //! | `python` | venvs of pinned PyPI packages in target/tmp, made on first use; the official MCP Python SDK's server (with an event store) |
 //! | `websocket` | a websocket echo server that records its handshakes |
 //! | `ports` | ports held by bound sockets: shared by 127.0.0.x servers, or refusing connections |
+//! | `redis` | a real `redis-server` (Debian's) on 127.0.0.1: killed, restarted, frozen, TLS, an ACL user |
 //!
 //! [`eventually`] (and [`poll_within`] under it) is the one way the tests wait for a condition:
 //! polled with a deadline, never a sleep.
@@ -35,6 +36,7 @@ pub(crate) mod outlier;
 pub(crate) mod ports;
 pub(crate) mod proxy;
 pub(crate) mod python;
+pub(crate) mod redis;
 pub(crate) mod tls;
 pub(crate) mod upstream;
 pub(crate) mod websocket;
