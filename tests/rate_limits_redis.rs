@@ -275,11 +275,14 @@ fn secret_file(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
 async fn redis_over_tls_with_an_acl_user_works_and_a_wrong_password_is_a_clear_error() {
     const PASSWORD: &str = "s3cret-limits-pw";
     const WRONG: &str = "not-the-password-x";
-    let redis = RedisServer::start_tls_with_user("limits", PASSWORD);
+    let redis = RedisServer::options()
+        .tls()
+        .with_acl_user("limits", PASSWORD)
+        .start();
     let upstream = Upstream::start("api").await;
     let files = tempfile::tempdir().unwrap();
     let ca = files.path().join("redis-ca.pem");
-    std::fs::write(&ca, redis.ca_pem()).unwrap();
+    std::fs::write(&ca, redis.ca_pem().expect("a TLS server has a CA")).unwrap();
     let config = |password: &Path| {
         head(
             &redis.address(),

@@ -464,15 +464,30 @@ pub(crate) fn rate_limit_status(
 
 /// The Redis store of global rate limits in `/status`: where, and whether it answers.
 pub(crate) fn redis_status(store: &crate::ratelimit::redis::GlobalStore) -> serde_json::Value {
-    use crate::ratelimit::redis::StoreHealth;
-    let (state, error) = match store.health() {
-        StoreHealth::Connecting => ("connecting", None),
-        StoreHealth::Up => ("up", None),
-        StoreHealth::Down { error } => ("down", Some(error)),
+    use crate::ratelimit::redis::StoreState;
+    let health = store.health();
+    let (state, error) = match &health.state {
+        StoreState::Connecting => ("connecting", None),
+        StoreState::Up => ("up", None),
+        StoreState::Down { error, .. } => ("down", Some(error.clone())),
+    };
+    let time = |t: std::time::SystemTime| crate::telemetry::time::rfc3339(t);
+    let down_since = match &health.state {
+        StoreState::Down { since, .. } => Some(time(*since)),
+        _ => None,
     };
     serde_json::json!({
         "address": store.settings().address,
         "state": state,
+        "downSince": down_since,
+        "lastSuccess": health.last_success.map(time),
+        "failedConnects": health.failed_connects,
+        "errors": {
+            "unavailable": health.errors.unavailable,
+            "timeout": health.errors.timeout,
+            "auth": health.errors.auth,
+            "other": health.errors.other,
+        },
         "lastError": error,
     })
 }

@@ -11,9 +11,6 @@
 //! - [`distinct`]: the counters of a `Distinct` rule, one per value, bounded in entries.
 //! - [`redis`]: the same algorithm as one Lua script in Redis, shared by replicas.
 
-// Filled in step by step (#33); the pipeline uses it once the phase "limit" lands.
-#![allow(dead_code)]
-
 pub(crate) mod clock;
 pub(crate) mod distinct;
 pub(crate) mod redis;
