@@ -180,14 +180,7 @@ impl WindowCounter {
         let raw = self.current.load(Ordering::Acquire);
         let (at, cur) = unpack(raw);
         if at < window {
-            // `previous` first: whoever sees `current` at `window` sees `previous` set.
-            self.previous.fetch_max(raw, Ordering::AcqRel);
-            let _ = self.current.compare_exchange(
-                raw,
-                pack(window, 0),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+            self.roll_over(raw, window);
             return None;
         }
         // `at > window`: the caller's clock is behind; decide at the start of `at`.
@@ -203,6 +196,20 @@ impl WindowCounter {
             elapsed,
             lead,
         })
+    }
+
+    /// Moves the counter from `seen` (an older window, as `current` was read) to `window`;
+    /// nothing when `current` is no longer `seen` (another thread moved it or counted).
+    fn roll_over(&self, seen: u64, window: u32) {
+        // `previous` first: whoever sees `current` at `window` sees `previous` set. A stale
+        // `seen` is lower than what the winner wrote: `fetch_max` keeps the winner's.
+        self.previous.fetch_max(seen, Ordering::AcqRel);
+        let _ = self.current.compare_exchange(
+            seen,
+            pack(window, 0),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 
     /// The count of the window before `window`, 0 when `previous` holds another window.

@@ -108,6 +108,23 @@ fn threads_racing_a_rollover_keep_the_previous_window() {
 }
 
 #[test]
+fn a_stale_rollover_keeps_the_winners_previous_count() {
+    let q = quota(10, SECOND);
+    let counter = WindowCounter::new();
+    assert_eq!(allowed_of(&counter, q, 4 * SECOND, 3), 3);
+    // A thread reads (4, 3) and stalls; two more are counted and another thread rolls over.
+    let stale = counter.current.load(Ordering::Relaxed);
+    assert_eq!(allowed_of(&counter, q, 4 * SECOND, 2), 2);
+    assert!(counter.acquire(q, 5 * SECOND).allowed);
+    // The stalled thread rolls over from what it read: its CAS fails, `previous` keeps 5.
+    counter.roll_over(stale, 5);
+    assert_eq!(unpack(counter.previous.load(Ordering::Relaxed)), (4, 5));
+    assert_eq!(unpack(counter.current.load(Ordering::Relaxed)), (5, 1));
+    assert_eq!(counter.used(q, 5 * SECOND), 6);
+    assert_eq!(allowed_of(&counter, q, 5 * SECOND, 10), 4);
+}
+
+#[test]
 fn the_previous_window_weighs_by_its_overlap() {
     let q = quota(100, MINUTE);
     let counter = WindowCounter::new();
