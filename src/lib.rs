@@ -42,8 +42,9 @@ pub mod listener;
 pub mod mcp;
 pub(crate) mod names;
 pub(crate) mod policy;
-pub(crate) mod ratelimit;
 pub mod probe;
+#[doc(hidden)]
+pub mod ratelimit;
 pub mod runtime;
 pub mod snapshot;
 pub mod telemetry;
