@@ -46,7 +46,7 @@ fn bench_distinct(c: &mut Criterion) {
     for key in &keys {
         table.acquire(*key, u32::MAX, MINUTE, 1_000);
     }
-    assert_eq!(table.len(), 10_000);
+    assert_eq!(table.entries(), 10_000);
     let mut i = 0usize;
     g.bench_function("acquire_hit/10000", |b| {
         b.iter(|| {

@@ -102,7 +102,7 @@ pub mod bench_support {
             parts(self.0.acquire(key, Quota { requests, period }, now_ms))
         }
 
-        pub fn len(&self) -> usize {
+        pub fn entries(&self) -> usize {
             self.0.len()
         }
     }

@@ -77,7 +77,7 @@ fn threads_racing_a_rollover_lose_no_count() {
     // limit gets through in all.
     let q = quota(10, SECOND);
     let now = |i: usize| {
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             5 * SECOND - 1
         } else {
             5 * SECOND
