@@ -187,7 +187,7 @@ impl WindowCounter {
         let (elapsed, lead) = if at == window {
             (elapsed, 0)
         } else {
-            (0, u64::from(at - window) * period - elapsed)
+            (0, u64::from(at - window).saturating_mul(period) - elapsed)
         };
         Some(View {
             raw,
@@ -224,7 +224,9 @@ impl WindowCounter {
 
     /// Gives back one request `acquire` counted at `now_ms` (when a later rule of the same
     /// request refused it): decrements `cur` if the current window is still the one of
-    /// `now_ms` and cur > 0; otherwise does nothing.
+    /// `now_ms` and cur > 0; otherwise does nothing (also for a request decided with a late
+    /// clock, counted in a window after the one of its `now_ms`: the count errs on the strict
+    /// side).
     pub(crate) fn release(&self, quota: Quota, now_ms: u64) {
         let (window, _, _) = locate(quota, now_ms);
         let _ = self
