@@ -43,7 +43,8 @@ pub mod mcp;
 pub(crate) mod names;
 pub(crate) mod policy;
 pub mod probe;
-pub(crate) mod ratelimit;
+#[doc(hidden)]
+pub mod ratelimit;
 pub mod runtime;
 pub mod snapshot;
 pub mod telemetry;

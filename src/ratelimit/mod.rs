@@ -47,3 +47,66 @@ pub(crate) struct Decision {
     /// the `t` of `RateLimit`). When allowed: until the current window ends.
     pub(crate) reset: Duration,
 }
+
+/// Thin `pub` wrappers over the counters for `benches/ratelimit.rs` (criterion reaches only
+/// `pub` items); not an API.
+#[doc(hidden)]
+pub mod bench_support {
+    use std::time::Duration;
+
+    use super::distinct::DistinctCounters;
+    use super::window::WindowCounter;
+    use super::{Decision, Quota};
+
+    fn parts(decision: Decision) -> (bool, u32, Duration) {
+        (decision.allowed, decision.remaining, decision.reset)
+    }
+
+    /// [`WindowCounter`]; acquires return `(allowed, remaining, reset)`.
+    #[derive(Debug, Default)]
+    pub struct Counter(WindowCounter);
+
+    impl Counter {
+        pub fn acquire(
+            &self,
+            requests: u32,
+            period: Duration,
+            now_ms: u64,
+        ) -> (bool, u32, Duration) {
+            parts(self.0.acquire(Quota { requests, period }, now_ms))
+        }
+    }
+
+    /// [`DistinctCounters`].
+    #[derive(Debug)]
+    pub struct Distinct(DistinctCounters);
+
+    impl Distinct {
+        pub fn new(max_entries: usize) -> Self {
+            Distinct(DistinctCounters::new(max_entries))
+        }
+
+        pub fn value_hash(&self, value: &[u8]) -> u64 {
+            self.0.value_hash(value)
+        }
+
+        pub fn acquire(
+            &self,
+            key: u64,
+            requests: u32,
+            period: Duration,
+            now_ms: u64,
+        ) -> (bool, u32, Duration) {
+            parts(self.0.acquire(key, Quota { requests, period }, now_ms))
+        }
+
+        pub fn entries(&self) -> usize {
+            self.0.len()
+        }
+    }
+
+    /// [`super::clock::now_ms`].
+    pub fn now_ms() -> u64 {
+        super::clock::now_ms()
+    }
+}

@@ -180,21 +180,14 @@ impl WindowCounter {
         let raw = self.current.load(Ordering::Acquire);
         let (at, cur) = unpack(raw);
         if at < window {
-            // `previous` first: whoever sees `current` at `window` sees `previous` set.
-            self.previous.fetch_max(raw, Ordering::AcqRel);
-            let _ = self.current.compare_exchange(
-                raw,
-                pack(window, 0),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+            self.roll_over(raw, window);
             return None;
         }
         // `at > window`: the caller's clock is behind; decide at the start of `at`.
         let (elapsed, lead) = if at == window {
             (elapsed, 0)
         } else {
-            (0, u64::from(at - window) * period - elapsed)
+            (0, u64::from(at - window).saturating_mul(period) - elapsed)
         };
         Some(View {
             raw,
@@ -203,6 +196,20 @@ impl WindowCounter {
             elapsed,
             lead,
         })
+    }
+
+    /// Moves the counter from `seen` (an older window, as `current` was read) to `window`;
+    /// nothing when `current` is no longer `seen` (another thread moved it or counted).
+    fn roll_over(&self, seen: u64, window: u32) {
+        // `previous` first: whoever sees `current` at `window` sees `previous` set. A stale
+        // `seen` is lower than what the winner wrote: `fetch_max` keeps the winner's.
+        self.previous.fetch_max(seen, Ordering::AcqRel);
+        let _ = self.current.compare_exchange(
+            seen,
+            pack(window, 0),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 
     /// The count of the window before `window`, 0 when `previous` holds another window.
@@ -217,7 +224,9 @@ impl WindowCounter {
 
     /// Gives back one request `acquire` counted at `now_ms` (when a later rule of the same
     /// request refused it): decrements `cur` if the current window is still the one of
-    /// `now_ms` and cur > 0; otherwise does nothing.
+    /// `now_ms` and cur > 0; otherwise does nothing (also for a request decided with a late
+    /// clock, counted in a window after the one of its `now_ms`: the count errs on the strict
+    /// side).
     pub(crate) fn release(&self, quota: Quota, now_ms: u64) {
         let (window, _, _) = locate(quota, now_ms);
         let _ = self

@@ -33,21 +33,59 @@ fn allowed_of(counter: &WindowCounter, q: Quota, now_ms: u64, n: usize) -> usize
         .count()
 }
 
-#[test]
-fn threads_get_exactly_the_limit_through() {
-    let q = quota(1_000, MINUTE);
-    let counter = WindowCounter::new();
-    let allowed = std::sync::atomic::AtomicUsize::new(0);
+/// 4 threads released at once by a barrier, `rounds` times on a fresh counter each: thread `i`
+/// acquires `per_thread` times at `now(i)`. Returns the requests allowed in each round.
+fn race(rounds: usize, per_thread: usize, q: Quota, now: fn(usize) -> u64) -> Vec<usize> {
+    let counters: Vec<WindowCounter> = (0..rounds).map(|_| WindowCounter::new()).collect();
+    let allowed: Vec<AtomicU64> = (0..rounds).map(|_| AtomicU64::new(0)).collect();
+    let barrier = std::sync::Barrier::new(4);
     std::thread::scope(|s| {
-        for _ in 0..4 {
-            s.spawn(|| {
-                let n = allowed_of(&counter, q, 5 * SECOND, 2_500);
-                allowed.fetch_add(n, Ordering::Relaxed);
+        for i in 0..4 {
+            let (counters, allowed, barrier) = (&counters, &allowed, &barrier);
+            s.spawn(move || {
+                for (counter, total) in counters.iter().zip(allowed) {
+                    barrier.wait();
+                    let n = allowed_of(counter, q, now(i), per_thread);
+                    total.fetch_add(n as u64, Ordering::Relaxed);
+                }
             });
         }
     });
-    assert_eq!(allowed.into_inner(), 1_000);
-    assert_eq!(counter.used(q, 5 * SECOND), 1_000);
+    allowed
+        .iter()
+        .map(|n| n.load(Ordering::Relaxed) as usize)
+        .collect()
+}
+
+#[test]
+fn threads_get_exactly_the_limit_through() {
+    // 4 threads × 2,500 = 10,000 requests at once against 1,000 a minute.
+    let q = quota(1_000, MINUTE);
+    for allowed in race(20, 2_500, q, |_| 5 * SECOND) {
+        assert_eq!(allowed, 1_000);
+    }
+    // Small limits, many rounds: more chances for two threads to see the same count.
+    for allowed in race(2_000, 20, quota(10, MINUTE), |_| 5 * SECOND) {
+        assert_eq!(allowed, 10);
+    }
+}
+
+#[test]
+fn threads_racing_a_rollover_lose_no_count() {
+    // Two threads at the last ms of window 4, two at the first of window 5, where window 4
+    // weighs fully: whichever order, window 4's count carries over whole, and exactly the
+    // limit gets through in all.
+    let q = quota(10, SECOND);
+    let now = |i: usize| {
+        if i.is_multiple_of(2) {
+            5 * SECOND - 1
+        } else {
+            5 * SECOND
+        }
+    };
+    for allowed in race(3_000, 20, q, now) {
+        assert_eq!(allowed, 10);
+    }
 }
 
 #[test]
@@ -67,6 +105,23 @@ fn threads_racing_a_rollover_keep_the_previous_window() {
         }
     });
     assert_eq!(allowed.into_inner(), 700);
+}
+
+#[test]
+fn a_stale_rollover_keeps_the_winners_previous_count() {
+    let q = quota(10, SECOND);
+    let counter = WindowCounter::new();
+    assert_eq!(allowed_of(&counter, q, 4 * SECOND, 3), 3);
+    // A thread reads (4, 3) and stalls; two more are counted and another thread rolls over.
+    let stale = counter.current.load(Ordering::Relaxed);
+    assert_eq!(allowed_of(&counter, q, 4 * SECOND, 2), 2);
+    assert!(counter.acquire(q, 5 * SECOND).allowed);
+    // The stalled thread rolls over from what it read: its CAS fails, `previous` keeps 5.
+    counter.roll_over(stale, 5);
+    assert_eq!(unpack(counter.previous.load(Ordering::Relaxed)), (4, 5));
+    assert_eq!(unpack(counter.current.load(Ordering::Relaxed)), (5, 1));
+    assert_eq!(counter.used(q, 5 * SECOND), 6);
+    assert_eq!(allowed_of(&counter, q, 5 * SECOND, 10), 4);
 }
 
 #[test]
