@@ -24,7 +24,8 @@
 //! The library is public only for its four users: the CLI (`src/main.rs`), the integration
 //! tests in `tests/` (which start a whole [`Proxy`] in-process and read a few internals: the
 //! serving snapshot, config loading and compiling, validation), the criterion benches
-//! (`benches/balance.rs`: balancers and endpoint groups) and the fuzz targets
+//! (`benches/balance.rs`: balancers and endpoint groups; `benches/ratelimit.rs`: rate limit
+//! counters, through `ratelimit::bench_support`) and the fuzz targets
 //! (`fuzz/fuzz_targets/`: the config loader, ClientHello and host parsers, MCP inspection and
 //! stream rewriting). Everything else is crate-private: `pub(crate)` or narrower. The `[lints]`
 //! of Cargo.toml flag a `pub` that outside code cannot reach (`unreachable_pub`) and forbid

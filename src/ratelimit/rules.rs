@@ -66,7 +66,8 @@ pub(crate) enum Counter {
 #[derive(Debug)]
 pub(crate) enum LocalCounter {
     One(WindowCounter),
-    Distinct(DistinctCounters),
+    /// Boxed: its shards are a kilobyte, and most rules have one counter.
+    Distinct(Box<DistinctCounters>),
 }
 
 impl LocalCounter {

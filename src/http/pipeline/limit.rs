@@ -13,11 +13,13 @@
 use std::sync::Arc;
 
 use super::ctx::RequestCtx;
+use super::kind::Kind;
 use crate::http::error::ProxyError;
 use crate::policy::identity::Client;
 use crate::ratelimit::redis::GlobalCheck;
 use crate::ratelimit::rules::{Counter, Facts, McpCall, RateLimitPolicy, Rule};
 use crate::ratelimit::{clock, Decision};
+use crate::snapshot::Target;
 use crate::telemetry::metrics::RateLimitStats;
 
 /// What the request looks like to the rules (besides its client).
@@ -27,6 +29,46 @@ pub(super) struct Request<'r> {
     pub(super) path: &'r str,
     pub(super) headers: Option<&'r http::HeaderMap>,
     pub(super) mcp: Option<McpCall<'r>>,
+}
+
+/// Phase "limit" for an HTTP request, a websocket or a CONNECT (`kind`): its rules judged now,
+/// unless the MCP hook judges them once the body is read ([`judged_by_mcp`]).
+pub(super) async fn of_request<B>(
+    ctx: &mut RequestCtx<'_>,
+    rules: &Arc<RateLimitPolicy>,
+    target: &Target,
+    req: &http::Request<B>,
+    kind: Kind,
+) -> Result<(), ProxyError> {
+    if judged_by_mcp(rules, target, req, kind) {
+        return Ok(());
+    }
+    let request = Request {
+        method: req.method().as_str(),
+        path: req.uri().path(),
+        headers: Some(req.headers()),
+        mcp: None,
+    };
+    phase(ctx, rules, request).await
+}
+
+/// Whether the MCP hook judges a request's rules rather than phase "limit" itself: rules
+/// select MCP calls, and the request is a POST to the MCP endpoint path (its JSON-RPC body is
+/// read there).
+fn judged_by_mcp<B>(
+    rules: &RateLimitPolicy,
+    target: &Target,
+    req: &http::Request<B>,
+    kind: Kind,
+) -> bool {
+    rules.mcp
+        && kind == Kind::Request
+        && req.method() == http::Method::POST
+        && target
+            .port
+            .mcp
+            .as_deref()
+            .is_some_and(|m| m.applies_to(req.uri()))
 }
 
 /// Phase "limit": `Ok` when the request may go on.

@@ -124,15 +124,7 @@ async fn proxy(
     }
     let kind = kind.allowed_by(&routed.target)?;
     if let Some(rules) = &routed.target.policy.rate_limit {
-        if !mcp::judged_later(&rules.0, &routed.target, &req, kind) {
-            let request = limit::Request {
-                method: req.method().as_str(),
-                path: req.uri().path(),
-                headers: Some(req.headers()),
-                mcp: None,
-            };
-            limit::phase(ctx, &rules.0, request).await?;
-        }
+        limit::of_request(ctx, &rules.0, &routed.target, &req, kind).await?;
     }
     let admitted = admit::phase(&routed.target, kind)?;
     match kind {

@@ -405,9 +405,19 @@ fn rate_limit_templates(cx: &mut Cx, set: &ConfigSet) -> (HashMap<ObjectId, Arc<
         .first()
         .and_then(|pc| pc.spec.rate_limit.as_ref());
     let has_redis = proxy.is_some_and(|p| p.value.redis.is_some());
-    let max_distinct = proxy
-        .and_then(|p| p.value.max_distinct_values.as_ref())
-        .map_or(super::rate_limit::DEFAULT_MAX_DISTINCT_VALUES, |m| m.value);
+    let max_distinct = match proxy.and_then(|p| p.value.max_distinct_values.as_ref()) {
+        None => super::rate_limit::DEFAULT_MAX_DISTINCT_VALUES,
+        Some(m) if (32..=10_000_000).contains(&m.value) => m.value,
+        Some(m) => {
+            let pc = &set.proxy_configs[0];
+            cx.error(
+                super::at(&pc.file, &pc.id, m.pos, "spec.rateLimit.maxDistinctValues"),
+                "maxDistinctValues: 32 to 10000000",
+                "default 10000 (about 410 kB per Distinct rule)",
+            );
+            super::rate_limit::DEFAULT_MAX_DISTINCT_VALUES
+        }
+    };
     let mut out = HashMap::new();
     let mut add = |cx: &mut Cx,
                    file: &std::path::Path,

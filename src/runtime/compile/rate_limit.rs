@@ -590,9 +590,9 @@ fn local_counter(
         counters.sweep_at = (map.len() * 2).max(64);
     }
     let counter = Arc::new(if t.distinct {
-        LocalCounter::Distinct(DistinctCounters::new(max_distinct))
+        LocalCounter::Distinct(Box::new(DistinctCounters::new(max_distinct)))
     } else {
-        LocalCounter::One(WindowCounter::default())
+        LocalCounter::One(WindowCounter::new())
     });
     map.insert(key, Arc::downgrade(&counter));
     counter

@@ -52,25 +52,6 @@ impl<'t> McpExchange<'t> {
     }
 }
 
-/// Whether the `rateLimit` rules of a request are judged by [`inbound`] rather than by phase
-/// "limit": rules select MCP calls, and the request is a POST to the MCP endpoint path (its
-/// JSON-RPC body is read there).
-pub(super) fn judged_later<B>(
-    rules: &RateLimitPolicy,
-    target: &Target,
-    req: &Request<B>,
-    kind: super::kind::Kind,
-) -> bool {
-    rules.mcp
-        && kind == super::kind::Kind::Request
-        && req.method() == Method::POST
-        && target
-            .port
-            .mcp
-            .as_deref()
-            .is_some_and(|m| m.applies_to(req.uri()))
-}
-
 /// What phase "mcp" decided about a request.
 pub(super) enum Inbound {
     /// Send it on; to this endpoint when its session is pinned there.
