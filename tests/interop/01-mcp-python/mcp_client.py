@@ -3,6 +3,7 @@
     mcp_client.py sessions  URL [PROXY] [N]   # N stateful Streamable HTTP sessions at once
     mcp_client.py stateless URL [PROXY]       # the 2026-07-28 protocol (server/discover)
     mcp_client.py legacy    URL [PROXY] [N]   # N sessions over the legacy HTTP+SSE transport
+    mcp_client.py limited   URL [PROXY] [N]   # N calls of `add` in one session, then others
 
 PROXY, when given, is egressd's listener (`http://127.0.0.1:PORT`): the SDK's HTTP client
 then sends every request to it in absolute form, as with `http_proxy`. Prints one JSON
@@ -271,8 +272,45 @@ async def legacy():
     return {"sessions": results}
 
 
+async def limited():
+    """One stateful session: N calls of `add` (each one's result, or the error the SDK raised:
+    its type, code, message and data), then another tool, then tools/list; and the HTTP status
+    of every POST (a JSON-RPC error still comes in a 200)."""
+    seen = []
+    out = {}
+
+    async def call(i):
+        try:
+            return {"result": text(await client.call_tool("add", {"a": i, "b": 1}))}
+        except MCPError as e:
+            return {"raised": type(e).__name__, "code": e.code, "message": e.message,
+                    "data": e.data}
+
+    async with http_client(seen) as http:
+        transport = streamable_http_client(URL, http_client=http)
+        try:
+            async with Client(transport, mode="legacy", read_timeout_seconds=60) as client:
+                out["calls"] = [await call(i) for i in range(1, N + 1)]
+                await attempt(out, "other tool", lambda: client.call_tool("whoami"))
+                if isinstance(out["other tool"], types.CallToolResult):
+                    who = json.loads(text(out["other tool"]))
+                    out["other tool"] = {"isError": bool(out["other tool"].is_error),
+                                         "instance": who["instance"]}
+
+                async def tools():
+                    return sorted(t.name for t in (await client.list_tools()).tools)
+
+                await attempt(out, "tools", tools)
+            out["session"] = "ended"
+        except Exception as e:
+            out["session"] = failure(e)
+    out["post_statuses"] = sorted({status for m, status, _ in seen if m == "POST"})
+    return out
+
+
 async def main():
-    mode = {"sessions": sessions, "stateless": stateless, "legacy": legacy}[MODE]
+    mode = {"sessions": sessions, "stateless": stateless, "legacy": legacy,
+            "limited": limited}[MODE]
     with anyio.fail_after(240):
         print(json.dumps(await mode(), sort_keys=True))
 

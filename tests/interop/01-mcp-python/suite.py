@@ -18,6 +18,13 @@ answers, and through egressd requests are balanced over both instances. The lega
 transport (the SDK's SSE server and `sse_client`) through a `transport: SSE` Backend of two
 instances (egressd-legacy-sse.yaml): every message POST reaches the instance holding its
 stream.
+
+A rate limit on one tool (egressd-rate-limit.yaml: 3 `tools/call`s of `add` an hour on a
+Backend of instance A): in one session, direct every call of `add` is answered; through
+egressd calls 1..3 are answered as direct, the 4th raises the SDK's `MCPError` with code
+-32029, a message starting "egressd: rate limited by " and `data.retryAfter` (seconds), and
+then another tool (`whoami`) and `tools/list` are answered as direct, every POST got HTTP 200
+(or the SDK's 202) as direct, and egressd's /metrics count 3 `allowed` and 1 `limited`.
 """
 
 import json
@@ -34,6 +41,7 @@ SESSIONS = 12  # over 50/50 weights all on one Backend has p = 1/2048
 LEGACY_SESSIONS = 4
 HOST = "mcp.interop.test"
 LEGACY_HOST = "legacy.interop.test"
+RATE_LIMIT = 3  # calls of `add` an hour, egressd-rate-limit.yaml
 
 
 def start_server(h, name, transport):
@@ -145,6 +153,54 @@ def legacy_aspects(run, instances):
     }
 
 
+def decisions(egressd, rule):
+    """egressd_ratelimit_decisions_total of `rule` by decision, from the admin /metrics."""
+    found = {}
+    for line in egressd.get("/metrics").splitlines():
+        m = re.match(r'egressd_ratelimit_decisions_total\{(.*)\} (\S+)$', line)
+        if m and f'rule="{rule}"' in m.group(1):
+            decision = re.search(r'decision="([^"]*)"', m.group(1)).group(1)
+            found[decision] = found.get(decision, 0) + float(m.group(2))
+    return found
+
+
+def rate_limited_tool(h, port):
+    """One tool limited to RATE_LIMIT calls (egressd-rate-limit.yaml): the same session direct
+    (no limit: every call answered) and through egressd."""
+    url, calls = f"http://127.0.0.1:{port}/mcp", RATE_LIMIT + 1
+    direct = client("limited", url, n=calls)
+    h.expect(f"direct: {calls} calls of add answered, then whoami and tools/list",
+             direct.get("calls") == [{"result": str(i + 1)} for i in range(1, calls + 1)]
+             and direct.get("other tool") == {"isError": False, "instance": "A"}
+             and "add" in direct.get("tools", []) and direct.get("session") == "ended",
+             direct)
+    config = h.render("egressd-rate-limit.yaml", PORT_A=port, LIMIT=RATE_LIMIT)
+    egressd = h.egressd(config, name="egressd-rate-limit")
+    host, listener = egressd.listener("default/sidecar/http")
+    through = client("limited", f"http://{HOST}/mcp", f"http://{host}:{listener}", n=calls)
+    got = through.get("calls") or []
+    h.compare(f"rate-limit: calls 1..{RATE_LIMIT} of add answered",
+              direct["calls"][:RATE_LIMIT], got[:RATE_LIMIT])
+    refused = got[RATE_LIMIT] if len(got) > RATE_LIMIT else {}
+    retry = (refused.get("data") or {}).get("retryAfter")
+    h.expect(f"rate-limit: call {calls} of add: the SDK raises MCPError -32029 "
+             "'egressd: rate limited by ...' with data.retryAfter",
+             refused.get("raised") == "MCPError" and refused.get("code") == -32029
+             and str(refused.get("message")).startswith("egressd: rate limited by ")
+             and isinstance(retry, int) and 0 < retry <= 2 * 3600,
+             refused)
+    for name in ["other tool", "tools", "session", "post_statuses"]:
+        label = {"other tool": "another tool (whoami) still answered in the session",
+                 "tools": "tools/list still answered",
+                 "session": "the session ends without error",
+                 "post_statuses": "HTTP statuses of the POSTs (the refused call's is 200)"}[name]
+        h.compare(f"rate-limit: {label}", direct.get(name), through.get(name))
+    counted = {k: v for k, v in decisions(egressd, "add-calls").items() if v}
+    h.expect(f"rate-limit: /metrics: {RATE_LIMIT} allowed, 1 limited",
+             counted == {"allowed": RATE_LIMIT, "limited": 1}, counted)
+    stop(egressd)
+
+
 def stop(egressd):
     egressd.proc.send_signal(signal.SIGTERM)
     egressd.proc.wait(timeout=30)
@@ -239,3 +295,7 @@ def run(h):
     h.expect("legacy-sse: streams on both instances",
              all(after[i]["sse_streams"] > before[i]["sse_streams"] for i in legacy_ports),
              {i: after[i]["sse_streams"] - before[i]["sse_streams"] for i in legacy_ports})
+    stop(egressd)
+
+    # -- a rate limit on one tool ----------------------------------------------------------
+    rate_limited_tool(h, ports["A"])

@@ -2,10 +2,12 @@
 handlers and raw-bytes methods; the health service comes from grpcio-health-checking).
 
     peer.py server PORTS_FILE CERT KEY     # h2c and TLS ports on 127.0.0.1, written as JSON
-    peer.py client TARGET [--ca CA] [--authority HOST:PORT] [--run LABEL]
+    peer.py client TARGET [--ca CA] [--authority HOST:PORT] [--run LABEL] [--limited]
 
 The client makes every call of the suite and prints one JSON object: per call its status
 code, details, response sha256s, and initial/trailing metadata (transport headers dropped).
+With `--limited`, only the calls of the rate-limit check: Unary three times, then other
+methods (ServerStream, a health Check), then Unary once more.
 """
 
 import argparse
@@ -368,6 +370,18 @@ def client(args):
     json.dump(c.results, sys.stdout, sort_keys=True)
 
 
+def limited(args):
+    """The rate-limit check's calls (egressd-rate-limit.yaml allows Unary twice an hour)."""
+    c = Client(args.target, args.ca, args.authority, args.run)
+    for i in range(1, 4):
+        c.unary(f"Unary call {i}", "Unary", b"ping")
+    c.server_stream("ServerStream after them", [("x-count", "2"), ("x-size", "10")])
+    c.results["health Check '' after them"] = c.health("")
+    c.unary("Unary call 4", "Unary", b"ping")
+    c.channel.close()
+    json.dump(c.results, sys.stdout, sort_keys=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="mode", required=True)
@@ -380,9 +394,12 @@ def main():
     c.add_argument("--ca")
     c.add_argument("--authority")
     c.add_argument("--run", default="")
+    c.add_argument("--limited", action="store_true")
     args = p.parse_args()
     if args.mode == "server":
         serve(args.ports_file, args.cert, args.key)
+    elif args.limited:
+        limited(args)
     else:
         client(args)
 

@@ -7,7 +7,14 @@ client-streaming and bidi ping-pong calls of 0 B, 1 KiB, 1 MiB and 8 MiB message
 INVALID_ARGUMENT with non-ASCII details, ABORTED after two streamed messages, UNIMPLEMENTED;
 DEADLINE_EXCEEDED for a call and mid-stream, seen by the client and by the server (the
 deadline reached it and ended the call); a client cancel; the standard health service
-(`""`, a service, a NOT_SERVING one, an unknown one: NOT_FOUND). Peer code: peer.py."""
+(`""`, a service, a NOT_SERVING one, an unknown one: NOT_FOUND).
+
+Then a rate limit, in a second egressd (egressd-rate-limit.yaml: `/interop.Echo/Unary` twice
+an hour on the h2c Backend), and the same calls direct (all OK there): through egressd Unary
+calls 1 and 2 are answered as direct, call 3 gets RESOURCE_EXHAUSTED with details saying
+"rate limited" and `retry-after` and `x-egressd-error: rate_limited` in its trailing
+metadata, ServerStream and a health Check after it are answered as direct, and Unary call 4
+is still RESOURCE_EXHAUSTED. Peer code: peer.py."""
 
 import json
 import subprocess
@@ -30,8 +37,10 @@ EXPECTED_CODES = {
 CALLS = 4 * 4 + len(EXPECTED_CODES) + 3  # sizes x call kinds, the above, 3 healthy Checks
 
 
-def client(target, run, ca=None, authority=None):
+def client(target, run, ca=None, authority=None, limited=False):
     argv = [str(PYTHON), str(PEER), "client", target, "--run", run]
+    if limited:
+        argv.append("--limited")
     if ca:
         argv += ["--ca", str(ca)]
     if authority:
@@ -76,3 +85,30 @@ def run(h):
         through = client(f"{host}:{port}", f"{scheme}-egressd", authority=authority)
         for label in sorted(set(direct) | set(through)):
             h.compare(f"{scheme}: {label}", direct.get(label), through.get(label))
+
+    rate_limited_method(h, ports["h2c"])
+
+
+def rate_limited_method(h, h2c_port):
+    """Unary limited to 2 calls an hour by a second egressd (egressd-rate-limit.yaml)."""
+    authority = f"localhost:{h2c_port}"
+    direct = client(authority, "limited-direct", limited=True)
+    h.expect("rate-limit direct: every call OK (no limit without egressd)",
+             len(direct) == 6 and all(r.get("code") == "OK" for r in direct.values()), direct)
+    config = h.render("egressd-rate-limit.yaml", H2C_PORT=h2c_port)
+    egressd = h.egressd(config, name="egressd-rate-limit")
+    host, port = egressd.listener("default/sidecar/http")
+    through = client(f"{host}:{port}", "limited-egressd", authority=authority, limited=True)
+    for label in ["Unary call 1", "Unary call 2", "ServerStream after them",
+                  "health Check '' after them"]:
+        h.compare(f"rate-limit: {label}", direct.get(label), through.get(label))
+    for label in ["Unary call 3", "Unary call 4"]:
+        r = through.get(label) or {}
+        trailers = dict(r.get("trailing metadata") or [])
+        h.expect(f"rate-limit: {label}: RESOURCE_EXHAUSTED, details say 'rate limited', "
+                 "retry-after and x-egressd-error in the trailing metadata",
+                 r.get("code") == "RESOURCE_EXHAUSTED"
+                 and "rate limited" in (r.get("details") or "")
+                 and trailers.get("retry-after", "").isdigit()
+                 and trailers.get("x-egressd-error") == "rate_limited",
+                 r)
