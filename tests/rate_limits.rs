@@ -273,9 +273,16 @@ async fn a_reload_keeps_what_the_counters_counted() {
 }
 
 /// An HTTPS listener requiring client certificates, and the `pay` Backend limited to 2 an
-/// hour per client identity.
+/// hour per client identity: counted in this process, and in Redis.
 #[tokio::test]
 async fn a_distinct_client_identity_gets_its_own_quota() {
+    for counts in ["local", "global"] {
+        let redis = common::redis::RedisServer::start();
+        identity_quota(counts, &redis.address()).await;
+    }
+}
+
+async fn identity_quota(counts: &str, redis: &str) {
     let upstream = Upstream::start("pay").await;
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new("mesh");
@@ -288,9 +295,10 @@ async fn a_distinct_client_identity_gets_its_own_quota() {
         key.display(),
         ca_file.display()
     );
-    let rule = "{local: {rules: [{name: per-workload, clientSelectors: [{clients: {type: Distinct, spiffeIds: [\"spiffe://test.example/*\"]}}], limit: {requests: 2, unit: Hour}}]}}";
-    let yaml = preamble_with(None, "").replace("    protocol: HTTP\n", &tls)
-        + &limited_backend("pay", upstream.addr, rule)
+    let rule = format!("{{{counts}: {{rules: [{{name: per-workload, clientSelectors: [{{clients: {{type: Distinct, spiffeIds: [\"spiffe://test.example/*\"]}}}}], limit: {{requests: 2, unit: Hour}}}}]}}}}");
+    let proxy_spec = format!("  rateLimit: {{redis: {{address: \"{redis}\"}}}}\n");
+    let yaml = preamble_with(None, &proxy_spec).replace("    protocol: HTTP\n", &tls)
+        + &limited_backend("pay", upstream.addr, &rule)
         + &route_to("pay.test", "pay");
     let proxy = TestProxy::start(&yaml).await;
     let edge = proxy.listener("default/gw/http");
@@ -310,7 +318,7 @@ async fn a_distinct_client_identity_gets_its_own_quota() {
     for config in [&a, &a, &a, &b, &b, &b] {
         seen.push(tls_get(edge, config.clone(), "pay.test").await);
     }
-    assert_eq!(seen, [200, 200, 429, 200, 200, 429]);
+    assert_eq!(seen, [200, 200, 429, 200, 200, 429], "{counts}");
 }
 
 /// `GET /` for `host` over a new TLS connection: the status.
@@ -478,6 +486,9 @@ async fn a_hundred_thousand_distinct_values_keep_the_table_within_its_bound() {
     assert_eq!(rule["name"], "per-key");
     let held = rule["distinctValues"].as_u64().unwrap();
     assert!((1..=10_000).contains(&held), "{rule}");
+    let series =
+        "egressd_ratelimit_distinct_values{policy=\"Backend default/api\",rule=\"per-key\"}";
+    assert_eq!(egressd.metric(series).await, held as f64);
     let bound_kib = rule["maxBytes"].as_u64().unwrap() / 1024;
     assert!(
         after.saturating_sub(before) <= bound_kib + 4 * 1024,

@@ -199,9 +199,40 @@ pub(super) fn refresh_gauges(shared: &crate::snapshot::shared::Shared) {
             std::sync::atomic::Ordering::Relaxed,
         );
     }
+    distinct_tables(m, &snapshot);
     for (file, not_after) in &snapshot.certificate_expiries {
         m.certificate_expiry
             .get_or_create(&FileLabel { file: file.clone() })
             .set(not_after - now);
+    }
+}
+
+/// `egressd_ratelimit_distinct_values` and `_evictions` of every `Distinct` local rule.
+fn distinct_tables(m: &crate::telemetry::metrics::Metrics, snapshot: &crate::snapshot::Snapshot) {
+    use crate::ratelimit::rules::{Counter, LocalCounter};
+    use crate::telemetry::metrics::PolicyRuleLabel;
+    let mut sums: std::collections::BTreeMap<(String, String), (usize, u64)> = Default::default();
+    for policy in &snapshot.rate_limits {
+        for rule in policy.0.local.iter() {
+            if let Counter::Local(counter) = &rule.counter {
+                if let LocalCounter::Distinct(table) = &**counter {
+                    let sum = sums
+                        .entry((policy.0.name.to_string(), rule.label.to_string()))
+                        .or_default();
+                    sum.0 += table.len();
+                    sum.1 += table.evicted();
+                }
+            }
+        }
+    }
+    for ((policy, rule), (held, evicted)) in sums {
+        let label = PolicyRuleLabel { policy, rule };
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        m.ratelimit_distinct_values
+            .get_or_create(&label)
+            .set(gauge(held as u64));
+        m.ratelimit_distinct_evictions
+            .get_or_create(&label)
+            .set(gauge(evicted));
     }
 }

@@ -78,6 +78,13 @@ pub(crate) struct ReasonLabel {
     pub(crate) reason: &'static str,
 }
 
+/// A rate limit rule.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PolicyRuleLabel {
+    pub(crate) policy: String,
+    pub(crate) rule: String,
+}
+
 /// A rate limit rule and what it decided.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RateLimitLabel {
@@ -435,6 +442,10 @@ pub struct Metrics {
     pub(crate) ratelimit_decisions: Family<RateLimitLabel, Counter>,
     /// Decisions Redis could not make, by reason (`unavailable`, `timeout`, `auth`, `other`).
     pub(crate) ratelimit_redis_errors: Family<ReasonLabel, Counter>,
+    /// Read off the serving config at each scrape, per `Distinct` local rule (its scopes
+    /// summed): counters held, and counters forgotten while they still counted something.
+    pub(crate) ratelimit_distinct_values: Family<PolicyRuleLabel, Gauge>,
+    pub(crate) ratelimit_distinct_evictions: Family<PolicyRuleLabel, Gauge>,
     /// Requests let through (`Open`) or refused (`Closed`) because Redis could not decide.
     pub(crate) ratelimit_failure_mode: Family<ActionLabel, Counter>,
     pub(crate) websockets_active: Family<BackendLabel, Gauge>,

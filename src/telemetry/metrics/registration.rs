@@ -64,6 +64,8 @@ impl Metrics {
             ratelimit_decisions: Default::default(),
             ratelimit_redis_errors: Default::default(),
             ratelimit_failure_mode: Default::default(),
+            ratelimit_distinct_values: Default::default(),
+            ratelimit_distinct_evictions: Default::default(),
             websockets_active: Default::default(),
             websocket_bytes: Default::default(),
             outlier_ejections: Default::default(),
@@ -226,6 +228,8 @@ impl Metrics {
         );
         registry.register("ratelimit_decisions", "Rate limit decisions by policy, rule and decision (allowed, limited, would_limit: over the limit under mode Report)", self.ratelimit_decisions.clone());
         registry.register("ratelimit_redis_errors", "Global rate limit decisions Redis could not make, by reason (unavailable, timeout, auth, other)", self.ratelimit_redis_errors.clone());
+        registry.register("ratelimit_distinct_values", "Counters a Distinct local rate limit rule holds (one per distinct value; at most rateLimit.maxDistinctValues per scope)", self.ratelimit_distinct_values.clone());
+        registry.register("ratelimit_distinct_evictions", "Counters of a Distinct local rate limit rule forgotten while they still counted something (the table was full), since the counters were made", self.ratelimit_distinct_evictions.clone());
         registry.register("ratelimit_failure_mode", "Requests Redis could not decide on, by action (passed: failureMode Open; refused: failureMode Closed)", self.ratelimit_failure_mode.clone());
         registry.register("tls_passthrough_rejected", "Connections to TLS Passthrough listeners closed without a tunnel, by cause (not_tls, no_sni, destination_not_allowed, ...)", self.tls_passthrough_rejected.clone());
         registry.register(
