@@ -353,6 +353,31 @@ def check_appended_sections(base_text, text, fragments, what, errors):
         )
 
 
+def projected_paths(directory, kust, errors):
+    """The files a component's JSON patches project into a volume beside the config: the paths
+    of the items of its generated Secrets added to a projected volume's sources."""
+    generated = {
+        gen["name"]: {key for key, _ in generator_entries(gen)}
+        for gen in kust.get("secretGenerator") or []
+    }
+    paths = []
+    for patch in kust.get("patches") or []:
+        ops = yaml.safe_load(patch.get("patch") or "") if isinstance(patch, dict) else None
+        for op in ops if isinstance(ops, list) else []:
+            value = op.get("value") if isinstance(op, dict) else None
+            secret = value.get("secret") if isinstance(value, dict) else None
+            if not secret or "/projected/sources/" not in (op.get("path") or ""):
+                continue
+            for item in secret.get("items") or []:
+                if item.get("key") not in generated.get(secret.get("name"), set()):
+                    errors.append(
+                        f"{directory}: projects key {item.get('key')} of Secret "
+                        f"{secret.get('name')}, which its secretGenerator does not make"
+                    )
+                paths.append(item["path"])
+    return paths
+
+
 def components_of(base_dir, kustomizations):
     return [
         d for d, k in sorted(kustomizations.items())
@@ -391,7 +416,8 @@ def all_component_edits(kustomizations, manifests, errors):
 def check_components(egressd, kustomizations, manifests, edits, errors):
     """A base's ConfigMaps as its components make them, each alone and all together: a file
     they append to is the base's plus their sections, and the egressd config is valid (with
-    stand-ins for the Secrets the components generate). Returns how many were validated."""
+    stand-ins for the Secret items their patches project beside it). Returns how many were
+    validated."""
     checked = 0
     for base_dir in kustomizations:
         base = configmaps_in(base_dir, manifests)
@@ -399,10 +425,9 @@ def check_components(egressd, kustomizations, manifests, edits, errors):
             what = f"{base_dir} with {' and '.join(c.name + '/' for c in variant)}"
             data = apply_components(base, [edits[c] for c in variant], what, errors)
             stand_ins = {
-                key: stand_in_key()
+                path: stand_in_key()
                 for c in variant
-                for gen in kustomizations[c].get("secretGenerator") or []
-                for key, _ in generator_entries(gen)
+                for path in projected_paths(c, kustomizations[c], errors if len(variant) == 1 else [])
             }
             for name, files in data.items():
                 if files == base[name].get("data"):
