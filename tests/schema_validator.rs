@@ -58,8 +58,20 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
 fn every_shipped_config_document_passes_the_schema() {
     let mut files = Vec::new();
     yaml_files(&repo().join("config"), &mut files);
-    files.push(repo().join("deploy/kubernetes/gateway/mcp/mcp.yaml"));
-    files.push(repo().join("deploy/kubernetes/gateway/mcp/proxy.yaml"));
+    let gateway = repo().join("deploy/kubernetes/gateway");
+    files.push(gateway.join("mcp/mcp.yaml"));
+    files.push(gateway.join("ratelimit/ratelimit.yaml"));
+    // The kustomize components' ProxyConfig sections (proxy-spec.yaml, which kustomize appends
+    // to the spec of the base's ProxyConfig), each in a ProxyConfig of its own.
+    let dir = tempfile::tempdir().unwrap();
+    for component in ["mcp", "ratelimit"] {
+        let spec =
+            std::fs::read_to_string(gateway.join(component).join("proxy-spec.yaml")).unwrap();
+        let file = dir.path().join(format!("{component}-proxy.yaml"));
+        let head = "apiVersion: egressd.dev/v1alpha1\nkind: ProxyConfig\nmetadata:\n  name: egressd\nspec:\n";
+        std::fs::write(&file, format!("{head}{spec}")).unwrap();
+        files.push(file);
+    }
     assert!(files.len() > 10, "{files:?}");
     let errors = check(&files);
     assert!(errors.is_empty(), "{errors:#?}");
