@@ -247,6 +247,25 @@ async fn a_gateway_policy_counts_per_route_unless_its_rule_is_shared() {
     }
 }
 
+/// A policy on one HTTPRoute outranks the Gateway's for that route's requests (the usual
+/// precedence); the other route keeps the Gateway's.
+#[tokio::test]
+async fn a_route_policy_outranks_the_gateways() {
+    let upstream = Upstream::start("api").await;
+    let route_policy = "---\napiVersion: egressd.dev/v1alpha1\nkind: BackendTrafficPolicy\nmetadata: {name: route-a-limits}\nspec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: route-a}]\n  rateLimit: {local: {rules: [{name: one, limit: {requests: 1, unit: Hour}}]}}\n";
+    let yaml = preamble_with(None, "")
+        + &ip_backend("api", upstream.addr, "")
+        + &route_to("a.test", "api").replace("metadata: {name: api}", "metadata: {name: route-a}")
+        + &route_to("b.test", "api").replace("metadata: {name: api}", "metadata: {name: route-b}")
+        + &gateway_policy(false)
+        + route_policy;
+    let proxy = TestProxy::start(&yaml).await;
+    assert_eq!(statuses(&proxy, "a.test", &[], 3).await, [200, 429, 429]);
+    assert_eq!(statuses(&proxy, "b.test", &[], 3).await, [200, 200, 429]);
+    let r = get_host(&proxy, "a.test", &[]).await;
+    assert!(r.text().contains("default/route-a-limits"), "{}", r.text());
+}
+
 #[tokio::test]
 async fn a_reload_keeps_what_the_counters_counted() {
     let upstream = Upstream::start("api").await;
