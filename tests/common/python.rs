@@ -21,6 +21,10 @@ pub(crate) fn python() -> PathBuf {
 /// made on first use and again when `packages` change.
 #[allow(dead_code)] // not every test binary that includes `common` makes a venv
 pub(crate) fn venv(name: &str, packages: &[&str]) -> PathBuf {
+    // The tests of one binary run at once: two of them making the same venv would remove and
+    // create it under each other ("File exists"). One at a time; the second finds it made.
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = MAKING.lock().unwrap_or_else(|e| e.into_inner());
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let stamp = packages.join(" ");
     let venv = root.join("venv");

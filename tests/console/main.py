@@ -338,8 +338,8 @@ def run(h):
     h.expect("Redis of the global rate limits is shown down, with its error",
              re.search(r"REDIS DOWN 127\.0\.0\.1:1 — \S", limits), limits[:400])
     h.expect("each rate limit rule with its use against its limit",
-             re.search(r"Backend default/ledger backend default/ledger ledger-per-hour local ([1-9]\d*) 100000 / 3600s", limits)
-             and "ledger-everywhere global — (in Redis) 600 / 60s" in limits, limits[:600])
+             re.search(r"Backend default/ledger backend default/ledger ledger-per-hour local ([1-9]\d*) 100000 per hour", limits)
+             and "ledger-everywhere global — (in Redis) 600 per minute" in limits, limits[:600])
     h.expect("a port nothing was sent to shows no error count (not \"0 of 0\")",
              re.search(r"OK default/api-0000 : \d+ 127\.0\.0\.1:\d+ 0 [\d.]+ — conn", backends)
              and " 0 of 0" not in backends, backends[:1500])

@@ -458,7 +458,8 @@
     const tbody = clear(byId("ratelimits").tBodies[0]);
     for (const p of policies) {
       for (const r of p.rules || []) {
-        const period = r.periodSeconds === 1 ? "s" : r.periodSeconds + "s";
+        const units = { 1: "second", 60: "minute", 3600: "hour", 86400: "day" };
+        const period = units[r.periodSeconds] || r.periodSeconds + "s";
         let used = "— (in Redis)";
         if (r.used !== undefined) used = String(r.used);
         if (r.usedMax !== undefined) used = r.usedMax + " (busiest of " + r.distinctValues + " values)";
@@ -469,7 +470,7 @@
           el("td", "mono", r.name),
           el("td", null, r.counts),
           el("td", full ? "bad" : null, used),
-          el("td", null, r.requests + " / " + period)));
+          el("td", null, r.requests + " per " + period)));
       }
     }
   }
