@@ -72,10 +72,13 @@ pub(crate) async fn serve(
         Ok(found) => found,
         Err(err) => return passage.refused(&err, None),
     };
-    match proxy(&mut passage.ctx, client, &hello, &dest).await {
+    let mut client = Some(client);
+    match proxy(&mut passage.ctx, &mut client, &hello, &dest).await {
         Ok(relayed) => passage.relayed = Some(relayed),
         Err(err) => passage.refused(&err, Some(dest.host())),
     }
+    // Closed only now: a client that sees its connection close finds the refusal counted.
+    drop(client);
 }
 
 /// Phase "destination" of a passthrough connection: the ClientHello's SNI, canonical.
@@ -94,7 +97,7 @@ fn destination(
 /// The phases from "route" to "relay".
 async fn proxy(
     ctx: &mut RequestCtx<'_>,
-    client: TcpStream,
+    client: &mut Option<TcpStream>,
     hello: &[u8],
     dest: &Destination,
 ) -> Result<RelayBytes, ProxyError> {
@@ -126,6 +129,11 @@ async fn proxy(
         })?;
     let send = ctx.snapshot.settings.downstream.send_timeout;
     let idle = target.policy.stream_idle_timeout;
+    let Some(client) = client.take() else {
+        return Err(ProxyError::ClientClosed {
+            cause: "the connection was already relayed".into(),
+        });
+    };
     let end = crate::http::relay::relay(client, upstream, idle, send).await;
     end.count_cut(&ctx.shared.metrics);
     tracing::debug!(listener = %ctx.conn.listener, sni = dest.host(), backend = %target.backend.label, endpoint = %addr, ?end, "passthrough closed");
