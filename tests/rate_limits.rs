@@ -56,19 +56,25 @@ async fn statuses(proxy: &TestProxy, host: &str, headers: &[(&str, &str)], n: us
     out
 }
 
-#[tokio::test]
-async fn past_its_quota_a_request_gets_429_with_retry_after_and_the_ratelimit_fields() {
+/// Backend `api` with `rate_limit`, routed from `api.test`, behind an egressd logging JSON to
+/// a file: the upstream, the proxy, and the log's path (in the returned directory).
+async fn logged_api(
+    rate_limit: &str,
+) -> (Upstream, TestProxy, std::path::PathBuf, tempfile::TempDir) {
     let upstream = Upstream::start("api").await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("access.log");
     let yaml = head_logging(&log)
-        + &limited_backend(
-            "api",
-            upstream.addr,
-            "{local: {rules: [{name: per-hour, limit: {requests: 3, unit: Hour}}]}}",
-        )
+        + &limited_backend("api", upstream.addr, rate_limit)
         + &route_to("api.test", "api");
     let proxy = TestProxy::start(&yaml).await;
+    (upstream, proxy, log, dir)
+}
+
+#[tokio::test]
+async fn past_its_quota_a_request_gets_429_with_retry_after_and_the_ratelimit_fields() {
+    let (upstream, proxy, log, _dir) =
+        logged_api("{local: {rules: [{name: per-hour, limit: {requests: 3, unit: Hour}}]}}").await;
 
     assert_eq!(statuses(&proxy, "api.test", &[], 3).await, [200, 200, 200]);
     let r = get_host(&proxy, "api.test", &[]).await;
@@ -183,17 +189,10 @@ async fn selectors_pick_the_requests_a_rule_counts() {
 
 #[tokio::test]
 async fn in_report_mode_requests_over_the_limit_pass_and_are_recorded() {
-    let upstream = Upstream::start("api").await;
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("access.log");
-    let yaml = head_logging(&log)
-        + &limited_backend(
-            "api",
-            upstream.addr,
-            "{mode: Report, local: {rules: [{name: trial, limit: {requests: 1, unit: Hour}}]}}",
-        )
-        + &route_to("api.test", "api");
-    let proxy = TestProxy::start(&yaml).await;
+    let (upstream, proxy, log, _dir) = logged_api(
+        "{mode: Report, local: {rules: [{name: trial, limit: {requests: 1, unit: Hour}}]}}",
+    )
+    .await;
 
     assert_eq!(statuses(&proxy, "api.test", &[], 3).await, [200, 200, 200]);
     assert_eq!(upstream.request_count(), 3);
