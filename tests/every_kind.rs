@@ -41,6 +41,19 @@ fn passthrough_backend(name: &str, host: &str, port: u16, extra: &str) -> String
 /// A Gateway `edge` with a TLS passthrough listener `tls`.
 const PASSTHROUGH_LISTENER: &str = "---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: edge}\nspec:\n  listeners:\n  - {name: tls, address: 127.0.0.1, port: 0, protocol: TLS, tls: {mode: Passthrough}}\n";
 
+/// A TLS handshake naming `sni` through the passthrough listener `listener`, trusting `ca`.
+async fn passthrough_handshake(
+    listener: SocketAddr,
+    ca: &TestCa,
+    sni: &'static str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let config = ca.client_config(true);
+    let tcp = TcpStream::connect(listener).await.unwrap();
+    tokio_rustls::TlsConnector::from(config)
+        .connect(sni.try_into().unwrap(), tcp)
+        .await
+}
+
 /// A websocket handshake through egressd to `host`: the status of the answer (101 when open).
 async fn ws_status(proxy: SocketAddr, host: &str) -> (u16, Option<String>) {
     let stream = TcpStream::connect(proxy).await.unwrap();
@@ -187,15 +200,7 @@ async fn a_refused_wildcard_sni_on_a_passthrough_listener_is_in_blocked() {
         + &passthrough_backend("pass", "*.pass.localhost", port, "");
     let proxy = TestProxy::start(&yaml).await;
     let listener = proxy.listener("default/edge/tls");
-    let handshake = |sni: &'static str| {
-        let config = ca.client_config(true);
-        async move {
-            let tcp = TcpStream::connect(listener).await.unwrap();
-            tokio_rustls::TlsConnector::from(config)
-                .connect(sni.try_into().unwrap(), tcp)
-                .await
-        }
-    };
+    let handshake = |sni: &'static str| passthrough_handshake(listener, &ca, sni);
     handshake("db.pass.localhost")
         .await
         .expect("a host the wildcard covers is relayed");
@@ -240,15 +245,7 @@ async fn a_passthrough_connection_over_max_connections_is_refused_like_a_connect
     assert!(yaml.contains("access.log"));
     let proxy = TestProxy::start(&yaml).await;
     let listener = proxy.listener("default/edge/tls");
-    let handshake = || {
-        let config = ca.client_config(true);
-        async move {
-            let tcp = TcpStream::connect(listener).await.unwrap();
-            tokio_rustls::TlsConnector::from(config)
-                .connect(PASS_HOST.try_into().unwrap(), tcp)
-                .await
-        }
-    };
+    let handshake = || passthrough_handshake(listener, &ca, PASS_HOST);
 
     let held = handshake().await.expect("the first connection is relayed");
     assert!(
@@ -434,15 +431,7 @@ async fn a_websocket_a_tunnel_and_a_passthrough_connection_each_count_once_again
 
     // Passthrough: the second connection is closed without a byte.
     let listener = proxy.listener("default/edge/tls");
-    let handshake = || {
-        let config = ca.client_config(true);
-        async move {
-            let tcp = TcpStream::connect(listener).await.unwrap();
-            tokio_rustls::TlsConnector::from(config)
-                .connect(PASS_HOST.try_into().unwrap(), tcp)
-                .await
-        }
-    };
+    let handshake = || passthrough_handshake(listener, &ca, PASS_HOST);
     let _held = handshake().await.expect("the first connection is relayed");
     assert!(handshake().await.is_err(), "the second is over the limit");
     assert_eq!(passthrough_rejected(&proxy, "rate_limited").await, 1);
